@@ -1,0 +1,32 @@
+"""clockworks-dist: verify, predict and generate multi-GPU communication schedules.
+
+    import clockworks_dist as cw
+
+    @cw.schedule(expect=cw.allreduce("x"))
+    def my_allreduce(r): ...
+
+    result = cw.check(my_allreduce.trace(world=8))
+"""
+
+from . import ir
+from .dsl import (
+    Rank, ScheduleDef, allgather, allreduce, alltoall, broadcast, custom, equals, load_file, reduce,
+    reduce_scatter, schedule, size,
+)
+from .errors import CheckIncomplete, ClockworksError, MissingDependency, ScheduleError, TopologyError
+
+__version__ = "0.1.0"
+
+
+def check(schedule_ir, **options):
+    """Model-check a traced schedule; see `clockworks_dist.check.check` for the options."""
+    from .check import check as _check
+
+    return _check(schedule_ir, **options)
+
+
+__all__ = [
+    "CheckIncomplete", "ClockworksError", "MissingDependency", "Rank", "ScheduleDef", "ScheduleError",
+    "TopologyError", "allgather", "allreduce", "alltoall", "broadcast", "check", "custom", "equals", "ir",
+    "load_file", "reduce", "reduce_scatter", "schedule", "size",
+]

@@ -1,0 +1,188 @@
+"""Symbolic sizes: integers that remember their affine form while the schedule is traced.
+
+`CHUNK = cw.size("CHUNK", default=4)` at module level gives a `SymInt` that behaves as the traced
+value (4, or what `--size CHUNK=...` binds) in Python control flow, and keeps `CHUNK` symbolic through
+`+`, `-` and multiplication by integers, so region bounds such as `i * CHUNK` reach the IR in both
+forms and the z3 checks can prove them for every admissible value.
+"""
+
+from __future__ import annotations
+
+import contextvars
+
+from ..ir import Affine, Symbol
+
+_BINDINGS: contextvars.ContextVar[dict[str, int]] = contextvars.ContextVar("cw_bindings", default={})
+
+Terms = dict[str, int]
+
+
+class SymInt:
+    """An integer value with an optional affine expression over size symbols (None: not affine)."""
+
+    __slots__ = ("_value", "_terms", "_const")
+
+    def __init__(self, value: int, terms: Terms | None, const: int = 0):
+        self._value = value
+        self._terms = terms
+        self._const = const
+
+    @property
+    def value(self) -> int:
+        return self._value
+
+    def affine(self) -> Affine | None:
+        if self._terms is None:
+            return None
+        terms = tuple(sorted((k, v) for k, v in self._terms.items() if v))
+        return Affine(const=self._const, terms=terms)
+
+    # -- arithmetic ---------------------------------------------------------------------------
+    @staticmethod
+    def _parts(other) -> tuple[int, Terms | None, int] | None:
+        if isinstance(other, SymInt):
+            return other.value, other._terms, other._const
+        if isinstance(other, int) and not isinstance(other, bool):
+            return other, {}, other
+        return None
+
+    def _combine(self, other, sign: int) -> "SymInt":
+        parts = self._parts(other)
+        if parts is None:
+            return NotImplemented
+        value, terms, const = parts
+        if self._terms is None or terms is None:
+            return SymInt(self._value + sign * value, None)
+        merged = dict(self._terms)
+        for name, coeff in terms.items():
+            merged[name] = merged.get(name, 0) + sign * coeff
+        return SymInt(self._value + sign * value, merged, self._const + sign * const)
+
+    def __add__(self, other):
+        return self._combine(other, 1)
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        return self._combine(other, -1)
+
+    def __rsub__(self, other):
+        parts = self._parts(other)
+        if parts is None:
+            return NotImplemented
+        return SymInt(parts[0], parts[1], parts[2])._combine(self, -1)
+
+    def __neg__(self):
+        return SymInt(0, {}, 0)._combine(self, -1)
+
+    def __mul__(self, other):
+        parts = self._parts(other)
+        if parts is None:
+            return NotImplemented
+        value, terms, const = parts
+        product = self._value * value
+        if self._terms is not None and terms == {}:
+            return SymInt(product, {k: v * value for k, v in self._terms.items()}, self._const * value)
+        if terms is not None and self._terms == {}:
+            return SymInt(product, {k: v * self._value for k, v in terms.items()}, const * self._value)
+        return SymInt(product, None)
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, other):
+        parts = self._parts(other)
+        if parts is None:
+            return NotImplemented
+        value, terms, _ = parts
+        quotient = self._value // value
+        exact = (self._terms is not None and terms == {} and value != 0
+                 and self._const % value == 0 and all(c % value == 0 for c in self._terms.values()))
+        if exact:
+            return SymInt(quotient, {k: c // value for k, c in self._terms.items()}, self._const // value)
+        return SymInt(quotient, None)
+
+    def __rfloordiv__(self, other):
+        return SymInt(int(other) // self._value, None)
+
+    def __mod__(self, other):
+        return SymInt(self._value % int(other), None)
+
+    def __rmod__(self, other):
+        return SymInt(int(other) % self._value, None)
+
+    # -- behave as an int in Python control flow ----------------------------------------------
+    def __index__(self) -> int:
+        return self._value
+
+    __int__ = __index__
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+    def __eq__(self, other) -> bool:
+        return self._value == int(other) if isinstance(other, (int, SymInt)) else NotImplemented
+
+    def __lt__(self, other):
+        return self._value < int(other)
+
+    def __le__(self, other):
+        return self._value <= int(other)
+
+    def __gt__(self, other):
+        return self._value > int(other)
+
+    def __ge__(self, other):
+        return self._value >= int(other)
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def __repr__(self) -> str:
+        form = self.affine()
+        return f"{self._value}" if form is None or not form.terms else f"{form} (= {self._value})"
+
+
+class Size(SymInt):
+    """A declared size symbol; its value is the binding of the trace in progress, else the default."""
+
+    __slots__ = ("name", "default", "min", "max", "multiple_of")
+
+    def __init__(self, name: str, default: int, *, min: int = 1, max: int | None = None,
+                 multiple_of: int = 1):
+        self.name, self.default = name, default
+        self.min, self.max, self.multiple_of = min, max, multiple_of
+        super().__init__(default, {name: 1}, 0)
+
+    @property
+    def value(self) -> int:
+        return _BINDINGS.get().get(self.name, self.default)
+
+    # SymInt reads _value directly: route it through the binding.
+    @property
+    def _value(self) -> int:  # type: ignore[override]
+        return self.value
+
+    @_value.setter
+    def _value(self, _v: int) -> None:
+        pass
+
+    def symbol(self) -> Symbol:
+        return Symbol(name=self.name, value=self.value, min=self.min, max=self.max,
+                      multiple_of=self.multiple_of)
+
+
+def size(name: str, default: int, *, min: int = 1, max: int | None = None, multiple_of: int = 1) -> Size:
+    """Declare a symbolic element count (use at module level: `CHUNK = cw.size("CHUNK", 4)`)."""
+    return Size(name, default, min=min, max=max, multiple_of=multiple_of)
+
+
+def as_int(value) -> int:
+    return value.value if isinstance(value, SymInt) else int(value)
+
+
+def as_affine(value) -> Affine | None:
+    """The affine form of a bound if it involves a symbol, else None."""
+    if isinstance(value, SymInt):
+        form = value.affine()
+        return form if form is not None and form.terms else None
+    return None

@@ -1,0 +1,757 @@
+"""SPMD tracing: the user's function runs once per rank with a `Rank` handle; every call on the
+handle appends one op, stamped with the user's file:line, to that rank's program.
+
+Errors found while tracing (a peer out of range, a region out of bounds, sizes or dtypes that do not
+match, an op on a buffer of the wrong kind) raise `ScheduleError` naming the user's line and rank.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import keyword
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
+
+from .. import ir
+from ..errors import ScheduleError
+from .sizes import _BINDINGS, Size, SymInt, as_affine, as_int
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+_RESERVED = frozenset(keyword.kwlist) | {
+    "int", "float", "double", "char", "void", "auto", "const", "static", "struct", "class", "union",
+    "return", "if", "else", "for", "while", "do", "switch", "case", "default", "break", "continue",
+    "goto", "sizeof", "template", "typename", "namespace", "new", "delete", "this", "main", "world",
+}
+
+
+def user_loc() -> ir.SourceLoc:
+    """The innermost stack frame outside this package: where the user called us."""
+    frame = sys._getframe(1)
+    while frame is not None and (os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR)
+                                 or frame.f_code.co_filename == contextlib.__file__):
+        frame = frame.f_back
+    if frame is None:
+        return ir.SourceLoc(file="<unknown>", line=0)
+    return ir.SourceLoc(file=os.path.basename(frame.f_code.co_filename), line=frame.f_lineno)
+
+
+def check_name(name: object, what: str, loc: ir.SourceLoc, rank: int | None) -> str:
+    """Names become C++ identifiers in generated code: accept only plain identifiers."""
+    if not isinstance(name, str) or not _NAME.match(name) or name in _RESERVED:
+        raise ScheduleError(
+            f"{what} name {name!r} is not a valid identifier",
+            file=loc.file, line=loc.line, rank=rank,
+            hint="use letters, digits and '_', starting with a letter, at most 64 characters, "
+                 "not a C++ or Python keyword")
+    return name
+
+
+# ------------------------------------------------------------------------------------ handles
+@dataclass(frozen=True)
+class RegionRef:
+    """Elements [start, stop) of one of this rank's buffers."""
+
+    buf: "Buffer"
+    start: int | SymInt
+    stop: int | SymInt
+
+    @property
+    def count(self) -> int:
+        return as_int(self.stop) - as_int(self.start)
+
+    def chunk(self, index: int, parts: int) -> "RegionRef":
+        """The index-th of `parts` equal chunks of this region."""
+        size = (self.stop - self.start) // parts
+        if as_int(size) * parts != self.count:
+            loc = user_loc()
+            raise ScheduleError(
+                f"cannot split {self} ({self.count} elements) into {parts} equal chunks",
+                file=loc.file, line=loc.line, rank=self.buf.rank.rank,
+                hint="make the count a multiple of the number of chunks")
+        index = _check_index(index, parts, "chunk index", self.buf.rank)
+        return self.buf._region(self.start + index * size, self.start + (index + 1) * size)
+
+    def to_ir(self) -> ir.Region:
+        return ir.Region(buffer=self.buf.name, start=as_int(self.start), stop=as_int(self.stop),
+                         start_sym=as_affine(self.start), stop_sym=as_affine(self.stop))
+
+    def __str__(self) -> str:
+        return f"{self.buf.name}[{as_int(self.start)}:{as_int(self.stop)}]"
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A buffer of one rank (or of the symmetric heap, same on every rank)."""
+
+    rank: "Rank"
+    name: str
+    count: int | SymInt
+    dtype: str
+    role: str
+    symmetric: bool
+
+    def _region(self, start, stop) -> RegionRef:
+        lo, hi = as_int(start), as_int(stop)
+        if not (0 <= lo <= hi <= as_int(self.count)):
+            loc = user_loc()
+            raise ScheduleError(
+                f"region {self.name}[{lo}:{hi}] is out of bounds: {self.name} has {as_int(self.count)} elements",
+                file=loc.file, line=loc.line, rank=self.rank.rank,
+                hint=f"keep 0 <= start <= stop <= {as_int(self.count)}")
+        return RegionRef(self, start, stop)
+
+    def region(self, start, stop) -> RegionRef:
+        return self._region(start, stop)
+
+    def all(self) -> RegionRef:
+        return RegionRef(self, 0, self.count)
+
+    def chunk(self, index: int, parts: int) -> RegionRef:
+        return self.all().chunk(index, parts)
+
+    def element(self, index) -> RegionRef:
+        return self._region(index, index + 1)
+
+    def __getitem__(self, item) -> RegionRef:
+        if isinstance(item, slice):
+            if item.step not in (None, 1):
+                loc = user_loc()
+                raise ScheduleError("strided regions are not supported", file=loc.file,
+                                    line=loc.line, rank=self.rank.rank, hint="use a step of 1")
+            start = 0 if item.start is None else item.start
+            stop = self.count if item.stop is None else item.stop
+            return self._region(start, stop)
+        return self.element(item)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class Signal:
+    """A symmetric array of uint64 signal words; `sig[i]` names one word."""
+
+    rank: "Rank"
+    name: str
+    count: int
+
+    def __getitem__(self, index) -> ir.SignalRef:
+        index = _check_index(index, self.count, f"signal index of {self.name}", self.rank)
+        return ir.SignalRef(signal=self.name, index=index)
+
+    def ref(self) -> ir.SignalRef:
+        return self[0]
+
+
+@dataclass(frozen=True)
+class Comm:
+    """A communicator: its member world ranks, in order."""
+
+    name: str
+    ranks: tuple[int, ...]
+    me: int
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+    @property
+    def index(self) -> int:
+        """This rank's position in the communicator."""
+        return self.ranks.index(self.me)
+
+
+def _check_index(value, limit: int, what: str, rank: "Rank") -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, SymInt)):
+        loc = user_loc()
+        raise ScheduleError(f"{what} must be an integer, got {type(value).__name__} {value!r}",
+                            file=loc.file, line=loc.line, rank=rank.rank)
+    index = as_int(value)
+    if not 0 <= index < limit:
+        loc = user_loc()
+        raise ScheduleError(f"{what} {index} is out of range 0..{limit - 1}",
+                            file=loc.file, line=loc.line, rank=rank.rank)
+    return index
+
+
+# --------------------------------------------------------------------------------- the handle
+@dataclass
+class _RankState:
+    buffers: dict[str, ir.BufferDecl] = field(default_factory=dict)
+    signals: dict[str, ir.SignalDecl] = field(default_factory=dict)
+    comms: dict[str, tuple[tuple[int, ...], ir.SourceLoc]] = field(default_factory=dict)
+    ops: list = field(default_factory=list)
+    group: list | None = None
+    group_loc: ir.SourceLoc | None = None
+
+
+class Rank:
+    """The handle a schedule function receives: one rank of the world.
+
+    Attributes: `rank`, `world`, `ranks_per_node`, `node`, `local_rank`, `nodes`.
+    """
+
+    def __init__(self, rank: int, world: int, ranks_per_node: int):
+        self.rank = rank
+        self.world = world
+        self.ranks_per_node = ranks_per_node
+        self.node = rank // ranks_per_node
+        self.local_rank = rank % ranks_per_node
+        self.nodes = world // ranks_per_node
+        self._st = _RankState()
+
+    def __repr__(self) -> str:
+        return f"<Rank {self.rank} of {self.world}>"
+
+    # -- errors -------------------------------------------------------------------------------
+    def _error(self, message: str, op: str | None = None, hint: str | None = None,
+               loc: ir.SourceLoc | None = None) -> ScheduleError:
+        loc = loc or user_loc()
+        return ScheduleError(message, file=loc.file, line=loc.line, rank=self.rank, op=op, hint=hint)
+
+    def _peer(self, peer, op: str, what: str = "peer") -> int:
+        if isinstance(peer, bool) or not isinstance(peer, (int, SymInt)):
+            raise self._error(f"{what} must be an integer rank, got {type(peer).__name__} {peer!r}", op)
+        value = as_int(peer)
+        if not 0 <= value < self.world:
+            raise self._error(f"{what} {value} is out of range: the world has ranks 0..{self.world - 1}",
+                              op, hint="did you mean (rank + 1) % world?")
+        return value
+
+    def _local(self, region, op: str, what: str) -> RegionRef:
+        if isinstance(region, Buffer):
+            region = region.all()
+        if not isinstance(region, RegionRef):
+            raise self._error(f"{what} must be a buffer or a region of one, got {type(region).__name__}", op)
+        if region.buf.rank is not self:
+            raise self._error(f"{what} {region} belongs to rank {region.buf.rank.rank}'s trace", op,
+                              hint="use the buffers this rank declared")
+        return region
+
+    def _symmetric(self, region, op: str, what: str) -> RegionRef:
+        region = self._local(region, op, what)
+        if not region.buf.symmetric:
+            raise self._error(f"{what} {region} is in a per-rank buffer; remote access needs the "
+                              "symmetric heap", op,
+                              hint=f"declare it with r.symmetric({region.buf.name!r}, ...)")
+        return region
+
+    def _same_shape(self, a: RegionRef, b: RegionRef, op: str, scale: int = 1, rev: bool = False) -> None:
+        want = a.count * scale if not rev else a.count
+        have = b.count if not rev else b.count * scale
+        if want != have:
+            raise self._error(f"size mismatch: {a} has {a.count} elements, {b} has {b.count}", op)
+        if a.buf.dtype != b.buf.dtype:
+            raise self._error(f"dtype mismatch: {a} is {a.buf.dtype}, {b} is {b.buf.dtype}", op)
+
+    def _signal(self, sig, op: str) -> ir.SignalRef:
+        if isinstance(sig, Signal):
+            if sig.count != 1:
+                raise self._error(f"signal {sig.name} has {sig.count} words: name one, e.g. {sig.name}[i]", op)
+            sig = sig.ref()
+        if not isinstance(sig, ir.SignalRef):
+            raise self._error(f"expected a signal word, got {type(sig).__name__}", op,
+                              hint="declare one with r.signal(name, count) and index it")
+        if sig.signal not in self._st.signals:
+            raise self._error(f"unknown signal {sig.signal!r}", op)
+        return sig
+
+    def _word(self, target, op: str):
+        """An atomic target: a signal word or one element of an integer symmetric buffer."""
+        if isinstance(target, (Signal, ir.SignalRef)):
+            return self._signal(target, op)
+        region = self._symmetric(target, op, "atomic target")
+        if region.count != 1:
+            raise self._error(f"atomic target {region} must be one element", op,
+                              hint="use buf.element(i)")
+        if region.buf.dtype not in ir.INTEGER_DTYPES:
+            raise self._error(f"atomic target {region} is {region.buf.dtype}; atomics need an integer dtype", op)
+        return region.to_ir()
+
+    def _comm(self, comm, op: str) -> str:
+        if comm is None or comm == "world":
+            return "world"
+        if isinstance(comm, Comm):
+            return comm.name
+        raise self._error(f"comm must be a communicator from r.comm(...), got {comm!r}", op)
+
+    def _members(self, comm: str) -> tuple[int, ...]:
+        if comm == "world":
+            return tuple(range(self.world))
+        return self._st.comms[comm][0]
+
+    def _append(self, op) -> None:
+        if self._st.group is not None:
+            if op.kind not in ("send", "recv"):
+                raise self._error(f"only send and recv may be grouped, not {op.kind}", op.kind,
+                                  loc=op.loc, hint="move it after the `with r.group():` block")
+            self._st.group.append(op)
+        else:
+            self._st.ops.append(op)
+
+    # -- declarations -------------------------------------------------------------------------
+    def _declare(self, name, count, dtype, role, symmetric) -> Buffer:
+        loc = user_loc()
+        check_name(name, "buffer", loc, self.rank)
+        if name in self._st.buffers or name in self._st.signals:
+            raise self._error(f"{name!r} is declared twice", hint="use another name")
+        if dtype not in ir.DTYPE_BYTES:
+            raise self._error(f"unknown dtype {dtype!r}", hint=f"one of {', '.join(ir.DTYPE_BYTES)}")
+        if role not in ("input", "output", "inout", "scratch"):
+            raise self._error(f"unknown role {role!r}", hint="one of input, output, inout, scratch")
+        if isinstance(count, bool) or not isinstance(count, (int, SymInt)) or as_int(count) < 1:
+            raise self._error(f"buffer {name} needs a positive integer count, got {count!r}")
+        self._st.buffers[name] = ir.BufferDecl(
+            name=name, count=as_int(count), dtype=dtype, role=role, symmetric=symmetric,
+            count_sym=as_affine(count), loc=loc)
+        return Buffer(self, name, count, dtype, role, symmetric)
+
+    def buffer(self, name: str, count, dtype: str = "float32", role: str = "inout") -> Buffer:
+        """Declare a buffer of this rank (device memory, not addressable by other ranks)."""
+        return self._declare(name, count, dtype, role, False)
+
+    def symmetric(self, name: str, count, dtype: str = "float32", role: str = "inout") -> Buffer:
+        """Declare a symmetric-heap buffer: same name and size on every rank, remotely accessible."""
+        return self._declare(name, count, dtype, role, True)
+
+    def signal(self, name: str, count: int = 1) -> Signal:
+        """Declare a symmetric array of `count` uint64 signal words, initially 0."""
+        loc = user_loc()
+        check_name(name, "signal", loc, self.rank)
+        if name in self._st.buffers or name in self._st.signals:
+            raise self._error(f"{name!r} is declared twice", hint="use another name")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise self._error(f"signal {name} needs a positive integer count, got {count!r}")
+        self._st.signals[name] = ir.SignalDecl(name=name, count=count, loc=loc)
+        return Signal(self, name, count)
+
+    def comm(self, name: str, ranks: Iterable[int]) -> Comm:
+        """A communicator of the world ranks `ranks` (this rank among them); every member must
+        declare it with the same ranks, as ncclCommSplit would give them."""
+        loc = user_loc()
+        check_name(name, "communicator", loc, self.rank)
+        members = tuple(self._peer(r, "comm", "member") for r in ranks)
+        if self.rank not in members:
+            raise self._error(f"communicator {name} does not contain this rank", "comm",
+                              hint="pass the group this rank belongs to")
+        if len(set(members)) != len(members):
+            raise self._error(f"communicator {name} lists a rank twice: {list(members)}", "comm")
+        self._st.comms[name] = (members, loc)
+        return Comm(name, members, self.rank)
+
+    def node_comm(self, name: str = "intra") -> Comm:
+        """The ranks of this node."""
+        base = self.node * self.ranks_per_node
+        return self.comm(name, range(base, base + self.ranks_per_node))
+
+    def rail_comm(self, name: str = "inter") -> Comm:
+        """The ranks with this local rank, one per node."""
+        return self.comm(name, range(self.local_rank, self.world, self.ranks_per_node))
+
+    # -- two-sided ----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def group(self) -> Iterator[None]:
+        """ncclGroupStart/End: sends and receives inside are posted together."""
+        if self._st.group is not None:
+            raise self._error("groups do not nest", "group", hint="remove the inner `with r.group():`")
+        self._st.group, self._st.group_loc = [], user_loc()
+        try:
+            yield
+        finally:
+            ops, loc = self._st.group, self._st.group_loc
+            self._st.group = None
+        if ops:
+            self._st.ops.append(ir.Group(ops=tuple(ops), loc=loc))
+
+    def send(self, peer, src, comm=None) -> None:
+        loc = user_loc()
+        peer = self._peer(peer, "send")
+        src = self._local(src, "send", "src")
+        name = self._comm(comm, "send")
+        if peer not in self._members(name):
+            raise self._error(f"peer {peer} is not in communicator {name}", "send", loc=loc)
+        self._append(ir.Send(peer=peer, src=src.to_ir(), comm=name, loc=loc))
+
+    def recv(self, peer, dst, reduce: str | None = None, comm=None) -> None:
+        loc = user_loc()
+        peer = self._peer(peer, "recv")
+        dst = self._local(dst, "recv", "dst")
+        if reduce not in (None, "sum", "prod", "max", "min"):
+            raise self._error(f"unknown reduction {reduce!r}", "recv", hint="sum, prod, max or min")
+        name = self._comm(comm, "recv")
+        if peer not in self._members(name):
+            raise self._error(f"peer {peer} is not in communicator {name}", "recv", loc=loc)
+        self._append(ir.Recv(peer=peer, dst=dst.to_ir(), reduce=reduce, comm=name, loc=loc))
+
+    # -- collectives --------------------------------------------------------------------------
+    def _reduce_op(self, op: str, kind: str) -> str:
+        if op not in ("sum", "prod", "max", "min"):
+            raise self._error(f"unknown reduction {op!r}", kind, hint="sum, prod, max or min")
+        return op
+
+    def all_reduce(self, src, dst=None, op: str = "sum", comm=None) -> None:
+        loc = user_loc()
+        src = self._local(src, "all_reduce", "src")
+        dst = src if dst is None else self._local(dst, "all_reduce", "dst")
+        self._same_shape(src, dst, "all_reduce")
+        self._append(ir.AllReduce(src=src.to_ir(), dst=dst.to_ir(), op=self._reduce_op(op, "all_reduce"),
+                                  comm=self._comm(comm, "all_reduce"), loc=loc))
+
+    def all_gather(self, src, dst, comm=None) -> None:
+        loc = user_loc()
+        name = self._comm(comm, "all_gather")
+        src, dst = self._local(src, "all_gather", "src"), self._local(dst, "all_gather", "dst")
+        self._same_shape(src, dst, "all_gather", scale=len(self._members(name)))
+        self._append(ir.AllGather(src=src.to_ir(), dst=dst.to_ir(), comm=name, loc=loc))
+
+    def reduce_scatter(self, src, dst, op: str = "sum", comm=None) -> None:
+        loc = user_loc()
+        name = self._comm(comm, "reduce_scatter")
+        src, dst = self._local(src, "reduce_scatter", "src"), self._local(dst, "reduce_scatter", "dst")
+        self._same_shape(dst, src, "reduce_scatter", scale=len(self._members(name)))
+        self._append(ir.ReduceScatter(src=src.to_ir(), dst=dst.to_ir(), op=self._reduce_op(op, "reduce_scatter"),
+                                      comm=name, loc=loc))
+
+    def _root(self, root, name: str, kind: str) -> int:
+        root = self._peer(root, kind, "root")
+        if root not in self._members(name):
+            raise self._error(f"root {root} is not in communicator {name}", kind)
+        return root
+
+    def broadcast(self, src, dst=None, root: int = 0, comm=None) -> None:
+        loc = user_loc()
+        name = self._comm(comm, "broadcast")
+        src = self._local(src, "broadcast", "src")
+        dst = src if dst is None else self._local(dst, "broadcast", "dst")
+        self._same_shape(src, dst, "broadcast")
+        self._append(ir.Broadcast(src=src.to_ir(), dst=dst.to_ir(), root=self._root(root, name, "broadcast"),
+                                  comm=name, loc=loc))
+
+    def reduce_to(self, root: int, src, dst=None, op: str = "sum", comm=None) -> None:
+        """NCCL reduce: the reduction of every member's src lands in dst on `root` only."""
+        loc = user_loc()
+        name = self._comm(comm, "reduce_to")
+        root = self._root(root, name, "reduce_to")
+        src = self._local(src, "reduce_to", "src")
+        target = None
+        if self.rank == root:
+            target = src if dst is None else self._local(dst, "reduce_to", "dst")
+            self._same_shape(src, target, "reduce_to")
+        self._append(ir.ReduceTo(src=src.to_ir(), dst=None if target is None else target.to_ir(), root=root,
+                                 op=self._reduce_op(op, "reduce_to"), comm=name, loc=loc))
+
+    def all_to_all(self, src, dst, comm=None) -> None:
+        loc = user_loc()
+        name = self._comm(comm, "all_to_all")
+        src, dst = self._local(src, "all_to_all", "src"), self._local(dst, "all_to_all", "dst")
+        self._same_shape(src, dst, "all_to_all")
+        if src.count % len(self._members(name)):
+            raise self._error(f"{src} has {src.count} elements, not a multiple of the "
+                              f"{len(self._members(name))} members", "all_to_all")
+        self._append(ir.AllToAll(src=src.to_ir(), dst=dst.to_ir(), comm=name, loc=loc))
+
+    def barrier(self, comm=None) -> None:
+        self._append(ir.Barrier(comm=self._comm(comm, "barrier"), loc=user_loc()))
+
+    # -- one-sided ----------------------------------------------------------------------------
+    def put(self, pe, dst, src, nbi: bool = False) -> None:
+        """Write local `src` into symmetric `dst` on `pe`; nbi: src is read when delivered."""
+        loc = user_loc()
+        pe = self._peer(pe, "put", "pe")
+        dst, src = self._symmetric(dst, "put", "dst"), self._local(src, "put", "src")
+        self._same_shape(src, dst, "put")
+        self._append(ir.Put(pe=pe, dst=dst.to_ir(), src=src.to_ir(), nbi=bool(nbi), loc=loc))
+
+    def get(self, pe, dst, src) -> None:
+        """Read symmetric `src` on `pe` into local `dst` (blocking)."""
+        loc = user_loc()
+        pe = self._peer(pe, "get", "pe")
+        dst, src = self._local(dst, "get", "dst"), self._symmetric(src, "get", "src")
+        self._same_shape(src, dst, "get")
+        self._append(ir.Get(pe=pe, dst=dst.to_ir(), src=src.to_ir(), loc=loc))
+
+    def _sig_op(self, op: str, kind: str) -> str:
+        if op not in ("set", "add"):
+            raise self._error(f"unknown signal op {op!r}", kind, hint="'set' or 'add'")
+        return op
+
+    def put_signal(self, pe, dst, src, sig, value: int = 1, op: str = "set", nbi: bool = False) -> None:
+        """Put, then update `sig` on `pe` once the data is there (nvshmem_putmem_signal)."""
+        loc = user_loc()
+        pe = self._peer(pe, "put_signal", "pe")
+        dst, src = self._symmetric(dst, "put_signal", "dst"), self._local(src, "put_signal", "src")
+        self._same_shape(src, dst, "put_signal")
+        self._append(ir.PutSignal(pe=pe, dst=dst.to_ir(), src=src.to_ir(), signal=self._signal(sig, "put_signal"),
+                                  value=_u64(self, value, "put_signal"), sig_op=self._sig_op(op, "put_signal"),
+                                  nbi=bool(nbi), loc=loc))
+
+    def signal_op(self, pe, sig, value: int = 1, op: str = "set") -> None:
+        """Update `sig` on `pe` (nvshmemx_signal_op): a delivery like a put."""
+        loc = user_loc()
+        self._append(ir.SignalUpdate(pe=self._peer(pe, "signal_op", "pe"), signal=self._signal(sig, "signal_op"),
+                                     value=_u64(self, value, "signal_op"), sig_op=self._sig_op(op, "signal_op"),
+                                     loc=loc))
+
+    def atomic(self, pe, target, op: str, value: int = 1) -> None:
+        """Non-fetching atomic (add, set, inc, and, or, xor) on one word on `pe`."""
+        loc = user_loc()
+        if op not in ("add", "set", "inc", "and", "or", "xor"):
+            raise self._error(f"unknown atomic {op!r}", "atomic", hint="add, set, inc, and, or, xor")
+        self._append(ir.Atomic(pe=self._peer(pe, "atomic", "pe"), target=self._word(target, "atomic"), op=op,
+                               value=_u64(self, value, "atomic"), loc=loc))
+
+    def atomic_add(self, pe, target, value: int = 1) -> None:
+        self.atomic(pe, target, "add", value)
+
+    def atomic_set(self, pe, target, value: int) -> None:
+        self.atomic(pe, target, "set", value)
+
+    def atomic_inc(self, pe, target) -> None:
+        self.atomic(pe, target, "inc", 1)
+
+    def _fetch(self, pe, target, op: str, into, value: int = 0, cond: int = 0) -> None:
+        loc = user_loc()
+        pe = self._peer(pe, op, "pe")
+        word = self._word(target, op)
+        into = self._local(into, op, "into")
+        if into.count != 1 or into.buf.dtype not in ir.INTEGER_DTYPES:
+            raise self._error(f"into {into} must be one element of an integer buffer", op)
+        self._append(ir.FetchAtomic(pe=pe, target=word, op=op, value=_u64(self, value, op),
+                                    cond=_u64(self, cond, op), into=into.to_ir(), loc=loc))
+
+    def fetch_add(self, pe, target, value: int, into) -> None:
+        self._fetch(pe, target, "fetch_add", into, value)
+
+    def fetch_inc(self, pe, target, into) -> None:
+        self._fetch(pe, target, "fetch_inc", into, 1)
+
+    def atomic_fetch(self, pe, target, into) -> None:
+        self._fetch(pe, target, "fetch", into)
+
+    def swap(self, pe, target, value: int, into) -> None:
+        self._fetch(pe, target, "swap", into, value)
+
+    def compare_swap(self, pe, target, cond: int, value: int, into) -> None:
+        self._fetch(pe, target, "compare_swap", into, value, cond)
+
+    def wait_until(self, sig, cmp: str, value: int) -> None:
+        """Block until the local signal word satisfies `sig cmp value`."""
+        loc = user_loc()
+        if cmp not in ("eq", "ne", "gt", "ge", "lt", "le"):
+            raise self._error(f"unknown comparison {cmp!r}", "wait_until", hint="eq, ne, gt, ge, lt, le")
+        self._append(ir.WaitUntil(signal=self._signal(sig, "wait_until"), cmp=cmp,
+                                  value=_u64(self, value, "wait_until"), loc=loc))
+
+    def fence(self) -> None:
+        """Order this PE's deliveries to each PE: those before the fence arrive first."""
+        self._append(ir.Fence(loc=user_loc()))
+
+    def quiet(self) -> None:
+        """Wait until every delivery this PE issued has completed."""
+        self._append(ir.Quiet(loc=user_loc()))
+
+    def barrier_all(self) -> None:
+        """quiet, then every PE meets (nvshmem_barrier_all)."""
+        self._append(ir.BarrierAll(loc=user_loc()))
+
+    def sync_all(self) -> None:
+        """Every PE meets, without completing deliveries (nvshmem_sync_all)."""
+        self._append(ir.SyncAll(loc=user_loc()))
+
+    # -- local --------------------------------------------------------------------------------
+    def reduce(self, dst, *srcs, op: str = "sum") -> None:
+        """dst = srcs[0] op srcs[1] op ..., element-wise (a local kernel)."""
+        loc = user_loc()
+        dst = self._local(dst, "reduce", "dst")
+        if not srcs:
+            raise self._error("reduce needs at least one source", "reduce")
+        regions = [self._local(s, "reduce", "src") for s in srcs]
+        for region in regions:
+            self._same_shape(dst, region, "reduce")
+        self._append(ir.LocalReduce(dst=dst.to_ir(), srcs=tuple(x.to_ir() for x in regions),
+                                    op=self._reduce_op(op, "reduce"), loc=loc))
+
+    def copy(self, dst, src) -> None:
+        loc = user_loc()
+        dst, src = self._local(dst, "copy", "dst"), self._local(src, "copy", "src")
+        self._same_shape(src, dst, "copy")
+        self._append(ir.Copy(dst=dst.to_ir(), src=src.to_ir(), loc=loc))
+
+    def fill(self, dst, value: float) -> None:
+        loc = user_loc()
+        dst = self._local(dst, "fill", "dst")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self._error(f"fill value must be a number, got {value!r}", "fill")
+        self._append(ir.Fill(dst=dst.to_ir(), value=float(value), loc=loc))
+
+    def compute(self, name: str, reads=(), writes=()) -> None:
+        """An opaque kernel `name` that reads `reads` and writes `writes`."""
+        loc = user_loc()
+        check_name(name, "compute kernel", loc, self.rank)
+        reads = tuple(self._local(x, "compute", "read").to_ir() for x in reads)
+        writes = tuple(self._local(x, "compute", "write").to_ir() for x in writes)
+        self._append(ir.Compute(name=name, reads=reads, writes=writes, loc=loc))
+
+
+def _u64(rank: Rank, value, op: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, SymInt)) or not 0 <= as_int(value) < 2**64:
+        raise rank._error(f"value must be an integer in 0..2**64-1, got {value!r}", op)
+    return as_int(value)
+
+
+# --------------------------------------------------------------------------------- schedules
+class ScheduleDef:
+    """A traced-on-demand schedule: `sched.trace(world=8)` gives the frozen `ir.Schedule`."""
+
+    def __init__(self, fn: Callable[[Rank], None], expect, name: str | None, ranks: tuple[int, ...] | None,
+                 ranks_per_node: int | None, sizes: tuple[Size, ...], loc: ir.SourceLoc):
+        self.fn = fn
+        self.expect = () if expect is None else (tuple(expect) if isinstance(expect, (list, tuple)) else (expect,))
+        self.name = name or fn.__name__
+        self.ranks = ranks
+        self.ranks_per_node = ranks_per_node
+        self.sizes = sizes
+        self.loc = loc
+        self.__doc__ = fn.__doc__
+
+    def __repr__(self) -> str:
+        return f"<schedule {self.name} at {self.loc}>"
+
+    def trace(self, world: int, ranks_per_node: int | None = None,
+              sizes: dict[str, int] | None = None) -> ir.Schedule:
+        """Run the function once per rank and build the checked, frozen schedule."""
+        if isinstance(world, bool) or not isinstance(world, int) or world < 1:
+            raise ScheduleError(f"the world needs a positive number of ranks, got {world!r}",
+                                file=self.loc.file, line=self.loc.line)
+        per_node = ranks_per_node or self.ranks_per_node or world
+        per_node = min(per_node, world)
+        if world % per_node:
+            raise ScheduleError(f"{world} ranks do not split into nodes of {per_node}",
+                                file=self.loc.file, line=self.loc.line, hint="pick a divisor of the world size")
+        bindings = {s.name: s.default for s in self.sizes}
+        for name, value in (sizes or {}).items():
+            known = {s.name: s for s in self.sizes}
+            if name not in known:
+                raise ScheduleError(f"unknown size {name!r}; this schedule declares "
+                                    f"{', '.join(known) or 'none'}", file=self.loc.file, line=self.loc.line)
+            bindings[name] = value
+        token = _BINDINGS.set(bindings)
+        try:
+            return _build(self, world, per_node)
+        finally:
+            _BINDINGS.reset(token)
+
+
+def _run_user(defn: ScheduleDef, handle: Rank) -> None:
+    try:
+        defn.fn(handle)
+    except ScheduleError:
+        raise
+    except Exception as exc:  # the user's code raised: point at its own line
+        tb = exc.__traceback__
+        file, line = defn.loc.file, defn.loc.line
+        while tb is not None:
+            path = os.path.abspath(tb.tb_frame.f_code.co_filename)
+            if not path.startswith(_PACKAGE_DIR):
+                file, line = os.path.basename(path), tb.tb_lineno
+            tb = tb.tb_next
+        raise ScheduleError(f"the schedule raised {type(exc).__name__}: {exc}", file=file, line=line,
+                            rank=handle.rank, hint="fix the schedule function") from exc
+
+
+def _build(defn: ScheduleDef, world: int, per_node: int) -> ir.Schedule:
+    handles = []
+    for rank in range(world):
+        handle = Rank(rank, world, per_node)
+        _run_user(defn, handle)
+        handles.append(handle)
+    _check_symmetric(handles)
+    comms = _build_comms(handles)
+    programs = tuple(
+        ir.Program(rank=h.rank, buffers=tuple(h._st.buffers.values()), signals=tuple(h._st.signals.values()),
+                   ops=tuple(h._st.ops))
+        for h in handles)
+    symbols = tuple(s.symbol() for s in defn.sizes)
+    sched = ir.Schedule(name=defn.name, world=world, ranks_per_node=per_node, loc=defn.loc, symbols=symbols,
+                        comms=comms, programs=programs)
+    expectations = []
+    for spec in defn.expect:
+        expectations.extend(spec.resolve(sched))
+    return sched.model_copy(update={"expect": tuple(expectations)})
+
+
+def _check_symmetric(handles: list[Rank]) -> None:
+    first = handles[0]._st
+    for handle in handles[1:]:
+        st = handle._st
+        for name, decl in list(first.buffers.items()) + list(st.buffers.items()):
+            if not decl.symmetric:
+                continue
+            mine, theirs = st.buffers.get(name), first.buffers.get(name)
+            if mine is None or theirs is None or (mine.count, mine.dtype, mine.symmetric) != (
+                    theirs.count, theirs.dtype, theirs.symmetric):
+                loc = decl.loc
+                raise ScheduleError(
+                    f"symmetric buffer {name!r} differs between rank 0 and rank {handle.rank} "
+                    f"({_describe(theirs)} vs {_describe(mine)})", file=loc.file, line=loc.line,
+                    rank=handle.rank, hint="declare symmetric buffers with the same size and dtype on every rank")
+        if {k: v.count for k, v in st.signals.items()} != {k: v.count for k, v in first.signals.items()}:
+            loc = next(iter(st.signals.values() or first.signals.values())).loc
+            raise ScheduleError(f"signals differ between rank 0 and rank {handle.rank}",
+                                file=loc.file, line=loc.line, rank=handle.rank,
+                                hint="declare the same signals on every rank")
+
+
+def _describe(decl: ir.BufferDecl | None) -> str:
+    return "missing" if decl is None else f"{decl.count} x {decl.dtype}{'' if decl.symmetric else ', per-rank'}"
+
+
+def _build_comms(handles: list[Rank]) -> tuple[ir.Communicator, ...]:
+    names: dict[str, None] = {}
+    for handle in handles:
+        for name in handle._st.comms:
+            names.setdefault(name)
+    comms = []
+    for name in names:
+        color: list[int | None] = [None] * len(handles)
+        key = [0] * len(handles)
+        for handle in handles:
+            entry = handle._st.comms.get(name)
+            if entry is None:
+                continue
+            members, loc = entry
+            for member in members:
+                other = handles[member]._st.comms.get(name)
+                if other is None or other[0] != members:
+                    raise ScheduleError(
+                        f"communicator {name!r}: rank {handle.rank} lists {list(members)}, but rank {member} "
+                        f"{'does not declare it' if other is None else 'lists ' + str(list(other[0]))}",
+                        file=loc.file, line=loc.line, rank=handle.rank,
+                        hint="every member must declare the same ranks, in the same order")
+            color[handle.rank] = min(members)
+            key[handle.rank] = members.index(handle.rank)
+        comms.append(ir.Communicator(name=name, color=tuple(color), key=tuple(key)))
+    return tuple(comms)
+
+
+def schedule(fn: Callable | None = None, *, expect=None, name: str | None = None,
+             ranks: Iterable[int] | None = None, ranks_per_node: int | None = None,
+             sizes: Iterable[Size] = ()):
+    """Declare a schedule: `@cw.schedule(expect=cw.allreduce("x"))` over `def f(r): ...`.
+
+    `ranks`: the world sizes it is meant for (the CLI's default); `ranks_per_node`: node size;
+    `sizes`: the `cw.size` symbols it uses, for the symbolic checks."""
+    def wrap(f: Callable) -> ScheduleDef:
+        floc = ir.SourceLoc(file=os.path.basename(f.__code__.co_filename), line=f.__code__.co_firstlineno)
+        found = {id(s): s for s in sizes}
+        for value in f.__globals__.values():
+            if isinstance(value, Size):
+                found.setdefault(id(value), value)
+        return ScheduleDef(f, expect, name, tuple(ranks) if ranks else None, ranks_per_node,
+                           tuple(found.values()), floc)
+
+    return wrap(fn) if fn is not None else wrap

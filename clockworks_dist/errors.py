@@ -1,0 +1,35 @@
+"""The error hierarchy. Every message says what, where (file:line, rank, op) and how to fix it."""
+
+from __future__ import annotations
+
+
+class ClockworksError(Exception):
+    """Base of every error this package raises on purpose."""
+
+
+class ScheduleError(ClockworksError, ValueError):
+    """A schedule is malformed: caught while loading or tracing the user's file."""
+
+    def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
+                 rank: int | None = None, op: str | None = None, hint: str | None = None):
+        self.file, self.line, self.rank, self.op, self.hint = file, line, rank, op, hint
+        self.message = message
+        where = f"{file}:{line}: " if file and line else (f"{file}: " if file else "")
+        who = f"rank {rank}: " if rank is not None else ""
+        what = f"{op}: " if op else ""
+        text = f"{where}{who}{what}{message}"
+        if hint:
+            text += f" ({hint})"
+        super().__init__(text)
+
+
+class TopologyError(ClockworksError, ValueError):
+    """A topology file is malformed or cannot serve the schedule."""
+
+
+class CheckIncomplete(ClockworksError):
+    """A search stopped at a bound before exploring every state."""
+
+
+class MissingDependency(ClockworksError, ImportError):
+    """An optional dependency is not installed; the message names the pip command."""

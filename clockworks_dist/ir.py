@@ -1,0 +1,427 @@
+"""The schedule IR: frozen data that every other layer speaks.
+
+A `Schedule` is a world (ranks, ranks per node), the communicators, one `Program` per rank (its
+buffers, signals and ops) and an optional postcondition. Every model is frozen and forbids extra
+fields, ops form a discriminated union on `kind`, and `Schedule.model_validate_json(s.to_json())`
+gives back an equal schedule.
+
+Conventions shared by the checker, simulator, executors and code generators:
+- ranks are world ranks everywhere (peers, PEs, collective roots), also on split communicators;
+- a `Region` is [start, stop) in elements of one buffer of the rank that executes the op, except the
+  remote side of one-sided ops (`dst` of put, `src` of get, `target` of atomics), which names the
+  symmetric buffer on `pe`;
+- signals are symmetric arrays of uint64 words, initially 0.
+
+This module imports nothing of ours.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DType = Literal["float16", "bfloat16", "float32", "float64", "int32", "int64", "uint32", "uint64"]
+DTYPE_BYTES: dict[str, int] = {
+    "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8,
+    "int32": 4, "int64": 8, "uint32": 4, "uint64": 8,
+}
+INTEGER_DTYPES = frozenset({"int32", "int64", "uint32", "uint64"})
+Role = Literal["input", "output", "inout", "scratch"]
+ReduceOp = Literal["sum", "prod", "max", "min"]
+SignalOp = Literal["set", "add"]
+AtomicOp = Literal["add", "set", "inc", "and", "or", "xor"]
+FetchOp = Literal["fetch_add", "fetch_inc", "fetch", "swap", "compare_swap", "fetch_and", "fetch_or", "fetch_xor"]
+Compare = Literal["eq", "ne", "gt", "ge", "lt", "le"]
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Affine(Frozen):
+    """`const + sum(coeff * symbol)`: a size or offset that is affine in symbolic sizes."""
+
+    const: int = 0
+    terms: tuple[tuple[str, int], ...] = ()
+
+    def evaluate(self, values: dict[str, int]) -> int:
+        return self.const + sum(coeff * values[name] for name, coeff in self.terms)
+
+    def __str__(self) -> str:
+        parts = [f"{coeff}*{name}" if coeff != 1 else name for name, coeff in self.terms]
+        if self.const or not parts:
+            parts.append(str(self.const))
+        return " + ".join(parts)
+
+
+class SourceLoc(Frozen):
+    file: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+class Region(Frozen):
+    """Elements [start, stop) of `buffer`; `start_sym`/`stop_sym` keep the symbolic form if any."""
+
+    buffer: str
+    start: int
+    stop: int
+    start_sym: Affine | None = None
+    stop_sym: Affine | None = None
+
+    @property
+    def count(self) -> int:
+        return self.stop - self.start
+
+    def __str__(self) -> str:
+        return f"{self.buffer}[{self.start}:{self.stop}]"
+
+
+class SignalRef(Frozen):
+    """Word `index` of the symmetric signal array `signal`."""
+
+    signal: str
+    index: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.signal}[{self.index}]"
+
+
+class Symbol(Frozen):
+    """A symbolic element count: traced at `value`, proven for every value meeting the constraints."""
+
+    name: str
+    value: int
+    min: int = 1
+    max: int | None = None
+    multiple_of: int = 1
+
+
+class BufferDecl(Frozen):
+    name: str
+    count: int
+    dtype: DType = "float32"
+    role: Role = "inout"
+    symmetric: bool = False
+    count_sym: Affine | None = None
+    loc: SourceLoc
+
+
+class SignalDecl(Frozen):
+    name: str
+    count: int = 1
+    loc: SourceLoc
+
+
+class Communicator(Frozen):
+    """A split of the world: `color[r]` is rank r's color (None: not a member), `key[r]` its order."""
+
+    name: str
+    color: tuple[int | None, ...]
+    key: tuple[int, ...]
+
+    def members(self, rank: int) -> tuple[int, ...]:
+        """World ranks in `rank`'s group, ordered by (key, world rank)."""
+        mine = self.color[rank]
+        if mine is None:
+            return ()
+        group = [r for r, c in enumerate(self.color) if c == mine]
+        return tuple(sorted(group, key=lambda r: (self.key[r], r)))
+
+
+# ----------------------------------------------------------------------------------------- ops
+class OpBase(Frozen):
+    loc: SourceLoc
+
+
+class Send(OpBase):
+    kind: Literal["send"] = "send"
+    peer: int
+    src: Region
+    comm: str = "world"
+
+
+class Recv(OpBase):
+    kind: Literal["recv"] = "recv"
+    peer: int
+    dst: Region
+    reduce: ReduceOp | None = None
+    comm: str = "world"
+
+
+class Group(OpBase):
+    """ncclGroupStart/End: the member ops are posted together and complete in any order."""
+
+    kind: Literal["group"] = "group"
+    ops: tuple[Annotated[Union[Send, Recv], Field(discriminator="kind")], ...]
+
+
+class AllReduce(OpBase):
+    kind: Literal["all_reduce"] = "all_reduce"
+    src: Region
+    dst: Region
+    op: ReduceOp = "sum"
+    comm: str = "world"
+
+
+class AllGather(OpBase):
+    """dst = concatenation of every member's src, in communicator order."""
+
+    kind: Literal["all_gather"] = "all_gather"
+    src: Region
+    dst: Region
+    comm: str = "world"
+
+
+class ReduceScatter(OpBase):
+    """dst on the i-th member = reduction over members of chunk i of src."""
+
+    kind: Literal["reduce_scatter"] = "reduce_scatter"
+    src: Region
+    dst: Region
+    op: ReduceOp = "sum"
+    comm: str = "world"
+
+
+class Broadcast(OpBase):
+    kind: Literal["broadcast"] = "broadcast"
+    src: Region
+    dst: Region
+    root: int
+    comm: str = "world"
+
+
+class ReduceTo(OpBase):
+    """NCCL reduce: dst on `root` = reduction of every member's src; dst is None off the root."""
+
+    kind: Literal["reduce_to"] = "reduce_to"
+    src: Region
+    dst: Region | None
+    root: int
+    op: ReduceOp = "sum"
+    comm: str = "world"
+
+
+class AllToAll(OpBase):
+    """Chunk j of src on member i lands in chunk i of dst on member j."""
+
+    kind: Literal["all_to_all"] = "all_to_all"
+    src: Region
+    dst: Region
+    comm: str = "world"
+
+
+class Barrier(OpBase):
+    kind: Literal["barrier"] = "barrier"
+    comm: str = "world"
+
+
+class Put(OpBase):
+    """Write local `src` into `dst` on `pe`. Blocking: src read at issue. nbi: src read at delivery."""
+
+    kind: Literal["put"] = "put"
+    pe: int
+    dst: Region
+    src: Region
+    nbi: bool = False
+
+
+class Get(OpBase):
+    kind: Literal["get"] = "get"
+    pe: int
+    dst: Region
+    src: Region
+
+
+class PutSignal(OpBase):
+    """Put, then update `signal` on `pe` once the data is delivered (one delivery)."""
+
+    kind: Literal["put_signal"] = "put_signal"
+    pe: int
+    dst: Region
+    src: Region
+    signal: SignalRef
+    value: int
+    sig_op: SignalOp = "set"
+    nbi: bool = False
+
+
+class SignalUpdate(OpBase):
+    kind: Literal["signal_op"] = "signal_op"
+    pe: int
+    signal: SignalRef
+    value: int
+    sig_op: SignalOp = "set"
+
+
+class Atomic(OpBase):
+    """Non-fetching atomic on one word on `pe`: a signal word or one element of a symmetric buffer."""
+
+    kind: Literal["atomic"] = "atomic"
+    pe: int
+    target: Union[SignalRef, Region]
+    op: AtomicOp
+    value: int = 1
+
+
+class FetchAtomic(OpBase):
+    """Fetching atomic: one blocking transition; the old value is written to local `into`."""
+
+    kind: Literal["fetch_atomic"] = "fetch_atomic"
+    pe: int
+    target: Union[SignalRef, Region]
+    op: FetchOp
+    value: int = 0
+    cond: int = 0
+    into: Region
+
+
+class WaitUntil(OpBase):
+    kind: Literal["wait_until"] = "wait_until"
+    signal: SignalRef
+    cmp: Compare
+    value: int
+
+
+class Fence(OpBase):
+    kind: Literal["fence"] = "fence"
+
+
+class Quiet(OpBase):
+    kind: Literal["quiet"] = "quiet"
+
+
+class BarrierAll(OpBase):
+    kind: Literal["barrier_all"] = "barrier_all"
+
+
+class SyncAll(OpBase):
+    kind: Literal["sync_all"] = "sync_all"
+
+
+class LocalReduce(OpBase):
+    """dst = srcs[0] op srcs[1] op ... (left to right), element-wise, on this rank."""
+
+    kind: Literal["reduce"] = "reduce"
+    dst: Region
+    srcs: tuple[Region, ...]
+    op: ReduceOp = "sum"
+
+
+class Copy(OpBase):
+    kind: Literal["copy"] = "copy"
+    dst: Region
+    src: Region
+
+
+class Fill(OpBase):
+    kind: Literal["fill"] = "fill"
+    dst: Region
+    value: float
+
+
+class Compute(OpBase):
+    """An opaque kernel: reads `reads`, then writes every element of `writes`."""
+
+    kind: Literal["compute"] = "compute"
+    name: str
+    reads: tuple[Region, ...] = ()
+    writes: tuple[Region, ...] = ()
+
+
+Op = Annotated[
+    Union[
+        Send, Recv, Group, AllReduce, AllGather, ReduceScatter, Broadcast, ReduceTo, AllToAll,
+        Barrier, Put, Get, PutSignal, SignalUpdate, Atomic, FetchAtomic, WaitUntil, Fence, Quiet,
+        BarrierAll, SyncAll, LocalReduce, Copy, Fill, Compute,
+    ],
+    Field(discriminator="kind"),
+]
+
+COLLECTIVE_KINDS = frozenset(
+    {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to", "all_to_all", "barrier"}
+)
+ONE_SIDED_KINDS = frozenset(
+    {"put", "get", "put_signal", "signal_op", "atomic", "fetch_atomic", "wait_until", "fence",
+     "quiet", "barrier_all", "sync_all"}
+)
+LOCAL_KINDS = frozenset({"reduce", "copy", "fill", "compute"})
+
+
+class Program(Frozen):
+    rank: int
+    buffers: tuple[BufferDecl, ...] = ()
+    signals: tuple[SignalDecl, ...] = ()
+    ops: tuple[Op, ...] = ()
+
+    def buffer(self, name: str) -> BufferDecl:
+        for decl in self.buffers:
+            if decl.name == name:
+                return decl
+        raise KeyError(name)
+
+
+# ------------------------------------------------------------------------------- postconditions
+class Contribution(Frozen):
+    """Elements of `region` on `rank`, at schedule start, aligned element by element."""
+
+    rank: int
+    region: Region
+
+
+class Expectation(Frozen):
+    """At the end, `region` on `rank` holds, element-wise, `op` over the contributions.
+
+    One contribution means a copy; the order of contributions does not matter (multisets)."""
+
+    rank: int
+    region: Region
+    contributions: tuple[Contribution, ...]
+    op: ReduceOp = "sum"
+    label: str = ""
+
+
+class Schedule(Frozen):
+    name: str
+    world: int
+    ranks_per_node: int
+    loc: SourceLoc
+    symbols: tuple[Symbol, ...] = ()
+    comms: tuple[Communicator, ...] = ()
+    programs: tuple[Program, ...]
+    expect: tuple[Expectation, ...] = ()
+
+    def to_json(self, indent: int | None = None) -> str:
+        return self.model_dump_json(indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Schedule":
+        return cls.model_validate_json(text)
+
+    def comm(self, name: str) -> Communicator:
+        for comm in self.comms:
+            if comm.name == name:
+                return comm
+        raise KeyError(name)
+
+    def members(self, comm: str, rank: int) -> tuple[int, ...]:
+        """World ranks of `rank`'s group in communicator `comm` (world: every rank)."""
+        if comm == "world":
+            return tuple(range(self.world))
+        return self.comm(comm).members(rank)
+
+
+def op_regions(op: OpBase) -> list[tuple[str, Region]]:
+    """(field name, region) for every region an op names, for listings and bounds checks."""
+    found = []
+    for name in ("src", "dst", "into", "target"):
+        value = getattr(op, name, None)
+        if isinstance(value, Region):
+            found.append((name, value))
+    for name in ("srcs", "reads", "writes"):
+        for value in getattr(op, name, ()):
+            found.append((name, value))
+    return found
