@@ -16,17 +16,12 @@ from .dsl import (
 from .errors import CheckIncomplete, ClockworksError, MissingDependency, ScheduleError, TopologyError
 
 __version__ = "0.1.0"
-
-
-def check(schedule_ir, **options):
-    """Model-check a traced schedule; see `clockworks_dist.check.check` for the options."""
-    from .check import check as _check
-
-    return _check(schedule_ir, **options)
+from .check import check, expected_values, happens_before  # noqa: E402  (the function, not the package)
 
 
 __all__ = [
     "CheckIncomplete", "ClockworksError", "MissingDependency", "Rank", "ScheduleDef", "ScheduleError",
-    "TopologyError", "allgather", "allreduce", "alltoall", "broadcast", "check", "custom", "equals", "ir",
+    "TopologyError", "allgather", "allreduce", "alltoall", "broadcast", "check", "custom", "equals",
+    "expected_values", "happens_before", "ir",
     "load_file", "reduce", "reduce_scatter", "schedule", "size",
 ]

@@ -425,3 +425,56 @@ def op_regions(op: OpBase) -> list[tuple[str, Region]]:
         for value in getattr(op, name, ()):
             found.append((name, value))
     return found
+
+
+def describe(op: OpBase) -> str:
+    """A one-line, code-like rendering of an op, as the user would have written it."""
+    k = op.kind
+    comm = getattr(op, "comm", "world")
+    on = "" if comm == "world" else f", comm={comm}"
+    if k == "send":
+        return f"send(peer={op.peer}, {op.src}{on})"
+    if k == "recv":
+        red = f", reduce={op.reduce}" if op.reduce else ""
+        return f"recv(peer={op.peer}, {op.dst}{red}{on})"
+    if k == "group":
+        return "group(" + "; ".join(describe(m) for m in op.ops) + ")"
+    if k in ("all_reduce", "reduce_scatter"):
+        return f"{k}({op.src} -> {op.dst}, {op.op}{on})"
+    if k in ("all_gather", "all_to_all"):
+        return f"{k}({op.src} -> {op.dst}{on})"
+    if k == "broadcast":
+        return f"broadcast({op.src} -> {op.dst}, root={op.root}{on})"
+    if k == "reduce_to":
+        return f"reduce_to(root={op.root}, {op.src} -> {op.dst}, {op.op}{on})"
+    if k == "barrier":
+        return f"barrier({comm})"
+    if k == "put":
+        return f"put(pe={op.pe}, {op.dst} <- {op.src}{', nbi' if op.nbi else ''})"
+    if k == "get":
+        return f"get(pe={op.pe}, {op.dst} <- {op.src})"
+    if k == "put_signal":
+        return (f"put_signal(pe={op.pe}, {op.dst} <- {op.src}, {op.signal} {op.sig_op} {op.value}"
+                f"{', nbi' if op.nbi else ''})")
+    if k == "signal_op":
+        return f"signal_op(pe={op.pe}, {op.signal} {op.sig_op} {op.value})"
+    if k == "atomic":
+        return f"atomic_{op.op}(pe={op.pe}, {op.target}, {op.value})"
+    if k == "fetch_atomic":
+        extra = f", cond={op.cond}" if op.op == "compare_swap" else ""
+        return f"{op.op}(pe={op.pe}, {op.target}, {op.value}{extra} -> {op.into})"
+    if k == "wait_until":
+        return f"wait_until({op.signal} {op.cmp} {op.value})"
+    if k in ("fence", "quiet", "barrier_all", "sync_all"):
+        return f"{k}()"
+    if k == "reduce":
+        sym = {"sum": " + ", "prod": " * "}.get(op.op)
+        body = sym.join(map(str, op.srcs)) if sym else f"{op.op}({', '.join(map(str, op.srcs))})"
+        return f"{op.dst} = {body}"
+    if k == "copy":
+        return f"{op.dst} = {op.src}"
+    if k == "fill":
+        return f"{op.dst} = {op.value:g}"
+    if k == "compute":
+        return f"compute {op.name}(reads {', '.join(map(str, op.reads)) or '-'}; writes {', '.join(map(str, op.writes)) or '-'})"
+    return k

@@ -1,0 +1,143 @@
+"""The model checker: `check(schedule)` explores every interleaving DESIGN.md allows.
+
+Pipeline, top to bottom:
+1. `match`: pair sends with recvs and group collectives (static; mismatches stop here);
+2. `Model`: compile the schedule into atoms, footprints and actions;
+3. `explore`: depth- or breadth-first search with stubborn-set reduction (`por`), state hashing,
+   and the properties of `properties` checked at every visited state;
+4. the symbolic checks (`symbolic`, z3) for sizes and waits;
+5. a `CheckResult`: verified only if the search was complete and nothing was violated.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from .. import ir
+from .bfs import BreadthFirst
+from .dfs import DepthFirst
+from .explore import explore
+from .hb import HappensBefore, happens_before as _stamp
+from .match import match
+from .model import Model
+from .properties import expected_atoms
+from .result import CheckResult, OpRef, Step, Violation
+
+_ORDER = {"collective_mismatch": 0, "send_recv_mismatch": 1, "symbolic_size": 2, "deadlock": 3,
+          "unsatisfiable_wait": 4, "data_race": 5, "wrong_result": 6, "nondeterministic_result": 7,
+          "not_bitwise_reproducible": 8, "unfinished_deliveries": 9}
+
+
+def check(schedule: ir.Schedule, *, strategy: str = "dfs", max_states: int | None = 1_000_000,
+          timeout: float | None = 60.0, reduction: bool = True,
+          progress: Callable[[int, int, float], None] | None = None, symbolic: bool = True) -> CheckResult:
+    """Model-check a traced schedule; see the module docstring for the pipeline."""
+    started = time.perf_counter()
+    matches, problems = match(schedule)
+    if problems:
+        return CheckResult(schedule=schedule, verdict="violated", violations=_sorted(problems), states=0,
+                           transitions=0, seconds=time.perf_counter() - started, complete=True,
+                           strategy=strategy, reduction=reduction)
+    model = Model(schedule, matches)
+    frontier = BreadthFirst() if strategy == "bfs" else DepthFirst()
+    outcome = explore(model, frontier, reduction=reduction, max_states=max_states, timeout=timeout,
+                      progress=progress)
+    violations = outcome.observer.violations()
+    if symbolic and schedule.symbols or symbolic and _has_waits(schedule):
+        violations += _symbolic(schedule, model, outcome)
+    errors = [v for v in violations if v.severity == "error"]
+    if errors:
+        verdict = "violated"
+    elif not outcome.complete:
+        verdict = "incomplete"
+    else:
+        verdict = "verified"
+    return CheckResult(
+        schedule=schedule, verdict=verdict, violations=_sorted(violations), states=outcome.states,
+        transitions=outcome.transitions, seconds=time.perf_counter() - started, complete=outcome.complete,
+        stopped_by=outcome.stopped_by, strategy=strategy, reduction=reduction,
+        terminal_states=outcome.observer.terminals)
+
+
+def _sorted(violations: list[Violation]) -> list[Violation]:
+    return sorted(violations, key=lambda v: _ORDER.get(v.kind, 99))
+
+
+def _has_waits(schedule: ir.Schedule) -> bool:
+    return any(op.kind == "wait_until" for p in schedule.programs for op in p.ops)
+
+
+def _symbolic(schedule: ir.Schedule, model: Model, outcome) -> list[Violation]:
+    from . import symbolic
+
+    hb = _first_execution(model, outcome)
+    found = []
+    if schedule.symbols:
+        found += symbolic.check_sizes(schedule, hb.unordered if hb else None)
+    if _has_waits(schedule):
+        found += symbolic.check_waits(schedule, hb.ordered if hb else None)
+    return found
+
+
+def _first_execution(model: Model, outcome) -> HappensBefore | None:
+    """The happens-before order of one complete execution the search found (None if none did)."""
+    parents = outcome.parents
+    for state in parents:
+        if model.done(state) and not state[4] and not model.enabled(state):
+            actions = []
+            link = parents[state]
+            while link is not None:
+                state, action = link
+                actions.append(action)
+                link = parents[state]
+            return _stamp(model, actions[::-1])
+    return None
+
+
+def run_to_end(schedule: ir.Schedule) -> tuple[Model, list[tuple]]:
+    """One execution of a schedule that matches statically: the actions of a path to the end."""
+    from .match import match as _match
+    from .por import Reducer
+
+    matches, problems = _match(schedule)
+    if problems:
+        raise ValueError(problems[0].message)
+    model = Model(schedule, matches)
+    reducer = Reducer(model)
+    state = model.initial()
+    actions = []
+    while True:
+        enabled = model.enabled(state)
+        if not enabled:
+            break
+        action = reducer.choose(state, enabled)[0]
+        actions.append(action)
+        state = model.apply(state, action)
+    if not model.done(state):
+        raise ValueError("the schedule deadlocks; run `clockworks check` for the counterexample")
+    return model, actions
+
+
+def happens_before(schedule: ir.Schedule) -> HappensBefore:
+    """The happens-before order of one execution of `schedule` (the same for every execution of a
+    schedule the checker verifies)."""
+    model, actions = run_to_end(schedule)
+    return _stamp(model, actions)
+
+
+def expected_values(schedule: ir.Schedule) -> dict[tuple[int, str, int, int], str]:
+    """The postcondition, atom by atom: (rank, buffer, start, stop) -> expected value, rendered."""
+    matches, problems = match(schedule)
+    if problems:
+        raise ValueError(problems[0].message)
+    model = Model(schedule, matches)
+    out = {}
+    for (rank, atom), (norm, _exp) in expected_atoms(model).items():
+        buf, start, stop = model.layout.atom_names[rank][atom]
+        out[(rank, buf, start, stop)] = model.values.render_normal(norm)
+    return out
+
+
+__all__ = ["CheckResult", "HappensBefore", "OpRef", "Step", "Violation", "check", "expected_values",
+           "happens_before", "run_to_end"]

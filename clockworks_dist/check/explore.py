@@ -1,0 +1,74 @@
+"""The search engine: visits states from the initial one, through the actions the reducer keeps,
+until the frontier is empty (complete) or a bound stops it (incomplete)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from .model import Model, State
+from .por import Reducer
+from .properties import Observer
+
+
+@dataclass
+class Outcome:
+    states: int
+    transitions: int
+    seconds: float
+    complete: bool
+    stopped_by: str | None
+    observer: Observer
+    parents: dict
+
+
+def explore(model: Model, frontier, *, reduction: bool = True, max_states: int | None = None,
+            timeout: float | None = None, progress: Callable[[int, int, float], None] | None = None) -> Outcome:
+    start = time.perf_counter()
+    parents: dict[State, tuple[State, tuple] | None] = {}
+
+    def path_to(state: State) -> list[tuple]:
+        actions = []
+        link = parents[state]
+        while link is not None:
+            state, action = link
+            actions.append(action)
+            link = parents[state]
+        return actions[::-1]
+
+    observer = Observer(model, path_to)
+    reducer = Reducer(model) if reduction else None
+    init = model.initial()
+    parents[init] = None
+    frontier.push(init)
+    transitions = 0
+    stopped_by = None
+    last_report = start
+    visited = 0
+    while len(frontier):
+        state = frontier.pop()
+        visited += 1
+        enabled = model.enabled(state)
+        observer.visit(state, enabled)
+        chosen = reducer.choose(state, enabled) if reducer is not None else enabled
+        for action in chosen:
+            nxt = model.apply(state, action)
+            transitions += 1
+            if nxt not in parents:
+                parents[nxt] = (state, action)
+                frontier.push(nxt)
+        if visited & 255 == 0:
+            now = time.perf_counter()
+            if timeout is not None and now - start > timeout:
+                stopped_by = "timeout"
+                break
+            if progress is not None and now - last_report > 0.25:
+                progress(len(parents), transitions, now - start)
+                last_report = now
+        if max_states is not None and len(parents) >= max_states and len(frontier):
+            stopped_by = "max_states"
+            break
+    seconds = time.perf_counter() - start
+    return Outcome(states=len(parents), transitions=transitions, seconds=seconds,
+                   complete=stopped_by is None, stopped_by=stopped_by, observer=observer, parents=parents)

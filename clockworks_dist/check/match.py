@@ -1,0 +1,174 @@
+"""Static matching: which recv each send meets, which ops form each collective.
+
+NCCL matches point-to-point operations first-in-first-out per (communicator, sender, receiver), and
+the k-th collective of every member of a communicator with each other, so both matchings are fixed
+by the program text, independent of the interleaving. Mismatches are reported here, before any
+search: sizes, dtypes, kinds, roots and reductions that differ, and ops that are never matched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import ir
+from .result import OpRef, Violation
+
+Key = tuple[int, int, int | None]  # (rank, op index, group member index or None)
+
+
+def op_ref(sched: ir.Schedule, key: Key) -> OpRef:
+    rank, index, sub = key
+    op = sched.programs[rank].ops[index]
+    if sub is not None:
+        op = op.ops[sub]
+    return OpRef(rank=rank, index=index, sub=sub, kind=op.kind, loc=op.loc, text=ir.describe(op))
+
+
+def members_of(op) -> list[tuple[int | None, object]]:
+    return [(i, m) for i, m in enumerate(op.ops)] if op.kind == "group" else [(None, op)]
+
+
+SHMEM_TEAM = "shmem_world"
+
+
+@dataclass
+class Matches:
+    send_of: dict[Key, Key] = field(default_factory=dict)  # recv key -> send key
+    recv_of: dict[Key, Key] = field(default_factory=dict)  # send key -> recv key
+    collectives: list[list[tuple[int, int]]] = field(default_factory=list)  # cid -> [(rank, index)]
+    cid_of: dict[tuple[int, int], int] = field(default_factory=dict)
+    sched: ir.Schedule | None = None
+
+    def p2p_pairs(self):
+        for send_key, recv_key in self.recv_of.items():
+            yield self._op(send_key), self._op(recv_key)
+
+    def collective_ops(self):
+        for members in self.collectives:
+            yield [(rank, self.sched.programs[rank].ops[index]) for rank, index in members]
+
+    def _op(self, key: Key):
+        rank, index, sub = key
+        op = self.sched.programs[rank].ops[index]
+        return op if sub is None else op.ops[sub]
+
+
+def _dtype(sched: ir.Schedule, rank: int, region: ir.Region | None) -> str | None:
+    if region is None:
+        return None
+    return sched.programs[rank].buffer(region.buffer).dtype
+
+
+def match(sched: ir.Schedule) -> tuple[Matches, list[Violation]]:
+    """Match sends with recvs and group collectives; report every mismatch."""
+    out = Matches(sched=sched)
+    problems: list[Violation] = []
+    sends: dict[tuple[str, int, int], list[Key]] = {}
+    recvs: dict[tuple[str, int, int], list[Key]] = {}
+    colls: dict[tuple[str, tuple[int, ...]], dict[int, list[int]]] = {}
+    for prog in sched.programs:
+        for index, op in enumerate(prog.ops):
+            for sub, member in members_of(op):
+                if member.kind == "send":
+                    sends.setdefault((member.comm, prog.rank, member.peer), []).append((prog.rank, index, sub))
+                elif member.kind == "recv":
+                    recvs.setdefault((member.comm, member.peer, prog.rank), []).append((prog.rank, index, sub))
+            if op.kind in ir.COLLECTIVE_KINDS:
+                group = sched.members(op.comm, prog.rank)
+                colls.setdefault((op.comm, group), {}).setdefault(prog.rank, []).append(index)
+            elif op.kind in ("barrier_all", "sync_all"):
+                group = tuple(range(sched.world))
+                colls.setdefault((SHMEM_TEAM, group), {}).setdefault(prog.rank, []).append(index)
+    _match_p2p(sched, sends, recvs, out, problems)
+    _match_collectives(sched, colls, out, problems)
+    return out, problems
+
+
+def _match_p2p(sched, sends, recvs, out: Matches, problems: list[Violation]) -> None:
+    for channel in sorted(set(sends) | set(recvs)):
+        comm, src, dst = channel
+        ss, rr = sends.get(channel, []), recvs.get(channel, [])
+        for k, (skey, rkey) in enumerate(zip(ss, rr)):
+            send, recv = out._op(skey), out._op(rkey)
+            why = None
+            if send.src.count != recv.dst.count:
+                why = (f"the {_nth(k)} send from rank {src} to rank {dst} has {send.src.count} elements but "
+                       f"the matching recv expects {recv.dst.count}")
+            elif _dtype(sched, src, send.src) != _dtype(sched, dst, recv.dst):
+                why = (f"the {_nth(k)} send from rank {src} to rank {dst} is {_dtype(sched, src, send.src)} but "
+                       f"the matching recv is {_dtype(sched, dst, recv.dst)}")
+            if why:
+                problems.append(Violation(
+                    kind="send_recv_mismatch", message=why + " (sends and recvs match in order per peer pair)",
+                    ranks=(src, dst), ops=(op_ref(sched, skey), op_ref(sched, rkey))))
+            out.recv_of[skey] = rkey
+            out.send_of[rkey] = skey
+        for key in ss[len(rr):]:
+            problems.append(Violation(
+                kind="send_recv_mismatch", ranks=(src, dst), ops=(op_ref(sched, key),),
+                message=f"rank {src} sends {len(ss)} message(s) to rank {dst} on {comm}, but rank {dst} posts only "
+                        f"{len(rr)} recv(s) from rank {src}: this send is never matched"))
+        for key in rr[len(ss):]:
+            problems.append(Violation(
+                kind="send_recv_mismatch", ranks=(src, dst), ops=(op_ref(sched, key),),
+                message=f"rank {dst} posts {len(rr)} recv(s) from rank {src} on {comm}, but rank {src} sends only "
+                        f"{len(ss)}: this recv is never matched"))
+
+
+def _signature(sched: ir.Schedule, rank: int, op) -> dict:
+    sig: dict = {"kind": op.kind}
+    if op.kind in ("all_reduce", "reduce_scatter", "reduce_to"):
+        sig["op"] = op.op
+    if op.kind in ("broadcast", "reduce_to"):
+        sig["root"] = op.root
+    src = getattr(op, "src", None)
+    if src is not None:
+        sig["count"] = src.count
+        sig["dtype"] = _dtype(sched, rank, src)
+    return sig
+
+
+def _match_collectives(sched, colls, out: Matches, problems: list[Violation]) -> None:
+    for (comm, group), per_rank in colls.items():
+        longest = max(len(v) for v in per_rank.values())
+        for k in range(longest):
+            present = [(rank, per_rank.get(rank, [])[k]) for rank in group if k < len(per_rank.get(rank, []))]
+            missing = [rank for rank in group if k >= len(per_rank.get(rank, []))]
+            refs = tuple(op_ref(sched, (rank, index, None)) for rank, index in present)
+            if missing:
+                first = refs[0]
+                problems.append(Violation(
+                    kind="collective_mismatch", ranks=tuple(missing) + tuple(r for r, _ in present), ops=refs,
+                    message=f"the {_nth(k)} collective on {_team(comm)} ({first.text}) is reached by rank(s) "
+                            f"{_ranks([r for r, _ in present])} but never by rank(s) {_ranks(missing)}"))
+                continue
+            sigs = [_signature(sched, rank, sched.programs[rank].ops[index]) for rank, index in present]
+            base = sigs[0]
+            for (rank, index), sig, ref in zip(present, sigs, refs):
+                if sig != base:
+                    field_name = next(f for f in ("kind", "count", "dtype", "op", "root") if sig.get(f) != base.get(f))
+                    problems.append(Violation(
+                        kind="collective_mismatch", ranks=(present[0][0], rank), ops=(refs[0], ref),
+                        message=f"the {_nth(k)} collective on {_team(comm)} differs in {field_name}: rank "
+                                f"{present[0][0]} calls {refs[0].text}, rank {rank} calls {ref.text} "
+                                f"(every member must call the same collectives in the same order)"))
+                    break
+            else:
+                cid = len(out.collectives)
+                out.collectives.append(present)
+                for rank, index in present:
+                    out.cid_of[(rank, index)] = cid
+
+
+def _team(comm: str) -> str:
+    return "the NVSHMEM world team" if comm == SHMEM_TEAM else f"communicator {comm}"
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks))
+
+
+def _nth(k: int) -> str:
+    n = k + 1
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"

@@ -1,0 +1,227 @@
+"""Partial-order reduction by stubborn sets.
+
+At each state the search explores only the enabled actions of a *stubborn set* T, built by closure
+from one seed action. T holds actions (a rank's current op, one member of its group, a joint
+send/recv or collective, a delivery), and *frozen* ranks, all of whose current actions are in T and
+which therefore cannot move on a path that avoids T. Closure rules, for every action t of T:
+  - t enabled: every action that could, on a path that avoids T, be executed and be *dependent* on
+    t joins T: if it is a current action of its rank, that action; if it lies further ahead in the
+    rank's program, the rank is frozen. Dependent = overlapping footprints where the order can matter (anything but read/read,
+    atomic-add/atomic-add, signal-read/signal-read, signal-add/signal-add). This covers disabling too:
+    the only action that can be disabled is wait_until, by a signal write, which is dependent.
+  - t disabled: a necessary enabling set joins T: the partners not yet posted (send/recv,
+    collectives: they are frozen), the deliveries that must land first (quiet, barrier_all, fence
+    order), and every action or rank that may still update the awaited signal word (wait_until).
+"Could execute on a path avoiding T": a rank cannot pass its current op while one of its pending
+actions is in T, nor any op that needs a frozen rank, so its future stops there (its horizon).
+Anything else it may still do counts, including the deliveries of puts it has yet to issue.
+
+Why this is sound. These are Valmari's strong stubborn-set conditions D1 (every t in T commutes with
+any sequence of actions outside T) and D2 (the enabled actions of T stay enabled along such
+sequences). The state space is finite and acyclic (every action consumes an op or a delivery), so
+no cycle proviso is needed, and the reduced search reaches:
+  - every terminal state, hence every deadlock and every final memory (wrong and nondeterministic
+    results, bitwise reproducibility) [Valmari 1991; Godefroid 1996, thm 4.3];
+  - for every pair of conflicting actions co-enabled in some reachable state, a state where a
+    conflicting pair is co-enabled (data races). Sketch: let s be reduced-reachable, w a path to a
+    state where t1, t2 conflict and are co-enabled. If w uses an action of T(s), move the first such
+    action to the front (D1) and recurse on a shorter w. Else if t1 is in T(s), t2 is dependent on
+    t1 and reachable avoiding T, so the closure put t2's actor in T: both are enabled at s. Else pick
+    an enabled action of T(s): it commutes with w, t1 and t2 and keeps them enabled, and the search
+    takes it; since every path has at most (ops + deliveries) actions, this step cannot repeat
+    forever.
+The property tests compare this search against the unreduced one on random schedules.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+from .model import MEM, SIG, SIG_ADD, SIG_SET, Model, State, dependent
+
+MAX_SEEDS = 6
+_ORDER = {"step": 0, "p2p": 1, "coll": 2, "deliver": 3}
+
+
+class Reducer:
+    """Chooses a stubborn subset of the enabled actions."""
+
+    def __init__(self, model: Model):
+        self.model = model
+        # owner -> space -> actor -> [(index, sub, lo, hi, mode, others)] sorted by index
+        self.by_actor: list[list[dict[int, list[tuple]]]] = []
+        for owner in range(model.world):
+            spaces = []
+            for space in (MEM, SIG):
+                table: dict[int, list[tuple]] = {}
+                for actor, index, sub, lo, hi, mode, others in model.accessors[owner][space]:
+                    table.setdefault(actor, []).append((index, sub, lo, hi, mode, others))
+                for entries in table.values():
+                    entries.sort(key=lambda e: e[0])
+                spaces.append(table)
+            self.by_actor.append(spaces)
+        self._keys = {(o, s, a): [e[0] for e in entries]
+                      for o in range(model.world) for s in (MEM, SIG) for a, entries in self.by_actor[o][s].items()}
+        self.joint_index = [[j[0] for j in joints] for joints in model.joints]
+
+    def choose(self, state: State, enabled: list[tuple]) -> list[tuple]:
+        if len(enabled) <= 1:
+            return enabled
+        best = enabled
+        enabled_set = set(enabled)
+        for seed in sorted(enabled, key=lambda a: _ORDER[a[0]])[:MAX_SEEDS]:
+            chosen = self._closure(state, enabled_set, enabled, seed)
+            if len(chosen) < len(best):
+                best = chosen
+                if len(best) == 1:
+                    break
+        return best
+
+    # -- closure ------------------------------------------------------------------------------
+    def _closure(self, state: State, enabled_set: set, enabled: list[tuple], seed: tuple) -> list[tuple]:
+        frozen: set[int] = set()
+        actions: set[tuple] = set()
+        work: list[tuple] = [("a", seed)]
+        while work:
+            kind, item = work.pop()
+            if kind == "r":
+                if item in frozen:
+                    continue
+                frozen.add(item)
+                work.extend(("a", a) for a in self._current(state, item))
+                continue
+            if item in actions:
+                continue
+            actions.add(item)
+            if item in enabled_set:
+                work.extend(self._dependents(state, item, frozen, actions))
+            else:
+                work.extend(self._enablers(state, item))
+        return [a for a in enabled if a in actions]
+
+    def action_of(self, key: tuple) -> tuple | None:
+        """The action that executes op `key` = (rank, index, sub) when it is current."""
+        model = self.model
+        rank, index, sub = key
+        c = model.code[rank][index]
+        if c.kind in ("group", "send", "recv"):
+            op = c.op if sub is None else c.op.ops[sub]
+            skey = key if op.kind == "send" else model.matches.send_of.get(key)
+            return ("p2p", *skey) if skey is not None and skey in model.matches.recv_of else None
+        if c.cid is not None:
+            return ("coll", c.cid)
+        return ("step", rank, index)
+
+    def _current(self, state: State, rank: int) -> list[tuple]:
+        """Every pending action of the rank's current op, enabled or not."""
+        model = self.model
+        pc = state[0][rank]
+        if pc >= model.nops[rank]:
+            return []
+        c = model.code[rank][pc]
+        subs = [sub for sub, _ in c.members if not (state[1][rank] >> sub) & 1] if c.kind == "group" else [None]
+        found = (self.action_of((rank, pc, sub)) for sub in subs)
+        return [a for a in found if a is not None]
+
+    def _enablers(self, state: State, action: tuple) -> list[tuple]:
+        model = self.model
+        kind = action[0]
+        out: list[tuple] = []
+        if kind == "p2p":
+            skey = (action[1], action[2], action[3])
+            for key in (skey, model.matches.recv_of[skey]):
+                if not model.posted(state, key):
+                    out.append(("r", key[0]))
+        elif kind == "coll":
+            cid = action[1]
+            for r, i in model.coll_members[cid]:
+                if state[0][r] != i:
+                    out.append(("r", r))
+            if model.coll_kind[cid] == "barrier_all":
+                out.extend(("a", ("deliver", i, j)) for i, j, _ in state[4])
+        elif kind == "deliver":
+            d = model.deliveries[(action[1], action[2])]
+            for i, j, _ in state[4]:
+                if i == action[1] and j != action[2]:
+                    e = model.deliveries[(i, j)]
+                    if e.target == d.target and e.epoch < d.epoch:
+                        out.append(("a", ("deliver", i, j)))
+        else:
+            rank = action[1]
+            c = model.code[rank][action[2]]
+            if c.kind == "quiet":
+                out.extend(("a", ("deliver", i, j)) for i, j, _ in state[4] if i == rank)
+            elif c.kind == "wait_until":
+                word = model.sig_word(c.op.signal)
+                for i, j, _ in state[4]:
+                    if any(o == rank and s == SIG and lo == word for o, s, lo, _h, _m in model.deliveries[(i, j)].footprint):
+                        out.append(("a", ("deliver", i, j)))
+                for actor, entries in self.by_actor[rank][SIG].items():
+                    pc = state[0][actor]
+                    start = bisect.bisect_left(self._keys[(rank, SIG, actor)], pc)
+                    for index, sub, lo, _hi, mode, _others in entries[start:]:
+                        if lo == word and mode in (SIG_ADD, SIG_SET):
+                            current = self.action_of((actor, index, sub)) if index == pc else None
+                            out.append(("a", current) if current else ("r", actor))
+                            if index > pc:
+                                break
+        return out
+
+    def _horizon(self, state: State, actor: int, frozen: set[int], actions: set[tuple]) -> int:
+        """The last op index the actor may still execute on a path that avoids T."""
+        model = self.model
+        pc = state[0][actor]
+        for action in self._current(state, actor):
+            if action in actions or self._needs(action, frozen, actor):
+                return pc
+        joints = model.joints[actor]
+        start = bisect.bisect_right(self.joint_index[actor], pc)
+        for index, partners in joints[start:]:
+            if partners & frozen:
+                return index
+        return model.nops[actor]
+
+    def _needs(self, action: tuple, frozen: set[int], actor: int) -> bool:
+        if action[0] == "p2p":
+            skey = (action[1], action[2], action[3])
+            return skey[0] in frozen or self.model.matches.recv_of[skey][0] in frozen
+        if action[0] == "coll":
+            return any(r in frozen for r, _ in self.model.coll_members[action[1]])
+        return False
+
+    def _dependents(self, state: State, action: tuple, frozen: set[int], actions: set[tuple]) -> list[tuple]:
+        model = self.model
+        pcs, done = state[0], state[1]
+        out: list[tuple] = []
+        for owner, space, lo, hi, mode in model.footprint(action):
+            for actor, entries in self.by_actor[owner][space].items():
+                if actor in frozen:
+                    continue
+                pc = pcs[actor]
+                start = bisect.bisect_left(self._keys[(owner, space, actor)], pc)
+                limit = None
+                for index, sub, elo, ehi, emode, others in entries[start:]:
+                    if elo >= hi or lo >= ehi or not dependent(space, mode, emode) or others & frozen:
+                        continue
+                    if limit is None:
+                        limit = self._horizon(state, actor, frozen, actions)
+                    if index > limit:
+                        break
+                    if index == pc:
+                        if sub is not None and (done[actor] >> sub) & 1:
+                            continue
+                        current = self.action_of((actor, index, sub))
+                        if current is None or current in actions:
+                            continue
+                        out.append(("a", current))
+                    else:
+                        out.append(("r", actor))
+                        break
+            for i, j, _ in state[4]:
+                if ("deliver", i, j) in actions:
+                    continue
+                for downer, dspace, dlo, dhi, dmode in model.deliveries[(i, j)].footprint:
+                    if downer == owner and dspace == space and dlo < hi and lo < dhi and dependent(space, mode, dmode):
+                        out.append(("a", ("deliver", i, j)))
+                        break
+        return out

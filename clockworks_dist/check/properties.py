@@ -1,0 +1,322 @@
+"""The properties checked at every visited state: data races (co-enabled conflicting actions),
+deadlocks and final values (terminal states), deliveries left in flight when every rank is done."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable
+
+from .. import ir
+from .actions import (
+    blocked_ops, describe_action, future_signal_writers, key_on, make_step, region_text, replay, signal_text,
+)
+from .match import op_ref
+from .model import MEM, Model, State, conflicting
+from .result import OpRef, Violation
+
+MAX_PER_KIND = 3
+
+
+def expected_atoms(model: Model) -> dict[tuple[int, int], tuple[tuple, ir.Expectation]]:
+    """(rank, atom) -> (normal form of the expected value, its expectation)."""
+    values, layout = model.values, model.layout
+    out: dict[tuple[int, int], tuple[tuple, ir.Expectation]] = {}
+    for exp in model.sched.expect:
+        lo, hi = layout.span(exp.rank, exp.region)
+        for atom in range(lo, hi):
+            _buf, start, stop = layout.atom_names[exp.rank][atom]
+            shift = start - exp.region.start
+            terms = []
+            for contrib in exp.contributions:
+                region = ir.Region(buffer=contrib.region.buffer, start=contrib.region.start + shift,
+                                   stop=contrib.region.start + shift + (stop - start))
+                c_lo, c_hi = layout.span(contrib.rank, region)
+                terms.append(values.normal(values.initial(contrib.rank, *layout.atom_names[contrib.rank][c_lo])))
+                assert c_hi == c_lo + 1, "atoms are aligned across transfers and postconditions"
+            if len(terms) == 1:
+                norm = terms[0]
+            else:
+                norm = ("op", exp.op, tuple(sorted(terms, key=repr)))
+            out[(exp.rank, atom)] = (norm, exp)
+    return out
+
+
+class Observer:
+    """Collects violations while the search visits states."""
+
+    def __init__(self, model: Model, path_to: Callable[[State], list[tuple]]):
+        self.model = model
+        self.path_to = path_to
+        self.found: dict[tuple, Violation] = {}
+        self.per_kind: Counter = Counter()
+        self.expected = expected_atoms(model)
+        self.outputs = self._output_atoms()
+        self.first_final: dict[tuple[int, int], int] | None = None
+        self.first_final_state: State | None = None
+        self.terminals = 0
+
+    def _output_atoms(self) -> list[tuple[int, int]]:
+        atoms = set(self.expected)
+        for prog in self.model.sched.programs:
+            for decl in prog.buffers:
+                if decl.role in ("output", "inout"):
+                    lo, hi = self.model.layout.span(prog.rank, ir.Region(buffer=decl.name, start=0, stop=decl.count))
+                    atoms.update((prog.rank, a) for a in range(lo, hi))
+        return sorted(atoms)
+
+    def violations(self) -> list[Violation]:
+        return list(self.found.values())
+
+    def _add(self, key: tuple, kind: str, make: Callable[[], Violation]) -> None:
+        if key in self.found or self.per_kind[kind] >= MAX_PER_KIND:
+            return
+        self.per_kind[kind] += 1
+        self.found[key] = make()
+
+    def _trace(self, state: State):
+        return tuple(make_step(self.model, a) for a in self.path_to(state))
+
+    # -- per state ----------------------------------------------------------------------------
+    def visit(self, state: State, enabled: list[tuple]) -> None:
+        if len(enabled) >= 2:
+            self._races(state, enabled)
+        if not enabled:
+            self.terminals += 1
+            if self.model.done(state):
+                self._final(state)
+            else:
+                self._deadlock(state)
+        elif state[4] and self.model.done(state):
+            self._unfinished(state)
+
+    def _races(self, state: State, enabled: list[tuple]) -> None:
+        by_owner: dict[int, list[tuple]] = {}
+        for action in enabled:
+            for owner, space, lo, hi, mode in self.model.footprint(action):
+                if space == MEM:
+                    by_owner.setdefault(owner, []).append((lo, hi, mode, action))
+        for owner, accesses in by_owner.items():
+            if len(accesses) < 2:
+                continue
+            for i, (lo1, hi1, m1, a1) in enumerate(accesses):
+                for lo2, hi2, m2, a2 in accesses[i + 1:]:
+                    if a1 == a2 or lo1 >= hi2 or lo2 >= hi1 or not conflicting(m1, m2):
+                        continue
+                    k1, k2 = key_on(self.model, a1, owner), key_on(self.model, a2, owner)
+                    key = ("data_race", frozenset((k1, k2)))
+                    self._add(key, "data_race", lambda: self._race_violation(
+                        state, owner, (lo1, hi1, m1, a1, k1), (lo2, hi2, m2, a2, k2)))
+
+    def _race_violation(self, state, owner, first, second) -> Violation:
+        model, sched = self.model, self.model.sched
+        parts, refs = [], []
+        for lo, hi, mode, action, key in (first, second):
+            ref = op_ref(sched, key)
+            refs.append(ref)
+            verb = {"r": "reads", "w": "writes", "aa": "atomically updates", "ax": "atomically updates"}[mode]
+            who = describe_action(model, action) if action[0] == "deliver" else f"{ref.loc} rank {ref.rank}: {ref.text}"
+            parts.append(f"{who} {verb} {region_text(model, owner, lo, hi)}")
+        lo = max(first[0], second[0])
+        hi = min(first[1], second[1])
+        message = (f"data race on rank {owner}'s {region_text(model, owner, lo, hi)}: " + "; ".join(parts)
+                   + ". Both are enabled in the same state, so they can happen in either order "
+                     "(order them with a fence/quiet/barrier, a signal the reader waits on, or separate buffers)")
+        return Violation(kind="data_race", message=message, ranks=tuple(sorted({owner, refs[0].rank, refs[1].rank})),
+                         ops=tuple(refs), trace=self._trace(state),
+                         details={"rank": owner, "region": region_text(model, owner, lo, hi)})
+
+    def _deadlock(self, state: State) -> None:
+        model = self.model
+        blocked = {r: blocked_ops(model, state, r) for r in range(model.world) if state[0][r] < model.nops[r]}
+        key = ("deadlock", frozenset((r, o.index, o.sub) for r, ops in blocked.items() for o in ops))
+        self._add(key, "deadlock", lambda: self._deadlock_violation(state, blocked))
+
+    def _waits_for(self, state: State, rank: int) -> tuple[list[int], str]:
+        model = self.model
+        pc = state[0][rank]
+        c = model.code[rank][pc]
+        if c.kind in ("group", "send", "recv"):
+            peers = []
+            for sub, m in (c.members if c.kind == "group" else [(None, c.op)]):
+                if sub is not None and (state[1][rank] >> sub) & 1:
+                    continue
+                key = (rank, pc, sub)
+                other = model.matches.recv_of.get(key) or model.matches.send_of.get(key)
+                if other is not None and not model.posted(state, other):
+                    peers.append(other[0])
+            return sorted(set(peers)), f"its matching {'recv' if c.kind == 'send' else 'op'}"
+        if c.cid is not None:
+            missing = [r for r, i in model.coll_members[c.cid] if state[0][r] != i]
+            return missing, "the other members to arrive"
+        if c.kind == "wait_until":
+            word = model.sig_word(c.op.signal)
+            writers = future_signal_writers(model, state, rank, word)
+            value = state[3][rank][word]
+            return writers, f"{signal_text(model, word)} is {value}" + (
+                "" if writers else ", and no rank can still change it")
+        return [], "nothing"
+
+    def _deadlock_violation(self, state: State, blocked: dict[int, list[OpRef]]) -> Violation:
+        edges = {r: self._waits_for(state, r) for r in blocked}
+        cycle = _find_cycle({r: set(e[0]) & set(blocked) for r, e in edges.items()})
+        lines = []
+        for r, ops in blocked.items():
+            peers, why = edges[r]
+            on = f" waiting for rank(s) {', '.join(map(str, peers))}" if peers else ""
+            lines.append(f"rank {r} blocks in {' and '.join(f'{o.text} at {o.loc}' for o in ops)}{on} ({why})")
+        done = [r for r in range(self.model.world) if r not in blocked]
+        head = "deadlock: " + ("wait-for cycle " + " -> ".join(map(str, cycle + cycle[:1])) if cycle
+                               else "no rank can move")
+        message = head + "; " + "; ".join(lines) + (f"; rank(s) {', '.join(map(str, done))} finished" if done else "")
+        ranks = tuple(cycle) if cycle else tuple(blocked)
+        ops = tuple(o for r in (cycle or list(blocked)) for o in blocked[r])
+        return Violation(kind="deadlock", message=message, ranks=ranks, ops=ops, trace=self._trace(state),
+                         details={"cycle": cycle, "blocked": {r: [o.text for o in ops] for r, ops in blocked.items()}})
+
+    def _unfinished(self, state: State) -> None:
+        refs = tuple(op_ref(self.model.sched, (i, j, None)) for i, j, _ in state[4])
+        key = ("unfinished_deliveries", frozenset((r.rank, r.index) for r in refs))
+        self._add(key, "unfinished_deliveries", lambda: Violation(
+            kind="unfinished_deliveries", ranks=tuple(sorted({r.rank for r in refs})), ops=refs,
+            trace=self._trace(state),
+            message="every rank has finished but these deliveries may still be in flight: "
+                    + "; ".join(f"{r.loc} rank {r.rank}: {r.text}" for r in refs)
+                    + " (add quiet() or barrier_all() before the end)"))
+
+    # -- final values -------------------------------------------------------------------------
+    def _final(self, state: State) -> None:
+        model, values = self.model, self.model.values
+        mem = state[2]
+        for (rank, atom), (norm, exp) in self.expected.items():
+            actual = mem[rank][atom]
+            if values.normal(actual) != norm:
+                key = ("wrong_result", rank, exp.region.buffer)
+                self._add(key, "wrong_result", lambda: self._wrong(state, rank, atom, norm, exp))
+        if self.first_final is None:
+            self.first_final = {ra: mem[ra[0]][ra[1]] for ra in self.outputs}
+            self.first_final_state = state
+            self._cross_rank_bitwise(state)
+            return
+        for (rank, atom), first in self.first_final.items():
+            actual = mem[rank][atom]
+            if actual == first:
+                continue
+            buf = model.layout.atom_names[rank][atom][0]
+            if values.normal(actual) != values.normal(first):
+                key = ("nondeterministic_result", rank, buf)
+                self._add(key, "nondeterministic_result", lambda: self._nondeterministic(state, rank, atom, first))
+            else:
+                key = ("not_bitwise_reproducible", rank, buf)
+                self._add(key, "not_bitwise_reproducible", lambda: self._run_to_run(state, rank, atom, first))
+
+    def _writer(self, state: State, rank: int, atom: int) -> OpRef | None:
+        _, writer = replay(self.model, self.path_to(state))
+        key = writer.get((rank, atom))
+        return op_ref(self.model.sched, key) if key else None
+
+    def _atom(self, rank: int, atom: int) -> str:
+        buf, start, stop = self.model.layout.atom_names[rank][atom]
+        return f"{buf}[{start}:{stop}] on rank {rank}"
+
+    def _wrong(self, state, rank, atom, norm, exp) -> Violation:
+        values = self.model.values
+        actual = state[2][rank][atom]
+        got = values.normal(actual)
+        diff = _multiset_diff(got, norm, values)
+        writer = self._writer(state, rank, atom)
+        ops = (writer,) if writer else ()
+        where = f" (last written by {writer.loc} rank {writer.rank}: {writer.text})" if writer else ""
+        message = (f"wrong result: {self._atom(rank, atom)} = {values.render_normal(got)}, expected "
+                   f"{values.render_normal(norm)}{diff}{where} [{exp.label}]")
+        return Violation(kind="wrong_result", message=message, ranks=(rank,), ops=ops, trace=self._trace(state),
+                         details={"rank": rank, "atom": self._atom(rank, atom), "actual": values.render_normal(got),
+                                  "expected": values.render_normal(norm)})
+
+    def _nondeterministic(self, state, rank, atom, first) -> Violation:
+        values = self.model.values
+        actual = state[2][rank][atom]
+        writer = self._writer(state, rank, atom)
+        return Violation(
+            kind="nondeterministic_result", ranks=(rank,), ops=(writer,) if writer else (), trace=self._trace(state),
+            message=f"nondeterministic result: {self._atom(rank, atom)} ends as "
+                    f"{values.render_normal(values.normal(first))} in one execution and as "
+                    f"{values.render_normal(values.normal(actual))} in this one",
+            details={"first": values.render(first), "other": values.render(actual)})
+
+    def _run_to_run(self, state, rank, atom, first) -> Violation:
+        values = self.model.values
+        actual = state[2][rank][atom]
+        writer = self._writer(state, rank, atom)
+        return Violation(
+            kind="not_bitwise_reproducible", ranks=(rank,), ops=(writer,) if writer else (), trace=self._trace(state),
+            message=f"not bitwise reproducible: {self._atom(rank, atom)} holds the right terms but associated as "
+                    f"{values.render(first)} in one execution and {values.render(actual)} in another")
+
+    def _cross_rank_bitwise(self, state: State) -> None:
+        """Ranks that should hold the same reduction but associate it differently."""
+        values = self.model.values
+        groups: dict[tuple, list[tuple[int, int]]] = {}
+        for (rank, atom), (norm, _exp) in self.expected.items():
+            if norm[0] == "op":
+                groups.setdefault(norm, []).append((rank, atom))
+        for norm, places in groups.items():
+            trees = {}
+            for rank, atom in places:
+                actual = state[2][rank][atom]
+                if values.normal(actual) == norm:
+                    trees.setdefault(actual, (rank, atom))
+            if len(trees) > 1:
+                (t1, (r1, a1)), (t2, (r2, a2)) = list(trees.items())[:2]
+                buf = self.model.layout.atom_names[r1][a1][0]
+                key = ("not_bitwise_reproducible", "ranks", buf)
+
+                def make(t1=t1, t2=t2, r1=r1, a1=a1, r2=r2, a2=a2):
+                    w1, w2 = self._writer(state, r1, a1), self._writer(state, r2, a2)
+                    return Violation(
+                        kind="not_bitwise_reproducible", ranks=(r1, r2), ops=tuple(w for w in (w1, w2) if w),
+                        trace=self._trace(state),
+                        message=f"not bitwise reproducible across ranks: {self._atom(r1, a1)} = {values.render(t1)} "
+                                f"but {self._atom(r2, a2)} = {values.render(t2)}: same terms, different association "
+                                "order, so floating-point results can differ between ranks")
+                self._add(key, "not_bitwise_reproducible", make)
+
+
+def _multiset_diff(got: tuple, want: tuple, values) -> str:
+    def items(norm):
+        return Counter(norm[2]) if norm[0] == "op" else Counter([norm])
+    have, need = items(got), items(want)
+    extra, missing = have - need, need - have
+    parts = []
+    for term, count in extra.items():
+        parts.append(f"{values.render_normal(term)} counted {have[term]} times" if term in need
+                     else f"{values.render_normal(term)} should not be there")
+    for term in missing:
+        parts.append(f"{values.render_normal(term)} missing")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def _find_cycle(graph: dict[int, set[int]]) -> list[int]:
+    """A cycle in the wait-for graph, as a list of ranks, or []."""
+    color: dict[int, int] = {}
+    stack: list[int] = []
+
+    def visit(node: int) -> list[int]:
+        color[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if color.get(nxt) == 1:
+                return stack[stack.index(nxt):]
+            if nxt not in color:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        color[node] = 2
+        return []
+
+    for node in sorted(graph):
+        if node not in color:
+            found = visit(node)
+            if found:
+                return list(found)
+    return []

@@ -1,0 +1,108 @@
+"""What a check returns: the verdict, the violations with their counterexamples, and the APIs later
+layers build on (expected final values, the happens-before graph of an execution)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .. import ir
+
+Verdict = Literal["verified", "violated", "incomplete"]
+# Errors make the verdict "violated"; warnings are reported but do not.
+ERROR_KINDS = (
+    "collective_mismatch", "send_recv_mismatch", "deadlock", "data_race", "wrong_result",
+    "nondeterministic_result", "unsatisfiable_wait", "symbolic_size",
+)
+WARNING_KINDS = ("not_bitwise_reproducible", "unfinished_deliveries")
+
+
+@dataclass(frozen=True)
+class OpRef:
+    """One op of the schedule: rank, index in the rank's program, member of a group (or None)."""
+
+    rank: int
+    index: int
+    sub: int | None = None
+    kind: str = ""
+    loc: ir.SourceLoc | None = None
+    text: str = ""
+
+    def to_json(self) -> dict:
+        return {"rank": self.rank, "index": self.index, "sub": self.sub, "kind": self.kind,
+                "file": self.loc.file if self.loc else None, "line": self.loc.line if self.loc else None,
+                "op": self.text}
+
+    def __str__(self) -> str:
+        where = f"{self.loc} " if self.loc else ""
+        return f"{where}rank {self.rank}: {self.text or self.kind}"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One transition of a counterexample: a replayable action and the ops it executes."""
+
+    action: tuple
+    label: str
+    ops: tuple[OpRef, ...]
+
+    def to_json(self) -> dict:
+        return {"action": list(self.action), "label": self.label, "ops": [o.to_json() for o in self.ops]}
+
+
+@dataclass(frozen=True)
+class Violation:
+    kind: str
+    message: str
+    ranks: tuple[int, ...]
+    ops: tuple[OpRef, ...]
+    trace: tuple[Step, ...] = ()
+    details: dict = field(default_factory=dict)
+
+    @property
+    def severity(self) -> str:
+        return "warning" if self.kind in WARNING_KINDS else "error"
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "severity": self.severity, "message": self.message,
+                "ranks": list(self.ranks), "ops": [o.to_json() for o in self.ops],
+                "trace": [s.to_json() for s in self.trace], "details": self.details}
+
+
+@dataclass
+class CheckResult:
+    schedule: ir.Schedule
+    verdict: Verdict
+    violations: list[Violation]
+    states: int
+    transitions: int
+    seconds: float
+    complete: bool
+    stopped_by: str | None = None  # "max_states" or "timeout" when incomplete
+    strategy: str = "dfs"
+    reduction: bool = True
+    terminal_states: int = 0
+    final_values: dict | None = None  # (rank, buffer, start, stop) -> rendered value, one execution
+    expected_values: dict | None = None  # (rank, buffer, start, stop) -> rendered expected value
+
+    @property
+    def errors(self) -> list[Violation]:
+        return [v for v in self.violations if v.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Violation]:
+        return [v for v in self.violations if v.severity == "warning"]
+
+    def kinds(self) -> set[str]:
+        return {v.kind for v in self.violations}
+
+    def to_json(self) -> dict:
+        return {
+            "schedule": self.schedule.name, "world": self.schedule.world, "verdict": self.verdict,
+            "complete": self.complete, "stopped_by": self.stopped_by, "states": self.states,
+            "transitions": self.transitions, "terminal_states": self.terminal_states,
+            "seconds": round(self.seconds, 4),
+            "states_per_second": round(self.states / self.seconds, 1) if self.seconds > 0 else None,
+            "strategy": self.strategy, "reduction": self.reduction,
+            "violations": [v.to_json() for v in self.violations],
+        }

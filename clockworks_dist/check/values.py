@@ -1,0 +1,229 @@
+"""Atoms and symbolic values.
+
+The checker tracks one value per *atom*: the coarsest partition of each buffer consistent with every
+region the schedule names and with every transfer (a copy from src to dst aligns the boundaries of
+both sides, so values move atom by atom). Buffers with the same name share one partition on every
+rank.
+
+A value is an interned term: `in(rank, buffer, start, stop)` for initial contents, `const(v)`,
+`op(name, children)` for a reduction exactly as associated by the schedule, `opaque(...)` for a
+compute kernel and `atomic(...)` for an atomic update. Correctness compares *multisets* (sums
+flattened and sorted), bitwise reproducibility compares the exact trees.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+from .. import ir
+
+# ------------------------------------------------------------------------------------- atoms
+
+
+def collect_alignments(sched: ir.Schedule, matches) -> tuple[dict[str, set[int]], list]:
+    """Boundaries named by regions, and the transfers (bufA, offA, bufB, offB, len) that align them."""
+    bounds: dict[str, set[int]] = {}
+    transfers: list[tuple[str, int, str, int, int]] = []
+
+    def add(region: ir.Region) -> None:
+        bounds.setdefault(region.buffer, set()).update((region.start, region.stop))
+
+    def link(a: ir.Region, b: ir.Region) -> None:
+        if a.count == b.count and a.count > 0:
+            transfers.append((a.buffer, a.start, b.buffer, b.start, a.count))
+
+    for prog in sched.programs:
+        for decl in prog.buffers:
+            bounds.setdefault(decl.name, set()).update((0, decl.count))
+        for op in prog.ops:
+            for member in (op.ops if op.kind == "group" else (op,)):
+                for _, region in ir.op_regions(member):
+                    add(region)
+                k = member.kind
+                if k in ("copy", "put", "get", "put_signal"):
+                    link(member.src, member.dst)
+                elif k == "reduce":
+                    for src in member.srcs:
+                        link(src, member.dst)
+    for send, recv in matches.p2p_pairs():
+        link(send.src, recv.dst)
+    for members in matches.collective_ops():
+        _align_collective(members, link)
+    for exp in sched.expect:
+        add(exp.region)
+        for contrib in exp.contributions:
+            add(contrib.region)
+            link(contrib.region, exp.region)
+    return bounds, transfers
+
+
+def _chunks(region: ir.Region, parts: int) -> list[ir.Region]:
+    size = region.count // parts
+    return [ir.Region(buffer=region.buffer, start=region.start + i * size, stop=region.start + (i + 1) * size)
+            for i in range(parts)]
+
+
+def _align_collective(members: list, link) -> None:
+    """Collective ops of one instance: align their regions as the data flows."""
+    ops = [op for _, op in members]
+    n = len(ops)
+    k = ops[0].kind
+    if k in ("all_reduce", "broadcast"):
+        for op in ops:
+            link(op.src, op.dst)
+            link(ops[0].src, op.src)
+    elif k == "reduce_to":
+        for op in ops:
+            link(ops[0].src, op.src)
+            if op.dst is not None:
+                link(op.src, op.dst)
+    elif k == "all_gather":
+        for op in ops:
+            for i, chunk in enumerate(_chunks(op.dst, n)):
+                link(ops[i].src, chunk)
+    elif k == "reduce_scatter":
+        for op in ops:
+            for i, chunk in enumerate(_chunks(op.src, n)):
+                link(chunk, ops[i].dst)
+    elif k == "all_to_all":
+        for i, op in enumerate(ops):
+            for j, chunk in enumerate(_chunks(op.src, n)):
+                link(chunk, _chunks(ops[j].dst, n)[i])
+
+
+def split_atoms(bounds: dict[str, set[int]], transfers: list) -> dict[str, list[int]]:
+    """Propagate boundaries through transfers to a fixpoint; return sorted boundaries per buffer."""
+    changed = True
+    while changed:
+        changed = False
+        for a, off_a, b, off_b, length in transfers:
+            ba, bb = bounds[a], bounds[b]
+            for src_set, src_off, dst_set, dst_off in ((ba, off_a, bb, off_b), (bb, off_b, ba, off_a)):
+                for p in list(src_set):
+                    if src_off < p < src_off + length:
+                        q = dst_off + (p - src_off)
+                        if q not in dst_set:
+                            dst_set.add(q)
+                            changed = True
+    return {name: sorted(points) for name, points in bounds.items()}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each rank's buffers' atoms sit in that rank's flat memory tuple."""
+
+    bounds: dict[str, list[int]]
+    offset: tuple[dict[str, int], ...]  # per rank: buffer -> first atom index
+    size: tuple[int, ...]  # per rank: number of atoms
+    atom_names: tuple[tuple[tuple[str, int, int], ...], ...]  # per rank: (buffer, start, stop)
+
+    def span(self, rank: int, region: ir.Region) -> tuple[int, int]:
+        """Atom index range [lo, hi) of a region on a rank."""
+        points = self.bounds[region.buffer]
+        base = self.offset[rank][region.buffer]
+        lo = bisect.bisect_left(points, region.start)
+        hi = bisect.bisect_left(points, region.stop)
+        return base + lo, base + hi
+
+
+def make_layout(sched: ir.Schedule, bounds: dict[str, list[int]]) -> Layout:
+    offsets, sizes, names = [], [], []
+    for prog in sched.programs:
+        table: dict[str, int] = {}
+        atoms: list[tuple[str, int, int]] = []
+        for decl in prog.buffers:
+            table[decl.name] = len(atoms)
+            points = [p for p in bounds[decl.name] if p <= decl.count]
+            atoms.extend((decl.name, a, b) for a, b in zip(points, points[1:]))
+        offsets.append(table)
+        sizes.append(len(atoms))
+        names.append(tuple(atoms))
+    return Layout(bounds=bounds, offset=tuple(offsets), size=tuple(sizes), atom_names=tuple(names))
+
+
+# ------------------------------------------------------------------------------------ values
+COMMUTATIVE = frozenset({"sum", "prod", "max", "min"})
+
+
+class Values:
+    """Interning table of value terms; ids are small ints, so states hash fast."""
+
+    def __init__(self) -> None:
+        self.terms: list[tuple] = []
+        self.ids: dict[tuple, int] = {}
+        self._norm: dict[int, tuple] = {}
+
+    def intern(self, term: tuple) -> int:
+        found = self.ids.get(term)
+        if found is None:
+            found = len(self.terms)
+            self.terms.append(term)
+            self.ids[term] = found
+        return found
+
+    def initial(self, rank: int, buffer: str, start: int, stop: int) -> int:
+        return self.intern(("in", rank, buffer, start, stop))
+
+    def const(self, value) -> int:
+        return self.intern(("const", value))
+
+    def combine(self, op: str, children: tuple[int, ...]) -> int:
+        return self.intern(("op", op, children))
+
+    def normal(self, vid: int) -> tuple:
+        """Multiset normal form: nested same-op reductions flattened, operands sorted."""
+        found = self._norm.get(vid)
+        if found is not None:
+            return found
+        term = self.terms[vid]
+        if term[0] == "op" and term[1] in COMMUTATIVE:
+            items: list[tuple] = []
+            for child in term[2]:
+                norm = self.normal(child)
+                if norm[0] == "op" and norm[1] == term[1]:
+                    items.extend(norm[2])
+                else:
+                    items.append(norm)
+            found = ("op", term[1], tuple(sorted(items, key=repr)))
+        elif term[0] in ("opaque", "atomic"):
+            found = term[:-1] + (tuple(self.normal(c) if isinstance(c, int) else c for c in term[-1]),)
+        else:
+            found = term
+        self._norm[vid] = found
+        return found
+
+    def render(self, vid: int) -> str:
+        return render_term(self.terms[vid], self.render)
+
+    def render_normal(self, norm: tuple) -> str:
+        return render_term(norm, self.render_normal, normal=True)
+
+
+_SYMBOL = {"sum": " + ", "prod": " * "}
+
+
+def render_in(rank: int, buffer: str, start: int, stop: int) -> str:
+    return f"{buffer}@r{rank}[{start}:{stop}]"
+
+
+def render_term(term: tuple, child, normal: bool = False) -> str:
+    kind = term[0]
+    if kind == "in":
+        return render_in(*term[1:])
+    if kind == "const":
+        return f"{term[1]:g}" if isinstance(term[1], float) else str(term[1])
+    if kind == "op":
+        parts = [child(c) for c in term[2]]
+        sym = _SYMBOL.get(term[1])
+        if sym:
+            inner = sym.join(parts)
+            return inner if normal else f"({inner})"
+        return f"{term[1]}({', '.join(parts)})"
+    if kind == "opaque":
+        _, name, rank, index, k, children = term
+        return f"{name}@r{rank}#{index}.{k}({', '.join(child(c) for c in children)})"
+    if kind == "atomic":
+        _, op, operand, children = term
+        return f"atomic_{op}({child(children[0])}, {operand})"
+    return repr(term)
