@@ -28,7 +28,8 @@ from .values import Layout, Values, collect_alignments, make_layout, split_atoms
 # footprint: (owner rank, space, lo, hi, mode); space MEM: atoms, SIG: signal words
 MEM, SIG = 0, 1
 READ, WRITE, ATOMIC_ADD, ATOMIC_OTHER = "r", "w", "aa", "ax"
-SIG_READ, SIG_ADD, SIG_SET = "sr", "sa", "ss"
+SIG_READ, SIG_READ_MONOTONE, SIG_ADD, SIG_SET = "sr", "sm", "sa", "ss"
+SIG_READS = frozenset({SIG_READ, SIG_READ_MONOTONE})
 ATOMIC_MODES = frozenset({ATOMIC_ADD, ATOMIC_OTHER})
 
 Access = tuple[int, int, int, int, str]
@@ -46,7 +47,12 @@ def dependent(space: int, m1: str, m2: str) -> bool:
     """Overlapping accesses whose order can matter (reads commute, adds commute)."""
     if space == MEM:
         return not ((m1 == READ and m2 == READ) or (m1 == ATOMIC_ADD and m2 == ATOMIC_ADD))
-    return not ((m1 == SIG_READ and m2 == SIG_READ) or (m1 == SIG_ADD and m2 == SIG_ADD))
+    if m1 in SIG_READS and m2 in SIG_READS:
+        return False
+    # adds commute with each other, and with a `ge`/`gt` wait: adding never makes it false again
+    # (signal words are taken not to wrap around 2**64)
+    pair = {m1, m2}
+    return not (pair == {SIG_ADD} or pair == {SIG_ADD, SIG_READ_MONOTONE})
 
 
 COMPARE = {
@@ -171,7 +177,7 @@ class Model:
             mem(op.into, WRITE)
         elif k == "wait_until":
             word = self.sig_word(op.signal)
-            fp.append((rank, SIG, word, word + 1, SIG_READ))
+            fp.append((rank, SIG, word, word + 1, SIG_READ_MONOTONE if op.cmp in ("ge", "gt") else SIG_READ))
         c.footprint = tuple(a for a in fp if a[2] < a[3])
         return c
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import bisect
 
-from .model import MEM, SIG, SIG_ADD, SIG_SET, Model, State, dependent
+from .model import COMPARE, MEM, SIG, SIG_ADD, SIG_SET, Model, State, dependent
 
 MAX_SEEDS = 6
 _ORDER = {"step": 0, "p2p": 1, "coll": 2, "deliver": 3}
@@ -63,6 +63,7 @@ class Reducer:
         self._keys = {(o, s, a): [e[0] for e in entries]
                       for o in range(model.world) for s in (MEM, SIG) for a, entries in self.by_actor[o][s].items()}
         self.joint_index = [[j[0] for j in joints] for joints in model.joints]
+        self.has_waits = any(c.kind == "wait_until" for row in model.code for c in row)
 
     def choose(self, state: State, enabled: list[tuple]) -> list[tuple]:
         if len(enabled) <= 1:
@@ -168,7 +169,8 @@ class Reducer:
         return out
 
     def _horizon(self, state: State, actor: int, frozen: set[int], actions: set[tuple]) -> int:
-        """The last op index the actor may still execute on a path that avoids T."""
+        """The last op index the actor may still execute on a path that avoids T (cheap bound:
+        its current op if one of its actions is in T, else its first op that needs a frozen rank)."""
         model = self.model
         pc = state[0][actor]
         for action in self._current(state, actor):
@@ -180,6 +182,73 @@ class Reducer:
             if partners & frozen:
                 return index
         return model.nops[actor]
+
+    def _limits(self, state: State, frozen: set[int], actions: set[tuple]) -> list[int]:
+        """For schedules with waits: per rank, the first op it cannot complete on a path that
+        avoids T, as a least fixpoint. A rank passes an op once the ranks it needs can reach their
+        side of it, a wait once its condition holds or an update of the word may still happen
+        (an in-flight delivery outside T, or an update op before its issuer's limit)."""
+        model = self.model
+        pcs = state[0]
+        limit = list(pcs)
+        changed = True
+        while changed:
+            changed = False
+            for rank in range(model.world):
+                if rank in frozen:
+                    continue
+                while limit[rank] < model.nops[rank] and self._completes(state, rank, limit[rank], limit,
+                                                                         frozen, actions):
+                    limit[rank] += 1
+                    changed = True
+        return limit
+
+    def _completes(self, state: State, rank: int, index: int, limit: list[int], frozen: set[int],
+                   actions: set[tuple]) -> bool:
+        model = self.model
+        pcs = state[0]
+        c = model.code[rank][index]
+        if index == pcs[rank]:
+            for action in self._current(state, rank):
+                if action in actions:
+                    return False
+        if c.kind in ("group", "send", "recv"):
+            subs = [sub for sub, _ in c.members] if c.kind == "group" else [None]
+            for sub in subs:
+                key = (rank, index, sub)
+                other = model.matches.recv_of.get(key) or model.matches.send_of.get(key)
+                if other is None or other[0] in frozen or other[1] > limit[other[0]]:
+                    return False
+            return True
+        if c.cid is not None:
+            for r, i in model.coll_members[c.cid]:
+                if r in frozen or i > limit[r]:
+                    return False
+            if c.kind == "barrier_all" and any(("deliver", i, j) in actions for i, j, _ in state[4]):
+                return False
+            return True
+        if c.kind == "quiet":
+            return not any(i == rank and ("deliver", i, j) in actions for i, j, _ in state[4])
+        if c.kind == "wait_until":
+            op = c.op
+            word = model.sig_word(op.signal)
+            if COMPARE[op.cmp](state[3][rank][word], op.value):
+                return True
+            for i, j, _ in state[4]:
+                if ("deliver", i, j) not in actions and any(
+                        o == rank and s == SIG and lo == word for o, s, lo, _h, _m in model.deliveries[(i, j)].footprint):
+                    return True
+            for actor, entries in self.by_actor[rank][SIG].items():
+                if actor in frozen:
+                    continue
+                start = bisect.bisect_left(self._keys[(rank, SIG, actor)], pcs[actor])
+                for e_index, sub, lo, _hi, mode, _others in entries[start:]:
+                    if lo == word and mode in (SIG_ADD, SIG_SET) and e_index <= limit[actor]:
+                        if e_index == pcs[actor] and self.action_of((actor, e_index, sub)) in actions:
+                            continue
+                        return True
+            return False
+        return True
 
     def _needs(self, action: tuple, frozen: set[int], actor: int) -> bool:
         if action[0] == "p2p":
@@ -193,6 +262,7 @@ class Reducer:
         model = self.model
         pcs, done = state[0], state[1]
         out: list[tuple] = []
+        limits = None
         for owner, space, lo, hi, mode in model.footprint(action):
             for actor, entries in self.by_actor[owner][space].items():
                 if actor in frozen:
@@ -204,7 +274,14 @@ class Reducer:
                     if elo >= hi or lo >= ehi or not dependent(space, mode, emode) or others & frozen:
                         continue
                     if limit is None:
-                        limit = self._horizon(state, actor, frozen, actions)
+                        if self.has_waits:
+                            if limits is None:
+                                limits = self._limits(state, frozen, actions)
+                            # at its limit a rank can still run single members of a group
+                            limit = limits[actor] if model.code[actor][min(limits[actor], model.nops[actor] - 1)].kind == "group" \
+                                else limits[actor] - 1
+                        else:
+                            limit = self._horizon(state, actor, frozen, actions)
                     if index > limit:
                         break
                     if index == pc:

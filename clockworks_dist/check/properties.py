@@ -174,8 +174,19 @@ class Observer:
                          details={"cycle": cycle, "blocked": {r: [o.text for o in ops] for r, ops in blocked.items()}})
 
     def _unfinished(self, state: State) -> None:
+        """One report per schedule, listing every delivery that can be in flight at the end."""
         refs = tuple(op_ref(self.model.sched, (i, j, None)) for i, j, _ in state[4])
-        key = ("unfinished_deliveries", frozenset((r.rank, r.index) for r in refs))
+        key = ("unfinished_deliveries",)
+        previous = self.found.get(key)
+        if previous is not None:
+            known = {(o.rank, o.index) for o in previous.ops}
+            extra = tuple(r for r in refs if (r.rank, r.index) not in known)
+            if extra:
+                del self.found[key]
+                self.per_kind["unfinished_deliveries"] -= 1
+                refs = previous.ops + extra
+            else:
+                return
         self._add(key, "unfinished_deliveries", lambda: Violation(
             kind="unfinished_deliveries", ranks=tuple(sorted({r.rank for r in refs})), ops=refs,
             trace=self._trace(state),

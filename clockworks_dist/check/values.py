@@ -30,6 +30,8 @@ def collect_alignments(sched: ir.Schedule, matches) -> tuple[dict[str, set[int]]
         bounds.setdefault(region.buffer, set()).update((region.start, region.stop))
 
     def link(a: ir.Region, b: ir.Region) -> None:
+        add(a)
+        add(b)
         if a.count == b.count and a.count > 0:
             transfers.append((a.buffer, a.start, b.buffer, b.start, a.count))
 
@@ -169,7 +171,15 @@ class Values:
         return self.intern(("const", value))
 
     def combine(self, op: str, children: tuple[int, ...]) -> int:
-        return self.intern(("op", op, children))
+        """`children[0] op children[1] op ...`, associated left to right as a kernel computes it.
+
+        Each node is binary, and the operands of a commutative node are put in a canonical order:
+        `a + b` and `b + a` are bitwise equal in IEEE arithmetic; only association can differ."""
+        acc = children[0]
+        for child in children[1:]:
+            pair = (acc, child) if op not in COMMUTATIVE or acc <= child else (child, acc)
+            acc = self.intern(("op", op, pair))
+        return acc
 
     def normal(self, vid: int) -> tuple:
         """Multiset normal form: nested same-op reductions flattened, operands sorted."""
