@@ -126,6 +126,25 @@ def happens_before(schedule: ir.Schedule) -> HappensBefore:
     return _stamp(model, actions)
 
 
+def terminal_outcomes(schedule: ir.Schedule, *, reduction: bool = True, max_states: int | None = 200_000
+                      ) -> frozenset[tuple]:
+    """Every terminal state the search reaches, as (finished, positions, final values rendered as
+    exact trees, signals): the reduced and the unreduced search must give the same set."""
+    matches, problems = match(schedule)
+    if problems:
+        raise ValueError(problems[0].message)
+    model = Model(schedule, matches)
+    outcome = explore(model, DepthFirst(), reduction=reduction, max_states=max_states)
+    if not outcome.complete:
+        raise ValueError(f"search incomplete after {outcome.states} states")
+    found = set()
+    for state in outcome.parents:
+        if not model.enabled(state):
+            values = tuple(tuple(model.values.render(v) for v in row) for row in state[2])
+            found.add((model.done(state), state[0], values, state[3]))
+    return frozenset(found)
+
+
 def expected_values(schedule: ir.Schedule) -> dict[tuple[int, str, int, int], str]:
     """The postcondition, atom by atom: (rank, buffer, start, stop) -> expected value, rendered."""
     matches, problems = match(schedule)
@@ -140,4 +159,4 @@ def expected_values(schedule: ir.Schedule) -> dict[tuple[int, str, int, int], st
 
 
 __all__ = ["CheckResult", "HappensBefore", "OpRef", "Step", "Violation", "check", "expected_values",
-           "happens_before", "run_to_end"]
+           "happens_before", "run_to_end", "terminal_outcomes"]
