@@ -8,6 +8,7 @@ match, an op on a buffer of the wrong kind) raise `ScheduleError` naming the use
 from __future__ import annotations
 
 import contextlib
+import difflib
 import keyword
 import os
 import re
@@ -206,6 +207,15 @@ class Rank:
 
     def __repr__(self) -> str:
         return f"<Rank {self.rank} of {self.world}>"
+
+    def __getattr__(self, name: str):
+        # Only called for names the handle lacks: an unknown op, with a suggestion.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        known = [n for n in dir(type(self)) if not n.startswith("_")]
+        close = difflib.get_close_matches(name, known, n=1)
+        raise self._error(f"unknown op or attribute r.{name}",
+                          hint=f"did you mean r.{close[0]}?" if close else "see `clockworks show` for the op list")
 
     # -- errors -------------------------------------------------------------------------------
     def _error(self, message: str, op: str | None = None, hint: str | None = None,
