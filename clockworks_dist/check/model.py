@@ -276,6 +276,8 @@ class Model:
 
     def delivery_blocked(self, state: State, issuer: int, index: int) -> bool:
         d = self.deliveries[(issuer, index)]
+        if d.epoch == 0:  # no fence before it: nothing can be ordered ahead of it
+            return False
         for other_issuer, other_index, _ in state[4]:
             if other_issuer == issuer and other_index != index:
                 e = self.deliveries[(other_issuer, other_index)]
