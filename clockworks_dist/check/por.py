@@ -191,6 +191,18 @@ class Reducer:
         model = self.model
         pcs = state[0]
         limit = list(pcs)
+        # in-flight deliveries outside T, by the signal word they update; and which ranks have an
+        # in-flight delivery inside T (their quiet cannot complete)
+        updates: set[tuple[int, int]] = set()
+        held: set[int] = set()
+        for i, j, _ in state[4]:
+            if ("deliver", i, j) in actions:
+                held.add(i)
+                continue
+            for owner, space, lo, _hi, _mode in model.deliveries[(i, j)].footprint:
+                if space == SIG:
+                    updates.add((owner, lo))
+        context = (updates, held)
         changed = True
         while changed:
             changed = False
@@ -198,13 +210,14 @@ class Reducer:
                 if rank in frozen:
                     continue
                 while limit[rank] < model.nops[rank] and self._completes(state, rank, limit[rank], limit,
-                                                                         frozen, actions):
+                                                                         frozen, actions, context):
                     limit[rank] += 1
                     changed = True
         return limit
 
     def _completes(self, state: State, rank: int, index: int, limit: list[int], frozen: set[int],
-                   actions: set[tuple]) -> bool:
+                   actions: set[tuple], context: tuple[set, set]) -> bool:
+        updates, held = context
         model = self.model
         pcs = state[0]
         c = model.code[rank][index]
@@ -224,20 +237,16 @@ class Reducer:
             for r, i in model.coll_members[c.cid]:
                 if r in frozen or i > limit[r]:
                     return False
-            if c.kind == "barrier_all" and any(("deliver", i, j) in actions for i, j, _ in state[4]):
-                return False
-            return True
+            return not (c.kind == "barrier_all" and held)
         if c.kind == "quiet":
-            return not any(i == rank and ("deliver", i, j) in actions for i, j, _ in state[4])
+            return rank not in held
         if c.kind == "wait_until":
             op = c.op
             word = model.sig_word(op.signal)
             if COMPARE[op.cmp](state[3][rank][word], op.value):
                 return True
-            for i, j, _ in state[4]:
-                if ("deliver", i, j) not in actions and any(
-                        o == rank and s == SIG and lo == word for o, s, lo, _h, _m in model.deliveries[(i, j)].footprint):
-                    return True
+            if (rank, word) in updates:
+                return True
             for actor, entries in self.by_actor[rank][SIG].items():
                 if actor in frozen:
                     continue
