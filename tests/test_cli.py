@@ -107,7 +107,7 @@ BAD_INPUTS = {
         @cw.schedule
         def f(r):
             x = r.bufer("x", 4)
-    """, "typo.py:5: rank 0: the schedule raised AttributeError"),
+    """, "typo.py:5: rank 0: unknown op or attribute r.bufer (did you mean r.buffer?)"),
     "nobuf.py": ("""
         import clockworks_dist as cw
 
