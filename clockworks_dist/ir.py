@@ -44,11 +44,14 @@ class Affine(Frozen):
 
     const: int = 0
     terms: tuple[tuple[str, int], ...] = ()
+    exact: bool = True  # False: the bound depends on sizes non-affinely (//, %, size * size)
 
     def evaluate(self, values: dict[str, int]) -> int:
         return self.const + sum(coeff * values[name] for name, coeff in self.terms)
 
     def __str__(self) -> str:
+        if not self.exact:
+            return f"{self.const} (not affine in the sizes)"
         parts = [f"{coeff}*{name}" if coeff != 1 else name for name, coeff in self.terms]
         if self.const or not parts:
             parts.append(str(self.const))

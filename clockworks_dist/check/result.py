@@ -14,7 +14,7 @@ ERROR_KINDS = (
     "collective_mismatch", "send_recv_mismatch", "deadlock", "data_race", "wrong_result",
     "nondeterministic_result", "unsatisfiable_wait", "symbolic_size",
 )
-WARNING_KINDS = ("not_bitwise_reproducible", "unfinished_deliveries")
+WARNING_KINDS = ("not_bitwise_reproducible", "unfinished_deliveries", "symbolic_unproven")
 
 
 @dataclass(frozen=True)

@@ -124,6 +124,32 @@ def _names(*forms: Form) -> set[str]:
 
 
 # ------------------------------------------------------------------------------ the schedule
+def _split_affine(schedule: ir.Schedule, ops: list) -> tuple[list, list[Violation]]:
+    """Ops whose bounds (or whose buffers' counts) are not affine in the sizes cannot be proven
+    for every size: leave them to the concrete check and say so, once per source line."""
+    inexact_buffers = {(p.rank, d.name) for p in schedule.programs for d in p.buffers
+                       if d.count_sym is not None and not d.count_sym.exact}
+    kept, skipped = [], {}
+    for key, op in ops:
+        regions = [region for _, region in ir.op_regions(op)]
+        bad = any(form is not None and not form.exact for r in regions for form in (r.start_sym, r.stop_sym))
+        bad = bad or any((key[0], r.buffer) in inexact_buffers for r in regions)
+        if bad:
+            skipped.setdefault((op.loc.file, op.loc.line), []).append((key, op))
+        else:
+            kept.append((key, op))
+    notes = []
+    for (_file, _line), group in skipped.items():
+        key, op = group[0]
+        notes.append(Violation(
+            kind="symbolic_unproven", ranks=tuple(sorted({k[0] for k, _ in group})),
+            ops=tuple(_ref(k, o) for k, o in group),
+            message=f"{op.loc}: rank {key[0]}: {ir.describe(op)} has a bound that is not affine in the sizes "
+                    "(it uses //, % or a product of sizes), so it is checked at the traced size only "
+                    "(write it as a multiple of a size to have it proven for every size)"))
+    return kept, notes
+
+
 def _walk(schedule: ir.Schedule) -> Iterator[tuple[OpKey, ir.OpBase]]:
     """Every op as (key, op), group members one by one with their member index as `sub`."""
     for program in schedule.programs:
@@ -326,7 +352,7 @@ def check_sizes(schedule: ir.Schedule,
             obligations[key] = _Obligation(kind, forms)
         obligations[key].sites.append(site)
 
-    ops = list(_walk(schedule))
+    ops, unproven = _split_affine(schedule, list(_walk(schedule)))
     accesses = [a for key, op in ops for a in _accesses(key, op)]
     _bounds(schedule, accesses, need)
     _counts(schedule, ops, need)
@@ -349,7 +375,7 @@ def check_sizes(schedule: ir.Schedule,
                 report = reports[line_key] = _Report(_message(ob, site, valuation), ob, valuation)
             report.add(ops)
     traced = {s.name: s.value for s in schedule.symbols}
-    return [report.violation(traced) for report in reports.values()]
+    return [report.violation(traced) for report in reports.values()] + unproven
 
 
 def _negation(solver: _Solver, ob: _Obligation):

@@ -95,6 +95,8 @@ class SymInt:
             return NotImplemented
         value, terms, _ = parts
         quotient = self._value // value
+        if self._terms == {} and terms == {}:
+            return SymInt(quotient, {}, quotient)
         exact = (self._terms is not None and terms == {} and value != 0
                  and self._const % value == 0 and all(c % value == 0 for c in self._terms.values()))
         if exact:
@@ -105,6 +107,9 @@ class SymInt:
         return SymInt(int(other) // self._value, None)
 
     def __mod__(self, other):
+        if self._terms == {} and not (isinstance(other, SymInt) and other._terms != {}):
+            rest = self._value % int(other)
+            return SymInt(rest, {}, rest)
         return SymInt(self._value % int(other), None)
 
     def __rmod__(self, other):
@@ -181,8 +186,12 @@ def as_int(value) -> int:
 
 
 def as_affine(value) -> Affine | None:
-    """The affine form of a bound if it involves a symbol, else None."""
+    """The affine form of a bound if it involves a symbol, else None. A bound that depends on the
+    sizes in a way that is not affine is marked `exact=False`: it is checked at the traced value
+    only, and the symbolic checks say so."""
     if isinstance(value, SymInt):
         form = value.affine()
-        return form if form is not None and form.terms else None
+        if form is None:
+            return Affine(const=value.value, exact=False)
+        return form if form.terms else None
     return None

@@ -702,8 +702,8 @@ def _check_symmetric(handles: list[Rank]) -> None:
             if not decl.symmetric:
                 continue
             mine, theirs = st.buffers.get(name), first.buffers.get(name)
-            if mine is None or theirs is None or (mine.count, mine.dtype, mine.symmetric) != (
-                    theirs.count, theirs.dtype, theirs.symmetric):
+            if mine is None or theirs is None or (mine.count, mine.count_sym, mine.dtype, mine.symmetric) != (
+                    theirs.count, theirs.count_sym, theirs.dtype, theirs.symmetric):
                 loc = decl.loc
                 raise ScheduleError(
                     f"symmetric buffer {name!r} differs between rank 0 and rank {handle.rank} "
