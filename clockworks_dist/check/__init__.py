@@ -46,6 +46,10 @@ def check(schedule: ir.Schedule, *, strategy: str = "dfs", max_states: int | Non
     violations = outcome.observer.violations()
     if symbolic and schedule.symbols or symbolic and _has_waits(schedule):
         violations += _symbolic(schedule, model, outcome)
+    if model.deliveries:
+        from .symbolic import unfinished_deliveries
+
+        violations += unfinished_deliveries(schedule)
     errors = [v for v in violations if v.severity == "error"]
     if errors:
         verdict = "violated"

@@ -446,7 +446,10 @@ class Model:
         else:
             lo, _ = self.span(op.pe, op.target)
             old = mut(op.pe)[lo] if op.pe == rank else mem[op.pe][lo]
-            new = vals.intern(("atomic", op.op, (op.value, op.cond), (old,)))
+            if op.op in ("fetch_add", "fetch_inc"):
+                new = self._atomic_term("add", op.value if op.op == "fetch_add" else 1, old)
+            else:
+                new = vals.intern(("atomic", op.op, (op.value, op.cond), (old,)))
             mut(op.pe)[lo] = new
             mut(rank)[i_lo] = old
 
@@ -467,7 +470,18 @@ class Model:
                 sigs[d.target] = tuple(row)
             else:
                 cells = mut(d.target)
-                cells[where] = self.values.intern(("atomic", op, value, (cells[where],)))
+                cells[where] = self._atomic_term(op, value, cells[where])
+
+    def _atomic_term(self, op: str, value: int, old: int) -> int:
+        """The value of a data word after an atomic. Integer adds commute, so consecutive adds fold
+        into one total: the same final term whatever order they land in."""
+        if op in ("add", "inc"):
+            value = 1 if op == "inc" else value
+            term = self.values.terms[old]
+            if term[0] == "atomic" and term[1] == "add":
+                return self.values.intern(("atomic", "add", (term[2] + value) & MASK64, term[3]))
+            return self.values.intern(("atomic", "add", value, (old,)))
+        return self.values.intern(("atomic", op, value, (old,)))
 
     def _collective(self, cid: int, mem, mut) -> None:
         vals = self.values

@@ -1,5 +1,5 @@
 """The properties checked at every visited state: data races (co-enabled conflicting actions),
-deadlocks and final values (terminal states), deliveries left in flight when every rank is done."""
+deadlocks and final values (terminal states). Each is preserved by the reduction (see `por`)."""
 
 from __future__ import annotations
 
@@ -86,8 +86,6 @@ class Observer:
                 self._final(state)
             else:
                 self._deadlock(state)
-        elif state[4] and self.model.done(state):
-            self._unfinished(state)
 
     def _races(self, state: State, enabled: list[tuple]) -> None:
         by_owner: dict[int, list[tuple]] = {}
@@ -172,27 +170,6 @@ class Observer:
         ops = tuple(o for r in (cycle or list(blocked)) for o in blocked[r])
         return Violation(kind="deadlock", message=message, ranks=ranks, ops=ops, trace=self._trace(state),
                          details={"cycle": cycle, "blocked": {r: [o.text for o in ops] for r, ops in blocked.items()}})
-
-    def _unfinished(self, state: State) -> None:
-        """One report per schedule, listing every delivery that can be in flight at the end."""
-        refs = tuple(op_ref(self.model.sched, (i, j, None)) for i, j, _ in state[4])
-        key = ("unfinished_deliveries",)
-        previous = self.found.get(key)
-        if previous is not None:
-            known = {(o.rank, o.index) for o in previous.ops}
-            extra = tuple(r for r in refs if (r.rank, r.index) not in known)
-            if extra:
-                del self.found[key]
-                self.per_kind["unfinished_deliveries"] -= 1
-                refs = previous.ops + extra
-            else:
-                return
-        self._add(key, "unfinished_deliveries", lambda: Violation(
-            kind="unfinished_deliveries", ranks=tuple(sorted({r.rank for r in refs})), ops=refs,
-            trace=self._trace(state),
-            message="every rank has finished but these deliveries may still be in flight: "
-                    + "; ".join(f"{r.loc} rank {r.rank}: {r.text}" for r in refs)
-                    + " (add quiet() or barrier_all() before the end)"))
 
     # -- final values -------------------------------------------------------------------------
     def _final(self, state: State) -> None:

@@ -535,6 +535,8 @@ class _StaticOrder:
                     self._edge(fence_seen[op.pe], delivery)
                 pending[op.pe].append(index)
                 unquieted.append(index)
+        if ops:  # the rank's end: after its last op (a joint last op links here too)
+            self._edge(("op", rank, len(ops) - 1), ("op", rank, len(ops)))
 
     def _join(self, name: tuple, keys: list[OpKey]) -> None:
         """One joint event: each participant's op -> it -> each participant's next op."""
@@ -1039,3 +1041,30 @@ def _wait_violation(key: OpKey, wait: ir.WaitUntil, reachable: list[_Update], la
 
 
 __all__ = ["check_sizes", "check_waits", "show_form"]
+
+
+def unfinished_deliveries(schedule: ir.Schedule) -> list[Violation]:
+    """Deliveries that some execution leaves in flight when every rank has finished its program:
+    those not ordered before the end of any rank (no quiet or barrier_all after them on the issuer,
+    and no rank whose progress depends on them). Decided on the static order, so the answer does
+    not depend on which interleavings a search visits; the order can miss a chain an execution
+    would give, which makes this a warning, never an error."""
+    if not any(op.kind in _DELIVERY_KINDS for p in schedule.programs for op in p.ops):
+        return []
+    order = _StaticOrder(_z3(), schedule)
+    ends = [order.ids[("op", p.rank, len(p.ops))] for p in schedule.programs if p.ops]
+    refs = []
+    for program in schedule.programs:
+        for index, op in enumerate(program.ops):
+            if op.kind not in _DELIVERY_KINDS:
+                continue
+            node = order.ids[("delivery", program.rank, index)]
+            if not any(order.pre[end] >> node & 1 for end in ends):
+                refs.append(_ref((program.rank, index, None), op))
+    if not refs:
+        return []
+    return [Violation(
+        kind="unfinished_deliveries", ranks=tuple(sorted({r.rank for r in refs})), ops=tuple(refs),
+        message="these deliveries can still be in flight when every rank has finished: "
+                + "; ".join(f"{r.loc} rank {r.rank}: {r.text}" for r in refs)
+                + " (add quiet() or barrier_all() after them, or have the target wait for their signal)")]

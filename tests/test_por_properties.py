@@ -1,0 +1,354 @@
+"""Property tests on random small schedules: the partial-order reduction loses nothing the
+unreduced search finds, DFS and BFS agree, and the IR round-trips through JSON exactly.
+
+A schedule is drawn as a list of *events* over 2-3 ranks (a local op on one rank, a matched
+send/recv pair, a group exchange, a one-sided op, a collective on every rank), then waits are
+inserted on values the signal updates can reach, and the result is traced through the DSL.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+from hypothesis import HealthCheck, assume, given, note, settings
+from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
+
+import clockworks_dist as cw
+from clockworks_dist import ir
+from clockworks_dist.check import check, terminal_outcomes
+from clockworks_dist.check.match import match
+from clockworks_dist.check.properties import MAX_PER_KIND
+from clockworks_dist.report.text import render_listing
+
+LOCAL_BUFFERS = ("a", "b", "s")  # a, b: per-rank float32; s: symmetric float32
+SIGNAL_WORDS = 2
+
+SETTINGS = dict(deadline=None, derandomize=True, print_blob=True,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+
+# ------------------------------------------------------------------------------- the strategy
+@st.composite
+def regions(draw, count: int, length: int | None = None, buffers=LOCAL_BUFFERS):
+    """(buffer, start, stop) of `length` elements (drawn if None) in one of `buffers`."""
+    if length is None:
+        length = draw(st.integers(1, count))
+    start = draw(st.integers(0, count - length))
+    return (draw(st.sampled_from(buffers)), start, start + length)
+
+
+def _other(draw, world: int, rank: int) -> int:
+    return draw(st.sampled_from([q for q in range(world) if q != rank]))
+
+
+@st.composite
+def lone(draw, world: int, count: int):
+    """An unmatched send, or a matched pair whose sizes differ: the matcher rejects these."""
+    rank = draw(st.integers(0, world - 1))
+    peer = _other(draw, world, rank)
+    if draw(st.booleans()):
+        return [(rank, ("send", peer, draw(regions(count))))]
+    return [(rank, ("send", peer, draw(regions(count, 1)))), (peer, ("recv", rank, draw(regions(count, 2)), None))]
+
+
+DELIVERIES = frozenset({"put", "put_signal", "signal_op", "atomic_add", "put_counter"})
+ONE_SIDED = ("put", "put_signal", "signal_op", "atomic_add", "fetch_add", "get", "put_counter", "fence", "quiet")
+
+
+@st.composite
+def one_sided(draw, count: int, pe: int, what: str):
+    """One one-sided op descriptor of kind `what` targeting `pe`."""
+    word = draw(st.integers(0, SIGNAL_WORDS - 1))
+    if what == "put":
+        length = draw(st.integers(1, count))
+        return ("put", pe, draw(regions(count, length, ("s",))), draw(regions(count, length)), draw(st.booleans()))
+    if what == "put_signal":
+        length = draw(st.integers(1, count))
+        return ("put_signal", pe, draw(regions(count, length, ("s",))), draw(regions(count, length)),
+                word, draw(st.integers(1, 2)), draw(st.sampled_from(["set", "add"])), draw(st.booleans()))
+    if what == "signal_op":
+        return ("signal_op", pe, word, draw(st.integers(1, 2)), draw(st.sampled_from(["set", "add"])))
+    if what in ("atomic_add", "fetch_add"):  # on a signal word or on the symmetric int64 counter
+        return (what, pe, draw(st.sampled_from(["ctr", word])), draw(st.integers(1, 3)))
+    if what == "get":
+        length = draw(st.integers(1, count))
+        return ("get", pe, draw(regions(count, length)), draw(regions(count, length, ("s",))))
+    if what == "put_counter":  # a plain write of the word others update atomically
+        return ("put_counter", pe)
+    return (what,)
+
+
+@st.composite
+def events(draw, world: int, count: int):
+    """One event: a list of (rank, op descriptor) to append, in order."""
+    kind = draw(st.sampled_from(["local", "p2p", "one_sided", "group", "contention", "crossed", "one_sided", "local",
+                                 "contention", "collective"]))
+    rank = draw(st.integers(0, world - 1))
+    if kind == "local":
+        what = draw(st.sampled_from(["fill", "copy", "reduce"]))
+        length = draw(st.integers(1, count))
+        dst = draw(regions(count, length))
+        if what == "fill":
+            return [(rank, ("fill", dst, float(draw(st.integers(0, 2)))))]
+        if what == "copy":
+            return [(rank, ("copy", dst, draw(regions(count, length))))]
+        return [(rank, ("reduce", dst, draw(regions(count, length)), draw(regions(count, length))))]
+    if kind == "p2p":  # a matched pair, posted in the same order on both sides: FIFO holds
+        peer = _other(draw, world, rank)
+        length = draw(st.integers(1, count))
+        reduce = draw(st.sampled_from([None, None, "sum"]))
+        return [(rank, ("send", peer, draw(regions(count, length)))),
+                (peer, ("recv", rank, draw(regions(count, length)), reduce))]
+    if kind == "group":  # 1-3 pairs; each rank's members form one group (or stay ungrouped)
+        pairs = draw(st.lists(st.permutations(range(world)).map(lambda p: (p[0], p[1])), min_size=1, max_size=3))
+        length = draw(st.integers(1, count))
+        members: dict[int, list] = {}
+        for sender, receiver in pairs:
+            members.setdefault(sender, []).append(("send", receiver, draw(regions(count, length))))
+            members.setdefault(receiver, []).append(("recv", sender, draw(regions(count, length)), None))
+        out = []
+        for who in sorted(members):
+            if draw(st.integers(0, 3)):
+                out.append((who, ("group", tuple(members[who]))))
+            else:  # ungrouped, in any order (the pairs have one length, so FIFO still matches)
+                out.extend((who, m) for m in draw(st.permutations(members[who])))
+        return out
+    if kind == "crossed":  # two ranks exchange, ungrouped: deadlocks if both send or both recv first
+        peer = _other(draw, world, rank)
+        length = draw(st.integers(1, count))
+        out = []
+        for me, other in ((rank, peer), (peer, rank)):
+            mine = [("send", other, draw(regions(count, length))), ("recv", other, draw(regions(count, length)), None)]
+            out.extend((me, m) for m in draw(st.permutations(mine)))
+        return out
+    if kind == "one_sided":
+        pe = draw(st.integers(0, world - 1))  # self included: NVSHMEM allows it
+        return [(rank, draw(one_sided(count, pe, draw(st.sampled_from(ONE_SIDED)))))]
+    if kind == "contention":  # 2-3 one-sided ops of one kind, from any ranks, to one PE
+        pe = draw(st.integers(0, world - 1))
+        what = draw(st.sampled_from(ONE_SIDED[:-2]))
+        issuers = draw(st.lists(st.integers(0, world - 1), min_size=2, max_size=3))
+        return [(issuer, draw(one_sided(count, pe, what))) for issuer in issuers]
+    if kind == "collective":
+        what = draw(st.sampled_from(["all_reduce", "barrier", "barrier_all", "sync_all"]))
+        if what != "all_reduce":
+            return [(q, (what,)) for q in range(world)]
+        length = draw(st.integers(1, count))
+        out = []
+        for q in range(world):
+            src = draw(regions(count, length))
+            dst = src if draw(st.booleans()) else draw(regions(count, length))
+            out.append((q, ("all_reduce", src, dst)))
+        return out
+    raise AssertionError(kind)
+
+
+def _signal_updates(programs: list[list], rank: int, word: int) -> list[tuple[str, int]]:
+    """Every (set|add, value) some op may apply to `word` on `rank`."""
+    found = []
+    for ops in programs:
+        for d in ops:
+            if d[0] == "put_signal" and d[1] == rank and d[4] == word:
+                found.append((d[6], d[5]))
+            elif d[0] == "signal_op" and d[1] == rank and d[2] == word:
+                found.append((d[4], d[3]))
+            elif d[0] in ("atomic_add", "fetch_add") and d[1] == rank and d[2] == word:
+                found.append(("add", d[3]))
+    return found
+
+
+def _reachable(updates: list[tuple[str, int]]) -> list[int]:
+    """Values the word can hold: 0 or a set value, plus any subset of the adds."""
+    adds = [v for how, v in updates if how == "add"]
+    bases = {0} | {v for how, v in updates if how == "set"}
+    sums = {sum(c) for k in range(len(adds) + 1) for c in combinations(adds, k)}
+    return sorted({b + s for b in bases for s in sums})
+
+
+@st.composite
+def plans(draw, max_events: int = 10):
+    """(world, count, per-rank op descriptors, postcondition?)."""
+    world = draw(st.sampled_from([2, 3]))
+    count = draw(st.integers(2, 4))
+    programs: list[list] = [[] for _ in range(world)]
+    drawn = draw(st.lists(events(world, count), min_size=3, max_size=max_events))
+    if draw(st.integers(0, 9).map(lambda x: x == 7)):  # now and then, a schedule the matcher rejects
+        drawn.insert(draw(st.integers(0, len(drawn))), draw(lone(world, count)))
+    for event in drawn:
+        for rank, d in event:
+            programs[rank].append(d)
+    for _ in range(draw(st.integers(0, 2))):
+        rank = draw(st.integers(0, world - 1))
+        word = draw(st.integers(0, SIGNAL_WORDS - 1))
+        cmp = draw(st.sampled_from(["ge", "eq"]))
+        value = draw(st.sampled_from(_reachable(_signal_updates(programs, rank, word))))
+        position = draw(st.integers(0, len(programs[rank])))
+        programs[rank].insert(position, ("wait", word, cmp, value))
+    # keep the unreduced search small: deliveries in flight multiply the interleavings
+    flat = [d for ops in programs for d in ops]
+    assume(len(flat) <= 16 and all(len(ops) <= 8 for ops in programs))
+    assume(sum(d[0] in DELIVERIES for d in flat) <= 5)
+    return world, count, tuple(tuple(ops) for ops in programs), draw(st.booleans())
+
+
+# ---------------------------------------------------------------------- descriptors -> the DSL
+def _emit(r, bufs: dict, sig, d) -> None:
+    def reg(spec):
+        name, start, stop = spec
+        return bufs[name].region(start, stop)
+
+    def word(target):
+        return bufs["ctr"].element(0) if target == "ctr" else sig[target]
+
+    k = d[0]
+    if k == "fill":
+        r.fill(reg(d[1]), d[2])
+    elif k == "copy":
+        r.copy(reg(d[1]), reg(d[2]))
+    elif k == "reduce":
+        r.reduce(reg(d[1]), reg(d[2]), reg(d[3]))
+    elif k == "send":
+        r.send(d[1], reg(d[2]))
+    elif k == "recv":
+        r.recv(d[1], reg(d[2]), reduce=d[3])
+    elif k == "group":
+        with r.group():
+            for member in d[1]:
+                _emit(r, bufs, sig, member)
+    elif k == "put":
+        r.put(d[1], reg(d[2]), reg(d[3]), nbi=d[4])
+    elif k == "put_signal":
+        r.put_signal(d[1], reg(d[2]), reg(d[3]), sig[d[4]], value=d[5], op=d[6], nbi=d[7])
+    elif k == "signal_op":
+        r.signal_op(d[1], sig[d[2]], d[3], op=d[4])
+    elif k == "atomic_add":
+        r.atomic_add(d[1], word(d[2]), d[3])
+    elif k == "fetch_add":
+        r.fetch_add(d[1], word(d[2]), d[3], bufs["tick"])
+    elif k == "get":
+        r.get(d[1], reg(d[2]), reg(d[3]))
+    elif k == "put_counter":
+        r.put(d[1], bufs["ctr"], bufs["tick"])
+    elif k == "wait":
+        r.wait_until(sig[d[1]], d[2], d[3])
+    elif k == "all_reduce":
+        r.all_reduce(reg(d[1]), reg(d[2]))
+    elif k == "fence":
+        r.fence()
+    elif k == "quiet":
+        r.quiet()
+    elif k == "barrier":
+        r.barrier()
+    elif k == "barrier_all":
+        r.barrier_all()
+    elif k == "sync_all":
+        r.sync_all()
+    else:
+        raise AssertionError(f"unknown descriptor {d!r}")
+
+
+def build(plan) -> ir.Schedule:
+    world, count, programs, with_post = plan
+
+    def random_schedule(r):
+        bufs = {
+            "a": r.buffer("a", count=count, role="inout"),
+            "b": r.buffer("b", count=count, role="scratch"),
+            "s": r.symmetric("s", count=count, role="inout"),
+            "ctr": r.symmetric("ctr", count=1, dtype="int64", role="scratch"),
+            "tick": r.buffer("tick", count=1, dtype="int64", role="scratch"),
+        }
+        sig = r.signal("sig", count=SIGNAL_WORDS)
+        for d in programs[r.rank]:
+            _emit(r, bufs, sig, d)
+
+    expect = cw.allreduce("a") if with_post else None
+    sched = cw.schedule(random_schedule, expect=expect).trace(world)
+    if currently_in_test_context():
+        note(render_listing(sched))
+    return sched
+
+
+def matched(sched: ir.Schedule) -> bool:
+    return not match(sched)[1]
+
+
+def race_pairs(result) -> set[frozenset]:
+    return {frozenset((o.rank, o.index, o.sub) for o in v.ops) for v in result.violations if v.kind == "data_race"}
+
+
+def assert_same_findings(first, second) -> None:
+    assert first.complete and second.complete
+    assert first.verdict == second.verdict
+    assert first.kinds() == second.kinds()
+    races1, races2 = race_pairs(first), race_pairs(second)
+    # at most MAX_PER_KIND races are reported, and which ones depends on the visiting order
+    if len(races1) < MAX_PER_KIND or len(races2) < MAX_PER_KIND:
+        assert races1 == races2
+
+
+# ------------------------------------------------------------------------------- properties
+def test_the_strategy_builds_every_kind_of_op():
+    """A fixed plan through the builder: every descriptor kind traces and the source lines are ours."""
+    plan = (3, 4, (
+        (("fill", ("a", 0, 2), 1.0), ("copy", ("b", 0, 2), ("a", 0, 2)), ("reduce", ("s", 0, 1), ("a", 0, 1), ("b", 1, 2)),
+         ("group", (("send", 1, ("a", 0, 4)), ("recv", 2, ("b", 0, 4), "sum"))), ("put", 1, ("s", 0, 2), ("a", 0, 2), True),
+         ("put_signal", 2, ("s", 0, 1), ("b", 0, 1), 1, 2, "add", False), ("fence",), ("barrier",), ("barrier_all",), ("sync_all",),
+         ("all_reduce", ("a", 0, 4), ("a", 0, 4))),
+        (("recv", 0, ("a", 0, 4), None), ("signal_op", 0, 0, 1, "set"), ("atomic_add", 2, "ctr", 1), ("quiet",),
+         ("wait", 1, "ge", 0), ("barrier",), ("barrier_all",), ("sync_all",), ("all_reduce", ("b", 0, 4), ("s", 0, 4))),
+        (("send", 0, ("a", 0, 4)), ("fetch_add", 0, 1, 2), ("get", 1, ("a", 0, 2), ("s", 2, 4)), ("put_counter", 0),
+         ("barrier",), ("barrier_all",), ("sync_all",), ("all_reduce", ("a", 0, 4), ("b", 0, 4))),
+    ), True)
+    sched = build(plan)
+    kinds = {op.kind for p in sched.programs for op in p.ops}
+    assert kinds >= {"fill", "copy", "reduce", "group", "put", "put_signal", "fence", "all_reduce", "recv",
+                     "signal_op", "atomic", "quiet", "wait_until", "send", "fetch_atomic", "get", "barrier",
+                     "barrier_all", "sync_all"}
+    assert {op.loc.file for p in sched.programs for op in p.ops} == {"test_por_properties.py"}
+    assert matched(sched)
+    assert terminal_outcomes(sched, reduction=True) == terminal_outcomes(sched, reduction=False)
+
+
+@settings(max_examples=150, **SETTINGS)
+@given(plans())
+def test_reduction_preserves_terminal_states(plan):
+    sched = build(plan)
+    assume(matched(sched))
+    reduced = terminal_outcomes(sched, reduction=True)
+    full = terminal_outcomes(sched, reduction=False)
+    assert reduced == full
+
+
+@settings(max_examples=120, **SETTINGS)
+@given(plans())
+def test_reduction_finds_the_same_violations(plan):
+    sched = build(plan)
+    reduced = check(sched, reduction=True)
+    full = check(sched, reduction=False)
+    note(f"reduced: {reduced.verdict} {sorted(reduced.kinds())} races {race_pairs(reduced)}")
+    note(f"full:    {full.verdict} {sorted(full.kinds())} races {race_pairs(full)}")
+    assert_same_findings(reduced, full)
+
+
+@settings(max_examples=100, **SETTINGS)
+@given(plans())
+def test_dfs_and_bfs_agree(plan):
+    sched = build(plan)
+    dfs = check(sched, strategy="dfs")
+    bfs = check(sched, strategy="bfs")
+    note(f"dfs: {dfs.verdict} {sorted(dfs.kinds())}; bfs: {bfs.verdict} {sorted(bfs.kinds())}")
+    assert dfs.complete and bfs.complete
+    assert dfs.verdict == bfs.verdict
+    assert dfs.kinds() == bfs.kinds()
+
+
+@settings(max_examples=150, **SETTINGS)
+@given(plans(max_events=8))
+def test_json_round_trip_is_exact(plan):
+    sched = build(plan)
+    text = sched.to_json()
+    again = ir.Schedule.from_json(text)
+    assert again == sched
+    assert again.to_json() == text
