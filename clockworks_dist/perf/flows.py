@@ -1,0 +1,76 @@
+"""Max-min fair sharing of link bandwidth between concurrent flows.
+
+A flow crosses a list of resources (directed links, a GPU's HBM) and may carry its own ceiling
+(a channel or thread-block rate). Progressive filling: raise every unfrozen flow's rate together
+until a resource saturates or a flow reaches its ceiling; freeze those flows; repeat. The result is
+the unique max-min fair allocation, recomputed whenever a flow starts or finishes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+EPS = 1e-12
+
+
+@dataclass
+class Flow:
+    """`remaining` bytes over `resources`, at most `ceiling` bytes/us (None: no ceiling)."""
+
+    fid: int
+    resources: tuple[int, ...]
+    remaining: float
+    ceiling: float | None = None
+    rate: float = 0.0
+    tag: object = None
+    carried: dict[int, float] = field(default_factory=dict)
+
+
+def max_min_rates(flows: list[Flow], capacity: list[float]) -> None:
+    """Set `flow.rate` for every flow (bytes per microsecond), max-min fair."""
+    active = [f for f in flows if f.remaining > EPS]
+    for f in flows:
+        f.rate = 0.0
+    left = {}
+    users: dict[int, list[Flow]] = {}
+    for f in active:
+        for r in f.resources:
+            left.setdefault(r, capacity[r])
+            users.setdefault(r, []).append(f)
+    unfrozen = set(id(f) for f in active)
+    level = 0.0
+    while unfrozen:
+        # the next increment at which a resource fills up or a flow hits its ceiling
+        step = float("inf")
+        for r, fs in users.items():
+            n = sum(1 for f in fs if id(f) in unfrozen)
+            if n:
+                step = min(step, left[r] / n)
+        for f in active:
+            if id(f) in unfrozen and f.ceiling is not None:
+                step = min(step, f.ceiling - level)
+        if step == float("inf"):  # flows that use no resource and have no ceiling
+            for f in active:
+                if id(f) in unfrozen:
+                    f.rate = float("inf")
+            break
+        step = max(step, 0.0)
+        level += step
+        for r, fs in users.items():
+            n = sum(1 for f in fs if id(f) in unfrozen)
+            left[r] -= step * n
+        frozen_now = set()
+        for f in active:
+            if id(f) not in unfrozen:
+                continue
+            f.rate = level
+            if f.ceiling is not None and f.ceiling - level <= EPS * max(1.0, level):
+                frozen_now.add(id(f))
+        for r, fs in users.items():
+            if left[r] <= EPS * max(1.0, capacity[r]):
+                for f in fs:
+                    if id(f) in unfrozen:
+                        frozen_now.add(id(f))
+        if not frozen_now:
+            break
+        unfrozen -= frozen_now

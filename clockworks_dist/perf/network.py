@@ -1,0 +1,75 @@
+"""The network the simulator sees: resources with capacities, and a route between any two ranks.
+
+A resource is one direction of a link, or a GPU's HBM. Capacities are in bytes per microsecond
+(1 GB/s = 1000 B/us). Routes come from the topology layer (`topology.routing`), computed once per
+pair of ranks and cached.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+GB = 1e3
+
+
+@dataclass
+class Network:
+    names: list[str]
+    capacity: list[float]
+    hbm_of: list[int]
+    router: Callable[[int, int], tuple[tuple[int, ...], float]]
+    _routes: dict = field(default_factory=dict)
+
+    def route(self, src: int, dst: int) -> tuple[tuple[int, ...], float]:
+        """(resources, latency in us) from rank src to rank dst; a rank to itself uses its HBM."""
+        key = (src, dst)
+        found = self._routes.get(key)
+        if found is None:
+            found = ((self.hbm_of[src],), 0.0) if src == dst else self.router(src, dst)
+            self._routes[key] = found
+        return found
+
+    def hbm(self, rank: int) -> int:
+        return self.hbm_of[rank]
+
+    def bottleneck(self, src: int, dst: int) -> float:
+        """The smallest capacity on the route, in GB/s."""
+        resources, _ = self.route(src, dst)
+        return min(self.capacity[r] for r in resources) / GB
+
+
+def from_topology(topo, ranks: int) -> Network:
+    """Map ranks onto the topology's GPUs in rank order and route every pair through it."""
+    from ..topology import gpus, route
+
+    devices = gpus(topo)
+    if ranks > len(devices):
+        from ..errors import TopologyError
+
+        raise TopologyError(f"the schedule has {ranks} ranks but {topo.name} has {len(devices)} GPUs "
+                            "(use a larger topology, or --nodes with a cluster template)")
+    names: list[str] = []
+    capacity: list[float] = []
+    index: dict[tuple[int, str], int] = {}
+
+    def resource(key, name: str, GBs: float) -> int:
+        if key not in index:
+            index[key] = len(capacity)
+            names.append(name)
+            capacity.append(GBs * GB)
+        return index[key]
+
+    by_id = {d.id: d for d in topo.devices}
+    hbm = [resource(("hbm", devices[r]), f"{devices[r]} HBM", by_id[devices[r]].hbm_GBs) for r in range(ranks)]
+
+    def router(src: int, dst: int):
+        path = route(topo, devices[src], devices[dst])
+        resources = []
+        for link_index, direction in path.links:
+            link = topo.links[link_index]
+            a, b = (link.a, link.b) if direction == 0 else (link.b, link.a)
+            resources.append(resource(("link", link_index, direction), f"{link.kind} {a}->{b}", link.GBs_per_dir))
+        return tuple(resources), path.latency_us
+
+    return Network(names=names, capacity=capacity, hbm_of=hbm, router=router)

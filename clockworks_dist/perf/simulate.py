@@ -1,0 +1,473 @@
+"""The runtime simulator: the checker's semantics, executed in time on a network model.
+
+Ranks run their programs in order, exactly as in `check.model`: sends and recvs meet first-in-
+first-out (rendezvous), collectives start when every member has arrived, one-sided puts are
+deliveries that land later (ordered only by fence and quiet), waits block until the simulated
+signal word satisfies them. What the checker leaves abstract gets a cost:
+
+- every transfer is a flow along its route; concurrent flows share each link max-min fairly
+  (`flows`), recomputed at every flow start and finish; a flow may carry a ceiling (NCCL channels
+  times the per-channel rate, NVSHMEM thread blocks times the per-block rate);
+- local ops are flows over the GPU's HBM, so they slow down when other traffic uses it;
+- fixed costs: kernel launch (or host issue, in eager mode), NCCL protocol base and step
+  latencies (`nccl`), NVSHMEM put and signal latency, barrier latency.
+
+The result has every op's start and end on every rank, the critical path (each op remembers what it
+waited for last), per-link bytes, and the total time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field
+
+from .. import ir
+from ..check.match import match
+from ..errors import ClockworksError
+from . import nccl
+from .flows import Flow, max_min_rates
+from .network import Network
+
+GB = 1e3  # bytes per microsecond in one GB/s
+
+
+class PredictError(ClockworksError):
+    """The schedule cannot be simulated (it does not match statically, or it deadlocks)."""
+
+
+@dataclass
+class OpRecord:
+    """One op (or group member) as executed: when it started and ended, and what it waited for."""
+
+    rank: int
+    index: int
+    sub: int | None
+    kind: str
+    text: str
+    loc: ir.SourceLoc
+    start: float = 0.0
+    end: float = 0.0
+    cause: "OpRecord | None" = None
+    cause_kind: str = "program order"
+    detail: dict = field(default_factory=dict)
+
+
+@dataclass
+class Timeline:
+    total_us: float
+    records: list[OpRecord]
+    link_bytes: dict[int, float]
+    network: Network
+    critical: list[OpRecord]
+    plans: list[tuple[OpRecord, nccl.Plan]]
+
+
+class Simulator:
+    def __init__(self, sched: ir.Schedule, network: Network, consts, mode: str = "graph"):
+        matches, problems = match(sched)
+        if problems:
+            raise PredictError(f"the schedule does not match: {problems[0].message} (run `clockworks check`)")
+        self.sched, self.net, self.c, self.mode = sched, network, consts, mode
+        self.matches = matches
+        self.world = sched.world
+        self.now = 0.0
+        self.queue: list = []
+        self.seq = itertools.count()
+        self.flows: list[Flow] = []
+        self.flow_ids = itertools.count()
+        self.flow_done: dict[int, object] = {}
+        self.flow_version = 0
+        self.last_update = 0.0
+        self.link_bytes: dict[int, float] = {}
+        self.pc = [0] * self.world
+        self.free_at = [0.0] * self.world  # when the rank's stream is free
+        self.last = [None] * self.world  # the record the rank's next op follows
+        self.records: list[OpRecord] = []
+        self.posted: dict[tuple, OpRecord] = {}
+        self.group_left: dict[int, int] = {}
+        self.arrived: dict[int, dict[int, OpRecord]] = {}
+        self.sig_offset, count = {}, 0
+        for decl in sched.programs[0].signals:
+            self.sig_offset[decl.name] = count
+            count += decl.count
+        self.signals = [[0] * count for _ in range(self.world)]
+        self.sig_writer: dict[tuple[int, int], OpRecord] = {}
+        self.waiting: dict[tuple[int, int], int] = {}  # (rank, word) -> waiting rank
+        self.outstanding = [0] * self.world
+        self.pending: dict[tuple[int, int], list] = {}  # (issuer, pe) -> [(epoch, start fn)] held by fences
+        self.in_flight_epochs: dict[tuple[int, int], list[int]] = {}
+        self.quiet_waiter: dict[int, OpRecord] = {}
+        self.last_delivery: dict[int, OpRecord] = {}
+        self.plans: list[tuple[OpRecord, nccl.Plan]] = []
+        self.fences = [[sum(1 for o in p.ops[:i] if o.kind == "fence") for i in range(len(p.ops))]
+                       for p in sched.programs]
+
+    # -- events and flows ---------------------------------------------------------------------
+    def at(self, time: float, fn) -> None:
+        heapq.heappush(self.queue, (time, next(self.seq), fn))
+
+    def _advance_flows(self) -> None:
+        dt = self.now - self.last_update
+        if dt > 0:
+            for f in self.flows:
+                moved = min(f.remaining, f.rate * dt)
+                f.remaining -= moved
+                for r in f.resources:
+                    self.link_bytes[r] = self.link_bytes.get(r, 0.0) + moved
+        self.last_update = self.now
+
+    def _reschedule(self) -> None:
+        max_min_rates(self.flows, self.net.capacity)
+        self.flow_version += 1
+        version = self.flow_version
+        soonest = None
+        for f in self.flows:
+            if f.rate > 0:
+                t = self.now + f.remaining / f.rate
+                soonest = t if soonest is None else min(soonest, t)
+        if soonest is not None:
+            self.at(soonest, lambda v=version: self._flows_tick(v))
+
+    def _flows_tick(self, version: int) -> None:
+        if version != self.flow_version:
+            return
+        self._advance_flows()
+        done = [f for f in self.flows if f.remaining <= 1e-6 * max(1.0, f.rate)]
+        self.flows = [f for f in self.flows if f not in done]
+        self._reschedule()
+        for f in done:
+            self.flow_done.pop(f.fid)()
+
+    def start_flow(self, resources: tuple[int, ...], nbytes: float, ceiling_GBs: float | None, then) -> None:
+        """Move `nbytes` over `resources`; call `then()` when the last byte has left."""
+        if nbytes <= 0 or not resources:
+            self.at(self.now, then)
+            return
+        self._advance_flows()
+        fid = next(self.flow_ids)
+        self.flows.append(Flow(fid=fid, resources=resources, remaining=nbytes,
+                               ceiling=None if ceiling_GBs is None else ceiling_GBs * GB))
+        self.flow_done[fid] = then
+        self._reschedule()
+
+    def transfer(self, src: int, dst: int, nbytes: float, ceiling_GBs: float | None, latency_us: float, then) -> None:
+        """A flow from rank src to rank dst, then the route's latency (cut-through: paid once)."""
+        resources, route_latency = self.net.route(src, dst)
+        self.start_flow(resources, nbytes, ceiling_GBs,
+                        lambda: self.at(self.now + route_latency + latency_us, then))
+
+    def run(self) -> Timeline:
+        for rank in range(self.world):
+            self.at(0.0, lambda r=rank: self.advance(r))
+        while self.queue:
+            time, _, fn = heapq.heappop(self.queue)
+            self.now = max(self.now, time)
+            fn()
+        stuck = [r for r in range(self.world) if self.pc[r] < len(self.sched.programs[r].ops)]
+        if stuck:
+            raise PredictError(f"the schedule deadlocks: rank(s) {', '.join(map(str, stuck))} never finish "
+                               "(run `clockworks check` for the counterexample)")
+        total = max([r.end for r in self.records], default=0.0)
+        return Timeline(total_us=total, records=self.records, link_bytes=self.link_bytes, network=self.net,
+                        critical=self._critical_path(), plans=self.plans)
+
+    # -- ranks --------------------------------------------------------------------------------
+    def _record(self, rank: int, index: int, sub, op, start: float, cause=None, cause_kind="program order") -> OpRecord:
+        rec = OpRecord(rank=rank, index=index, sub=sub, kind=op.kind, text=ir.describe(op), loc=op.loc,
+                       start=start, cause=cause if cause is not None else self.last[rank], cause_kind=cause_kind)
+        self.records.append(rec)
+        return rec
+
+    def _launch(self) -> float:
+        return self.c.launch_us if self.mode == "graph" else self.c.host_issue_us
+
+    def finish(self, rank: int, rec: OpRecord, end: float | None = None) -> None:
+        rec.end = self.now if end is None else end
+        self.last[rank] = rec
+        self.pc[rank] += 1
+        self.free_at[rank] = rec.end
+        self.at(rec.end, lambda: self.advance(rank))
+
+    def advance(self, rank: int) -> None:
+        prog = self.sched.programs[rank]
+        pc = self.pc[rank]
+        if pc >= len(prog.ops) or self.now < self.free_at[rank] - 1e-9:
+            return
+        if (rank, pc) in self.posted:  # already posted, waiting for partners
+            return
+        op = prog.ops[pc]
+        k = op.kind
+        start = max(self.now, self.free_at[rank])
+        if k in ("reduce", "copy", "fill", "compute"):
+            rec = self._record(rank, pc, None, op, start)
+            self.posted[(rank, pc)] = rec
+            nbytes = self._local_bytes(rank, op)
+            launch = self._launch() + (self.c.compute_us if k == "compute" else 0.0)
+
+            def done(rec=rec):
+                self.posted.pop((rank, pc), None)
+                self.finish(rank, rec)
+            self.at(start + launch, lambda: self.start_flow((self.net.hbm(rank),), nbytes, None, done))
+        elif k in ("send", "recv", "group"):
+            members = op.ops if k == "group" else (op,)
+            self.group_left[rank] = len(members)
+            head = self._record(rank, pc, None, op, start)
+            self.posted[(rank, pc)] = head
+            for sub, member in enumerate(members):
+                key = (rank, pc, sub if k == "group" else None)
+                self.posted[key] = head
+                self._try_p2p(key, member)
+        elif k in ir.COLLECTIVE_KINDS or k in ("barrier_all", "sync_all"):
+            rec = self._record(rank, pc, None, op, start)
+            self.posted[(rank, pc)] = rec
+            if k == "barrier_all" and self.outstanding[rank]:
+                self.quiet_waiter[rank] = rec
+                return
+            self._arrive(rank, pc, rec)
+        elif k in ("put", "put_signal", "signal_op", "atomic"):
+            rec = self._record(rank, pc, None, op, start)
+            issue = start + self.c.nvshmem_issue_us
+            self.outstanding[rank] += 1
+            self.at(issue, lambda: self._issue_delivery(rank, pc, op, rec))
+            self.finish(rank, rec, issue)
+        elif k == "get":
+            rec = self._record(rank, pc, None, op, start)
+            nbytes = self._bytes(rank, op.dst)
+            self.at(start + self.c.nvshmem_issue_us, lambda: self.transfer(
+                op.pe, rank, nbytes, self._block_ceiling(), self.c.nvshmem_latency_us, lambda: self.finish(rank, rec)))
+        elif k == "fetch_atomic":
+            rec = self._record(rank, pc, None, op, start)
+            if isinstance(op.target, ir.SignalRef):
+                word = self.sig_offset[op.target.signal] + op.target.index
+                old = self.signals[op.pe][word]
+                self.signals[op.pe][word] = _fetch(op.op, old, op.value, op.cond)
+                self._wake(op.pe, word, rec)
+            self.at(start + 2 * self.c.nvshmem_latency_us, lambda: self.finish(rank, rec))
+        elif k == "wait_until":
+            word = self.sig_offset[op.signal.signal] + op.signal.index
+            if _compare(op.cmp, self.signals[rank][word], op.value):
+                writer = self.sig_writer.get((rank, word))
+                rec = self._record(rank, pc, None, op, start)
+                if writer is not None and writer.end >= (self.last[rank].end if self.last[rank] else 0.0):
+                    rec.cause, rec.cause_kind = writer, "signal"
+                self.finish(rank, rec, start)
+            else:
+                self.waiting[(rank, word)] = rank
+        elif k == "quiet":
+            rec = self._record(rank, pc, None, op, start)
+            if self.outstanding[rank]:
+                self.quiet_waiter[rank] = rec
+            else:
+                self.finish(rank, rec, start)
+        else:  # fence: orders deliveries, costs nothing here
+            rec = self._record(rank, pc, None, op, start)
+            self.finish(rank, rec, start)
+
+    # -- two-sided ----------------------------------------------------------------------------
+    def _try_p2p(self, key: tuple, member) -> None:
+        skey = key if member.kind == "send" else self.matches.send_of.get(key)
+        rkey = self.matches.recv_of.get(skey) if skey else None
+        if skey is None or rkey is None or skey not in self.posted or rkey not in self.posted:
+            return
+        send_head, recv_head = self.posted[skey], self.posted[rkey]
+        send = self.matches._op(skey)
+        nbytes = self._bytes(skey[0], send.src)
+        start = self.now
+        rec = OpRecord(rank=skey[0], index=skey[1], sub=skey[2], kind="send", text=ir.describe(send), loc=send.loc,
+                       start=start, cause=recv_head if recv_head.start >= send_head.start else send_head,
+                       cause_kind="matching recv posted" if recv_head.start >= send_head.start else "program order")
+        self.records.append(rec)
+        proto = "LL" if nbytes <= self.c.ll_max_bytes else "Simple"
+        ch = nccl.channels_for(self.c, nbytes)
+        fixed = self._launch() + self.c.proto_base_us[proto]
+
+        def done():
+            rec.end = self.now
+            for k in (skey, rkey):
+                self.posted.pop(k, None)
+                self._member_done(k, rec)
+        self.transfer(skey[0], rkey[0], nbytes / nccl.EFFICIENCY[proto], ch * self.c.channel_GBs[proto], fixed, done)
+
+    def _member_done(self, key: tuple, rec: OpRecord) -> None:
+        rank, index, _ = key
+        self.group_left[rank] -= 1
+        if self.group_left[rank] == 0:
+            head = self.posted.pop((rank, index))
+            if rec.end >= head.start:
+                head.cause, head.cause_kind = rec, "transfer"
+            self.finish(rank, head)
+
+    # -- collectives --------------------------------------------------------------------------
+    def _arrive(self, rank: int, index: int, rec: OpRecord) -> None:
+        cid = self.matches.cid_of.get((rank, index))
+        arrived = self.arrived.setdefault(cid, {})
+        arrived[rank] = rec
+        members = self.matches.collectives[cid]
+        if len(arrived) < len(members):
+            return
+        last = max(arrived.values(), key=lambda r: r.start)
+        for r in arrived.values():
+            if r is not last:
+                r.cause, r.cause_kind = last, "collective: last member to arrive"
+        op = self.sched.programs[members[0][0]].ops[members[0][1]]
+        ranks = [r for r, _ in members]
+        if op.kind in ("barrier_all", "sync_all"):
+            end = self.now + self._launch() + self.c.barrier_us * max(1, (len(ranks) - 1).bit_length())
+            for r, i in members:
+                self.posted.pop((r, i), None)
+                self.finish(r, arrived[r], end)
+            return
+        nbytes = self._collective_bytes(members)
+        link = min(self.net.bottleneck(a, b) for a in ranks for b in ranks if a != b) if len(ranks) > 1 else 1e9
+        p = nccl.plan(op.kind, len(ranks), nbytes, self.c, link)
+        self.plans.append((last, p))
+        left = [len(p.transfers) + (len(ranks) if p.reduce_bytes else 0)]
+        start = self.now + self._launch()
+
+        def one_done():
+            left[0] -= 1
+            if left[0] == 0:
+                end = self.now + p.fixed_us
+                for r, i in members:
+                    self.posted.pop((r, i), None)
+                    arrived[r].detail = {"algorithm": p.algorithm, "protocol": p.protocol, "channels": p.channels}
+                    self.finish(r, arrived[r], end)
+
+        def launch():
+            if left[0] == 0:
+                one_done_now = self.now + p.fixed_us
+                for r, i in members:
+                    self.posted.pop((r, i), None)
+                    self.finish(r, arrived[r], one_done_now)
+                return
+            for t in p.transfers:
+                resources, _lat = self.net.route(ranks[t.src], ranks[t.dst])
+                self.start_flow(resources, t.nbytes, p.ceiling_GBs, one_done)
+            if p.reduce_bytes:
+                for r in ranks:
+                    self.start_flow((self.net.hbm(r),), p.reduce_bytes, None, one_done)
+        self.at(start, launch)
+
+    # -- one-sided ----------------------------------------------------------------------------
+    def _issue_delivery(self, rank: int, index: int, op, rec: OpRecord) -> None:
+        epoch = self.fences[rank][index]
+        key = (rank, op.pe)
+        epochs = self.in_flight_epochs.setdefault(key, [])
+
+        def start():
+            epochs.append(epoch)
+            nbytes = self._bytes(rank, op.src) if op.kind in ("put", "put_signal") else 8.0
+            latency = self.c.nvshmem_latency_us + (self.c.nvshmem_signal_us if op.kind != "put" else 0.0)
+            self.transfer(rank, op.pe, nbytes, self._block_ceiling(), latency, lambda: land())
+
+        def land():
+            epochs.remove(epoch)
+            self.outstanding[rank] -= 1
+            delivery = OpRecord(rank=rank, index=index, sub=None, kind="delivery", text=f"delivery of {rec.text}",
+                                loc=op.loc, start=rec.end, end=self.now, cause=rec, cause_kind="issue")
+            self.records.append(delivery)
+            self.last_delivery[rank] = delivery
+            self._apply(op, delivery)
+            self._release(key)
+            if self.outstanding[rank] == 0 and rank in self.quiet_waiter:
+                waiter = self.quiet_waiter.pop(rank)
+                waiter.cause, waiter.cause_kind = delivery, "delivery completed"
+                if waiter.kind == "barrier_all":
+                    self._arrive(rank, waiter.index, waiter)
+                else:
+                    self.finish(rank, waiter)
+
+        if any(e < epoch for e in epochs) or any(e < epoch for e, _ in self.pending.get(key, [])):
+            self.pending.setdefault(key, []).append((epoch, start))
+        else:
+            start()
+
+    def _release(self, key: tuple[int, int]) -> None:
+        held = self.pending.get(key, [])
+        epochs = self.in_flight_epochs.get(key, [])
+        ready = [(e, fn) for e, fn in held if not any(x < e for x in epochs) and not any(y < e for y, _ in held)]
+        for item in ready:
+            held.remove(item)
+            item[1]()
+
+    def _apply(self, op, delivery: OpRecord) -> None:
+        target = op.pe
+        if op.kind in ("put_signal", "signal_op"):
+            word = self.sig_offset[op.signal.signal] + op.signal.index
+            old = self.signals[target][word]
+            self.signals[target][word] = op.value if op.sig_op == "set" else old + op.value
+            self._wake(target, word, delivery)
+        elif op.kind == "atomic" and isinstance(op.target, ir.SignalRef):
+            word = self.sig_offset[op.target.signal] + op.target.index
+            self.signals[target][word] = _fetch("fetch_" + op.op if op.op != "set" else "swap",
+                                                self.signals[target][word], op.value, 0)
+            self._wake(target, word, delivery)
+
+    def _wake(self, rank: int, word: int, writer: OpRecord) -> None:
+        self.sig_writer[(rank, word)] = writer
+        if (rank, word) in self.waiting:
+            op = self.sched.programs[rank].ops[self.pc[rank]]
+            if _compare(op.cmp, self.signals[rank][word], op.value):
+                del self.waiting[(rank, word)]
+                rec = self._record(rank, self.pc[rank], None, op, self.now, cause=writer, cause_kind="signal")
+                self.finish(rank, rec, self.now)
+
+    # -- sizes --------------------------------------------------------------------------------
+    def _bytes(self, rank: int, region: ir.Region) -> float:
+        return region.count * ir.DTYPE_BYTES[self.sched.programs[rank].buffer(region.buffer).dtype]
+
+    def _local_bytes(self, rank: int, op) -> float:
+        if op.kind == "reduce":
+            return self._bytes(rank, op.dst) * (len(op.srcs) + 1)
+        if op.kind == "copy":
+            return 2 * self._bytes(rank, op.dst)
+        if op.kind == "fill":
+            return self._bytes(rank, op.dst)
+        return sum(self._bytes(rank, r) for r in op.reads) + sum(self._bytes(rank, r) for r in op.writes)
+
+    def _collective_bytes(self, members) -> float:
+        rank, index = members[0]
+        op = self.sched.programs[rank].ops[index]
+        if op.kind == "barrier":
+            return 0.0
+        if op.kind == "all_gather":
+            return self._bytes(rank, op.dst)
+        return self._bytes(rank, op.src)
+
+    def _block_ceiling(self) -> float:
+        return self.c.nvshmem_block_GBs * self.c.nvshmem_blocks
+
+    def _critical_path(self) -> list[OpRecord]:
+        if not self.records:
+            return []
+        node = max(self.records, key=lambda r: r.end)
+        path, seen = [], set()
+        while node is not None and id(node) not in seen:
+            seen.add(id(node))
+            path.append(node)
+            node = node.cause
+        return path[::-1]
+
+
+def _compare(cmp: str, a: int, b: int) -> bool:
+    return {"eq": a == b, "ne": a != b, "gt": a > b, "ge": a >= b, "lt": a < b, "le": a <= b}[cmp]
+
+
+def _fetch(op: str, old: int, value: int, cond: int) -> int:
+    mask = (1 << 64) - 1
+    if op in ("fetch_add", "add"):
+        return (old + value) & mask
+    if op in ("fetch_inc", "inc", "fetch_fetch_inc"):
+        return (old + 1) & mask
+    if op in ("swap", "set"):
+        return value
+    if op == "compare_swap":
+        return value if old == cond else old
+    if op.endswith("and"):
+        return old & value
+    if op.endswith("or") and not op.endswith("xor"):
+        return old | value
+    if op.endswith("xor"):
+        return old ^ value
+    return old
