@@ -6,8 +6,13 @@ order; joint completion; issue -> delivery; delivery -> a wait_until or fetching
 the signal it updated; delivery -> the issuer's quiet or barrier_all; every member's prior deliveries
 -> barrier_all; fence order between deliveries to the same PE.
 
-For schedules the checker verifies, every execution has this same order: the predictor replays it,
-and the symbolic checks ask it which accesses may be concurrent.
+Clock components: `("r", rank)` for a rank's own events, `("m", rank, index, sub)` for one member
+of a group (members run concurrently: each starts from the rank's clock at the group), and
+`("d", rank, index)` for a delivery. When a group ends, the rank ticks its own component; member
+components older than that tick are folded away, so clocks stay small.
+
+For schedules the checker verifies, every execution has this same order; the symbolic checks ask
+it which accesses may be concurrent.
 """
 
 from __future__ import annotations
@@ -20,28 +25,29 @@ from .model import SIG, Model, State
 Clock = dict
 
 
-def _join(a: Clock, b: Clock) -> Clock:
-    out = dict(a)
-    for k, v in b.items():
-        if out.get(k, 0) < v:
-            out[k] = v
-    return out
-
-
 @dataclass
 class HappensBefore:
     """Vector-clock stamps of one execution's events, and the order between them."""
 
-    events: list[tuple] = field(default_factory=list)  # (event id, owner, clock, op keys, action)
+    events: list[tuple] = field(default_factory=list)  # (event id, own ticks, clock, op keys, action)
     op_event: dict[Key, int] = field(default_factory=dict)  # op -> execution event
     effect_event: dict[Key, int] = field(default_factory=dict)  # op -> delivery event if it has one
     actions: list[tuple] = field(default_factory=list)
+    group_end: dict[tuple[int, int], int] = field(default_factory=dict)  # (rank, index) -> rank tick
 
     def _before(self, i: int, j: int) -> bool:
         if i == j:
             return False
-        _, owner, clock_i, _, _ = self.events[i]
-        return clock_i[owner] <= self.events[j][2].get(owner, 0)
+        _, own, _, _, _ = self.events[i]
+        clock_j = self.events[j][2]
+        for component, value in own:
+            if clock_j.get(component, 0) >= value:
+                return True
+            if component[0] == "m":
+                end = self.group_end.get((component[1], component[2]))
+                if end is not None and clock_j.get(("r", component[1]), 0) >= end:
+                    return True
+        return False
 
     def ordered(self, a: Key, b: Key) -> bool:
         """True if op a's effect happens before op b's effect in this execution."""
@@ -54,32 +60,61 @@ class HappensBefore:
         """True if neither op's effect is ordered before the other's: they may be concurrent."""
         return not self.ordered(a, b) and not self.ordered(b, a)
 
-    def edges(self) -> list[tuple[int, int]]:
-        """Immediate predecessor edges between events (for the predictor's dependency graph)."""
-        out = []
-        for j, (_, owner_j, clock_j, _, _) in enumerate(self.events):
-            preds = [i for i in range(j) if self._before(i, j)]
-            for i in preds:
-                if not any(self._before(i, k) and self._before(k, j) for k in preds if k != i):
-                    out.append((i, j))
+
+class _Stamper:
+    def __init__(self, model: Model, hb: HappensBefore):
+        self.model, self.hb = model, hb
+        self.clocks: list[Clock] = [{} for _ in range(model.world)]
+        self.groups: dict[int, list] = {}  # rank -> [index, clock at start, joined clock, members left]
+
+    def join(self, a: Clock, b: Clock) -> Clock:
+        out = dict(a)
+        for k, v in b.items():
+            if out.get(k, 0) < v:
+                out[k] = v
+        for k in [k for k in out if k[0] == "m"]:
+            end = self.hb.group_end.get((k[1], k[2]))
+            if end is not None and out.get(("r", k[1]), 0) >= end:
+                del out[k]
         return out
+
+    def tick(self, clock: Clock, component: tuple) -> tuple:
+        clock[component] = clock.get(component, 0) + 1
+        return component, clock[component]
+
+    def stamp(self, own: list, clock: Clock, keys, action) -> int:
+        index = len(self.hb.events)
+        self.hb.events.append((index, tuple(own), dict(clock), tuple(keys), action))
+        return index
+
+    def base(self, rank: int, index: int) -> Clock:
+        entry = self.groups.get(rank)
+        if entry is None or entry[0] != index:
+            members = len(self.model.code[rank][index].members)
+            entry = self.groups[rank] = [index, dict(self.clocks[rank]), dict(self.clocks[rank]), members]
+        return entry[1]
+
+    def member_done(self, rank: int, index: int, clock: Clock) -> None:
+        entry = self.groups[rank]
+        entry[2] = self.join(entry[2], clock)
+        entry[3] -= 1
+        if entry[3] == 0:
+            done = entry[2]
+            _, tick = self.tick(done, ("r", rank))
+            self.hb.group_end[(rank, index)] = tick
+            self.clocks[rank] = self.join(done, {})
+            del self.groups[rank]
 
 
 def happens_before(model: Model, actions: list[tuple]) -> HappensBefore:
     """Stamp the events of the execution `actions` (a path from the initial state)."""
     hb = HappensBefore(actions=list(actions))
-    clocks: list[Clock] = [{("r", r): 0} for r in range(model.world)]
+    st = _Stamper(model, hb)
+    clocks = st.clocks
     issue_clock: dict[tuple[int, int], Clock] = {}
     delivered: dict[int, Clock] = {r: {} for r in range(model.world)}
     sig_clock: dict[tuple[int, int], Clock] = {}
     landed: dict[tuple[int, int], Clock] = {}
-    state: State = model.initial()
-
-    def stamp(owner, clock, keys, action) -> int:
-        index = len(hb.events)
-        hb.events.append((index, owner, dict(clock), tuple(keys), action))
-        return index
-
     for action in actions:
         kind = action[0]
         if kind == "step":
@@ -88,15 +123,17 @@ def happens_before(model: Model, actions: list[tuple]) -> HappensBefore:
             clock = clocks[rank]
             for owner, space, lo, _hi, _mode in c.footprint:
                 if space == SIG:
-                    clock = _join(clock, sig_clock.get((owner, lo), {}))
-            if c.kind in ("quiet",):
-                clock = _join(clock, delivered[rank])
-            clock[("r", rank)] = clock.get(("r", rank), 0) + 1
+                    clock = st.join(clock, sig_clock.get((owner, lo), {}))
+            if c.kind == "quiet":
+                clock = st.join(clock, delivered[rank])
+            clock = dict(clock)
+            own = [st.tick(clock, ("r", rank))]
             clocks[rank] = clock
-            event = stamp(("r", rank), clock, [(rank, index, None)], action)
-            for owner, space, lo, _hi, _mode in c.footprint:
-                if space == SIG and c.kind == "fetch_atomic":
-                    sig_clock[(owner, lo)] = _join(sig_clock.get((owner, lo), {}), clock)
+            event = st.stamp(own, clock, [(rank, index, None)], action)
+            if c.kind == "fetch_atomic":
+                for owner, space, lo, _hi, _mode in c.footprint:
+                    if space == SIG:
+                        sig_clock[(owner, lo)] = st.join(sig_clock.get((owner, lo), {}), clock)
             hb.op_event[(rank, index, None)] = event
             hb.effect_event[(rank, index, None)] = event
             if c.delivery is not None:
@@ -108,18 +145,21 @@ def happens_before(model: Model, actions: list[tuple]) -> HappensBefore:
             else:
                 keys = [(r, i, None) for r, i in model.coll_members[action[1]]]
             clock: Clock = {}
-            for rank, _, _ in keys:
-                clock = _join(clock, clocks[rank])
+            for rank, index, sub in keys:
+                clock = st.join(clock, st.base(rank, index) if sub is not None else clocks[rank])
                 if kind == "coll" and model.coll_kind[action[1]] == "barrier_all":
-                    clock = _join(clock, delivered[rank])
-            for rank, _, _ in keys:
-                clock[("r", rank)] = clock.get(("r", rank), 0) + 1
-            for rank, _, _ in keys:
-                clocks[rank] = dict(clock)
+                    clock = st.join(clock, delivered[rank])
+            own = [st.tick(clock, ("r", rank) if sub is None else ("m", rank, index, sub))
+                   for rank, index, sub in keys]
+            event = st.stamp(own, clock, keys, action)  # one joint event for every participant
             for key in keys:
-                event = stamp(("r", key[0]), clock, [key], action)
+                rank, index, sub = key
                 hb.op_event[key] = event
                 hb.effect_event[key] = event
+                if sub is None:
+                    clocks[rank] = dict(clock)
+                else:
+                    st.member_done(rank, index, clock)
         else:
             issuer, index = action[1], action[2]
             d = model.deliveries[(issuer, index)]
@@ -127,15 +167,13 @@ def happens_before(model: Model, actions: list[tuple]) -> HappensBefore:
             for (i, j), other in landed.items():
                 e = model.deliveries[(i, j)]
                 if i == issuer and e.target == d.target and e.epoch < d.epoch:
-                    clock = _join(clock, other)
-            owner = ("d", issuer, index)
-            clock[owner] = 1
-            event = stamp(owner, clock, [(issuer, index, None)], action)
+                    clock = st.join(clock, other)
+            own = [st.tick(clock, ("d", issuer, index))]
+            event = st.stamp(own, clock, [(issuer, index, None)], action)
             hb.effect_event[(issuer, index, None)] = event
             landed[(issuer, index)] = clock
-            delivered[issuer] = _join(delivered[issuer], clock)
+            delivered[issuer] = st.join(delivered[issuer], clock)
             for target, space, lo, _hi, _mode in d.footprint:
                 if space == SIG:
-                    sig_clock[(target, lo)] = _join(sig_clock.get((target, lo), {}), clock)
-        state = model.apply(state, action)
+                    sig_clock[(target, lo)] = st.join(sig_clock.get((target, lo), {}), clock)
     return hb

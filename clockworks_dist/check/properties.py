@@ -51,8 +51,7 @@ class Observer:
         self.per_kind: Counter = Counter()
         self.expected = expected_atoms(model)
         self.outputs = self._output_atoms()
-        self.first_final: dict[tuple[int, int], int] | None = None
-        self.first_final_state: State | None = None
+        self.finals: dict[tuple[int, int], dict[tuple, int]] = {}
         self.terminals = 0
 
     def _output_atoms(self) -> list[tuple[int, int]]:
@@ -180,22 +179,25 @@ class Observer:
             if values.normal(actual) != norm:
                 key = ("wrong_result", rank, exp.region.buffer)
                 self._add(key, "wrong_result", lambda: self._wrong(state, rank, atom, norm, exp))
-        if self.first_final is None:
-            self.first_final = {ra: mem[ra[0]][ra[1]] for ra in self.outputs}
-            self.first_final_state = state
-            self._cross_rank_bitwise(state)
-            return
-        for (rank, atom), first in self.first_final.items():
+        # every distinct final value of every output, over all terminal states: a pair with
+        # different terms is nondeterminism; the same terms associated differently is not bitwise
+        # reproducible (comparing with every earlier value, not just the first, keeps the answer
+        # independent of the search order)
+        for (rank, atom) in self.outputs:
             actual = mem[rank][atom]
-            if actual == first:
-                continue
+            seen = self.finals.setdefault((rank, atom), {})
+            norm = values.normal(actual)
             buf = model.layout.atom_names[rank][atom][0]
-            if values.normal(actual) != values.normal(first):
+            if seen and norm not in seen:
+                first = next(iter(seen.values()))
                 key = ("nondeterministic_result", rank, buf)
                 self._add(key, "nondeterministic_result", lambda: self._nondeterministic(state, rank, atom, first))
-            else:
+            elif norm in seen and seen[norm] != actual:
                 key = ("not_bitwise_reproducible", rank, buf)
-                self._add(key, "not_bitwise_reproducible", lambda: self._run_to_run(state, rank, atom, first))
+                self._add(key, "not_bitwise_reproducible",
+                          lambda: self._run_to_run(state, rank, atom, seen[norm]))
+            seen.setdefault(norm, actual)
+        self._cross_rank_bitwise(state)
 
     def _writer(self, state: State, rank: int, atom: int) -> OpRef | None:
         _, writer = replay(self.model, self.path_to(state))
