@@ -1,4 +1,5 @@
-"""The `clockworks` command: `show` a schedule's per-rank programs, `check` it for every interleaving.
+"""The `clockworks` command: `show` a schedule's per-rank programs, `check` it for every interleaving,
+`topology schema|show` for the machine descriptions.
 
 Exit codes: 0 every property holds, 1 a property is violated, 2 bad input, 3 incomplete search,
 4 an internal error (a bug in clockworks: never reported as a violation).
@@ -115,7 +116,32 @@ def build_parser() -> argparse.ArgumentParser:
                        help="stop after S seconds per check, 0 or 'none' for no bound (default: 60)")
     check.add_argument("--no-reduction", dest="reduction", action="store_false",
                        help="explore every interleaving, without partial-order reduction")
+    _topology_parser(sub)
     return parser
+
+
+def _topology_parser(sub) -> None:
+    topology = sub.add_parser("topology", help="machine descriptions: the file schema, a file's summary",
+                              description="Topology files (YAML) describe the GPUs, switches, NICs and links "
+                                          "of a machine or a cluster.", epilog=EPILOG)
+    actions = topology.add_subparsers(dest="topology_command", metavar="ACTION")
+    actions.required = True
+    schema = actions.add_parser("schema", help="print the JSON schema of topology files",
+                                description="Print the JSON schema of topology files.")
+    schema.add_argument("--template", action="store_true",
+                        help="the schema of cluster templates (files with a fabric: section) instead")
+    schema.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    schema.set_defaults(json=True)
+    show = actions.add_parser("show", help="summarise a topology: devices, links, per-GPU bandwidth, a route",
+                              description="Load, validate and summarise a topology file.", epilog=EPILOG)
+    show.add_argument("file", metavar="FILE",
+                      help="a YAML topology file, or the name of a shipped one (e.g. dgx-h100, dgx-h100-cluster)")
+    show.add_argument("--nodes", metavar="N", type=_positive,
+                      help="expand a cluster template to N nodes (default: the template's own)")
+    show.add_argument("--dot", metavar="OUT.dot", help="also write Graphviz DOT to OUT.dot")
+    show.add_argument("--png", metavar="OUT.png", help="also draw a PNG (needs matplotlib: the [plot] extra)")
+    show.add_argument("--json", action="store_true", help="print the (expanded) topology as JSON")
+    show.add_argument("--debug", action="store_true", help="print tracebacks of errors in the input")
 
 
 # ------------------------------------------------------------------------------------- output
@@ -260,7 +286,40 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     return _exit_code(verdicts)
 
 
-COMMANDS = {"show": cmd_show, "check": cmd_check}
+def cmd_topology(args: argparse.Namespace, out: Output) -> int:
+    """`topology schema`: the JSON schema; `topology show FILE`: a summary, DOT, PNG or JSON."""
+    from . import topology
+
+    if args.topology_command == "schema":
+        model = topology.ClusterTemplate if args.template else topology.Topology
+        out.json(model.model_json_schema())
+        return EXIT_VERIFIED
+    topo = topology.load_topology(args.file, nodes=args.nodes)
+    if args.dot:
+        _write(args.dot, topology.to_dot(topo))
+    if args.png:
+        try:
+            topology.draw_png(topo, args.png)
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.png}: {exc.strerror or exc}") from None
+        sys.stderr.write(f"wrote {args.png}\n")
+    if args.json:
+        sys.stdout.write(topo.model_dump_json(indent=2) + "\n")
+    else:
+        out.text(topology.summary(topo))
+    return EXIT_VERIFIED
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        with open(path, "w") as handle:
+            handle.write(text)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+    sys.stderr.write(f"wrote {path}\n")
+
+
+COMMANDS = {"show": cmd_show, "check": cmd_check, "topology": cmd_topology}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

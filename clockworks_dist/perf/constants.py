@@ -27,6 +27,36 @@ class Constants:
     barrier_us: float = 2.0  # per dissemination round
     compute_us: float = 5.0  # an opaque compute kernel, beyond its memory traffic
 
+    step_by_transport: dict = field(default_factory=dict)  # nvlink|pcie|net -> per-protocol step latency
+
+    @classmethod
+    def from_topology(cls, tc) -> "Constants":
+        """The simulator's view of a topology file's `constants` section."""
+        steps = tc.nccl_step_latency_us
+        return cls(
+            launch_us=tc.graph_launch_us, host_issue_us=tc.kernel_launch_us,
+            proto_base_us=tc.nccl_base_latency_us.model_dump(), proto_step_us=steps.nvlink.model_dump(),
+            channel_GBs=tc.nccl_channel_GBs.model_dump(), max_channels=tc.nccl_max_channels,
+            channel_bytes=tc.nccl_channel_bytes, ll_max_bytes=tc.nccl_ll_max_bytes,
+            nvshmem_issue_us=tc.nvshmem_put_latency_us, nvshmem_latency_us=tc.nvshmem_signal_latency_us,
+            nvshmem_signal_us=0.0, nvshmem_block_GBs=tc.nvshmem_block_GBs, barrier_us=tc.barrier_us,
+            compute_us=tc.compute_us,
+            step_by_transport={"nvlink": steps.nvlink.model_dump(), "pcie": steps.pcie.model_dump(),
+                               "net": steps.net.model_dump()})
+
+    def topology_fields(self) -> dict:
+        """The fitted values, as fields of a topology file's `constants` section."""
+        steps = dict(self.step_by_transport) or {"nvlink": dict(self.proto_step_us)}
+        steps["nvlink"] = dict(self.proto_step_us)
+        return {
+            "graph_launch_us": self.launch_us, "kernel_launch_us": self.host_issue_us,
+            "nccl_base_latency_us": dict(self.proto_base_us), "nccl_step_latency_us": steps,
+            "nccl_channel_GBs": dict(self.channel_GBs), "nccl_max_channels": int(self.max_channels),
+            "nccl_channel_bytes": self.channel_bytes, "nccl_ll_max_bytes": self.ll_max_bytes,
+            "nvshmem_put_latency_us": self.nvshmem_issue_us, "nvshmem_signal_latency_us": self.nvshmem_latency_us,
+            "nvshmem_block_GBs": self.nvshmem_block_GBs, "barrier_us": self.barrier_us, "compute_us": self.compute_us,
+        }
+
     def to_dict(self) -> dict:
         return asdict(self)
 

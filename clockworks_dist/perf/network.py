@@ -20,6 +20,12 @@ class Network:
     hbm_of: list[int]
     router: Callable[[int, int], tuple[tuple[int, ...], float]]
     _routes: dict = field(default_factory=dict)
+    transports: dict = field(default_factory=dict)
+
+    def transport(self, src: int, dst: int) -> str:
+        """nvlink | pcie | net | local: the hardware a route crosses (after routing it)."""
+        self.route(src, dst)
+        return self.transports.get((src, dst), "nvlink" if src != dst else "local")
 
     def route(self, src: int, dst: int) -> tuple[tuple[int, ...], float]:
         """(resources, latency in us) from rank src to rank dst; a rank to itself uses its HBM."""
@@ -61,15 +67,25 @@ def from_topology(topo, ranks: int) -> Network:
         return index[key]
 
     by_id = {d.id: d for d in topo.devices}
-    hbm = [resource(("hbm", devices[r]), f"{devices[r]} HBM", by_id[devices[r]].hbm_GBs) for r in range(ranks)]
+    efficiency = topo.constants.hbm_efficiency  # what a streaming kernel reaches of the datasheet rate
+    hbm = [resource(("hbm", devices[r]), f"{devices[r]} HBM", by_id[devices[r]].hbm_GBs * efficiency)
+           for r in range(ranks)]
 
     def router(src: int, dst: int):
         path = route(topo, devices[src], devices[dst])
         resources = []
-        for link_index, direction in path.links:
-            link = topo.links[link_index]
-            a, b = (link.a, link.b) if direction == 0 else (link.b, link.a)
-            resources.append(resource(("link", link_index, direction), f"{link.kind} {a}->{b}", link.GBs_per_dir))
+        for hop in path.links:
+            link = topo.links[hop.link]
+            a, b = (link.a, link.b) if hop.direction == 0 else (link.b, link.a)
+            # a route spread over parallel links (NVSwitch planes) puts `share` of its bytes on each:
+            # the flow sees that link as capacity / share
+            name = f"{link.kind} {a}->{b}" + (f" ({hop.share:.0%} of the route)" if hop.share < 1 else "")
+            resources.append(resource(("link", hop.link, hop.direction, round(hop.share, 6)), name,
+                                      link.GBs_per_dir / hop.share))
+        transports[(src, dst)] = path.transport
         return tuple(resources), path.latency_us
 
-    return Network(names=names, capacity=capacity, hbm_of=hbm, router=router)
+    transports: dict[tuple[int, int], str] = {}
+    net = Network(names=names, capacity=capacity, hbm_of=hbm, router=router)
+    net.transports = transports
+    return net

@@ -18,6 +18,7 @@ waited for last), per-link bytes, and the total time.
 
 from __future__ import annotations
 
+import copy
 import heapq
 import itertools
 from dataclasses import dataclass, field
@@ -320,7 +321,13 @@ class Simulator:
             return
         nbytes = self._collective_bytes(members)
         link = min(self.net.bottleneck(a, b) for a in ranks for b in ranks if a != b) if len(ranks) > 1 else 1e9
-        p = nccl.plan(op.kind, len(ranks), nbytes, self.c, link)
+        transports = {self.net.transport(a, b) for a in ranks for b in ranks if a != b}
+        worst = next((t for t in ("net", "pcie", "nvlink") if t in transports), "nvlink")
+        consts = self.c
+        if consts.step_by_transport.get(worst) and worst != "nvlink":
+            consts = copy.copy(consts)
+            consts.proto_step_us = consts.step_by_transport[worst]
+        p = nccl.plan(op.kind, len(ranks), nbytes, consts, link)
         self.plans.append((last, p))
         left = [len(p.transfers) + (len(ranks) if p.reduce_bytes else 0)]
         start = self.now + self._launch()

@@ -1,0 +1,133 @@
+"""Calibration: fit the model's constants to measured microbenchmarks, by least squares on
+log-time, with the same simulator that predicts user schedules.
+
+Cells are (op, bytes, mode[, blocks]) with a measured time. The fit uses a training subset and
+the accuracy benchmark reports on the cells it held out. scipy is an optional dependency
+(`pip install 'clockworks-dist[calibrate]'`), imported here only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+from ..errors import MissingDependency
+from .constants import Constants
+from .microbench import MICROBENCHMARKS
+from .predict import predict_sizes
+
+# (path in Constants, lower bound, upper bound)
+PARAMETERS = [
+    ("launch_us", 0.5, 20.0),
+    ("proto_base_us.LL", 0.1, 30.0),
+    ("proto_base_us.LL128", 0.1, 30.0),
+    ("proto_base_us.Simple", 0.1, 40.0),
+    ("proto_step_us.LL", 0.01, 10.0),
+    ("proto_step_us.Simple", 0.01, 10.0),
+    ("channel_GBs.LL", 0.5, 60.0),
+    ("channel_GBs.LL128", 0.5, 60.0),
+    ("channel_GBs.Simple", 0.5, 60.0),
+    ("channel_bytes", 256.0, 262144.0),
+    ("nvshmem_latency_us", 0.1, 20.0),
+    ("nvshmem_block_GBs", 1.0, 200.0),
+]
+EAGER = [("host_issue_us", 1.0, 60.0)]
+
+
+@dataclass(frozen=True)
+class Cell:
+    op: str
+    nbytes: int
+    mode: str  # graph | eager
+    measured_us: float
+    blocks: int = 1
+    nccl_est_us: float | None = None
+    max_channels: int | None = None  # NCCL_MAX_NCHANNELS of the run, if set
+
+    @property
+    def key(self) -> tuple:
+        return (self.op, self.nbytes, self.mode, self.blocks, self.max_channels)
+
+
+def load_cells(path: str) -> tuple[list[Cell], dict]:
+    """Read the microbenchmark results (one JSON object per line)."""
+    cells: list[Cell] = []
+    provenance: dict = {}
+    with open(path) as handle:
+        for line in handle:
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            row = json.loads(line)
+            bench = row.get("bench")
+            if bench == "provenance":
+                provenance = row
+            elif bench == "nccl" and row.get("op") in MICROBENCHMARKS and row.get("correct") is not False:
+                channels = row.get("nchannels_env")
+                for mode in ("graph", "eager"):
+                    value = row.get(f"{mode}_us")
+                    if value:
+                        cells.append(Cell(row["op"], int(row["bytes"]), mode, float(value),
+                                          nccl_est_us=row.get("nccl_est_us"),
+                                          max_channels=int(channels) if channels else None))
+            elif bench == "nvshmem" and row.get("op") == "put_block" and row.get("us"):
+                cells.append(Cell("put", int(row["bytes"]), "graph", float(row["us"]), blocks=int(row.get("blocks", 1))))
+    return cells, provenance
+
+
+def held_out(cell: Cell) -> bool:
+    """Every other power of two is held out of the fit (2 KiB, 8 KiB, 32 KiB, ...)."""
+    return int(round(math.log2(max(cell.nbytes, 1)))) % 2 == 1
+
+
+def _get(consts: Constants, path: str) -> float:
+    head, _, tail = path.partition(".")
+    value = getattr(consts, head)
+    return value[tail] if tail else value
+
+
+def _set(consts: Constants, path: str, value: float) -> None:
+    head, _, tail = path.partition(".")
+    if tail:
+        getattr(consts, head)[tail] = value
+    else:
+        setattr(consts, head, value)
+
+
+def predict_cell(cell: Cell, topo, consts: Constants, world: int = 2) -> float:
+    consts.nvshmem_blocks = cell.blocks
+    if cell.max_channels:
+        consts.max_channels = cell.max_channels
+    defn = MICROBENCHMARKS[cell.op]
+    return predict_sizes(defn, topo, world, [cell.nbytes], consts, mode=cell.mode)[0].time_us
+
+
+def fit(cells: list[Cell], topo, start: Constants | None = None) -> tuple[Constants, dict]:
+    """Least squares on log-time over the training cells; returns the constants and a summary."""
+    try:
+        from scipy.optimize import least_squares
+    except ImportError as exc:
+        raise MissingDependency("calibration needs scipy: pip install 'clockworks-dist[calibrate]'") from exc
+    base = start or Constants()
+    train = [c for c in cells if not held_out(c)]
+    summary = {}
+    for mode, params in (("graph", PARAMETERS), ("eager", EAGER)):
+        subset = [c for c in train if c.mode == mode]
+        if not subset:
+            continue
+        x0 = [math.log(min(max(_get(base, p), lo), hi)) for p, lo, hi in params]
+        bounds = ([math.log(lo) for _, lo, _ in params], [math.log(hi) for _, _, hi in params])
+
+        def residuals(x, subset=subset, params=params):
+            consts = Constants.from_dict(base.to_dict())
+            for (path, _, _), value in zip(params, x):
+                _set(consts, path, math.exp(value))
+            return [math.log(predict_cell(c, topo, consts)) - math.log(c.measured_us) for c in subset]
+
+        result = least_squares(residuals, x0, bounds=bounds, diff_step=1e-3, max_nfev=200)
+        for (path, _, _), value in zip(params, result.x):
+            _set(base, path, round(math.exp(value), 4))
+        summary[mode] = {"cells": len(subset), "cost": float(result.cost), "evaluations": int(result.nfev)}
+    base.nvshmem_blocks = 1
+    return base, summary

@@ -1,0 +1,73 @@
+"""The calibration microbenchmarks as schedules: each measured GPU call, written in the DSL, so the
+fit and the accuracy benchmark predict them with the same simulator as any user schedule."""
+
+from __future__ import annotations
+
+from ..dsl import allgather, allreduce, alltoall, broadcast, reduce_scatter, schedule, size
+
+ELEMS = size("ELEMS", 256, min=1)  # float32 elements per rank (the nccl-tests "size" / 4)
+
+
+@schedule(expect=allreduce("x"))
+def allreduce_op(r):
+    x = r.buffer("x", count=ELEMS, role="inout")
+    r.all_reduce(x)
+
+
+@schedule(expect=allgather("x"))
+def allgather_op(r):
+    x = r.buffer("x", count=ELEMS * r.world, role="inout")
+    r.all_gather(x.chunk(r.rank, r.world), x)
+
+
+@schedule(expect=reduce_scatter("x", "y"))
+def reducescatter_op(r):
+    x = r.buffer("x", count=ELEMS * r.world, role="input")
+    y = r.buffer("y", count=ELEMS, role="output")
+    r.reduce_scatter(x, y)
+
+
+@schedule(expect=broadcast("x", root=0))
+def broadcast_op(r):
+    x = r.buffer("x", count=ELEMS, role="inout")
+    r.broadcast(x, root=0)
+
+
+@schedule(expect=alltoall("x", "y"))
+def alltoall_op(r):
+    x = r.buffer("x", count=ELEMS * r.world, role="input")
+    y = r.buffer("y", count=ELEMS * r.world, role="output")
+    with r.group():
+        for peer in range(r.world):
+            if peer != r.rank:
+                r.send(peer, x.chunk(peer, r.world))
+                r.recv(peer, y.chunk(peer, r.world))
+    r.copy(y.chunk(r.rank, r.world), x.chunk(r.rank, r.world))
+
+
+@schedule
+def sendrecv_op(r):
+    """Rank 0 sends to rank 1 (one direction), as a ping."""
+    x = r.buffer("x", count=ELEMS, role="input")
+    if r.rank == 0:
+        r.send(1, x)
+    elif r.rank == 1:
+        r.recv(0, x)
+
+
+@schedule
+def put_op(r):
+    """PE 0 puts its buffer into PE 1 with a signal; PE 1 waits for it."""
+    x = r.symmetric("x", count=ELEMS, role="input")
+    y = r.symmetric("y", count=ELEMS, role="output")
+    ready = r.signal("ready")
+    if r.rank == 0:
+        r.put_signal(1, y, x, ready, 1, op="set", nbi=True)
+    elif r.rank == 1:
+        r.wait_until(ready, "ge", 1)
+
+
+MICROBENCHMARKS = {
+    "allreduce": allreduce_op, "allgather": allgather_op, "reducescatter": reducescatter_op,
+    "broadcast": broadcast_op, "alltoall": alltoall_op, "sendrecv": sendrecv_op, "put": put_op,
+}

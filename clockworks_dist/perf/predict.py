@@ -1,0 +1,165 @@
+"""Predictions: one schedule, one topology, a sweep of sizes (and of world sizes).
+
+`predict_sizes` traces the schedule at each size (solving its size symbol so that the main buffer
+holds that many bytes), simulates it, and reports time, algbw and busbw with nccl-tests'
+conventions, the critical path, the busiest links and what bounds the time.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .. import ir
+from ..errors import ScheduleError
+from .constants import Constants
+from .network import GB, Network, from_topology
+from .simulate import Simulator, Timeline
+
+_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1000, "KIB": 1024, "M": 1024**2, "MB": 1000**2, "MIB": 1024**2,
+          "G": 1024**3, "GB": 1000**3, "GIB": 1024**3}
+
+
+def parse_size(text: str) -> int:
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    if not match or match.group(2).upper() not in _UNITS:
+        raise ValueError(f"cannot read size {text!r}: write e.g. 4096, 64KiB, 16MiB, 1GiB")
+    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+
+
+def parse_sizes(text: str) -> list[int]:
+    """`1KiB..1GiB` (powers of two), or a comma-separated list."""
+    if ".." in text:
+        lo, hi = (parse_size(t) for t in text.split("..", 1))
+        sizes, size = [], lo
+        while size <= hi:
+            sizes.append(size)
+            size *= 2
+        return sizes
+    return [parse_size(t) for t in text.split(",") if t.strip()]
+
+
+def busbw_factor(sched: ir.Schedule) -> tuple[float, str]:
+    """nccl-tests' bus bandwidth factor for the schedule's postcondition, and its name."""
+    n = sched.world
+    label = sched.expect[0].label if sched.expect else ""
+    if label.startswith("allreduce"):
+        return 2 * (n - 1) / n, "allreduce"
+    if label.startswith(("allgather", "reduce_scatter", "alltoall")):
+        return (n - 1) / n, label.split("(")[0]
+    return 1.0, label.split("(")[0] or "custom"
+
+
+def main_buffer(sched: ir.Schedule) -> ir.BufferDecl:
+    """The buffer whose size defines the message size: nccl-tests' convention (all-gather: the
+    gathered output; otherwise the largest input)."""
+    prog = sched.programs[0]
+    if sched.expect:
+        label = sched.expect[0].label
+        name = sched.expect[0].region.buffer if label.startswith("allgather") else (
+            sched.expect[0].contributions[0].region.buffer)
+        return prog.buffer(name)
+    candidates = [b for b in prog.buffers if b.role in ("input", "inout")] or list(prog.buffers)
+    return max(candidates, key=lambda b: b.count)
+
+
+def size_binding(defn, world: int, nbytes: int, ranks_per_node: int | None = None) -> dict[str, int]:
+    """The size-symbol value that gives the main buffer `nbytes` bytes."""
+    base = defn.trace(world, ranks_per_node)
+    buf = main_buffer(base)
+    elems = nbytes // ir.DTYPE_BYTES[buf.dtype]
+    form = buf.count_sym
+    if form is None or len(form.terms) != 1 or not form.exact:
+        raise ScheduleError(f"cannot scale buffer {buf.name} to {nbytes} bytes: its count is not a multiple of "
+                            "one size symbol", file=buf.loc.file, line=buf.loc.line,
+                            hint='declare it with a size, e.g. count=n * CHUNK with CHUNK = cw.size("CHUNK", 4)')
+    name, coeff = form.terms[0]
+    value, rest = divmod(elems - form.const, coeff)
+    symbol = next(s for s in base.symbols if s.name == name)
+    if rest or value < symbol.min or value % symbol.multiple_of:
+        raise ScheduleError(f"{nbytes} bytes is not reachable: {buf.name} holds {form} elements of "
+                            f"{ir.DTYPE_BYTES[buf.dtype]} bytes", file=buf.loc.file, line=buf.loc.line,
+                            hint=f"pick sizes that are multiples of {coeff * ir.DTYPE_BYTES[buf.dtype]} bytes")
+    return {name: value}
+
+
+@dataclass
+class Prediction:
+    nbytes: int
+    time_us: float
+    algbw_GBs: float
+    busbw_GBs: float
+    timeline: Timeline = field(repr=False)
+    mode: str = "graph"
+
+    def to_json(self) -> dict:
+        return {"bytes": self.nbytes, "time_us": round(self.time_us, 3), "algbw_GBs": round(self.algbw_GBs, 3),
+                "busbw_GBs": round(self.busbw_GBs, 3), "mode": self.mode}
+
+
+def simulate(sched: ir.Schedule, network: Network, consts: Constants, mode: str = "graph") -> Timeline:
+    return Simulator(sched, network, consts, mode).run()
+
+
+def steady_state_us(sched: ir.Schedule, timeline: Timeline, consts: Constants, mode: str) -> float:
+    """Per-iteration time of the schedule run back to back. Eagerly launched, the host issues one
+    launch per GPU op; the GPU cannot run faster than the host issues."""
+    if mode != "eager":
+        return timeline.total_us
+    launches = max(sum(1 for op in p.ops if op.kind not in ir.ONE_SIDED_KINDS)
+                   + any(op.kind in ir.ONE_SIDED_KINDS for op in p.ops)  # one kernel for the NVSHMEM ops
+                   for p in sched.programs)
+    return max(timeline.total_us, launches * consts.host_issue_us)
+
+
+def predict_sizes(defn, topo, world: int, sizes: list[int], consts: Constants | None = None,
+                  mode: str = "graph", ranks_per_node: int | None = None) -> list[Prediction]:
+    consts = consts or Constants.from_topology(topo.constants)
+    out = []
+    network = from_topology(topo, world)
+    for nbytes in sizes:
+        sched = defn.trace(world, ranks_per_node, sizes=size_binding(defn, world, nbytes, ranks_per_node))
+        network._routes.clear()
+        timeline = simulate(sched, network, consts, mode)
+        time_us = steady_state_us(sched, timeline, consts, mode)
+        factor, _ = busbw_factor(sched)
+        algbw = nbytes / time_us / GB if time_us > 0 else 0.0
+        out.append(Prediction(nbytes=nbytes, time_us=time_us, algbw_GBs=algbw, busbw_GBs=algbw * factor,
+                              timeline=timeline, mode=mode))
+    return out
+
+
+def link_utilisation(timeline: Timeline, top: int = 5) -> list[tuple[str, float, float]]:
+    """(link, GB moved, utilisation over the whole run) of the busiest resources."""
+    net = timeline.network
+    rows = []
+    for res, moved in timeline.link_bytes.items():
+        if timeline.total_us > 0:
+            rows.append((net.names[res], moved / 1e9, moved / (net.capacity[res] * timeline.total_us)))
+    return sorted(rows, key=lambda r: -r[2])[:top]
+
+
+def bound(timeline: Timeline) -> str:
+    """What limits the time: the busiest link if it is busy most of the run, else latency."""
+    links = link_utilisation(timeline, top=1)
+    if links and links[0][2] >= 0.5:
+        name, _, util = links[0]
+        kind = "reduction (HBM)" if name.endswith("HBM") else "link bandwidth"
+        return f"{kind}: {name} busy {util:.0%} of the time"
+    return "latency: fixed per-op costs dominate (launch, protocol steps, signals)"
+
+
+def chrome_trace(timeline: Timeline) -> dict:
+    """The predicted timeline in the Chrome trace-event format (loads in Perfetto)."""
+    events = []
+    for rec in timeline.records:
+        tid = 1 if rec.kind == "delivery" else 0
+        events.append({"name": rec.text, "cat": rec.kind, "ph": "X", "ts": round(rec.start, 3),
+                       "dur": round(max(rec.end - rec.start, 0.0), 3), "pid": 0, "tid": rec.rank * 2 + tid,
+                       "args": {"file": rec.loc.file, "line": rec.loc.line, "waited_for": rec.cause_kind,
+                                **rec.detail}})
+    ranks = sorted({rec.rank for rec in timeline.records})
+    for rank in ranks:
+        for tid, label in ((rank * 2, f"rank {rank}"), (rank * 2 + 1, f"rank {rank} deliveries")):
+            events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "args": {"name": label}})
+    return {"traceEvents": events, "displayTimeUnit": "ns"}

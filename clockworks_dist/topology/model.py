@@ -1,0 +1,503 @@
+"""Topology files: the schema (frozen pydantic models) and the loader.
+
+A topology is a list of devices (GPUs, NVSwitches, PCIe switches, host bridges, CPUs, NICs,
+InfiniBand leaves and spines), a list of links between them (kind, lanes, bandwidth per direction,
+latency) and the per-op constants the simulator needs. Files are YAML. A file with a `fabric:`
+section is a cluster template: the loader expands it to `nodes` copies of a node topology joined
+by a rail-optimised leaf/spine fabric (`load_topology("dgx-h100-cluster", nodes=4)`).
+
+Where the shipped files live: in this package, `clockworks_dist/topology/data/*.yaml`, declared
+as package data, so `load_topology("dgx-h100")` works the same for an editable install, a wheel
+and a source checkout. The repository's `topologies/` is a link to that folder, for people who
+browse or copy the files.
+
+Units: bandwidth in GB/s (10^9 bytes per second) per direction, latency in microseconds.
+"""
+
+from __future__ import annotations
+
+import datetime
+import difflib
+import math
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+
+from ..errors import TopologyError
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+
+DeviceKind = Literal["gpu", "nvswitch", "pcie_switch", "host_bridge", "cpu", "nic", "ib_leaf", "ib_spine"]
+LinkKind = Literal["nvlink", "pcie", "upi", "ib", "ethernet", "c2c"]
+# Switches of the network fabric belong to no node; every other device belongs to exactly one.
+FABRIC_KINDS = frozenset({"ib_leaf", "ib_spine"})
+GPU_FIELDS = ("hbm_GBs", "hbm_GB", "sms", "rank_order")
+NIC_FIELDS = ("rail", "gbps")
+
+Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.\-]*$", max_length=128)]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class _Invalid(ValueError):
+    """Problems found by a model validator, each with the path of the field it is about."""
+
+    def __init__(self, problems: list[tuple[tuple[str | int, ...], str]]):
+        super().__init__("; ".join(message for _, message in problems))
+        self.problems = problems
+
+
+def _suggest(word: object, choices: list[str]) -> str:
+    close = difflib.get_close_matches(str(word), choices, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+# ----------------------------------------------------------------------------------- devices, links
+class Device(_Frozen):
+    """A GPU, switch, host bridge, CPU or NIC. `node` is the node index (None for fabric switches)."""
+
+    id: Identifier
+    kind: DeviceKind
+    node: int | None = Field(None, ge=0, description="node index; omit for fabric switches (ib_leaf, ib_spine)")
+    model: str | None = Field(None, description="product name, e.g. H100-SXM5-80GB, ConnectX-7")
+    hbm_GBs: float | None = Field(None, gt=0, description="GPU only: memory bandwidth, GB/s")
+    hbm_GB: float | None = Field(None, gt=0, description="GPU only: memory capacity, GB")
+    sms: int | None = Field(None, ge=1, description="GPU only: streaming multiprocessors")
+    rank_order: int | None = Field(None, ge=0, description="GPU only: position among its node's GPUs "
+                                                           "(default: file order)")
+    rail: int | None = Field(None, ge=0, description="NIC only: the rail (leaf group) it connects to")
+    gbps: float | None = Field(None, gt=0, description="NIC only: line rate, Gb/s")
+
+    @model_validator(mode="after")
+    def _fields_fit_kind(self) -> Device:
+        problems = []
+        if self.kind == "gpu":
+            problems += [((name,), f"a gpu needs {name}") for name in ("hbm_GBs", "sms") if getattr(self, name) is None]
+        if self.kind == "nic" and self.gbps is None:
+            problems.append((("gbps",), "a nic needs gbps, its line rate in Gb/s"))
+        for names, owner in ((GPU_FIELDS, "gpu"), (NIC_FIELDS, "nic")):
+            for name in names:
+                if self.kind != owner and getattr(self, name) is not None:
+                    problems.append(((name,), f"only {owner} devices have {name}; {self.id} is a {self.kind}"))
+        if self.kind in FABRIC_KINDS and self.node is not None:
+            problems.append((("node",), f"{self.id} is a fabric switch ({self.kind}): it belongs to no node, "
+                                        "remove node"))
+        if problems:
+            raise _Invalid(problems)
+        return self
+
+
+class LinkSpec(_Frozen):
+    """What a link is, without its endpoints (the fabric section of a cluster template uses it)."""
+
+    kind: LinkKind
+    lanes: int = Field(1, ge=1, description="physical links or lanes bundled here, e.g. 18 NVLinks")
+    GBs_per_dir: float = Field(gt=0, description="GB/s per direction, the total over all lanes")
+    latency_us: float = Field(ge=0, description="one-way latency of this hop, microseconds")
+
+
+class Link(LinkSpec):
+    """A full-duplex link between devices `a` and `b`: GBs_per_dir each way."""
+
+    a: Identifier
+    b: Identifier
+
+
+# ----------------------------------------------------------------------------------- constants
+class PerProtocol(_Frozen):
+    """One number per NCCL protocol."""
+
+    LL: float = Field(ge=0)
+    LL128: float = Field(ge=0)
+    Simple: float = Field(ge=0)
+
+
+class StepLatency(_Frozen):
+    """NCCL's latency per ring step, by the hardware the step crosses."""
+
+    nvlink: PerProtocol
+    pcie: PerProtocol
+    net: PerProtocol
+
+
+class Constants(_Frozen):
+    """Per-op constants of the simulator. Defaults are public figures (sources in the comments);
+    the calibration step measures them on a real machine and writes them into a topology file."""
+
+    # A kernel launch from the host, enqueue to start, eager (not in a CUDA graph): a few us on
+    # Hopper with a recent driver; the figure most worth calibrating.
+    kernel_launch_us: float = Field(3.0, ge=0)
+    # A kernel launched from inside a CUDA graph: about a microsecond (graphs remove the per-launch
+    # driver work).
+    graph_launch_us: float = Field(1.0, ge=0)
+    # NCCL's own cost model, src/graph/tuning.cc (NCCL 2.19+): baseLat of the ring algorithm...
+    nccl_base_latency_us: PerProtocol = PerProtocol(LL=6.6, LL128=14.0, Simple=8.4)
+    # ... and hwLat per ring step over NVLink, PCIe and the network (same file).
+    nccl_step_latency_us: StepLatency = StepLatency(
+        nvlink=PerProtocol(LL=0.6, LL128=1.9, Simple=3.4),
+        pcie=PerProtocol(LL=1.0, LL128=2.5, Simple=5.7),
+        net=PerProtocol(LL=2.7, LL128=4.0, Simple=14.0))
+    # Payload per byte on the wire: LL sends 4 bytes of data and a 4-byte flag per 8-byte store;
+    # LL128 120 of every 128 bytes (NCCL src/device/prims_ll128.h); Simple only data.
+    nccl_protocol_efficiency: PerProtocol = PerProtocol(LL=0.5, LL128=120 / 128, Simple=1.0)
+    # Bandwidth one NCCL channel (one thread block) can drive, GB/s: LL128 36.7 is NCCL's Hopper
+    # per-channel cap (perChMaxRingLL128Bws); Simple 20.6 is NCCL's per-NVLink figure for sm90
+    # (SM90_NVLINK_BW in src/graph/topo.h), which its graph search gives each channel; LL is
+    # Simple's times the LL efficiency.
+    nccl_channel_GBs: PerProtocol = PerProtocol(LL=10.3, LL128=36.7, Simple=20.6)
+    # NCCL caps LL in total on Hopper at 141 GB/s (llMaxBws, src/graph/tuning.cc).
+    nccl_ll_max_GBs: float = Field(141.0, gt=0)
+    # MAXCHANNELS in NCCL's src/include/device.h.
+    nccl_max_channels: int = Field(32, ge=1)
+    # NVSHMEM over NVLink: a one-way signal is 0.77 us between two H200 (NV18; measured with a
+    # signal ping-pong, 1.54 us a round trip); a put of a few bytes pays about the same plus the store.
+    nvshmem_put_latency_us: float = Field(1.0, ge=0)
+    nvshmem_signal_latency_us: float = Field(0.77, ge=0)
+    # One thread block issuing putmem_block moves about 40 GB/s over NVLink (37-42 GB/s measured
+    # with one 1024-thread block on 2 x H200): large puts must spread over blocks.
+    nvshmem_block_GBs: float = Field(40.0, gt=0)
+    # Host-issued putmem_on_stream uses the copy engines (~400 GB/s measured on NV18, same machine).
+    copy_engine_GBs: float = Field(400.0, gt=0)
+    # Fraction of the datasheet HBM bandwidth a streaming kernel (a reduction) reaches: ~90% is
+    # typical of STREAM-like kernels on H100/H200.
+    hbm_efficiency: float = Field(0.9, gt=0, le=1)
+    # NCCL adds a channel per this many bytes of a ring step (its algorithm printout on NV18: one
+    # channel at 8 KiB, 24 from about 512 KiB).
+    nccl_channel_bytes: float = Field(4096.0, gt=0)
+    # Above this size NCCL no longer picks LL (the same printout: LL up to 1 MiB).
+    nccl_ll_max_bytes: float = Field(1048576.0, gt=0)
+    # One round of a barrier (barrier_all / sync_all); an opaque compute kernel beyond its memory
+    # traffic.
+    barrier_us: float = Field(2.0, ge=0)
+    compute_us: float = Field(5.0, ge=0)
+
+
+class Provenance(_Frozen):
+    """Where the numbers of a file come from: a datasheet, or a calibration run on a machine."""
+
+    date: datetime.date | None = None
+    gpu: str | None = None
+    driver: str | None = None
+    cuda: str | None = None
+    nccl: str | None = None
+    nvshmem: str | None = None
+    method: str | None = None
+    note: str | None = None
+
+
+# ----------------------------------------------------------------------------------- topology
+class Topology(_Frozen):
+    """A machine or a cluster: devices, links, per-op constants and where the numbers come from."""
+
+    name: Identifier
+    description: str = ""
+    nodes: int = Field(1, ge=1, description="number of nodes; device.node ranges over 0..nodes-1")
+    devices: tuple[Device, ...]
+    links: tuple[Link, ...]
+    constants: Constants = Constants()
+    provenance: Provenance | None = None
+
+    _index: dict[str, int] = PrivateAttr(default_factory=dict)
+    # routing.py keeps its graph and routes here: the model is frozen, so they never go stale.
+    _cache: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _node_zero_by_default(cls, data: Any) -> Any:
+        """In a one-node file, devices other than fabric switches may leave out `node: 0`."""
+        if not isinstance(data, dict) or data.get("nodes", 1) != 1:
+            return data
+        if not isinstance(data.get("devices"), (list, tuple)):
+            return data
+        return dict(data, devices=[_on_node_zero(d) for d in data["devices"]])
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Topology:
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        for i, dev in enumerate(self.devices):
+            if dev.id in self._index:
+                first = self._index[dev.id]
+                problems.append((("devices", i, "id"), f"duplicate id {dev.id!r} (also devices[{first}])"))
+                continue
+            self._index[dev.id] = i
+            if dev.kind not in FABRIC_KINDS and dev.node is None:
+                problems.append((("devices", i, "node"), f"{dev.id} needs a node index (0..{self.nodes - 1})"))
+            elif dev.node is not None and dev.node >= self.nodes:
+                problems.append((("devices", i, "node"),
+                                 f"node {dev.node}, but the topology has {self.nodes} node(s): 0..{self.nodes - 1}"))
+        for i, link in enumerate(self.links):
+            for end in ("a", "b"):
+                name = getattr(link, end)
+                if name not in self._index:
+                    problems.append((("links", i, end), f"no device {name!r}{_suggest(name, list(self._index))}"))
+            if link.a == link.b:
+                problems.append((("links", i, "b"), f"a link joins two different devices, not {link.a} to itself"))
+        problems += self._rank_order_problems()
+        if problems:
+            raise _Invalid(problems)
+        return self
+
+    def _rank_order_problems(self) -> list[tuple[tuple[str | int, ...], str]]:
+        by_node: dict[int | None, list[tuple[int, Device]]] = {}
+        for i, dev in enumerate(self.devices):
+            if dev.kind == "gpu":
+                by_node.setdefault(dev.node, []).append((i, dev))
+        problems = []
+        for node, members in by_node.items():
+            orders = [dev.rank_order for _, dev in members if dev.rank_order is not None]
+            if orders and (len(orders) != len(members) or len(set(orders)) != len(orders)):
+                i = members[0][0]
+                problems.append((("devices", i, "rank_order"),
+                                 f"rank_order must be set on every GPU of node {node} or on none, without repeats"))
+        return problems
+
+    def device(self, device_id: str) -> Device:
+        """The device named `device_id`; a TopologyError with a close match if there is none."""
+        if device_id not in self._index:
+            raise TopologyError(f"{self.name} has no device {device_id!r}{_suggest(device_id, list(self._index))}")
+        return self.devices[self._index[device_id]]
+
+
+def _on_node_zero(device: Any) -> Any:
+    if isinstance(device, dict) and "node" not in device and device.get("kind") not in FABRIC_KINDS:
+        return dict(device, node=0)
+    if isinstance(device, Device) and device.node is None and device.kind not in FABRIC_KINDS:
+        return device.model_copy(update={"node": 0})
+    return device
+
+
+# ----------------------------------------------------------------------------------- cluster template
+class Fabric(_Frozen):
+    """A rail-optimised fat tree: NIC r of every node connects to a leaf of rail r (a rail has
+    ceil(nodes / nodes_per_leaf) leaves), and every leaf connects to every spine."""
+
+    rails: int = Field(ge=1, description="rails: NIC r of each node connects to rail r")
+    nodes_per_leaf: int = Field(32, ge=1, description="nodes one leaf serves on its rail")
+    spines: int = Field(ge=1)
+    leaf_model: str | None = None
+    spine_model: str | None = None
+    nic_link: LinkSpec = Field(description="NIC to leaf")
+    uplink: LinkSpec = Field(description="leaf to each spine")
+
+
+class ClusterTemplate(_Frozen):
+    """`nodes` copies of the node topology `node` (device ids prefixed `n0.`, `n1.`, ...) on `fabric`."""
+
+    name: Identifier
+    description: str = ""
+    nodes: int = Field(2, ge=1, description="default node count; `--nodes N` overrides it")
+    node: str = Field(description="the node topology: a shipped name or a path relative to this file")
+    fabric: Fabric
+    constants: Constants | None = Field(None, description="default: the node topology's")
+    provenance: Provenance | None = None
+
+
+def expand(template: ClusterTemplate, node_topo: Topology, nodes: int | None = None) -> Topology:
+    """The cluster `template` with `nodes` nodes (default: its own), each a copy of `node_topo`."""
+    count = template.nodes if nodes is None else nodes
+    fabric = template.fabric
+    devices: list[Device] = []
+    links: list[Link] = []
+    for k in range(count):
+        prefix = f"n{k}."
+        devices += [d.model_copy(update={"id": prefix + d.id, "node": k}) for d in node_topo.devices]
+        links += [link.model_copy(update={"a": prefix + link.a, "b": prefix + link.b}) for link in node_topo.links]
+    leaves_per_rail = math.ceil(count / fabric.nodes_per_leaf)
+    for rail in range(fabric.rails):
+        devices += [Device(id=f"leaf{rail}.{j}", kind="ib_leaf", model=fabric.leaf_model)
+                    for j in range(leaves_per_rail)]
+    devices += [Device(id=f"spine{s}", kind="ib_spine", model=fabric.spine_model) for s in range(fabric.spines)]
+    nic_link, uplink = fabric.nic_link.model_dump(), fabric.uplink.model_dump()
+    for k in range(count):
+        for nic in (d for d in node_topo.devices if d.kind == "nic" and d.rail is not None):
+            links.append(Link(a=f"n{k}.{nic.id}", b=f"leaf{nic.rail}.{k // fabric.nodes_per_leaf}", **nic_link))
+    for rail in range(fabric.rails):
+        for j in range(leaves_per_rail):
+            links += [Link(a=f"leaf{rail}.{j}", b=f"spine{s}", **uplink) for s in range(fabric.spines)]
+    description = f"{count} x {template.description or node_topo.name}"
+    topo = Topology(name=template.name, description=description, nodes=count, devices=tuple(devices),
+                    links=tuple(links), constants=template.constants or node_topo.constants,
+                    provenance=template.provenance or node_topo.provenance)
+    topo._cache["template"] = template.name
+    return topo
+
+
+# ----------------------------------------------------------------------------------- loading
+def shipped_topologies() -> list[str]:
+    """Names of the topology files shipped with the package (`load_topology(name)` loads one)."""
+    return sorted(path.stem for path in DATA_DIR.glob("*.yaml"))
+
+
+def templates_for(node_name: str) -> list[str]:
+    """Shipped cluster templates whose nodes are the topology `node_name`."""
+    found = []
+    for name in shipped_topologies():
+        data = yaml.safe_load((DATA_DIR / f"{name}.yaml").read_text())
+        if isinstance(data, dict) and "fabric" in data and data.get("node") == node_name:
+            found.append(name)
+    return found
+
+
+def _resolve(path_or_name: str | os.PathLike, base: Path | None = None) -> Path:
+    path = Path(path_or_name)
+    candidates = [base / path] if base is not None and not path.is_absolute() else []
+    candidates.append(path)
+    if path.parent == Path(".") and path.suffix in ("", ".yaml", ".yml"):
+        candidates.append(DATA_DIR / f"{path.stem}.yaml")
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    names = shipped_topologies()
+    raise TopologyError(f"{path_or_name}: no such file, and no shipped topology of that name"
+                        f"{_suggest(path.stem, names)}; shipped: {', '.join(names)}")
+
+
+def load_topology(path_or_name: str | os.PathLike, nodes: int | None = None) -> Topology:
+    """Load and validate a topology file, or a shipped one by name (`"dgx-h100"`).
+
+    A cluster template is expanded to `nodes` nodes (default: the template's `nodes`). Every
+    problem raises TopologyError naming the file, the line, the field path and what is allowed.
+    """
+    path = _resolve(path_or_name)
+    data = _read_yaml(path)
+    if "fabric" in data:
+        template = _validate(ClusterTemplate, data, path)
+        if nodes is not None and nodes < 1:
+            raise TopologyError(f"{path}: --nodes must be at least 1, got {nodes}")
+        node_topo = load_topology(_resolve(template.node, base=path.parent))
+        _check_template(template, node_topo, path)
+        return expand(template, node_topo, nodes)
+    topo = _validate(Topology, data, path)
+    if nodes is not None and nodes != topo.nodes:
+        hint = templates_for(topo.name)
+        example = f"{hint[0]} --nodes {nodes}" if hint else "a file with a fabric: section"
+        raise TopologyError(f"{path}: {topo.name} is a fixed {topo.nodes}-node topology; "
+                            f"--nodes {nodes} needs a cluster template (e.g. {example})")
+    return topo
+
+
+def _check_template(template: ClusterTemplate, node_topo: Topology, path: Path) -> None:
+    if node_topo.nodes != 1:
+        raise TopologyError(f"{path}: node: {template.node} has {node_topo.nodes} nodes; a cluster template "
+                            "repeats a one-node topology")
+    for dev in node_topo.devices:
+        if dev.kind == "nic" and dev.rail is not None and dev.rail >= template.fabric.rails:
+            line = _yaml_lines(path)(("fabric", "rails"))
+            raise TopologyError(f"{path}:{line}: fabric.rails: {template.node} has {dev.id} on rail {dev.rail}, but "
+                                f"the fabric has {template.fabric.rails} rails (0..{template.fabric.rails - 1})")
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise TopologyError(f"{where}: not valid YAML: {problem}") from None
+    except OSError as exc:
+        raise TopologyError(f"{path}: cannot read: {exc.strerror}") from None
+    if not isinstance(data, dict):
+        raise TopologyError(f"{path}: expected a mapping with name, devices and links at the top, "
+                            f"got {type(data).__name__}")
+    return data
+
+
+def _validate(model: type[BaseModel], data: dict, path: Path) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise TopologyError(describe_errors(exc, model, path)) from None
+
+
+# ----------------------------------------------------------------------------------- error text
+def describe_errors(exc: ValidationError, model: type[BaseModel], path: Path, limit: int = 10) -> str:
+    """`FILE:LINE: devices[3].kind: 'gpuu' is not one of gpu, nvswitch, ... (did you mean 'gpu'?)`,
+    one line per problem."""
+    lines_of = _yaml_lines(path)
+    found: list[tuple[tuple, str]] = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        cause = err.get("ctx", {}).get("error")
+        if isinstance(cause, _Invalid):
+            found += [(loc + sub, message) for sub, message in cause.problems]
+        else:
+            found.append((loc, _message(err, loc, model)))
+    text = []
+    for loc, message in found[:limit]:
+        line = lines_of(loc)
+        where = f"{path}:{line}" if line else str(path)
+        field = _dotted(loc)
+        text.append(f"{where}: {field + ': ' if field else ''}{message}")
+    if len(found) > limit:
+        text.append(f"... and {len(found) - limit} more problems")
+    return "\n".join(text)
+
+
+def _dotted(loc: tuple) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _message(err: dict, loc: tuple, model: type[BaseModel]) -> str:
+    kind, value, ctx = err["type"], err.get("input"), err.get("ctx", {})
+    if kind == "literal_error":
+        allowed = [choice.strip().strip("'") for choice in ctx.get("expected", "").replace(" or ", ", ").split(",")]
+        return f"{value!r} is not one of {', '.join(allowed)}{_suggest(value, allowed)}"
+    if kind == "extra_forbidden":
+        fields = list(_model_at(model, loc[:-1]).model_fields)
+        return f"unknown field {loc[-1]!r}{_suggest(loc[-1], fields)}; allowed: {', '.join(fields)}"
+    if kind == "missing":
+        return "missing (required)"
+    bounds = {"greater_than": ("gt", ">"), "greater_than_equal": ("ge", ">="), "less_than_equal": ("le", "<=")}
+    if kind in bounds:
+        name, sign = bounds[kind]
+        return f"must be {sign} {ctx.get(name):g}, got {value!r}"
+    if kind == "string_pattern_mismatch":
+        return f"{value!r} is not a valid id: letters, digits, '_', '.' and '-', starting with a letter or '_'"
+    message = err["msg"].removeprefix("Value error, ")
+    return f"{message}, got {value!r}" if not isinstance(value, (dict, list)) else message
+
+
+def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel]:
+    """The model class that validates the value at `loc` inside `model` (tuples and Optionals unwrapped)."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        current = current.model_fields[part].annotation
+        while not (isinstance(current, type) and issubclass(current, BaseModel)):
+            args = [a for a in getattr(current, "__args__", ()) if a is not type(None) and a is not Ellipsis]
+            current = args[0]
+    return current
+
+
+def _yaml_lines(path: Path):
+    """A function from a field path to the 1-based line in `path` where that field is written."""
+    try:
+        root = yaml.compose(path.read_text())
+    except (yaml.YAMLError, OSError):
+        root = None
+
+    def line_of(loc: tuple) -> int | None:
+        node, line = root, None
+        for part in loc:
+            if isinstance(node, yaml.MappingNode):
+                node = next((v for k, v in node.value if k.value == part), None)
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+                node = node.value[part]
+            else:
+                node = None
+            if node is None:
+                break
+            line = node.start_mark.line + 1
+        return line if line is not None else None
+
+    return line_of
