@@ -14,7 +14,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from . import ir
+from . import cli_perf, ir
 from .dsl import ScheduleDef, load_file
 from .errors import CheckIncomplete, ClockworksError, ScheduleError
 
@@ -117,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--no-reduction", dest="reduction", action="store_false",
                        help="explore every interleaving, without partial-order reduction")
     _topology_parser(sub)
+    cli_perf.add_parsers(sub, _positive, _size)
     return parser
 
 
@@ -319,7 +320,8 @@ def _write(path: str, text: str) -> None:
     sys.stderr.write(f"wrote {path}\n")
 
 
-COMMANDS = {"show": cmd_show, "check": cmd_check, "topology": cmd_topology}
+COMMANDS = {"show": cmd_show, "check": cmd_check, "topology": cmd_topology,
+            "predict": cli_perf.cmd_predict, "calibrate": cli_perf.cmd_calibrate}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,6 +27,12 @@ class Constants:
     barrier_us: float = 2.0  # per dissemination round
     compute_us: float = 5.0  # an opaque compute kernel, beyond its memory traffic
 
+    p2p_max_channels: int = 32
+    p2p_ll_max_bytes: float = 16384.0
+    kind_efficiency: dict = field(default_factory=lambda: {
+        "all_reduce": 1.0, "all_gather": 1.0, "reduce_scatter": 1.0, "broadcast": 1.0, "reduce_to": 1.0, "p2p": 1.0})
+    kind_link_efficiency: dict = field(default_factory=lambda: {
+        "all_reduce": 1.0, "all_gather": 1.0, "reduce_scatter": 1.0, "broadcast": 1.0, "reduce_to": 1.0, "p2p": 1.0})
     step_by_transport: dict = field(default_factory=dict)  # nvlink|pcie|net -> per-protocol step latency
 
     @classmethod
@@ -40,7 +46,9 @@ class Constants:
             channel_bytes=tc.nccl_channel_bytes, ll_max_bytes=tc.nccl_ll_max_bytes,
             nvshmem_issue_us=tc.nvshmem_put_latency_us, nvshmem_latency_us=tc.nvshmem_signal_latency_us,
             nvshmem_signal_us=0.0, nvshmem_block_GBs=tc.nvshmem_block_GBs, barrier_us=tc.barrier_us,
-            compute_us=tc.compute_us,
+            compute_us=tc.compute_us, p2p_max_channels=tc.nccl_p2p_max_channels,
+            p2p_ll_max_bytes=tc.nccl_p2p_ll_max_bytes, kind_efficiency=dict(tc.nccl_kind_efficiency),
+            kind_link_efficiency=dict(tc.nccl_kind_link_efficiency),
             step_by_transport={"nvlink": steps.nvlink.model_dump(), "pcie": steps.pcie.model_dump(),
                                "net": steps.net.model_dump()})
 
@@ -55,6 +63,9 @@ class Constants:
             "nccl_channel_bytes": self.channel_bytes, "nccl_ll_max_bytes": self.ll_max_bytes,
             "nvshmem_put_latency_us": self.nvshmem_issue_us, "nvshmem_signal_latency_us": self.nvshmem_latency_us,
             "nvshmem_block_GBs": self.nvshmem_block_GBs, "barrier_us": self.barrier_us, "compute_us": self.compute_us,
+            "nccl_p2p_max_channels": int(self.p2p_max_channels), "nccl_p2p_ll_max_bytes": self.p2p_ll_max_bytes,
+            "nccl_kind_efficiency": dict(self.kind_efficiency),
+            "nccl_kind_link_efficiency": dict(self.kind_link_efficiency),
         }
 
     def to_dict(self) -> dict:

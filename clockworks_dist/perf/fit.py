@@ -29,6 +29,17 @@ PARAMETERS = [
     ("channel_GBs.LL128", 0.5, 60.0),
     ("channel_GBs.Simple", 0.5, 60.0),
     ("channel_bytes", 256.0, 262144.0),
+    ("kind_efficiency.all_reduce", 0.2, 1.5),
+    ("kind_efficiency.all_gather", 0.2, 1.5),
+    ("kind_efficiency.reduce_scatter", 0.2, 1.5),
+    ("kind_efficiency.broadcast", 0.2, 1.5),
+    ("kind_efficiency.p2p", 0.2, 1.5),
+    ("p2p_ll_max_bytes", 1024.0, 4194304.0),
+    ("kind_link_efficiency.all_reduce", 0.2, 1.0),
+    ("kind_link_efficiency.all_gather", 0.2, 1.0),
+    ("kind_link_efficiency.reduce_scatter", 0.2, 1.0),
+    ("kind_link_efficiency.broadcast", 0.2, 1.0),
+    ("kind_link_efficiency.p2p", 0.2, 1.0),
     ("nvshmem_latency_us", 0.1, 20.0),
     ("nvshmem_block_GBs", 1.0, 200.0),
 ]
@@ -76,6 +87,21 @@ def load_cells(path: str) -> tuple[list[Cell], dict]:
     return cells, provenance
 
 
+def channels_from_log(path: str) -> tuple[int, int] | None:
+    """NCCL's init line "24 coll channels, ..., 32 p2p channels per peer" of the default run."""
+    import re
+
+    try:
+        text = open(path).read()
+    except OSError:
+        return None
+    for match in re.finditer(r"(\d+) coll channels.*?(\d+) p2p channels per peer", text):
+        coll, p2p = int(match.group(1)), int(match.group(2))
+        if coll > 1:
+            return coll, p2p
+    return None
+
+
 def held_out(cell: Cell) -> bool:
     """Every other power of two is held out of the fit (2 KiB, 8 KiB, 32 KiB, ...)."""
     return int(round(math.log2(max(cell.nbytes, 1)))) % 2 == 1
@@ -99,6 +125,7 @@ def predict_cell(cell: Cell, topo, consts: Constants, world: int = 2) -> float:
     consts.nvshmem_blocks = cell.blocks
     if cell.max_channels:
         consts.max_channels = cell.max_channels
+        consts.p2p_max_channels = cell.max_channels
     defn = MICROBENCHMARKS[cell.op]
     return predict_sizes(defn, topo, world, [cell.nbytes], consts, mode=cell.mode)[0].time_us
 
@@ -116,7 +143,7 @@ def fit(cells: list[Cell], topo, start: Constants | None = None) -> tuple[Consta
         subset = [c for c in train if c.mode == mode]
         if not subset:
             continue
-        x0 = [math.log(min(max(_get(base, p), lo), hi)) for p, lo, hi in params]
+        x0 = [math.log(min(max(_get(base, p), lo * 1.01), hi * 0.99)) for p, lo, hi in params]
         bounds = ([math.log(lo) for _, lo, _ in params], [math.log(hi) for _, _, hi in params])
 
         def residuals(x, subset=subset, params=params):

@@ -66,6 +66,20 @@ def channels_for(consts, step_bytes: float) -> int:
     return max(1, min(int(consts.max_channels), int(math.ceil(step_bytes / consts.channel_bytes))))
 
 
+def p2p_choice(consts, nbytes: float, link_GBs: float = float("inf")) -> tuple[str, int, float]:
+    """NCCL send/recv: LL for small messages, else Simple, on up to `p2p_max_channels` channels."""
+    proto = "LL" if nbytes <= consts.p2p_ll_max_bytes else "Simple"
+    ch = max(1, min(int(consts.p2p_max_channels), int(math.ceil(nbytes / consts.channel_bytes))))
+    return proto, ch, ceiling_for(consts, "p2p", proto, ch, link_GBs)
+
+
+def ceiling_for(consts, kind: str, proto: str, channels: int, link_GBs: float) -> float:
+    """A transfer's rate ceiling: its channels at the kernel's per-channel rate, and no more than
+    the fraction of the route's bandwidth that kind of kernel reaches."""
+    per_channel = channels * consts.channel_GBs[proto] * consts.kind_efficiency.get(kind, 1.0)
+    return min(per_channel, link_GBs * consts.kind_link_efficiency.get(kind, 1.0))
+
+
 def plan(kind: str, n: int, nbytes: float, consts, link_GBs: float) -> Plan:
     """The (algorithm, protocol, channels) NCCL would pick, with its transfers and fixed cost.
     `nbytes` follows nccl-tests: all-gather output size, reduce-scatter input size."""
@@ -74,11 +88,9 @@ def plan(kind: str, n: int, nbytes: float, consts, link_GBs: float) -> Plan:
                     0.0, 0.0)
     if kind == "all_to_all":
         per = nbytes / n
-        transfers = tuple(Transfer(i, j, per) for i in range(n) for j in range(n) if i != j)
-        proto = "LL" if per <= consts.ll_max_bytes else "Simple"
-        ch = channels_for(consts, per)
-        return Plan("p2p", proto, ch, transfers, consts.proto_base_us[proto],
-                    ch * consts.channel_GBs[proto], 0.0)
+        proto, ch, ceiling = p2p_choice(consts, per, link_GBs)
+        transfers = tuple(Transfer(i, j, per / EFFICIENCY[proto]) for i in range(n) for j in range(n) if i != j)
+        return Plan("p2p", proto, ch, transfers, consts.proto_base_us[proto], ceiling, 0.0)
     candidates = [("ring", ring_transfers(kind, n, nbytes))]
     if kind == "all_reduce" and n > 2:
         candidates.append(("tree", tree_transfers(n, nbytes)))
@@ -89,7 +101,7 @@ def plan(kind: str, n: int, nbytes: float, consts, link_GBs: float) -> Plan:
             if proto == "LL" and nbytes > consts.ll_max_bytes:
                 continue
             ch = channels_for(consts, step_bytes)
-            ceiling = ch * consts.channel_GBs[proto]
+            ceiling = ceiling_for(consts, kind, proto, ch, link_GBs)
             fixed = consts.proto_base_us[proto] + steps * consts.proto_step_us[proto]
             wire = max((t.nbytes for t in transfers), default=0.0) / EFFICIENCY[proto]
             estimate = fixed + wire / (min(ceiling, link_GBs) * 1e3)

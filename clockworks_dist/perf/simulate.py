@@ -279,8 +279,7 @@ class Simulator:
                        start=start, cause=recv_head if recv_head.start >= send_head.start else send_head,
                        cause_kind="matching recv posted" if recv_head.start >= send_head.start else "program order")
         self.records.append(rec)
-        proto = "LL" if nbytes <= self.c.ll_max_bytes else "Simple"
-        ch = nccl.channels_for(self.c, nbytes)
+        proto, ch, ceiling = nccl.p2p_choice(self.c, nbytes, self.net.bottleneck(skey[0], rkey[0]))
         fixed = self._launch() + self.c.proto_base_us[proto]
 
         def done():
@@ -288,7 +287,7 @@ class Simulator:
             for k in (skey, rkey):
                 self.posted.pop(k, None)
                 self._member_done(k, rec)
-        self.transfer(skey[0], rkey[0], nbytes / nccl.EFFICIENCY[proto], ch * self.c.channel_GBs[proto], fixed, done)
+        self.transfer(skey[0], rkey[0], nbytes / nccl.EFFICIENCY[proto], ceiling, fixed, done)
 
     def _member_done(self, key: tuple, rec: OpRecord) -> None:
         rank, index, _ = key

@@ -175,6 +175,20 @@ class Constants(_Frozen):
     # traffic.
     barrier_us: float = Field(2.0, ge=0)
     compute_us: float = Field(5.0, ge=0)
+    # Point-to-point: NCCL runs send/recv on up to 32 channels per peer (its init log on NV18) and
+    # uses LL only for small messages.
+    nccl_p2p_max_channels: int = Field(32, ge=1)
+    nccl_p2p_ll_max_bytes: float = Field(16384.0, gt=0)
+    # How much of the per-channel rate each kind of NCCL kernel reaches (they do different work per
+    # byte: a reduction, a copy, a forward); 1.0 until calibrated.
+    nccl_kind_efficiency: dict[Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to",
+                                       "p2p"], float] = Field(default_factory=lambda: {
+        "all_reduce": 1.0, "all_gather": 1.0, "reduce_scatter": 1.0, "broadcast": 1.0, "reduce_to": 1.0, "p2p": 1.0})
+    # The fraction of a route's raw link bandwidth each kind reaches with all its channels (NVLink
+    # packet overheads, synchronisation between steps); 1.0 until calibrated.
+    nccl_kind_link_efficiency: dict[Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to",
+                                            "p2p"], float] = Field(default_factory=lambda: {
+        "all_reduce": 1.0, "all_gather": 1.0, "reduce_scatter": 1.0, "broadcast": 1.0, "reduce_to": 1.0, "p2p": 1.0})
 
 
 class Provenance(_Frozen):

@@ -1,0 +1,158 @@
+"""`clockworks predict` and `clockworks calibrate`: the performance half of the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .errors import ClockworksError, MissingDependency, ScheduleError
+
+EXIT_OK, EXIT_BAD_INPUT = 0, 2
+
+
+def add_parsers(sub, positive, size_arg) -> None:
+    predict = sub.add_parser("predict", help="predict a schedule's runtime on a topology",
+                             description="Simulate the schedule on a topology: time, algbw/busbw, the critical "
+                                         "path, the busiest links, a size sweep and a scaling sweep.")
+    predict.add_argument("file", metavar="FILE", help="a Python file defining @cw.schedule functions")
+    predict.add_argument("--topology", "-t", required=True, metavar="T",
+                         help="a topology file or a shipped name (e.g. h200x2-nv18, dgx-h100)")
+    predict.add_argument("--ranks", metavar="N", type=positive, help="world size (default: the topology's GPUs)")
+    predict.add_argument("--nodes", metavar="N", type=positive, help="nodes, for a cluster template")
+    predict.add_argument("--schedule", metavar="NAME", help="the schedule NAME of FILE (default: the first)")
+    predict.add_argument("--sizes", metavar="RANGE", default="1KiB..1GiB",
+                         help="message sizes per rank: 1KiB..1GiB (powers of two) or a list 4KiB,1MiB")
+    predict.add_argument("--mode", choices=("graph", "eager"), default="graph",
+                         help="CUDA-graph launches (default) or eager launches from the host")
+    predict.add_argument("--scaling", metavar="N", type=positive, nargs="+",
+                         help="also predict at these world sizes, at the largest size")
+    predict.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    predict.add_argument("--trace", metavar="OUT.json", help="write the timeline of the largest size "
+                         "as a Chrome/Perfetto trace")
+    predict.add_argument("--plot", metavar="OUT.png", help="plot time and busbw against size (matplotlib)")
+    predict.add_argument("--debug", action="store_true", help="print tracebacks of errors in the input")
+
+    calibrate = sub.add_parser("calibrate", help="measure a GPU machine and fit the model's constants",
+                               description="Run the NCCL and NVSHMEM microbenchmarks under mpirun (--run), or "
+                                           "take earlier results (--raw), fit the constants by least squares "
+                                           "on log-time, and write a calibrated topology file.")
+    calibrate.add_argument("--topology", "-t", required=True, metavar="T",
+                           help="the uncalibrated topology of this machine (e.g. h200x2-nv18)")
+    source = calibrate.add_mutually_exclusive_group(required=True)
+    source.add_argument("--run", metavar="DIR", help="run the microbenchmarks here, writing results to DIR")
+    source.add_argument("--raw", metavar="DIR", help="a directory with calibration_raw.jsonl (and run.log)")
+    calibrate.add_argument("--out", required=True, metavar="FILE.yaml", help="the calibrated topology to write")
+    calibrate.add_argument("--json", action="store_true", help="print the fit summary as JSON")
+    calibrate.add_argument("--debug", action="store_true", help="print tracebacks")
+
+
+def _pick(defs, name):
+    if name is None:
+        return defs[0]
+    for defn in defs:
+        if defn.name == name:
+            return defn
+    raise ScheduleError(f"no schedule named {name!r}; the file defines {', '.join(d.name for d in defs)}",
+                        file=defs[0].loc.file)
+
+
+def cmd_predict(args: argparse.Namespace, out) -> int:
+    from .dsl import load_file
+    from .perf.predict import (bound, chrome_trace, link_utilisation, parse_sizes, predict_sizes)
+    from .topology import gpus, load_topology
+
+    topo = load_topology(args.topology, nodes=args.nodes)
+    defn = _pick(load_file(args.file), args.schedule)
+    world = args.ranks or (defn.ranks[-1] if defn.ranks else len(gpus(topo)))
+    try:
+        sizes = parse_sizes(args.sizes)
+    except ValueError as exc:
+        raise ClockworksError(str(exc)) from None
+    results = predict_sizes(defn, topo, world, sizes, mode=args.mode, ranks_per_node=defn.ranks_per_node)
+    last = results[-1]
+    scaling = []
+    for n in args.scaling or ():
+        scaling.append((n, predict_sizes(defn, topo, n, [last.nbytes], mode=args.mode,
+                                         ranks_per_node=defn.ranks_per_node)[0]))
+    critical = [{"rank": r.rank, "op": r.text, "file": r.loc.file, "line": r.loc.line,
+                 "start_us": round(r.start, 3), "end_us": round(r.end, 3), "waited_for": r.cause_kind}
+                for r in last.timeline.critical]
+    links = [{"link": name, "GB": round(moved, 4), "utilisation": round(util, 4)}
+             for name, moved, util in link_utilisation(last.timeline)]
+    if args.trace:
+        with open(args.trace, "w") as handle:
+            json.dump(chrome_trace(last.timeline), handle)
+        sys.stderr.write(f"wrote {args.trace}\n")
+    if args.plot:
+        _plot(results, args.plot, defn.name, topo.name)
+        sys.stderr.write(f"wrote {args.plot}\n")
+    if args.json:
+        out.json({"schedule": defn.name, "topology": topo.name, "ranks": world, "mode": args.mode,
+                  "predictions": [p.to_json() for p in results], "bound": bound(last.timeline),
+                  "critical_path": critical, "links": links,
+                  "scaling": [{"ranks": n, **p.to_json()} for n, p in scaling]})
+        return EXIT_OK
+    lines = [f"{defn.name} on {topo.name}, {world} ranks, {args.mode} launches: predicted", "",
+             f"  {'bytes':>12}  {'time (us)':>11}  {'algbw (GB/s)':>12}  {'busbw (GB/s)':>12}"]
+    for p in results:
+        lines.append(f"  {p.nbytes:>12}  {p.time_us:>11.2f}  {p.algbw_GBs:>12.2f}  {p.busbw_GBs:>12.2f}")
+    lines += ["", f"at {last.nbytes} bytes: {last.time_us:.2f} us; bound by {bound(last.timeline)}",
+              "critical path (last ops):"]
+    for step in critical[-8:]:
+        lines.append(f"  {step['file']}:{step['line']}  rank {step['rank']}  {step['op'][:60]}  "
+                     f"{step['start_us']:.2f} -> {step['end_us']:.2f} us  (waited for {step['waited_for']})")
+    lines.append("busiest links:")
+    for link in links:
+        lines.append(f"  {link['link']}: {link['GB']:.3f} GB moved, busy {link['utilisation']:.0%}")
+    if scaling:
+        lines += ["", f"scaling at {last.nbytes} bytes:"]
+        lines += [f"  {n:>4} ranks: {p.time_us:10.2f} us  busbw {p.busbw_GBs:8.2f} GB/s" for n, p in scaling]
+    out.text("\n".join(lines))
+    return EXIT_OK
+
+
+def _plot(results, path: str, name: str, topo: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise MissingDependency("plotting needs matplotlib: pip install 'clockworks-dist[plot]'") from exc
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    sizes = [p.nbytes for p in results]
+    left.loglog(sizes, [p.time_us for p in results], marker="o")
+    left.set_xlabel("bytes per rank")
+    left.set_ylabel("predicted time (us)")
+    right.semilogx(sizes, [p.busbw_GBs for p in results], marker="o")
+    right.set_xlabel("bytes per rank")
+    right.set_ylabel("busbw (GB/s)")
+    fig.suptitle(f"{name} on {topo} (predicted)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def cmd_calibrate(args: argparse.Namespace, out) -> int:
+    import os
+
+    from .perf.calibration import calibrate, run_microbenchmarks
+    from .topology import load_topology
+    from .topology.model import _resolve as locate
+
+    topo = load_topology(args.topology)
+    folder = args.raw or args.run
+    raw = os.path.join(folder, "calibration_raw.jsonl")
+    if args.run:
+        run_microbenchmarks(args.run)
+    if not os.path.exists(raw):
+        raise ClockworksError(f"{raw}: not found (run with --run DIR on the GPU machine first)")
+    log = os.path.join(folder, "run.log")
+    summary = calibrate(raw, topo, str(locate(args.topology)), args.out, log if os.path.exists(log) else None)
+    load_topology(args.out)  # what we wrote must load
+    if args.json:
+        out.json({"out": args.out, "fit": summary})
+    else:
+        out.text(f"wrote {args.out}: fit {summary}")
+    return EXIT_OK

@@ -1,0 +1,65 @@
+"""`clockworks calibrate`: run the microbenchmarks on a GPU machine, fit the model's constants,
+write a calibrated topology file with its provenance."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from ..errors import ClockworksError
+from .constants import Constants
+from .fit import channels_from_log, fit, load_cells
+
+RUNNER = Path(__file__).resolve().parent.parent / "calibrate" / "runner.py"
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+
+
+def run_microbenchmarks(out_dir: str, timeout_s: float = 900.0, quick: bool = False) -> Path:
+    """Build and run the NCCL and NVSHMEM microbenchmarks under mpirun on this machine's GPUs."""
+    env = dict(os.environ, **NO_MULTICAST)
+    command = [sys.executable, str(RUNNER), "--out", out_dir] + (["--quick"] if quick else [])
+    try:
+        subprocess.run(command, env=env, check=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        raise ClockworksError(f"the microbenchmarks did not finish in {timeout_s:.0f} s; partial results are in "
+                              f"{out_dir}") from exc
+    except subprocess.CalledProcessError as exc:
+        raise ClockworksError(f"the microbenchmarks failed (exit {exc.returncode}); see {out_dir}/build.log "
+                              "and run.log (they need nvcc, mpirun, NCCL and NVSHMEM, and GPUs)") from exc
+    return Path(out_dir) / "calibration_raw.jsonl"
+
+
+def calibrate(raw: str, base_topology, base_file: str, out_path: str, run_log: str | None = None) -> dict:
+    """Fit on the measured cells (held-out sizes excluded) and write the calibrated topology."""
+    cells, provenance = load_cells(raw)
+    if not cells:
+        raise ClockworksError(f"{raw}: no microbenchmark results in it")
+    start = Constants.from_topology(base_topology.constants)
+    channels = channels_from_log(run_log) if run_log else None
+    if channels:
+        start.max_channels, start.p2p_max_channels = channels
+    consts, summary = fit(cells, base_topology, start)
+    document = yaml.safe_load(Path(base_file).read_text())
+    document["name"] = base_topology.name
+    document["constants"] = {**(document.get("constants") or {}), **consts.topology_fields()}
+    document["provenance"] = {
+        "date": datetime.date.today().isoformat(),
+        "gpu": provenance.get("gpu"), "driver": provenance.get("driver"),
+        "cuda": " ".join(provenance.get("nvcc_version") or []) or None,
+        "nccl": (provenance.get("wheels") or {}).get("nvidia-nccl-cu13"),
+        "nvshmem": (provenance.get("wheels") or {}).get("nvidia-nvshmem-cu13"),
+        "method": "clockworks calibrate: NCCL collectives and point-to-point (default and one-channel), "
+                  "NVSHMEM put sweeps under mpirun; least squares on log-time over every other "
+                  "power-of-two size",
+        "note": f"fit: {summary}",
+    }
+    header = ("# Calibrated by `clockworks calibrate` on the machine named in `provenance`.\n"
+              "# Links and devices as in the uncalibrated file; `constants` fitted to measurements.\n")
+    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(out_path).write_text(header + yaml.safe_dump(document, sort_keys=False, width=100))
+    return summary
