@@ -24,6 +24,7 @@ class Constants:
     nvshmem_signal_us: float = 0.3
     nvshmem_block_GBs: float = 40.0  # one thread block issuing puts (shared/reference: 37-42 GB/s)
     nvshmem_blocks: int = 1
+    nvshmem_link_efficiency: float = 1.0
     barrier_us: float = 2.0  # per dissemination round
     compute_us: float = 5.0  # an opaque compute kernel, beyond its memory traffic
 
@@ -45,7 +46,8 @@ class Constants:
             channel_GBs=tc.nccl_channel_GBs.model_dump(), max_channels=tc.nccl_max_channels,
             channel_bytes=tc.nccl_channel_bytes, ll_max_bytes=tc.nccl_ll_max_bytes,
             nvshmem_issue_us=tc.nvshmem_put_latency_us, nvshmem_latency_us=tc.nvshmem_signal_latency_us,
-            nvshmem_signal_us=0.0, nvshmem_block_GBs=tc.nvshmem_block_GBs, barrier_us=tc.barrier_us,
+            nvshmem_signal_us=0.0, nvshmem_block_GBs=tc.nvshmem_block_GBs,
+            nvshmem_link_efficiency=tc.nvshmem_link_efficiency, barrier_us=tc.barrier_us,
             compute_us=tc.compute_us, p2p_max_channels=tc.nccl_p2p_max_channels,
             p2p_ll_max_bytes=tc.nccl_p2p_ll_max_bytes, kind_efficiency=dict(tc.nccl_kind_efficiency),
             kind_link_efficiency=dict(tc.nccl_kind_link_efficiency),
@@ -62,7 +64,7 @@ class Constants:
             "nccl_channel_GBs": dict(self.channel_GBs), "nccl_max_channels": int(self.max_channels),
             "nccl_channel_bytes": self.channel_bytes, "nccl_ll_max_bytes": self.ll_max_bytes,
             "nvshmem_put_latency_us": self.nvshmem_issue_us, "nvshmem_signal_latency_us": self.nvshmem_latency_us,
-            "nvshmem_block_GBs": self.nvshmem_block_GBs, "barrier_us": self.barrier_us, "compute_us": self.compute_us,
+            "nvshmem_block_GBs": self.nvshmem_block_GBs, "nvshmem_link_efficiency": self.nvshmem_link_efficiency, "barrier_us": self.barrier_us, "compute_us": self.compute_us,
             "nccl_p2p_max_channels": int(self.p2p_max_channels), "nccl_p2p_ll_max_bytes": self.p2p_ll_max_bytes,
             "nccl_kind_efficiency": dict(self.kind_efficiency),
             "nccl_kind_link_efficiency": dict(self.kind_link_efficiency),

@@ -42,6 +42,7 @@ PARAMETERS = [
     ("kind_link_efficiency.p2p", 0.2, 1.0),
     ("nvshmem_latency_us", 0.1, 20.0),
     ("nvshmem_block_GBs", 1.0, 200.0),
+    ("nvshmem_link_efficiency", 0.2, 1.0),
 ]
 EAGER = [("host_issue_us", 1.0, 60.0)]
 

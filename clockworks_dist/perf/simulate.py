@@ -365,7 +365,8 @@ class Simulator:
             epochs.append(epoch)
             nbytes = self._bytes(rank, op.src) if op.kind in ("put", "put_signal") else 8.0
             latency = self.c.nvshmem_latency_us + (self.c.nvshmem_signal_us if op.kind != "put" else 0.0)
-            self.transfer(rank, op.pe, nbytes, self._block_ceiling(), latency, lambda: land())
+            ceiling = min(self._block_ceiling(), self.net.bottleneck(rank, op.pe) * self.c.nvshmem_link_efficiency)
+            self.transfer(rank, op.pe, nbytes, ceiling, latency, lambda: land())
 
         def land():
             epochs.remove(epoch)

@@ -161,6 +161,9 @@ class Constants(_Frozen):
     # One thread block issuing putmem_block moves about 40 GB/s over NVLink (37-42 GB/s measured
     # with one 1024-thread block on 2 x H200): large puts must spread over blocks.
     nvshmem_block_GBs: float = Field(40.0, gt=0)
+    # The fraction of a route's raw bandwidth device-initiated puts reach with many blocks (measured
+    # 356 GB/s of 478 on NV18 with 32 blocks); 1.0 until calibrated.
+    nvshmem_link_efficiency: float = Field(1.0, gt=0, le=1)
     # Host-issued putmem_on_stream uses the copy engines (~400 GB/s measured on NV18, same machine).
     copy_engine_GBs: float = Field(400.0, gt=0)
     # Fraction of the datasheet HBM bandwidth a streaming kernel (a reduction) reaches: ~90% is
