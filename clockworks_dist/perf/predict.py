@@ -140,12 +140,20 @@ def link_utilisation(timeline: Timeline, top: int = 5) -> list[tuple[str, float,
 
 
 def bound(timeline: Timeline) -> str:
-    """What limits the time: the busiest link if it is busy most of the run, else latency."""
+    """What limits the time: the busiest link if it is busy most of the run; else a transfer on the
+    critical path held below the link rate by its own ceiling (NCCL channels, NVSHMEM blocks);
+    else the fixed per-op costs."""
     links = link_utilisation(timeline, top=1)
     if links and links[0][2] >= 0.5:
         name, _, util = links[0]
         kind = "reduction (HBM)" if name.endswith("HBM") else "link bandwidth"
         return f"{kind}: {name} busy {util:.0%} of the time"
+    transfers = [r for r in timeline.critical if r.kind in ("delivery", "send") or r.kind in ir.COLLECTIVE_KINDS]
+    spent = sum(r.end - r.start for r in transfers)
+    if timeline.total_us > 0 and spent > 0.5 * timeline.total_us:
+        longest = max(transfers, key=lambda r: r.end - r.start)
+        return (f"per-transfer rate ceiling (NCCL channels or NVSHMEM thread blocks), not the links: "
+                f"{longest.loc} {longest.text[:50]} takes {longest.end - longest.start:.1f} us")
     return "latency: fixed per-op costs dominate (launch, protocol steps, signals)"
 
 
