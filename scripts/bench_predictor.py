@@ -57,7 +57,8 @@ def main(argv=None) -> int:
         predicted = predict_cell(cell, topo, Constants.from_dict(consts.to_dict()))
         rows.append({"op": cell.op, "bytes": cell.nbytes, "mode": cell.mode, "blocks": cell.blocks,
                      "measured_us": cell.measured_us, "predicted_us": round(predicted, 3),
-                     "nccl_est_us": cell.nccl_est_us, "held_out": held_out(cell)})
+                     "nccl_est_us": cell.nccl_est_us, "max_channels": cell.max_channels,
+                     "held_out": held_out(cell)})
     test = [r for r in rows if r["held_out"]]
     report = {"provenance": provenance, "cells": len(rows), "held_out_cells": len(test), "groups": []}
     groups = [("all held-out", lambda r: True)]
