@@ -103,7 +103,10 @@ def plan(kind: str, n: int, nbytes: float, consts, link_GBs: float) -> Plan:
             ch = channels_for(consts, step_bytes)
             ceiling = ceiling_for(consts, kind, proto, ch, link_GBs)
             fixed = consts.proto_base_us[proto] + steps * consts.proto_step_us[proto]
-            wire = max((t.nbytes for t in transfers), default=0.0) / EFFICIENCY[proto]
+            sent: dict[int, float] = {}
+            for t in transfers:  # what the busiest rank's port carries
+                sent[t.src] = sent.get(t.src, 0.0) + t.nbytes
+            wire = max(sent.values(), default=0.0) / EFFICIENCY[proto]
             estimate = fixed + wire / (min(ceiling, link_GBs) * 1e3)
             if best is None or estimate < best[0]:
                 reduce_bytes = 3 * nbytes * (n - 1) / n if kind in ("all_reduce", "reduce_scatter", "reduce_to") else 0.0

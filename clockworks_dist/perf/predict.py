@@ -31,12 +31,17 @@ def parse_sizes(text: str) -> list[int]:
     """`1KiB..1GiB` (powers of two), or a comma-separated list."""
     if ".." in text:
         lo, hi = (parse_size(t) for t in text.split("..", 1))
+        if lo < 1 or hi < lo:
+            raise ValueError(f"size range {text!r} is empty: write LOW..HIGH with 1 <= LOW <= HIGH")
         sizes, size = [], lo
         while size <= hi:
             sizes.append(size)
             size *= 2
         return sizes
-    return [parse_size(t) for t in text.split(",") if t.strip()]
+    sizes = [parse_size(t) for t in text.split(",") if t.strip()]
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"no positive sizes in {text!r}: write e.g. 1KiB..1GiB or 4096,1MiB")
+    return sizes
 
 
 def busbw_factor(sched: ir.Schedule) -> tuple[float, str]:
@@ -67,7 +72,11 @@ def size_binding(defn, world: int, nbytes: int, ranks_per_node: int | None = Non
     """The size-symbol value that gives the main buffer `nbytes` bytes."""
     base = defn.trace(world, ranks_per_node)
     buf = main_buffer(base)
-    elems = nbytes // ir.DTYPE_BYTES[buf.dtype]
+    width = ir.DTYPE_BYTES[buf.dtype]
+    if nbytes % width:
+        raise ScheduleError(f"{nbytes} bytes is not a whole number of {buf.dtype} elements of {buf.name}",
+                            file=buf.loc.file, line=buf.loc.line, hint=f"pick multiples of {width} bytes")
+    elems = nbytes // width
     form = buf.count_sym
     if form is None or len(form.terms) != 1 or not form.exact:
         raise ScheduleError(f"cannot scale buffer {buf.name} to {nbytes} bytes: its count is not a multiple of "
@@ -148,12 +157,13 @@ def bound(timeline: Timeline) -> str:
         name, _, util = links[0]
         kind = "reduction (HBM)" if name.endswith("HBM") else "link bandwidth"
         return f"{kind}: {name} busy {util:.0%} of the time"
-    transfers = [r for r in timeline.critical if r.kind in ("delivery", "send") or r.kind in ir.COLLECTIVE_KINDS]
-    spent = sum(r.end - r.start for r in transfers)
+    # time the bytes themselves took on the critical path (fixed costs excluded)
+    transfers = [r for r in timeline.critical if r.detail.get("flow_us")]
+    spent = sum(r.detail["flow_us"] for r in transfers)
     if timeline.total_us > 0 and spent > 0.5 * timeline.total_us:
-        longest = max(transfers, key=lambda r: r.end - r.start)
+        longest = max(transfers, key=lambda r: r.detail["flow_us"])
         return (f"per-transfer rate ceiling (NCCL channels or NVSHMEM thread blocks), not the links: "
-                f"{longest.loc} {longest.text[:50]} takes {longest.end - longest.start:.1f} us")
+                f"{longest.loc} {longest.text[:50]} moves its bytes in {longest.detail['flow_us']:.1f} us")
     return "latency: fixed per-op costs dominate (launch, protocol steps, signals)"
 
 

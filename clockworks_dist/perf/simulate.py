@@ -152,11 +152,18 @@ class Simulator:
         self.flow_done[fid] = then
         self._reschedule()
 
-    def transfer(self, src: int, dst: int, nbytes: float, ceiling_GBs: float | None, latency_us: float, then) -> None:
-        """A flow from rank src to rank dst, then the route's latency (cut-through: paid once)."""
+    def transfer(self, src: int, dst: int, nbytes: float, ceiling_GBs: float | None, latency_us: float, then,
+                 record: OpRecord | None = None) -> None:
+        """A flow from rank src to rank dst, then the route's latency (cut-through: paid once).
+        `record` notes how long the bytes themselves took (`flow_us`), apart from fixed costs."""
         resources, route_latency = self.net.route(src, dst)
-        self.start_flow(resources, nbytes, ceiling_GBs,
-                        lambda: self.at(self.now + route_latency + latency_us, then))
+        began = self.now
+
+        def flowed():
+            if record is not None:
+                record.detail["flow_us"] = self.now - began
+            self.at(self.now + route_latency + latency_us, then)
+        self.start_flow(resources, nbytes, ceiling_GBs, flowed)
 
     def run(self) -> Timeline:
         for rank in range(self.world):
@@ -275,9 +282,11 @@ class Simulator:
         send = self.matches._op(skey)
         nbytes = self._bytes(skey[0], send.src)
         start = self.now
+        # the transfer starts when the later side posts: it waited for what that side waited for
+        later = recv_head if recv_head.start >= send_head.start else send_head
         rec = OpRecord(rank=skey[0], index=skey[1], sub=skey[2], kind="send", text=ir.describe(send), loc=send.loc,
-                       start=start, cause=recv_head if recv_head.start >= send_head.start else send_head,
-                       cause_kind="matching recv posted" if recv_head.start >= send_head.start else "program order")
+                       start=start, cause=later.cause,
+                       cause_kind=f"rank {later.rank} posted its {'recv' if later is recv_head else 'send'}")
         self.records.append(rec)
         proto, ch, ceiling = nccl.p2p_choice(self.c, nbytes, self.net.bottleneck(skey[0], rkey[0]))
         fixed = self._launch() + self.c.proto_base_us[proto]
@@ -287,7 +296,7 @@ class Simulator:
             for k in (skey, rkey):
                 self.posted.pop(k, None)
                 self._member_done(k, rec)
-        self.transfer(skey[0], rkey[0], nbytes / nccl.EFFICIENCY[proto], ceiling, fixed, done)
+        self.transfer(skey[0], rkey[0], nbytes / nccl.EFFICIENCY[proto], ceiling, fixed, done, record=rec)
 
     def _member_done(self, key: tuple, rec: OpRecord) -> None:
         rank, index, _ = key
@@ -337,7 +346,8 @@ class Simulator:
                 end = self.now + p.fixed_us
                 for r, i in members:
                     self.posted.pop((r, i), None)
-                    arrived[r].detail = {"algorithm": p.algorithm, "protocol": p.protocol, "channels": p.channels}
+                    arrived[r].detail = {"algorithm": p.algorithm, "protocol": p.protocol, "channels": p.channels,
+                                         "flow_us": self.now - start}
                     self.finish(r, arrived[r], end)
 
         def launch():
@@ -361,18 +371,21 @@ class Simulator:
         key = (rank, op.pe)
         epochs = self.in_flight_epochs.setdefault(key, [])
 
+        flow_note = OpRecord(rank=rank, index=index, sub=None, kind="delivery", text="", loc=op.loc)
+
         def start():
             epochs.append(epoch)
             nbytes = self._bytes(rank, op.src) if op.kind in ("put", "put_signal") else 8.0
             latency = self.c.nvshmem_latency_us + (self.c.nvshmem_signal_us if op.kind != "put" else 0.0)
             ceiling = min(self._block_ceiling(), self.net.bottleneck(rank, op.pe) * self.c.nvshmem_link_efficiency)
-            self.transfer(rank, op.pe, nbytes, ceiling, latency, lambda: land())
+            self.transfer(rank, op.pe, nbytes, ceiling, latency, lambda: land(), record=flow_note)
 
         def land():
             epochs.remove(epoch)
             self.outstanding[rank] -= 1
             delivery = OpRecord(rank=rank, index=index, sub=None, kind="delivery", text=f"delivery of {rec.text}",
-                                loc=op.loc, start=rec.end, end=self.now, cause=rec, cause_kind="issue")
+                                loc=op.loc, start=rec.end, end=self.now, cause=rec, cause_kind="issue",
+                                detail=dict(flow_note.detail))
             self.records.append(delivery)
             self.last_delivery[rank] = delivery
             self._apply(op, delivery)

@@ -1,0 +1,883 @@
+"""The performance model: max-min fair sharing, the timed simulator, NCCL plans, size binding and
+bandwidth conventions, traces, predictions on shipped topologies, `clockworks predict`, and the
+calibrated topology with its raw measurements."""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import clockworks_dist as cw
+from clockworks_dist import cli, load_file
+from clockworks_dist.errors import ScheduleError, TopologyError
+from clockworks_dist.perf import fit, nccl
+from clockworks_dist.perf.constants import Constants
+from clockworks_dist.perf.flows import Flow, max_min_rates
+from clockworks_dist.perf.microbench import MICROBENCHMARKS, broadcast_op
+from clockworks_dist.perf.network import Network, from_topology
+from clockworks_dist.perf.predict import (
+    bound, busbw_factor, chrome_trace, link_utilisation, parse_size, parse_sizes, predict_sizes, size_binding,
+)
+from clockworks_dist.perf.simulate import PredictError, Simulator
+from clockworks_dist.topology import load_topology
+
+ROOT = Path(__file__).resolve().parent.parent
+PROTOCOLS = ROOT / "protocols"
+RING = str(PROTOCOLS / "ring_allreduce.py")
+MEASURED = ROOT / "topologies" / "measured" / "h200x2-nv18.yaml"
+RAW = ROOT / "topologies" / "measured" / "raw" / "calibration_raw.jsonl"
+
+KiB, MiB = 1024, 1024 * 1024
+
+
+def write(tmp_path: Path, name: str, body: str) -> str:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body).lstrip())
+    return str(path)
+
+
+def schedule_of(path) -> cw.ScheduleDef:
+    return load_file(str(path))[0]
+
+
+# ------------------------------------------------------------------------------ max-min fairness
+def flow(fid, resources, ceiling=None, remaining=1.0):
+    return Flow(fid=fid, resources=tuple(resources), remaining=remaining, ceiling=ceiling)
+
+
+def test_one_flow_gets_the_capacity():
+    f = flow(0, [0])
+    max_min_rates([f], [7.5])
+    assert f.rate == pytest.approx(7.5)
+
+
+def test_two_flows_share_a_link_equally():
+    a, b = flow(0, [0]), flow(1, [0])
+    max_min_rates([a, b], [10.0])
+    assert (a.rate, b.rate) == (pytest.approx(5.0), pytest.approx(5.0))
+
+
+def test_flows_on_disjoint_links_do_not_interact():
+    a, b = flow(0, [0]), flow(1, [1])
+    max_min_rates([a, b], [10.0, 3.0])
+    assert (a.rate, b.rate) == (pytest.approx(10.0), pytest.approx(3.0))
+
+
+def test_classic_three_flow_example():
+    # link A (cap 10) carries flows 1 and 2; link B (cap 4) carries flows 2 and 3.
+    # B saturates first at 2 each; flow 1 then takes what is left of A: 10 - 2 = 8.
+    f1, f2, f3 = flow(1, [0]), flow(2, [0, 1]), flow(3, [1])
+    max_min_rates([f1, f2, f3], [10.0, 4.0])
+    assert f1.rate == pytest.approx(8.0)
+    assert f2.rate == pytest.approx(2.0)
+    assert f3.rate == pytest.approx(2.0)
+    # the allocation is feasible and saturates both links
+    assert f1.rate + f2.rate == pytest.approx(10.0)
+    assert f2.rate + f3.rate == pytest.approx(4.0)
+
+
+def test_a_ceiling_below_the_fair_share_frees_bandwidth():
+    slow, fast = flow(0, [0], ceiling=2.0), flow(1, [0])
+    max_min_rates([slow, fast], [10.0])
+    assert slow.rate == pytest.approx(2.0)
+    assert fast.rate == pytest.approx(8.0)
+
+
+def test_a_ceiling_above_the_fair_share_changes_nothing():
+    a, b = flow(0, [0], ceiling=7.0), flow(1, [0])
+    max_min_rates([a, b], [10.0])
+    assert (a.rate, b.rate) == (pytest.approx(5.0), pytest.approx(5.0))
+
+
+def test_three_ceilings_and_one_free_flow():
+    flows = [flow(0, [0], ceiling=1.0), flow(1, [0], ceiling=2.0), flow(2, [0], ceiling=3.0), flow(3, [0])]
+    max_min_rates(flows, [12.0])
+    assert [f.rate for f in flows] == [pytest.approx(x) for x in (1.0, 2.0, 3.0, 6.0)]
+
+
+def test_flows_with_no_resources():
+    free, capped = flow(0, []), flow(1, [], ceiling=4.0)
+    other = flow(2, [0])
+    max_min_rates([free, capped, other], [5.0])
+    assert free.rate == float("inf")
+    assert capped.rate == pytest.approx(4.0)
+    assert other.rate == pytest.approx(5.0)
+
+
+def test_finished_flows_get_no_rate_and_leave_the_link_to_others():
+    done, live = flow(0, [0], remaining=0.0), flow(1, [0])
+    done.rate = 99.0
+    max_min_rates([done, live], [10.0])
+    assert done.rate == 0.0
+    assert live.rate == pytest.approx(10.0)
+
+
+# ------------------------------------------------------------------------------ the simulator
+LINK_01, LINK_10, HBM0, HBM1 = 0, 1, 2, 3
+
+
+def two_ranks(link_GBs: float = 100.0, latency_us: float = 0.5, hbm_GBs: float = 3000.0) -> Network:
+    """Two GPUs, one link per direction (resources 0: 0->1, 1: 1->0), and an HBM each."""
+    routes = {(0, 1): ((LINK_01,), latency_us), (1, 0): ((LINK_10,), latency_us)}
+    return Network(names=["link 0->1", "link 1->0", "gpu0 HBM", "gpu1 HBM"],
+                   capacity=[link_GBs * 1e3, link_GBs * 1e3, hbm_GBs * 1e3, hbm_GBs * 1e3],
+                   hbm_of=[HBM0, HBM1], router=lambda s, d: routes[(s, d)])
+
+
+# Distinct, made-up constants, so that every term of the expected time is visible.
+CONSTS = dict(launch_us=1.5, proto_base_us={"LL": 2.0, "LL128": 3.0, "Simple": 4.0},
+              channel_GBs={"LL": 5.0, "LL128": 10.0, "Simple": 20.0}, p2p_max_channels=8,
+              p2p_ll_max_bytes=16384.0, channel_bytes=4096.0, nvshmem_issue_us=1.0, nvshmem_latency_us=0.7,
+              nvshmem_signal_us=0.3, nvshmem_block_GBs=40.0)
+
+
+def consts() -> Constants:
+    return Constants(**{k: (dict(v) if isinstance(v, dict) else v) for k, v in CONSTS.items()})
+
+
+N = cw.size("N", 256)
+M = cw.size("M", 16)
+
+
+@cw.schedule
+def ping(r):
+    x = r.buffer("x", count=N, role="input")
+    if r.rank == 0:
+        r.send(1, x)
+    else:
+        r.recv(0, x)
+
+
+@cw.schedule
+def exchange(r):
+    x = r.buffer("x", count=N, role="input")
+    y = r.buffer("y", count=N, role="output")
+    with r.group():
+        r.send(1 - r.rank, x)
+        r.recv(1 - r.rank, y)
+
+
+@cw.schedule
+def two_sends_same_way(r):
+    x = r.buffer("x", count=2 * N, role="inout")
+    with r.group():
+        for part in range(2):
+            if r.rank == 0:
+                r.send(1, x.chunk(part, 2))
+            else:
+                r.recv(0, x.chunk(part, 2))
+
+
+@cw.schedule
+def ring_without_group(r):
+    x = r.buffer("x", count=N, role="input")
+    y = r.buffer("y", count=N, role="output")
+    r.send(1 - r.rank, x)  # both ranks block here: sends are rendezvous
+    r.recv(1 - r.rank, y)
+
+
+@cw.schedule
+def unmatched_send(r):
+    x = r.buffer("x", count=N, role="input")
+    if r.rank == 0:
+        r.send(1, x)
+
+
+@cw.schedule
+def local_reduce(r):
+    x = r.buffer("x", count=N, role="inout")
+    t = r.buffer("t", count=N, role="scratch")
+    r.reduce(x, x, t)
+
+
+def put_then_signal(fence: bool):
+    @cw.schedule(name=f"put_then_signal_{'fence' if fence else 'nofence'}")
+    def body(r):
+        big = r.symmetric("big", count=N, role="inout")
+        small = r.symmetric("small", count=M, role="inout")
+        ready = r.signal("ready")
+        if r.rank == 0:
+            r.put(1, big, big, nbi=True)
+            if fence:
+                r.fence()
+            r.put_signal(1, small, small, ready, 1, op="set", nbi=True)
+            r.quiet()
+        else:
+            r.wait_until(ready, "ge", 1)
+    return body
+
+
+PUT_FENCE, PUT_NOFENCE = put_then_signal(True), put_then_signal(False)
+
+
+def run(defn, net=None, c=None, world=2, **sizes):
+    return Simulator(defn.trace(world, sizes=sizes or None), net or two_ranks(), c or consts()).run()
+
+
+def p2p_time(c: Constants, nbytes: float, link_GBs: float, latency_us: float) -> tuple[str, float]:
+    proto, _channels, ceiling = nccl.p2p_choice(c, nbytes, link_GBs)
+    rate = min(link_GBs, ceiling) * 1e3
+    return proto, c.launch_us + c.proto_base_us[proto] + latency_us + nbytes / nccl.EFFICIENCY[proto] / rate
+
+
+@pytest.mark.parametrize("nbytes, link_GBs, proto, limited_by", [
+    (4 * KiB, 100.0, "LL", "channels"),  # LL, one channel at 5 GB/s
+    (4 * MiB, 100.0, "Simple", "link"),  # Simple, 8 channels (160 GB/s) on a 100 GB/s link
+    (4 * MiB, 500.0, "Simple", "channels"),  # Simple, 8 channels (160 GB/s) on a 500 GB/s link
+])
+def test_single_send_recv_time(nbytes, link_GBs, proto, limited_by):
+    c = consts()
+    tl = run(ping, two_ranks(link_GBs, latency_us=0.5), c, N=nbytes // 4)
+    chosen, _, ceiling = nccl.p2p_choice(c, nbytes, link_GBs)
+    assert chosen == proto
+    assert (ceiling < link_GBs) == (limited_by == "channels")
+    _, expected = p2p_time(c, nbytes, link_GBs, 0.5)
+    assert tl.total_us == pytest.approx(expected, rel=1e-9)
+    # written out by hand for the first case: 1.5 launch + 2 LL base + 0.5 route + 4096 / 0.5 / 5000
+    if nbytes == 4 * KiB:
+        assert tl.total_us == pytest.approx(1.5 + 2.0 + 0.5 + 4096 / 0.5 / 5000)
+    # both sides finish together; the link carried the wire bytes (LL doubles them)
+    ends = {r.rank: r.end for r in tl.records if r.kind in ("send", "recv")}
+    assert ends[0] == pytest.approx(ends[1])
+    assert tl.link_bytes[LINK_01] == pytest.approx(nbytes / nccl.EFFICIENCY[proto])
+    assert LINK_10 not in tl.link_bytes
+
+
+def test_opposite_directions_do_not_slow_each_other():
+    nbytes = 4 * MiB
+    one = run(ping, N=nbytes // 4).total_us
+    both = run(exchange, N=nbytes // 4)
+    assert both.total_us == pytest.approx(one, rel=1e-9)
+    assert both.link_bytes[LINK_01] == pytest.approx(nbytes)
+    assert both.link_bytes[LINK_10] == pytest.approx(nbytes)
+
+
+def test_same_direction_transfers_share_the_link():
+    c, nbytes = consts(), 4 * MiB
+    one = run(ping, c=c, N=nbytes // 4).total_us
+    two = run(two_sends_same_way, c=c, N=nbytes // 4)  # two sends of nbytes each, at once
+    fixed = c.launch_us + c.proto_base_us["Simple"] + 0.5
+    assert one - fixed == pytest.approx(nbytes / 100e3)
+    assert two.total_us - fixed == pytest.approx(2 * (one - fixed), rel=1e-6)
+    assert two.link_bytes[LINK_01] == pytest.approx(2 * nbytes)
+
+
+def test_ring_without_group_deadlocks():
+    with pytest.raises(PredictError, match=r"deadlocks: rank\(s\) 0, 1 never finish.*clockworks check"):
+        run(ring_without_group)
+
+
+def test_shipped_ring_without_group_deadlocks():
+    routes = lambda s, d: ((0,), 0.5)  # noqa: E731 - every pair over one shared link
+    net = Network(names=["link", "h0", "h1", "h2", "h3"], capacity=[1e5] + [3e6] * 4, hbm_of=[1, 2, 3, 4],
+                  router=routes)
+    defn = schedule_of(PROTOCOLS / "buggy" / "ring_allreduce_no_group.py")
+    with pytest.raises(PredictError, match="deadlocks"):
+        Simulator(defn.trace(4), net, consts()).run()
+
+
+def test_a_schedule_that_does_not_match_is_refused():
+    with pytest.raises(PredictError, match="does not match.*clockworks check"):
+        run(unmatched_send)
+
+
+def test_local_reduce_is_bounded_by_hbm():
+    c, nbytes = consts(), 1 * MiB
+    tl = run(local_reduce, two_ranks(hbm_GBs=2000.0), c, N=nbytes // 4)
+    # reads x and t, writes x: three times the buffer over HBM, after the launch
+    assert tl.total_us == pytest.approx(c.launch_us + 3 * nbytes / 2000e3)
+    assert tl.link_bytes[HBM0] == pytest.approx(3 * nbytes)
+    assert tl.link_bytes[HBM1] == pytest.approx(3 * nbytes)
+
+
+def test_put_signal_wakes_the_waiter_after_delivery():
+    c = consts()
+    tl = run(PUT_NOFENCE, c=c, N=16, M=16)
+    deliveries = {r.text: r for r in tl.records if r.kind == "delivery"}
+    signal_delivery = next(r for t, r in deliveries.items() if "put_signal" in t)
+    waiter = next(r for r in tl.records if r.kind == "wait_until")
+    assert waiter.rank == 1
+    assert waiter.end == pytest.approx(signal_delivery.end)
+    assert waiter.cause is signal_delivery and waiter.cause_kind == "signal"
+    # put_signal issued at 1 (after the put's issue) + 1 issue, then 64 bytes at 40 GB/s + route + signal
+    issued = 2 * c.nvshmem_issue_us
+    assert signal_delivery.end == pytest.approx(issued + 64 / 40e3 + 0.5 + c.nvshmem_latency_us + c.nvshmem_signal_us)
+
+
+def test_fence_orders_deliveries_to_the_same_pe():
+    big = 1 * MiB
+    free = run(PUT_NOFENCE, N=big // 4, M=16)
+    fenced = run(PUT_FENCE, N=big // 4, M=16)
+
+    def delivery(tl, word):
+        return next(r for r in tl.records if r.kind == "delivery" and r.text.startswith(f"delivery of {word}("))
+
+    # without a fence the small signalling put overtakes the big one
+    assert delivery(free, "put_signal").end < delivery(free, "put").end
+    # with a fence it lands after it, and the waiter (rank 1) wakes only then
+    assert delivery(fenced, "put_signal").end > delivery(fenced, "put").end
+    waiter = next(r for r in fenced.records if r.kind == "wait_until")
+    assert waiter.end >= delivery(fenced, "put").end
+    assert fenced.total_us > free.total_us
+
+
+def test_quiet_waits_for_every_delivery():
+    tl = run(PUT_NOFENCE, N=MiB // 4, M=16)
+    quiet = next(r for r in tl.records if r.kind == "quiet")
+    last = max((r for r in tl.records if r.kind == "delivery" and r.rank == 0), key=lambda r: r.end)
+    assert last.text.startswith("delivery of put(")  # the big put lands last
+    assert quiet.end == pytest.approx(last.end)
+    assert quiet.cause is last and quiet.cause_kind == "delivery completed"
+    assert quiet.start < last.end  # it really waited
+
+
+def check_critical_path(tl):
+    path = tl.critical
+    assert path, "an empty critical path"
+    assert path[-1].end == pytest.approx(tl.total_us)
+    assert path[-1].end == max(r.end for r in tl.records)
+    for before, after in zip(path, path[1:]):
+        assert after.cause is before
+        joint = math.isclose(after.end, before.end, abs_tol=1e-9)  # partners of one transfer/collective
+        assert after.start >= before.end - 1e-9 or joint, (before.text, after.text)
+        assert after.start >= 0 and after.end >= after.start - 1e-9
+
+
+@pytest.mark.parametrize("defn, sizes", [
+    (ping, {"N": 1024}), (exchange, {"N": 1024}), (PUT_FENCE, {"N": 4096, "M": 16}),
+    (PUT_NOFENCE, {"N": 4096, "M": 16}), (local_reduce, {"N": 64}),
+])
+def test_critical_path_is_a_consistent_cause_chain(defn, sizes):
+    check_critical_path(run(defn, **sizes))
+
+
+def test_critical_path_of_shipped_schedules_is_consistent():
+    topo = load_topology("dgx-h100")
+    for name in ("ring_allreduce", "nvshmem_twoshot_allreduce", "tree_allreduce"):
+        defn = schedule_of(PROTOCOLS / f"{name}.py")
+        check_critical_path(predict_sizes(defn, topo, 4, [64 * KiB])[0].timeline)
+
+
+@cw.schedule
+def fill_then_send(r):
+    x = r.buffer("x", count=N, role="inout")
+    if r.rank == 0:
+        r.fill(x, 1.0)
+        r.send(1, x)
+    else:
+        r.recv(0, x)
+
+
+def test_critical_path_reaches_back_through_a_send():
+    tl = run(fill_then_send, N=256)
+    kinds = [r.kind for r in tl.critical]
+    assert "fill" in kinds  # rank 0 sends only after its fill
+    assert tl.critical[0].start == 0.0
+
+
+def test_bound_names_a_saturated_link():
+    tl = run(ping, N=64 * MiB // 4)  # Simple, 8 x 20 GB/s channels on a 100 GB/s link: the link limits
+    assert bound(tl).startswith("link bandwidth: link 0->1 busy 9")
+    rows = link_utilisation(tl)
+    assert rows[0][0] == "link 0->1"
+    assert rows[0][1] == pytest.approx(64 * MiB / 1e9)
+    assert rows[0][2] == pytest.approx(64 * MiB / 100e3 / tl.total_us)
+
+
+def test_bound_names_reductions_on_hbm():
+    tl = run(local_reduce, N=64 * MiB // 4)
+    assert bound(tl).startswith("reduction (HBM): gpu0 HBM busy")
+
+
+def test_bound_of_a_tiny_message_is_latency():
+    c = consts()
+    tl = run(ping, c=c, N=16)  # 64 bytes: 0.03 us of bandwidth in 4.03 us
+    _, total = p2p_time(c, 64, 100.0, 0.5)
+    assert tl.total_us == pytest.approx(total)
+    assert bound(tl).startswith("latency")
+
+
+# ------------------------------------------------------------------------------ sizes and busbw
+def test_parse_sizes():
+    assert parse_sizes("1KiB..8KiB") == [1024, 2048, 4096, 8192]
+    assert parse_sizes("4KiB,1MiB") == [4096, 1048576]
+    assert parse_sizes("4096, 64KB ,1GiB") == [4096, 64000, 1024 ** 3]
+    assert parse_sizes("1KiB..1KiB") == [1024]
+    assert parse_size("16MiB") == 16 * MiB and parse_size("1.5KiB") == 1536 and parse_size("12") == 12
+
+
+@pytest.mark.parametrize("text", ["abc", "1XB", "KiB", "-4KiB", "1KiB..lots", "4KiB,,x"])
+def test_parse_sizes_rejects_bad_input(text):
+    with pytest.raises(ValueError, match="cannot read size"):
+        parse_sizes(text)
+
+
+@pytest.mark.parametrize("text", ["8KiB..1KiB", ","])
+def test_parse_sizes_rejects_an_empty_sweep(text):
+    with pytest.raises(ValueError):
+        parse_sizes(text)
+
+
+def test_parse_sizes_zero_range_terminates():
+    def timeout(*_):
+        raise TimeoutError("parse_sizes('0..1KiB') did not return")
+
+    previous = signal.signal(signal.SIGALRM, timeout)
+    signal.setitimer(signal.ITIMER_REAL, 0.2)
+    try:
+        with pytest.raises(ValueError):
+            parse_sizes("0..1KiB")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@cw.schedule(expect=cw.allgather("src", "dst"))
+def gather_out_of_place(r):
+    src = r.buffer("src", count=N, role="input")
+    dst = r.buffer("dst", count=N * r.world, role="output")
+    r.all_gather(src, dst)
+
+
+@cw.schedule(expect=cw.reduce_scatter("src", "dst"))
+def scatter_out_of_place(r):
+    src = r.buffer("src", count=N * r.world, role="input")
+    dst = r.buffer("dst", count=N, role="output")
+    r.reduce_scatter(src, dst)
+
+
+def main_bytes(defn, world, binding):
+    sched = defn.trace(world, sizes=binding)
+    return {b.name: b.count * 4 for b in sched.programs[0].buffers}
+
+
+def test_size_binding_all_reduce():
+    ring = schedule_of(RING)
+    assert size_binding(ring, 8, 1 * MiB) == {"CHUNK": MiB // 4 // 8}
+    assert main_bytes(ring, 8, size_binding(ring, 8, MiB))["x"] == MiB
+
+
+def test_size_binding_all_gather_counts_the_output():
+    binding = size_binding(gather_out_of_place, 4, 64 * KiB)
+    assert binding == {"N": 64 * KiB // 4 // 4}
+    assert main_bytes(gather_out_of_place, 4, binding) == {"src": 16 * KiB, "dst": 64 * KiB}
+
+
+def test_size_binding_reduce_scatter_counts_the_input():
+    binding = size_binding(scatter_out_of_place, 4, 64 * KiB)
+    assert binding == {"N": 64 * KiB // 4 // 4}
+    assert main_bytes(scatter_out_of_place, 4, binding) == {"src": 64 * KiB, "dst": 16 * KiB}
+
+
+@pytest.mark.parametrize("nbytes", [1000, 0, 16])
+def test_size_binding_unreachable_sizes(nbytes):
+    # x holds 8 * CHUNK float32 at 8 ranks: multiples of 32 bytes, at least 32
+    with pytest.raises(ScheduleError, match=f"{nbytes} bytes is not reachable.*multiples of 32 bytes"):
+        size_binding(schedule_of(RING), 8, nbytes)
+
+
+def test_size_binding_rejects_partial_elements():
+    with pytest.raises(ScheduleError, match="1026 bytes is not a whole number of float32 elements"):
+        size_binding(schedule_of(RING), 2, 1026)
+
+
+def test_size_binding_needs_a_size_symbol(tmp_path):
+    path = write(tmp_path, "fixed.py", """
+        import clockworks_dist as cw
+
+        @cw.schedule(expect=cw.allreduce("x"))
+        def fixed(r):
+            x = r.buffer("x", count=64, role="inout")
+            r.all_reduce(x)
+    """)
+    with pytest.raises(ScheduleError, match="not a multiple of one size symbol"):
+        size_binding(schedule_of(path), 2, 4096)
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_busbw_factor_follows_nccl_tests(n):
+    def factor(name):
+        return busbw_factor(schedule_of(PROTOCOLS / f"{name}.py").trace(n))
+
+    assert factor("ring_allreduce") == (pytest.approx(2 * (n - 1) / n), "allreduce")
+    assert factor("ring_allgather") == (pytest.approx((n - 1) / n), "allgather")
+    assert factor("ring_reduce_scatter") == (pytest.approx((n - 1) / n), "reduce_scatter")
+    assert factor("direct_alltoall") == (pytest.approx((n - 1) / n), "alltoall")
+    assert busbw_factor(broadcast_op.trace(n)) == (1.0, "broadcast")
+    assert busbw_factor(MICROBENCHMARKS["sendrecv"].trace(n)) == (1.0, "custom")
+
+
+# ------------------------------------------------------------------------------ chrome trace
+@pytest.mark.parametrize("case", ["puts", "ring"])
+def test_chrome_trace_is_well_formed(case):
+    if case == "puts":
+        tl = run(PUT_FENCE, N=4096, M=16)
+    else:
+        tl = predict_sizes(schedule_of(RING), load_topology("dgx-h100"), 4, [64 * KiB])[0].timeline
+    trace = json.loads(json.dumps(chrome_trace(tl)))
+    events = trace["traceEvents"]
+    complete = [e for e in events if e["ph"] == "X"]
+    assert len(complete) == len(tl.records)
+    for event in complete:
+        assert {"name", "ph", "ts", "dur", "pid", "tid"} <= set(event)
+        assert event["dur"] >= 0 and event["ts"] >= 0
+        assert event["ts"] + event["dur"] <= tl.total_us + 1e-3
+    names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    ranks = {r.rank for r in tl.records}
+    assert ranks == set(range(2 if case == "puts" else 4))
+    for rank in ranks:
+        assert names[2 * rank] == f"rank {rank}"
+    # every complete event sits on a named thread
+    assert {e["tid"] for e in complete} <= set(names)
+    if case == "puts":
+        assert any(e["cat"] == "delivery" and e["tid"] == 1 for e in complete)
+
+
+# ------------------------------------------------------------------------------ NCCL plans
+LINK = 450.0
+
+
+def test_plan_protocol_small_and_large():
+    c = Constants()
+    for n in (2, 4, 8):
+        assert nccl.plan("all_reduce", n, 1 * KiB, c, LINK).protocol == "LL"
+        assert nccl.plan("all_reduce", n, 256 * MiB, c, LINK).protocol == "Simple"
+    # LL is not considered above ll_max_bytes
+    assert nccl.plan("all_reduce", 2, c.ll_max_bytes + 4, c, LINK).protocol != "LL"
+
+
+def test_plan_channels_grow_with_size_and_cap():
+    c = Constants()
+    channels = [nccl.plan("all_reduce", 2, s, c, LINK).channels for s in (2 ** k for k in range(10, 31, 2))]
+    assert channels == sorted(channels)
+    assert channels[0] == 1
+    assert channels[-1] == c.max_channels
+    assert max(channels) <= c.max_channels
+    # one channel per channel_bytes of a step (nbytes / n), capped
+    assert nccl.channels_for(c, 3 * c.channel_bytes) == 3
+    assert nccl.channels_for(c, 3 * c.channel_bytes + 1) == 4
+    assert nccl.channels_for(c, 1e12) == c.max_channels
+    small = Constants(max_channels=4)
+    assert nccl.plan("all_reduce", 2, 1 * MiB, small, LINK).channels == 4
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8])
+def test_ring_all_reduce_bytes_per_edge(n):
+    S = 8 * MiB
+    transfers, steps = nccl.ring_transfers("all_reduce", n, S)
+    assert steps == 2 * (n - 1)
+    assert [(t.src, t.dst) for t in transfers] == [(i, (i + 1) % n) for i in range(n)]
+    assert all(t.nbytes == pytest.approx(2 * (n - 1) / n * S) for t in transfers)
+    gather, gsteps = nccl.ring_transfers("all_gather", n, S)
+    assert gsteps == n - 1 and all(t.nbytes == pytest.approx((n - 1) / n * S) for t in gather)
+
+
+@pytest.mark.parametrize("nbytes", [1 * KiB, 1 * MiB, 64 * MiB])
+def test_plan_ring_wire_bytes_are_divided_by_protocol_efficiency(nbytes):
+    c = Constants()
+    p = nccl.plan("all_reduce", 2, nbytes, c, LINK)
+    assert p.algorithm == "ring"
+    for t in p.transfers:
+        assert t.nbytes * nccl.EFFICIENCY[p.protocol] == pytest.approx(2 * (2 - 1) / 2 * nbytes)
+    assert p.reduce_bytes == pytest.approx(3 * nbytes * (2 - 1) / 2)
+    steps = 2 * (2 - 1)
+    assert p.fixed_us == pytest.approx(c.proto_base_us[p.protocol] + steps * c.proto_step_us[p.protocol])
+    gather = nccl.plan("all_gather", 4, nbytes, c, LINK)
+    assert all(t.nbytes * nccl.EFFICIENCY[gather.protocol] == pytest.approx(3 / 4 * nbytes)
+               for t in gather.transfers)
+
+
+def test_tree_is_considered_for_all_reduce_above_two_ranks():
+    c = Constants()
+    sizes = [2 ** k for k in range(10, 31, 2)]
+    assert all(nccl.plan("all_reduce", 2, s, c, LINK).algorithm == "ring" for s in sizes)
+    assert all(nccl.plan("all_gather", 8, s, c, LINK).algorithm == "ring" for s in sizes)
+    assert any(nccl.plan("all_reduce", n, s, c, LINK).algorithm == "tree" for n in (3, 4, 8) for s in sizes)
+    transfers, steps = nccl.tree_transfers(8, 1000)
+    assert steps == 2 * 3
+    assert len(transfers) == 2 * 7  # one up and one down per non-root rank
+    assert {(t.src, t.dst) for t in transfers} >= {(1, 0), (0, 1), (7, 3), (3, 7)}
+
+
+def test_plan_ceiling_is_channels_times_rate_at_most_the_link():
+    c = Constants()
+    p = nccl.plan("all_reduce", 2, 64 * KiB, c, LINK)
+    assert p.ceiling_GBs == pytest.approx(min(p.channels * c.channel_GBs[p.protocol], LINK))
+    big = nccl.plan("all_reduce", 2, 1 << 30, c, 100.0)
+    assert big.ceiling_GBs == pytest.approx(100.0)
+
+
+def test_plan_barrier_and_all_to_all():
+    c = Constants()
+    barrier = nccl.plan("barrier", 4, 0, c, LINK)
+    assert barrier.transfers == ()
+    assert barrier.fixed_us == pytest.approx(c.proto_base_us["LL"] + 3 * c.proto_step_us["LL"])
+    a2a = nccl.plan("all_to_all", 4, 64 * KiB, c, LINK)
+    assert len(a2a.transfers) == 4 * 3
+    assert a2a.algorithm == "p2p"
+    assert a2a.protocol == "LL"  # 16 KiB per peer: at the p2p LL limit (inclusive)
+    assert all(t.nbytes == pytest.approx(16 * KiB / nccl.EFFICIENCY["LL"]) for t in a2a.transfers)
+    assert nccl.plan("all_to_all", 4, 64 * KiB + 16, c, LINK).protocol == "Simple"
+
+
+# ------------------------------------------------------------------------------ shipped topologies
+def test_ring_allreduce_on_dgx_h100_grows_with_size():
+    sizes = [4 ** k * KiB for k in range(0, 8)]  # 1 KiB .. 16 MiB
+    preds = predict_sizes(schedule_of(RING), load_topology("dgx-h100"), 8, sizes)
+    times = [p.time_us for p in preds]
+    assert all(a < b for a, b in zip(times, times[1:])), times
+    for p in preds:
+        assert p.algbw_GBs == pytest.approx(p.nbytes / p.time_us / 1e3)
+        assert p.busbw_GBs == pytest.approx(p.algbw_GBs * 2 * 7 / 8)
+    # every transfer of the ring stays on NVLink through the switches; no HBM bottleneck at 16 MiB
+    assert preds[-1].busbw_GBs > preds[0].busbw_GBs
+    names = [name for name, _, _ in link_utilisation(preds[-1].timeline, top=20)]
+    assert any(name.startswith("nvlink") for name in names)
+
+
+def test_h200x2_at_two_ranks():
+    topo = load_topology("h200x2-nv18")
+    preds = predict_sizes(schedule_of(RING), topo, 2, [KiB, MiB, 64 * MiB])
+    assert [p.nbytes for p in preds] == [KiB, MiB, 64 * MiB]
+    assert preds[0].time_us < preds[1].time_us < preds[2].time_us
+    for p in preds:
+        assert p.busbw_GBs == pytest.approx(p.algbw_GBs)  # 2 (n - 1) / n = 1 at two ranks
+    # large messages stay below the NVLink bandwidth, which bounds them
+    net = from_topology(topo, 2)
+    assert net.transport(0, 1) == "nvlink"
+    assert net.bottleneck(0, 1) == pytest.approx(478.116)
+    assert preds[-1].busbw_GBs < 478.116
+    assert bound(preds[-1].timeline).startswith("link bandwidth: nvlink gpu")
+
+
+def test_more_ranks_than_gpus():
+    with pytest.raises(TopologyError, match="16 ranks but dgx-h100 has 8 GPUs"):
+        predict_sizes(schedule_of(RING), load_topology("dgx-h100"), 16, [KiB])
+    with pytest.raises(TopologyError, match="has 2 GPUs"):
+        from_topology(load_topology("h200x2-nv18"), 4)
+
+
+# ------------------------------------------------------------------------------ the CLI
+def test_cli_predict_json(capsys, tmp_path):
+    trace_path = tmp_path / "trace.json"
+    code = cli.main(["predict", RING, "-t", "h200x2-nv18", "--ranks", "2", "--sizes", "1KiB,1MiB", "--json",
+                     "--trace", str(trace_path)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    doc = json.loads(captured.out)
+    assert doc["schedule"] == "ring_allreduce" and doc["topology"] == "h200x2-nv18" and doc["ranks"] == 2
+    preds = doc["predictions"]
+    assert [p["bytes"] for p in preds] == [1024, 1048576]
+    for p in preds:
+        assert {"bytes", "time_us", "algbw_GBs", "busbw_GBs"} <= set(p)
+        assert p["time_us"] > 0
+        assert p["algbw_GBs"] == pytest.approx(p["bytes"] / p["time_us"] / 1e3, abs=2e-3)
+        assert p["busbw_GBs"] == pytest.approx(p["algbw_GBs"], abs=1e-3)
+    assert preds[0]["time_us"] < preds[1]["time_us"]
+    assert isinstance(doc["bound"], str) and doc["bound"]
+    assert doc["critical_path"]
+    for step in doc["critical_path"]:
+        assert {"rank", "op", "file", "line", "start_us", "end_us", "waited_for"} <= set(step)
+        assert step["file"] == "ring_allreduce.py"
+    assert doc["critical_path"][-1]["end_us"] == pytest.approx(preds[-1]["time_us"], abs=1e-3)
+    assert doc["links"] and all({"link", "GB", "utilisation"} <= set(link) for link in doc["links"])
+    assert any(link["link"].startswith("nvlink") for link in doc["links"])
+    # the trace of the largest size loads
+    trace = json.loads(trace_path.read_text())
+    assert any(e["ph"] == "X" for e in trace["traceEvents"])
+    assert f"wrote {trace_path}" in captured.err
+
+
+def test_cli_predict_text(capsys):
+    assert cli.main(["predict", RING, "-t", "h200x2-nv18", "--ranks", "2", "--sizes", "1KiB..4KiB"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("ring_allreduce on h200x2-nv18, 2 ranks, graph launches: predicted")
+    for size in (1024, 2048, 4096):
+        assert f"  {size:>12}  " in out
+    assert "critical path (last ops):" in out and "busiest links:" in out
+
+
+@pytest.mark.parametrize("topology", ["h200x2-nv1", "no such machine"])
+def test_cli_predict_unknown_topology(capsys, topology):
+    assert cli.main(["predict", RING, "-t", topology, "--ranks", "2", "--sizes", "1KiB"]) == 2
+    err = capsys.readouterr().err
+    assert "no shipped topology of that name" in err
+    assert "Traceback" not in err
+
+
+def test_cli_predict_malformed_topology_file(capsys, tmp_path):
+    path = write(tmp_path, "broken.yaml", "name: broken\ndevices: [\n")
+    assert cli.main(["predict", RING, "-t", path, "--ranks", "2", "--sizes", "1KiB"]) == 2
+    err = capsys.readouterr().err
+    assert "broken.yaml" in err and "not valid YAML" in err
+    assert "Traceback" not in err
+
+
+def test_cli_predict_deadlock(capsys, tmp_path):
+    path = write(tmp_path, "stuck.py", """
+        import clockworks_dist as cw
+
+        N = cw.size("N", 4)
+
+        @cw.schedule(ranks=(2,))
+        def stuck(r):
+            x = r.buffer("x", count=N, role="input")
+            y = r.buffer("y", count=N, role="output")
+            r.send(1 - r.rank, x)
+            r.recv(1 - r.rank, y)
+    """)
+    assert cli.main(["predict", path, "-t", "h200x2-nv18", "--sizes", "1KiB"]) == 2
+    err = capsys.readouterr().err
+    assert "deadlocks" in err and "clockworks check" in err
+    assert "Traceback" not in err
+
+
+def test_cli_predict_too_many_ranks(capsys):
+    assert cli.main(["predict", RING, "-t", "h200x2-nv18", "--ranks", "4", "--sizes", "1KiB"]) == 2
+    err = capsys.readouterr().err
+    assert "4 ranks but h200x2-nv18 has 2 GPUs" in err and "Traceback" not in err
+
+
+def test_cli_predict_unreachable_size(capsys):
+    assert cli.main(["predict", RING, "-t", "h200x2-nv18", "--ranks", "2", "--sizes", "1004"]) == 2
+    err = capsys.readouterr().err
+    assert "1004 bytes is not reachable" in err and "Traceback" not in err
+
+
+def test_cli_predict_bad_sizes(capsys):
+    assert cli.main(["predict", RING, "-t", "h200x2-nv18", "--ranks", "2", "--sizes", "lots"]) == 2
+    assert "cannot read size 'lots'" in capsys.readouterr().err
+
+
+def test_cli_predict_descending_range(capsys):
+    assert cli.main(["predict", RING, "-t", "h200x2-nv18", "--ranks", "2", "--sizes", "8KiB..1KiB"]) == 2
+
+
+# ------------------------------------------------------------------------------ calibration
+def test_calibrated_topology_has_provenance():
+    measured, default = load_topology(MEASURED), load_topology("h200x2-nv18")
+    assert measured.name == default.name == "h200x2-nv18"
+    prov = measured.provenance
+    assert "H200" in prov.gpu
+    assert prov.driver == "580.159.04"
+    assert prov.nccl == "2.28.9"
+    assert prov.nvshmem == "3.4.5"
+    assert prov.date is not None and prov.date.year >= 2024
+    assert "calibrate" in prov.method
+    # the same machine: links and devices as in the uncalibrated file
+    assert measured.devices == default.devices
+    assert measured.links == default.links
+
+
+def test_calibrated_constants_differ_from_the_defaults():
+    fitted = Constants.from_topology(load_topology(MEASURED).constants)
+    default = Constants.from_topology(load_topology("h200x2-nv18").constants)
+    for name in ("launch_us", "proto_base_us", "channel_GBs", "nvshmem_block_GBs", "kind_efficiency",
+                 "kind_link_efficiency", "p2p_ll_max_bytes"):
+        assert getattr(fitted, name) != getattr(default, name), name
+    # fitted values stay inside the fit's bounds (parameters added after this fit are absent)
+    checked = 0
+    for path, lo, hi in fit.PARAMETERS:
+        try:
+            value = fit._get(fitted, path)
+        except KeyError:
+            continue
+        checked += 1
+        assert lo * 0.999 <= value <= hi * 1.001, path
+    assert checked >= 20
+
+
+def test_calibrated_file_round_trips_through_constants():
+    fitted = Constants.from_topology(load_topology(MEASURED).constants)
+    fields = fitted.topology_fields()
+    assert fields["graph_launch_us"] == fitted.launch_us
+    assert fields["nccl_channel_GBs"] == fitted.channel_GBs
+    again = Constants.from_dict(fitted.to_dict())
+    for name, value in fitted.to_dict().items():
+        if isinstance(value, dict):  # merged into the defaults: every fitted entry survives
+            assert getattr(again, name).items() >= value.items(), name
+        else:
+            assert getattr(again, name) == value, name
+    assert Constants.from_dict(again.to_dict()) == again
+
+
+@pytest.fixture(scope="module")
+def raw_cells():
+    return fit.load_cells(str(RAW))
+
+
+def test_load_cells_covers_every_microbenchmark(raw_cells):
+    cells, provenance = raw_cells
+    assert {c.op for c in cells} == set(MICROBENCHMARKS) == {
+        "allreduce", "allgather", "reducescatter", "broadcast", "alltoall", "sendrecv", "put"}
+    assert provenance["gpu"] == "NVIDIA H200"
+    assert provenance["wheels"]["nvidia-nccl-cu13"] == "2.28.9"
+    assert all(c.measured_us > 0 and c.nbytes > 0 for c in cells)
+    assert {c.mode for c in cells if c.op != "put"} == {"graph", "eager"}
+    assert {c.mode for c in cells if c.op == "put"} == {"graph"}
+    assert len({c.blocks for c in cells if c.op == "put"}) > 1  # the thread-block sweep
+    assert any(c.max_channels == 1 for c in cells)  # the one-channel runs
+    assert len({c.key for c in cells}) == len(cells)
+
+
+def test_held_out_alternates_powers_of_two(raw_cells):
+    cells, _ = raw_cells
+    for c in cells:
+        assert fit.held_out(c) == (round(math.log2(c.nbytes)) % 2 == 1)
+    assert [fit.held_out(fit.Cell("allreduce", 2 ** k, "graph", 1.0)) for k in range(10, 16)] == [
+        False, True, False, True, False, True]
+    for op in MICROBENCHMARKS:
+        mine = [c for c in cells if c.op == op]
+        assert any(fit.held_out(c) for c in mine) and not all(fit.held_out(c) for c in mine), op
+
+
+def test_calibrated_model_predicts_held_out_cells(raw_cells):
+    cells, _ = raw_cells
+    topo = load_topology(MEASURED)
+    for op, tolerance in (("allreduce", 0.2), ("put", 0.25)):
+        errors = []
+        for c in cells:
+            if c.op == op and c.mode == "graph" and fit.held_out(c):
+                predicted = fit.predict_cell(c, topo, Constants.from_topology(topo.constants))
+                errors.append(abs(predicted - c.measured_us) / c.measured_us)
+        errors.sort()
+        assert errors and errors[len(errors) // 2] < tolerance, (op, errors)
+
+
+def test_fit_on_a_tiny_subset_lowers_the_cost(raw_cells, monkeypatch):
+    optimize = pytest.importorskip("scipy.optimize")
+    cells, _ = raw_cells
+    subset = [c for c in cells if c.op == "allreduce" and c.mode == "graph" and c.max_channels is None
+              and not fit.held_out(c)][:6]
+    assert len(subset) == 6
+    topo = load_topology("h200x2-nv18")
+    start = Constants.from_topology(topo.constants)
+
+    def cost(c: Constants) -> float:
+        return 0.5 * sum((math.log(fit.predict_cell(cell, topo, Constants.from_dict(c.to_dict())))
+                          - math.log(cell.measured_us)) ** 2 for cell in subset)
+
+    real = optimize.least_squares
+    calls = []
+
+    def few_evaluations(*args, **kwargs):
+        kwargs["max_nfev"] = 3
+        result = real(*args, **kwargs)
+        calls.append(result)
+        return result
+
+    monkeypatch.setattr(optimize, "least_squares", few_evaluations)
+    before = cost(start)
+    fitted, summary = fit.fit(subset, topo, Constants.from_dict(start.to_dict()))
+    assert len(calls) == 1  # only graph cells: no eager fit
+    assert set(summary) == {"graph"}
+    assert summary["graph"]["cells"] == 6
+    assert summary["graph"]["evaluations"] <= 3
+    assert summary["graph"]["cost"] < before
+    assert cost(fitted) < before
+    assert fitted.nvshmem_blocks == 1
