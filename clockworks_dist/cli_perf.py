@@ -43,6 +43,8 @@ def add_parsers(sub, positive, size_arg) -> None:
     source.add_argument("--run", metavar="DIR", help="run the microbenchmarks here, writing results to DIR")
     source.add_argument("--raw", metavar="DIR", help="a directory with calibration_raw.jsonl (and run.log)")
     calibrate.add_argument("--out", required=True, metavar="FILE.yaml", help="the calibrated topology to write")
+    calibrate.add_argument("--start", metavar="FILE.yaml", help="start the fit from this topology's constants "
+                           "(e.g. an earlier calibration of the same machine) instead of the defaults")
     calibrate.add_argument("--json", action="store_true", help="print the fit summary as JSON")
     calibrate.add_argument("--debug", action="store_true", help="print tracebacks")
 
@@ -149,7 +151,9 @@ def cmd_calibrate(args: argparse.Namespace, out) -> int:
     if not os.path.exists(raw):
         raise ClockworksError(f"{raw}: not found (run with --run DIR on the GPU machine first)")
     log = os.path.join(folder, "run.log")
-    summary = calibrate(raw, topo, str(locate(args.topology)), args.out, log if os.path.exists(log) else None)
+    start = load_topology(args.start) if args.start else None
+    summary = calibrate(raw, topo, str(locate(args.topology)), args.out, log if os.path.exists(log) else None,
+                        start=start)
     load_topology(args.out)  # what we wrote must load
     if args.json:
         out.json({"out": args.out, "fit": summary})

@@ -34,12 +34,13 @@ def run_microbenchmarks(out_dir: str, timeout_s: float = 900.0, quick: bool = Fa
     return Path(out_dir) / "calibration_raw.jsonl"
 
 
-def calibrate(raw: str, base_topology, base_file: str, out_path: str, run_log: str | None = None) -> dict:
+def calibrate(raw: str, base_topology, base_file: str, out_path: str, run_log: str | None = None,
+              start=None) -> dict:
     """Fit on the measured cells (held-out sizes excluded) and write the calibrated topology."""
     cells, provenance = load_cells(raw)
     if not cells:
         raise ClockworksError(f"{raw}: no microbenchmark results in it")
-    start = Constants.from_topology(base_topology.constants)
+    start = Constants.from_topology((start or base_topology).constants)
     channels = channels_from_log(run_log) if run_log else None
     if channels:
         start.max_channels, start.p2p_max_channels = channels

@@ -31,9 +31,9 @@ class Constants:
     p2p_max_channels: int = 32
     p2p_ll_max_bytes: float = 16384.0
     kind_efficiency: dict = field(default_factory=lambda: {
-        "all_reduce": 1.0, "all_gather": 1.0, "reduce_scatter": 1.0, "broadcast": 1.0, "reduce_to": 1.0, "p2p": 1.0})
+        "all_reduce": 1.0, "all_gather": 1.0, "reduce_scatter": 1.0, "broadcast": 1.0, "reduce_to": 1.0, "all_to_all": 1.0, "p2p": 1.0})
     kind_link_efficiency: dict = field(default_factory=lambda: {
-        "all_reduce": 1.0, "all_gather": 1.0, "reduce_scatter": 1.0, "broadcast": 1.0, "reduce_to": 1.0, "p2p": 1.0})
+        "all_reduce": 1.0, "all_gather": 1.0, "reduce_scatter": 1.0, "broadcast": 1.0, "reduce_to": 1.0, "all_to_all": 1.0, "p2p": 1.0})
     step_by_transport: dict = field(default_factory=dict)  # nvlink|pcie|net -> per-protocol step latency
 
     @classmethod
@@ -49,8 +49,9 @@ class Constants:
             nvshmem_signal_us=0.0, nvshmem_block_GBs=tc.nvshmem_block_GBs,
             nvshmem_link_efficiency=tc.nvshmem_link_efficiency, barrier_us=tc.barrier_us,
             compute_us=tc.compute_us, p2p_max_channels=tc.nccl_p2p_max_channels,
-            p2p_ll_max_bytes=tc.nccl_p2p_ll_max_bytes, kind_efficiency=dict(tc.nccl_kind_efficiency),
-            kind_link_efficiency=dict(tc.nccl_kind_link_efficiency),
+            p2p_ll_max_bytes=tc.nccl_p2p_ll_max_bytes,
+            kind_efficiency={**cls().kind_efficiency, **tc.nccl_kind_efficiency},
+            kind_link_efficiency={**cls().kind_link_efficiency, **tc.nccl_kind_link_efficiency},
             step_by_transport={"nvlink": steps.nvlink.model_dump(), "pcie": steps.pcie.model_dump(),
                                "net": steps.net.model_dump()})
 

@@ -66,11 +66,12 @@ def channels_for(consts, step_bytes: float) -> int:
     return max(1, min(int(consts.max_channels), int(math.ceil(step_bytes / consts.channel_bytes))))
 
 
-def p2p_choice(consts, nbytes: float, link_GBs: float = float("inf")) -> tuple[str, int, float]:
-    """NCCL send/recv: LL for small messages, else Simple, on up to `p2p_max_channels` channels."""
+def p2p_choice(consts, nbytes: float, link_GBs: float = float("inf"), kind: str = "p2p") -> tuple[str, int, float]:
+    """NCCL send/recv: LL for small messages, else Simple, on up to `p2p_max_channels` channels.
+    `kind` is "all_to_all" when the send is one of a grouped exchange with every peer."""
     proto = "LL" if nbytes <= consts.p2p_ll_max_bytes else "Simple"
     ch = max(1, min(int(consts.p2p_max_channels), int(math.ceil(nbytes / consts.channel_bytes))))
-    return proto, ch, ceiling_for(consts, "p2p", proto, ch, link_GBs)
+    return proto, ch, ceiling_for(consts, kind, proto, ch, link_GBs)
 
 
 def ceiling_for(consts, kind: str, proto: str, channels: int, link_GBs: float) -> float:
@@ -88,7 +89,7 @@ def plan(kind: str, n: int, nbytes: float, consts, link_GBs: float) -> Plan:
                     0.0, 0.0)
     if kind == "all_to_all":
         per = nbytes / n
-        proto, ch, ceiling = p2p_choice(consts, per, link_GBs)
+        proto, ch, ceiling = p2p_choice(consts, per, link_GBs, "all_to_all")
         transfers = tuple(Transfer(i, j, per / EFFICIENCY[proto]) for i in range(n) for j in range(n) if i != j)
         return Plan("p2p", proto, ch, transfers, consts.proto_base_us[proto], ceiling, 0.0)
     candidates = [("ring", ring_transfers(kind, n, nbytes))]

@@ -288,7 +288,11 @@ class Simulator:
                        start=start, cause=later.cause,
                        cause_kind=f"rank {later.rank} posted its {'recv' if later is recv_head else 'send'}")
         self.records.append(rec)
-        proto, ch, ceiling = nccl.p2p_choice(self.c, nbytes, self.net.bottleneck(skey[0], rkey[0]))
+        # a group that exchanges with every other rank is NCCL's all-to-all pattern
+        group = self.sched.programs[skey[0]].ops[skey[1]]
+        exchange = group.kind == "group" and len({m.peer for m in group.ops} - {skey[0]}) >= self.world - 1 > 0
+        proto, ch, ceiling = nccl.p2p_choice(self.c, nbytes, self.net.bottleneck(skey[0], rkey[0]),
+                                             "all_to_all" if exchange else "p2p")
         fixed = self._launch() + self.c.proto_base_us[proto]
 
         def done():

@@ -185,13 +185,13 @@ class Constants(_Frozen):
     # How much of the per-channel rate each kind of NCCL kernel reaches (they do different work per
     # byte: a reduction, a copy, a forward); 1.0 until calibrated.
     nccl_kind_efficiency: dict[Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to",
-                                       "p2p"], float] = Field(default_factory=lambda: {
-        "all_reduce": 1.0, "all_gather": 1.0, "reduce_scatter": 1.0, "broadcast": 1.0, "reduce_to": 1.0, "p2p": 1.0})
+                                       "all_to_all", "p2p"], float] = Field(default_factory=lambda: {
+        "all_reduce": 1.0, "all_gather": 1.0, "reduce_scatter": 1.0, "broadcast": 1.0, "reduce_to": 1.0, "all_to_all": 1.0, "p2p": 1.0})
     # The fraction of a route's raw link bandwidth each kind reaches with all its channels (NVLink
     # packet overheads, synchronisation between steps); 1.0 until calibrated.
     nccl_kind_link_efficiency: dict[Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to",
-                                            "p2p"], float] = Field(default_factory=lambda: {
-        "all_reduce": 1.0, "all_gather": 1.0, "reduce_scatter": 1.0, "broadcast": 1.0, "reduce_to": 1.0, "p2p": 1.0})
+                                            "all_to_all", "p2p"], float] = Field(default_factory=lambda: {
+        "all_reduce": 1.0, "all_gather": 1.0, "reduce_scatter": 1.0, "broadcast": 1.0, "reduce_to": 1.0, "all_to_all": 1.0, "p2p": 1.0})
 
 
 class Provenance(_Frozen):
