@@ -34,7 +34,8 @@ def add_parsers(sub, positive, size_arg) -> None:
     predict.add_argument("--debug", action="store_true", help="print tracebacks of errors in the input")
 
     calibrate = sub.add_parser("calibrate", help="measure a GPU machine and fit the model's constants",
-                               description="Run the NCCL and NVSHMEM microbenchmarks under mpirun (--run), or "
+                               description="Run the NCCL and NVSHMEM microbenchmarks under mpirun (--run; "
+                                           "NVLink multicast stays off: NCCL_NVLS_ENABLE=0), or "
                                            "take earlier results (--raw), fit the constants by least squares "
                                            "on log-time, and write a calibrated topology file.")
     calibrate.add_argument("--topology", "-t", required=True, metavar="T",
