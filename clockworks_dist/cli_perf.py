@@ -27,6 +27,9 @@ def add_parsers(sub, positive, size_arg) -> None:
                          help="CUDA-graph launches (default) or eager launches from the host")
     predict.add_argument("--scaling", metavar="N", type=positive, nargs="+",
                          help="also predict at these world sizes, at the largest size")
+    predict.add_argument("--scale-nodes", metavar="N", type=positive, nargs="+",
+                         help="with a cluster template: also predict on N nodes (all their GPUs), at the "
+                              "largest size")
     predict.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     predict.add_argument("--trace", metavar="OUT.json", help="write the timeline of the largest size "
                          "as a Chrome/Perfetto trace")
@@ -78,6 +81,11 @@ def cmd_predict(args: argparse.Namespace, out) -> int:
     for n in args.scaling or ():
         scaling.append((n, predict_sizes(defn, topo, n, [last.nbytes], mode=args.mode,
                                          ranks_per_node=defn.ranks_per_node)[0]))
+    for nodes in args.scale_nodes or ():
+        bigger = load_topology(args.topology, nodes=nodes)
+        per_node = len(gpus(bigger)) // max(bigger.nodes, 1)
+        scaling.append((len(gpus(bigger)), predict_sizes(defn, bigger, len(gpus(bigger)), [last.nbytes],
+                                                         mode=args.mode, ranks_per_node=per_node)[0]))
     critical = [{"rank": r.rank, "op": r.text, "file": r.loc.file, "line": r.loc.line,
                  "start_us": round(r.start, 3), "end_us": round(r.end, 3), "waited_for": r.cause_kind}
                 for r in last.timeline.critical]
