@@ -21,14 +21,6 @@ def write(tmp_path: Path, name: str, body: str) -> str:
     return str(path)
 
 
-def has_checker() -> bool:
-    try:
-        from clockworks_dist.check import check  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 # ---------------------------------------------------------------------------------------- show
 def test_show_lists_each_rank(capsys):
     assert cli.main(["show", RING, "--ranks", "4"]) == 0
@@ -240,7 +232,6 @@ def test_checker_crash_is_not_a_violation(monkeypatch, capsys):
 
 
 # ------------------------------------------------------------------------- the real checker
-@pytest.mark.skipif(not has_checker(), reason="the model checker (clockworks_dist.check.check) is not there yet")
 def test_ring_allreduce_verifies_at_4_ranks(capsys):
     assert cli.main(["check", RING, "--ranks", "4"]) == 0
     out = capsys.readouterr().out
@@ -251,7 +242,6 @@ def test_ring_allreduce_verifies_at_4_ranks(capsys):
     assert report["verdict"] == "verified" and report["violations"] == [] and report["world"] == 4
 
 
-@pytest.mark.skipif(not has_checker(), reason="the model checker (clockworks_dist.check.check) is not there yet")
 def test_deadlock_exits_1_with_blocked_ops(tmp_path, capsys):
     path = write(tmp_path, "headtohead.py", """
         import clockworks_dist as cw
@@ -278,7 +268,6 @@ def test_deadlock_exits_1_with_blocked_ops(tmp_path, capsys):
     assert {(o["file"], o["line"]) for o in report["violations"][0]["ops"]} == {("headtohead.py", 7)}
 
 
-@pytest.mark.skipif(not has_checker(), reason="the model checker (clockworks_dist.check.check) is not there yet")
 def test_bounded_search_is_incomplete_not_verified(capsys):
     assert cli.main(["check", RING, "--ranks", "8", "--max-states", "5"]) == 3
     out = capsys.readouterr().out
