@@ -86,16 +86,9 @@ def _symbolic(schedule: ir.Schedule, model: Model, outcome) -> list[Violation]:
 
 def _first_execution(model: Model, outcome) -> HappensBefore | None:
     """The happens-before order of one complete execution the search found (None if none did)."""
-    parents = outcome.parents
-    for state in parents:
+    for state in outcome.parents:
         if model.done(state) and not state[4] and not model.enabled(state):
-            actions = []
-            link = parents[state]
-            while link is not None:
-                state, action = link
-                actions.append(action)
-                link = parents[state]
-            return _stamp(model, actions[::-1])
+            return _stamp(model, outcome.path_to(state))
     return None
 
 

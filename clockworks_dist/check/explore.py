@@ -22,22 +22,27 @@ class Outcome:
     observer: Observer
     parents: dict
 
+    def path_to(self, state: State) -> list[tuple]:
+        """The actions from the initial state to `state`, as the search first reached it."""
+        return path_to(self.parents, state)
+
+
+def path_to(parents: dict, state: State) -> list[tuple]:
+    """Follow the parent links back to the initial state; the actions in execution order."""
+    actions = []
+    link = parents[state]
+    while link is not None:
+        state, action = link
+        actions.append(action)
+        link = parents[state]
+    return actions[::-1]
+
 
 def explore(model: Model, frontier, *, reduction: bool = True, max_states: int | None = None,
             timeout: float | None = None, progress: Callable[[int, int, float], None] | None = None) -> Outcome:
     start = time.perf_counter()
     parents: dict[State, tuple[State, tuple] | None] = {}
-
-    def path_to(state: State) -> list[tuple]:
-        actions = []
-        link = parents[state]
-        while link is not None:
-            state, action = link
-            actions.append(action)
-            link = parents[state]
-        return actions[::-1]
-
-    observer = Observer(model, path_to)
+    observer = Observer(model, lambda state: path_to(parents, state))
     reducer = Reducer(model) if reduction else None
     init = model.initial()
     parents[init] = None

@@ -440,7 +440,7 @@ class Model:
             word = self.sig_word(op.target)
             row = list(sigs[op.pe])
             old = row[word]
-            row[word] = _fetch_result(op.op, old, op.value, op.cond)
+            row[word] = fetch_result(op.op, old, op.value, op.cond)
             sigs[op.pe] = tuple(row)
             mut(rank)[i_lo] = vals.const(old)
         else:
@@ -466,7 +466,7 @@ class Model:
             space, op, where, value = d.atomic
             if space == "sig":
                 row = list(sigs[d.target])
-                row[where] = _atomic_result(op, row[where], value)
+                row[where] = atomic_result(op, row[where], value)
                 sigs[d.target] = tuple(row)
             else:
                 cells = mut(d.target)
@@ -532,7 +532,8 @@ class Model:
         return all(pc >= n for pc, n in zip(state[0], self.nops))
 
 
-def _atomic_result(op: str, old: int, value: int) -> int:
+def atomic_result(op: str, old: int, value: int) -> int:
+    """The new value of a uint64 word after a non-fetching atomic."""
     if op == "add":
         return (old + value) & MASK64
     if op == "inc":
@@ -546,7 +547,8 @@ def _atomic_result(op: str, old: int, value: int) -> int:
     return old ^ value
 
 
-def _fetch_result(op: str, old: int, value: int, cond: int) -> int:
+def fetch_result(op: str, old: int, value: int, cond: int) -> int:
+    """The new value of a uint64 word after a fetching atomic (which returns `old`)."""
     if op == "fetch_add":
         return (old + value) & MASK64
     if op == "fetch_inc":
@@ -557,4 +559,4 @@ def _fetch_result(op: str, old: int, value: int, cond: int) -> int:
         return value
     if op == "compare_swap":
         return value if old == cond else old
-    return _atomic_result(op.removeprefix("fetch_"), old, value)
+    return atomic_result(op.removeprefix("fetch_"), old, value)

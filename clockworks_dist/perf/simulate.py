@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from .. import ir
 from ..check.match import match
+from ..check.model import atomic_result, fetch_result
 from ..errors import ClockworksError
 from . import nccl
 from .flows import Flow, max_min_rates
@@ -249,7 +250,7 @@ class Simulator:
             if isinstance(op.target, ir.SignalRef):
                 word = self.sig_offset[op.target.signal] + op.target.index
                 old = self.signals[op.pe][word]
-                self.signals[op.pe][word] = _fetch(op.op, old, op.value, op.cond)
+                self.signals[op.pe][word] = fetch_result(op.op, old, op.value, op.cond)
                 self._wake(op.pe, word, rec)
             self.at(start + 2 * self.c.nvshmem_latency_us, lambda: self.finish(rank, rec))
         elif k == "wait_until":
@@ -424,8 +425,7 @@ class Simulator:
             self._wake(target, word, delivery)
         elif op.kind == "atomic" and isinstance(op.target, ir.SignalRef):
             word = self.sig_offset[op.target.signal] + op.target.index
-            self.signals[target][word] = _fetch("fetch_" + op.op if op.op != "set" else "swap",
-                                                self.signals[target][word], op.value, 0)
+            self.signals[target][word] = atomic_result(op.op, self.signals[target][word], op.value)
             self._wake(target, word, delivery)
 
     def _wake(self, rank: int, word: int, writer: OpRecord) -> None:
@@ -476,22 +476,3 @@ class Simulator:
 
 def _compare(cmp: str, a: int, b: int) -> bool:
     return {"eq": a == b, "ne": a != b, "gt": a > b, "ge": a >= b, "lt": a < b, "le": a <= b}[cmp]
-
-
-def _fetch(op: str, old: int, value: int, cond: int) -> int:
-    mask = (1 << 64) - 1
-    if op in ("fetch_add", "add"):
-        return (old + value) & mask
-    if op in ("fetch_inc", "inc", "fetch_fetch_inc"):
-        return (old + 1) & mask
-    if op in ("swap", "set"):
-        return value
-    if op == "compare_swap":
-        return value if old == cond else old
-    if op.endswith("and"):
-        return old & value
-    if op.endswith("or") and not op.endswith("xor"):
-        return old | value
-    if op.endswith("xor"):
-        return old ^ value
-    return old
