@@ -64,6 +64,7 @@ class Reducer:
                       for o in range(model.world) for s in (MEM, SIG) for a, entries in self.by_actor[o][s].items()}
         self.joint_index = [[j[0] for j in joints] for joints in model.joints]
         self.has_waits = any(c.kind == "wait_until" for row in model.code for c in row)
+        self._flight_state, self._flight_table = None, {}
 
     def choose(self, state: State, enabled: list[tuple]) -> list[tuple]:
         if len(enabled) <= 1:
@@ -303,11 +304,17 @@ class Reducer:
                     else:
                         out.append(("r", actor))
                         break
-            for i, j, _ in state[4]:
-                if ("deliver", i, j) in actions:
-                    continue
-                for downer, dspace, dlo, dhi, dmode in model.deliveries[(i, j)].footprint:
-                    if downer == owner and dspace == space and dlo < hi and lo < dhi and dependent(space, mode, dmode):
-                        out.append(("a", ("deliver", i, j)))
-                        break
+            for action_d, dlo, dhi, dmode in self._in_flight_on(state).get((owner, space), ()):
+                if action_d not in actions and dlo < hi and lo < dhi and dependent(space, mode, dmode):
+                    out.append(("a", action_d))
         return out
+
+    def _in_flight_on(self, state: State) -> dict:
+        """In-flight deliveries by the (rank, space) they touch; built once per state."""
+        if self._flight_state is not state:
+            table: dict[tuple[int, int], list] = {}
+            for i, j, _ in state[4]:
+                for owner, space, lo, hi, mode in self.model.deliveries[(i, j)].footprint:
+                    table.setdefault((owner, space), []).append((("deliver", i, j), lo, hi, mode))
+            self._flight_state, self._flight_table = state, table
+        return self._flight_table

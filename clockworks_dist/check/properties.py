@@ -95,14 +95,19 @@ class Observer:
         for owner, accesses in by_owner.items():
             if len(accesses) < 2:
                 continue
-            for i, (lo1, hi1, m1, a1) in enumerate(accesses):
-                for lo2, hi2, m2, a2 in accesses[i + 1:]:
-                    if a1 == a2 or lo1 >= hi2 or lo2 >= hi1 or not conflicting(m1, m2):
+            # sweep by start: only intervals still open can overlap the next one
+            accesses.sort(key=lambda a: a[0])
+            open_: list[tuple] = []
+            for lo2, hi2, m2, a2 in accesses:
+                open_ = [a for a in open_ if a[1] > lo2]
+                for lo1, hi1, m1, a1 in open_:
+                    if a1 == a2 or not conflicting(m1, m2):
                         continue
                     k1, k2 = key_on(self.model, a1, owner), key_on(self.model, a2, owner)
                     key = ("data_race", frozenset((k1, k2)))
                     self._add(key, "data_race", lambda: self._race_violation(
                         state, owner, (lo1, hi1, m1, a1, k1), (lo2, hi2, m2, a2, k2)))
+                open_.append((lo2, hi2, m2, a2))
 
     def _race_violation(self, state, owner, first, second) -> Violation:
         model, sched = self.model, self.model.sched
