@@ -68,9 +68,11 @@ def main_buffer(sched: ir.Schedule) -> ir.BufferDecl:
     return max(candidates, key=lambda b: b.count)
 
 
-def size_binding(defn, world: int, nbytes: int, ranks_per_node: int | None = None) -> dict[str, int]:
-    """The size-symbol value that gives the main buffer `nbytes` bytes."""
-    base = defn.trace(world, ranks_per_node)
+def size_binding(defn, world: int, nbytes: int, ranks_per_node: int | None = None,
+                 base: ir.Schedule | None = None) -> dict[str, int]:
+    """The size-symbol value that gives the main buffer `nbytes` bytes (`base`: the schedule traced
+    at its default sizes, if the caller has it)."""
+    base = base or defn.trace(world, ranks_per_node)
     buf = main_buffer(base)
     width = ir.DTYPE_BYTES[buf.dtype]
     if nbytes % width:
@@ -126,8 +128,9 @@ def predict_sizes(defn, topo, world: int, sizes: list[int], consts: Constants | 
     consts = consts or Constants.from_topology(topo.constants)
     out = []
     network = from_topology(topo, world)
+    base = defn.trace(world, ranks_per_node)
     for nbytes in sizes:
-        sched = defn.trace(world, ranks_per_node, sizes=size_binding(defn, world, nbytes, ranks_per_node))
+        sched = defn.trace(world, ranks_per_node, sizes=size_binding(defn, world, nbytes, ranks_per_node, base))
         network._routes.clear()
         timeline = simulate(sched, network, consts, mode)
         time_us = steady_state_us(sched, timeline, consts, mode)
