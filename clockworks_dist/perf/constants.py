@@ -28,6 +28,7 @@ class Constants:
     barrier_us: float = 2.0  # per dissemination round
     compute_us: float = 5.0  # an opaque compute kernel, beyond its memory traffic
 
+    simple_ramp_bytes: float = 1.0
     p2p_max_channels: int = 32
     p2p_ll_max_bytes: float = 16384.0
     kind_efficiency: dict = field(default_factory=lambda: {
@@ -49,6 +50,7 @@ class Constants:
             nvshmem_signal_us=0.0, nvshmem_block_GBs=tc.nvshmem_block_GBs,
             nvshmem_link_efficiency=tc.nvshmem_link_efficiency, barrier_us=tc.barrier_us,
             compute_us=tc.compute_us, p2p_max_channels=tc.nccl_p2p_max_channels,
+            simple_ramp_bytes=tc.nccl_simple_ramp_bytes,
             p2p_ll_max_bytes=tc.nccl_p2p_ll_max_bytes,
             kind_efficiency={**cls().kind_efficiency, **tc.nccl_kind_efficiency},
             kind_link_efficiency={**cls().kind_link_efficiency, **tc.nccl_kind_link_efficiency},
@@ -66,7 +68,7 @@ class Constants:
             "nccl_channel_bytes": self.channel_bytes, "nccl_ll_max_bytes": self.ll_max_bytes,
             "nvshmem_put_latency_us": self.nvshmem_issue_us, "nvshmem_signal_latency_us": self.nvshmem_latency_us,
             "nvshmem_block_GBs": self.nvshmem_block_GBs, "nvshmem_link_efficiency": self.nvshmem_link_efficiency, "barrier_us": self.barrier_us, "compute_us": self.compute_us,
-            "nccl_p2p_max_channels": int(self.p2p_max_channels), "nccl_p2p_ll_max_bytes": self.p2p_ll_max_bytes,
+            "nccl_p2p_max_channels": int(self.p2p_max_channels), "nccl_simple_ramp_bytes": self.simple_ramp_bytes, "nccl_p2p_ll_max_bytes": self.p2p_ll_max_bytes,
             "nccl_kind_efficiency": dict(self.kind_efficiency),
             "nccl_kind_link_efficiency": dict(self.kind_link_efficiency),
         }

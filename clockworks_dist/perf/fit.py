@@ -29,6 +29,7 @@ PARAMETERS = [
     ("channel_GBs.LL128", 0.5, 60.0),
     ("channel_GBs.Simple", 0.5, 60.0),
     ("channel_bytes", 256.0, 262144.0),
+    ("simple_ramp_bytes", 1.0, 4194304.0),
     ("kind_efficiency.all_reduce", 0.2, 1.5),
     ("kind_efficiency.all_gather", 0.2, 1.5),
     ("kind_efficiency.reduce_scatter", 0.2, 1.5),

@@ -103,7 +103,10 @@ def plan(kind: str, n: int, nbytes: float, consts, link_GBs: float) -> Plan:
                 continue
             ch = channels_for(consts, step_bytes)
             ceiling = ceiling_for(consts, kind, proto, ch, link_GBs)
-            fixed = consts.proto_base_us[proto] + steps * consts.proto_step_us[proto]
+            step_us = consts.proto_step_us[proto]
+            if proto == "Simple":  # small steps finish their synchronisation sooner
+                step_us *= min(1.0, step_bytes / ch / consts.simple_ramp_bytes)
+            fixed = consts.proto_base_us[proto] + steps * step_us
             sent: dict[int, float] = {}
             for t in transfers:  # what the busiest rank's port carries
                 sent[t.src] = sent.get(t.src, 0.0) + t.nbytes

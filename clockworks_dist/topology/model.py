@@ -180,6 +180,9 @@ class Constants(_Frozen):
     compute_us: float = Field(5.0, ge=0)
     # Point-to-point: NCCL runs send/recv on up to 32 channels per peer (its init log on NV18) and
     # uses LL only for small messages.
+    # Simple's per-step latency is only paid in full once a channel moves this many bytes per step
+    # (a small step finishes its synchronisation sooner); 1 byte = always in full, until calibrated.
+    nccl_simple_ramp_bytes: float = Field(1.0, gt=0)
     nccl_p2p_max_channels: int = Field(32, ge=1)
     nccl_p2p_ll_max_bytes: float = Field(16384.0, gt=0)
     # How much of the per-channel rate each kind of NCCL kernel reaches (they do different work per
