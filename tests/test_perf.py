@@ -15,13 +15,14 @@ import pytest
 import clockworks_dist as cw
 from clockworks_dist import cli, load_file
 from clockworks_dist.errors import ScheduleError, TopologyError
-from clockworks_dist.perf import fit, nccl
+from clockworks_dist.perf import fit, nccl, nccl_tuning
 from clockworks_dist.perf.constants import Constants
 from clockworks_dist.perf.flows import Flow, max_min_rates
 from clockworks_dist.perf.microbench import MICROBENCHMARKS, broadcast_op
 from clockworks_dist.perf.network import Network, from_topology
 from clockworks_dist.perf.predict import (
     bound, busbw_factor, chrome_trace, link_utilisation, parse_size, parse_sizes, predict_sizes, size_binding,
+    steady_state_us,
 )
 from clockworks_dist.perf.simulate import PredictError, Simulator
 from clockworks_dist.topology import load_topology
@@ -117,6 +118,28 @@ def test_finished_flows_get_no_rate_and_leave_the_link_to_others():
     assert live.rate == pytest.approx(10.0)
 
 
+def test_weighted_load_two_opposite_flows_with_acknowledgements():
+    # each flow loads its own direction fully and the other with 0.25 of its rate:
+    # d + 0.25 d = 100 on both directions, so d = 80 (one way alone: 100)
+    ab = Flow(fid=0, resources=(0, 1), weights=(1.0, 0.25), remaining=1.0)
+    ba = Flow(fid=1, resources=(1, 0), weights=(1.0, 0.25), remaining=1.0)
+    max_min_rates([ab, ba], [100.0, 100.0])
+    assert (ab.rate, ba.rate) == (pytest.approx(80.0), pytest.approx(80.0))
+    alone = Flow(fid=2, resources=(0, 1), weights=(1.0, 0.25), remaining=1.0)
+    max_min_rates([alone], [100.0, 100.0])
+    assert alone.rate == pytest.approx(100.0)
+
+
+def test_weighted_load_saturates_the_shared_resource_first():
+    # a loads r0 (cap 60) fully; b loads r0 with half its rate and r1 (cap 30) fully. Raising both:
+    # r0 fills at 40 (40 + 0.5 * 40), r1 at 30, so r1 first: b stops at 30; a gets 60 - 0.5 * 30 = 45
+    a = Flow(fid=0, resources=(0,), remaining=1.0)
+    b = Flow(fid=1, resources=(0, 1), weights=(0.5, 1.0), remaining=1.0)
+    max_min_rates([a, b], [60.0, 30.0])
+    assert b.rate == pytest.approx(30.0)
+    assert a.rate == pytest.approx(45.0)
+
+
 # ------------------------------------------------------------------------------ the simulator
 LINK_01, LINK_10, HBM0, HBM1 = 0, 1, 2, 3
 
@@ -131,8 +154,8 @@ def two_ranks(link_GBs: float = 100.0, latency_us: float = 0.5, hbm_GBs: float =
 
 # Distinct, made-up constants, so that every term of the expected time is visible.
 CONSTS = dict(launch_us=1.5, proto_base_us={"LL": 2.0, "LL128": 3.0, "Simple": 4.0},
-              channel_GBs={"LL": 5.0, "LL128": 10.0, "Simple": 20.0}, p2p_max_channels=8,
-              p2p_ll_max_bytes=16384.0, channel_bytes=4096.0, nvshmem_issue_us=1.0, nvshmem_latency_us=0.7,
+              channel_GBs={"LL": 5.0, "LL128": 10.0, "Simple": 20.0}, p2p_max_channels=16,
+              p2p_base_us={"LL": 2.0, "LL128": 3.0, "Simple": 4.0}, nvshmem_issue_us=1.0, nvshmem_latency_us=0.7,
               nvshmem_signal_us=0.3, nvshmem_block_GBs=40.0)
 
 
@@ -222,13 +245,14 @@ def run(defn, net=None, c=None, world=2, **sizes):
 def p2p_time(c: Constants, nbytes: float, link_GBs: float, latency_us: float) -> tuple[str, float]:
     proto, _channels, ceiling = nccl.p2p_choice(c, nbytes, link_GBs)
     rate = min(link_GBs, ceiling) * 1e3
-    return proto, c.launch_us + c.proto_base_us[proto] + latency_us + nbytes / nccl.EFFICIENCY[proto] / rate
+    return proto, c.launch_us + c.p2p_base_us[proto] + latency_us + nbytes / nccl.EFFICIENCY[proto] / rate
 
 
 @pytest.mark.parametrize("nbytes, link_GBs, proto, limited_by", [
     (4 * KiB, 100.0, "LL", "channels"),  # LL, one channel at 5 GB/s
-    (4 * MiB, 100.0, "Simple", "link"),  # Simple, 8 channels (160 GB/s) on a 100 GB/s link
-    (4 * MiB, 500.0, "Simple", "channels"),  # Simple, 8 channels (160 GB/s) on a 500 GB/s link
+    # Simple, 8 channels (160 GB/s): NCCL gives a send at most half the 16 p2p channels on 2 ranks
+    (4 * MiB, 100.0, "Simple", "link"),  # ... on a 100 GB/s link
+    (4 * MiB, 500.0, "Simple", "channels"),  # ... on a 500 GB/s link
 ])
 def test_single_send_recv_time(nbytes, link_GBs, proto, limited_by):
     c = consts()
@@ -547,23 +571,70 @@ def test_plan_protocol_small_and_large():
     for n in (2, 4, 8):
         assert nccl.plan("all_reduce", n, 1 * KiB, c, LINK).protocol == "LL"
         assert nccl.plan("all_reduce", n, 256 * MiB, c, LINK).protocol == "Simple"
-    # LL is not considered above ll_max_bytes
-    assert nccl.plan("all_reduce", 2, c.ll_max_bytes + 4, c, LINK).protocol != "LL"
 
 
-def test_plan_channels_grow_with_size_and_cap():
-    c = Constants()
-    channels = [nccl.plan("all_reduce", 2, s, c, LINK).channels for s in (2 ** k for k in range(10, 31, 2))]
-    assert channels == sorted(channels)
-    assert channels[0] == 1
-    assert channels[-1] == c.max_channels
-    assert max(channels) <= c.max_channels
-    # one channel per channel_bytes of a step (nbytes / n), capped
-    assert nccl.channels_for(c, 3 * c.channel_bytes) == 3
-    assert nccl.channels_for(c, 3 * c.channel_bytes + 1) == 4
-    assert nccl.channels_for(c, 1e12) == c.max_channels
-    small = Constants(max_channels=4)
-    assert nccl.plan("all_reduce", 2, 1 * MiB, small, LINK).channels == 4
+# NCCL 2.28.9's tuning table on 2 x H200 NV18 (NCCL_DEBUG_SUBSYS=TUNING): latency us / GB/s
+NCCL_TABLE = {("all_reduce", "LL"): (7.8, 141.0), ("all_reduce", "LL128"): (17.8, 331.2),
+              ("all_reduce", "Simple"): (15.2, 360.0), ("all_gather", "LL"): (7.2, 282.0),
+              ("all_gather", "LL128"): (15.9, 662.4), ("all_gather", "Simple"): (11.8, 720.0),
+              ("reduce_scatter", "Simple"): (11.8, 720.0), ("broadcast", "LL"): (7.2, 141.0),
+              ("broadcast", "LL128"): (15.9, 331.2), ("broadcast", "Simple"): (11.8, 360.0)}
+
+
+@pytest.mark.parametrize("kind, proto", sorted(NCCL_TABLE))
+def test_nccl_tuning_reproduces_nccls_table_on_nv18(kind, proto):
+    view = nccl_tuning.View(gpu="hopper", intra="nvlink", nodes=1, route_GBs=18 * 20.6, channels=24)
+    assert view.graph() == (12, 30.0)  # 24 channels = a 12-channel search graph at 30 GB/s each
+    latency, bandwidth = nccl_tuning.tuning(kind, 2, view, "ring", proto)
+    assert (round(latency, 2), round(bandwidth, 1)) == NCCL_TABLE[(kind, proto)]
+
+
+# NCCL 2.28.9's printed choices on the same machine ("AllReduce: 16384 Bytes -> Algo RING proto LL
+# channel{Lo..Hi}={0..1}"); sizes as NCCL prints them: per rank for all-gather and reduce-scatter.
+NCCL_CHOICES = {
+    "all_reduce": [(1, "LL", 1), (8, "LL", 1), (16, "LL", 2), (32, "LL", 4), (64, "LL", 8), (128, "LL", 16),
+                   (256, "LL", 22), (512, "LL", 24), (1024, "LL", 24), (2048, "Simple", 24), (1 << 20, "Simple", 24)],
+    "all_gather": [(4, "LL", 1), (8, "LL", 2), (16, "LL", 4), (64, "LL", 16), (128, "LL", 22), (256, "LL", 22),
+                   (1024, "LL", 24), (2048, "Simple", 24)],
+    "reduce_scatter": [(4, "LL", 1), (8, "LL", 2), (32, "LL", 8), (128, "LL", 22), (1024, "LL", 24),
+                       (2048, "Simple", 24)],
+    "broadcast": [(8, "LL", 1), (16, "LL", 2), (64, "LL", 8), (128, "LL", 16), (256, "LL", 22),
+                  (1024, "LL", 24), (2048, "Simple", 22), (4096, "Simple", 24)],
+}
+
+
+@pytest.mark.parametrize("kind", sorted(NCCL_CHOICES))
+def test_nccl_choice_and_channels_follow_nccls_printout(kind):
+    view = nccl_tuning.View(route_GBs=18 * 20.6, channels=24)
+    for kib, proto, channels in NCCL_CHOICES[kind]:
+        nbytes = kib * KiB * (2 if kind in ("all_gather", "reduce_scatter") else 1)  # nccl-tests bytes
+        algorithm, chosen, _ = nccl_tuning.choose(kind, 2, nbytes, view)
+        assert (algorithm, chosen) == ("ring", proto), (kind, kib)
+        assert nccl_tuning.collective_channels(kind, 2, nbytes, algorithm, chosen, view) == channels, (kind, kib)
+
+
+def test_channel_cap_limits_channels_not_the_protocol():
+    c = Constants(max_channels=24)
+    full = nccl.plan("all_reduce", 2, 1 * MiB, c, LINK)
+    c.channel_cap = 1
+    capped = nccl.plan("all_reduce", 2, 1 * MiB, c, LINK)
+    assert (full.protocol, full.channels) == ("LL", 24)
+    assert (capped.protocol, capped.channels) == ("LL", 1)
+    assert capped.ceiling_GBs == pytest.approx(full.ceiling_GBs / 24)
+
+
+@pytest.mark.parametrize("kib, expected, capped", [
+    (1, ("LL", 1), ("LL", 1)), (16, ("LL", 2), ("LL", 1)), (64, ("LL", 8), ("Simple", 1)),
+    (512, ("LL", 16), ("Simple", 1)), (1024, ("Simple", 16), ("Simple", 1)), (128 * 1024, ("Simple", 16), ("Simple", 1)),
+    (512 * 1024, ("Simple", 32), ("Simple", 1)),
+])
+def test_p2p_protocol_and_channels_follow_nccl(kib, expected, capped):
+    """NCCL 2.28 on 2 ranks, 32 p2p channels per peer: LL up to 32 x 16 KiB on 8 KiB parts, then
+    Simple on 64 KiB..16 MiB parts; a send gets half the channels (16), doubled past 16 MiB parts."""
+    view = nccl_tuning.View(channels=24, p2p_channels=32)
+    assert nccl_tuning.p2p_plan(kib * KiB, 2, view) == expected
+    assert nccl_tuning.p2p_plan(kib * KiB, 2, view, cap=1) == capped
+    assert nccl_tuning.p2p_plan(kib * KiB, 2, view, self_send=True)[0] == "Simple"  # a copy: never LL
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 8])
@@ -586,7 +657,9 @@ def test_plan_ring_wire_bytes_are_divided_by_protocol_efficiency(nbytes):
         assert t.nbytes * nccl.EFFICIENCY[p.protocol] == pytest.approx(2 * (2 - 1) / 2 * nbytes)
     assert p.reduce_bytes == pytest.approx(3 * nbytes * (2 - 1) / 2)
     steps = 2 * (2 - 1)
-    assert p.fixed_us == pytest.approx(c.proto_base_us[p.protocol] + steps * c.proto_step_us[p.protocol])
+    step_us = c.proto_step_us[p.protocol] * (min(1.0, nbytes / 2 / p.channels / c.simple_ramp_bytes)
+                                             if p.protocol == "Simple" else 1.0)
+    assert p.fixed_us == pytest.approx(c.proto_base_us[p.protocol] + c.kind_base_us["all_reduce"] + steps * step_us)
     gather = nccl.plan("all_gather", 4, nbytes, c, LINK)
     assert all(t.nbytes * nccl.EFFICIENCY[gather.protocol] == pytest.approx(3 / 4 * nbytes)
                for t in gather.transfers)
@@ -597,7 +670,11 @@ def test_tree_is_considered_for_all_reduce_above_two_ranks():
     sizes = [2 ** k for k in range(10, 31, 2)]
     assert all(nccl.plan("all_reduce", 2, s, c, LINK).algorithm == "ring" for s in sizes)
     assert all(nccl.plan("all_gather", 8, s, c, LINK).algorithm == "ring" for s in sizes)
-    assert any(nccl.plan("all_reduce", n, s, c, LINK).algorithm == "tree" for n in (3, 4, 8) for s in sizes)
+    # on one NVLink node NCCL's model keeps the ring; across nodes its tree wins below the largest sizes
+    assert all(nccl.plan("all_reduce", 8, s, c, LINK).algorithm == "ring" for s in sizes)
+    nodes = nccl_tuning.View(nodes=4, route_GBs=50.0, channels=32)
+    chosen = [nccl.plan("all_reduce", 32, s, c, 50.0, nodes).algorithm for s in sizes]
+    assert "tree" in chosen and chosen[-1] == "ring"
     transfers, steps = nccl.tree_transfers(8, 1000)
     assert steps == 2 * 3
     assert len(transfers) == 2 * 7  # one up and one down per non-root rank
@@ -620,9 +697,11 @@ def test_plan_barrier_and_all_to_all():
     a2a = nccl.plan("all_to_all", 4, 64 * KiB, c, LINK)
     assert len(a2a.transfers) == 4 * 3
     assert a2a.algorithm == "p2p"
-    assert a2a.protocol == "LL"  # 16 KiB per peer: at the p2p LL limit (inclusive)
+    assert a2a.protocol == "LL"  # 16 KiB per peer
     assert all(t.nbytes == pytest.approx(16 * KiB / nccl.EFFICIENCY["LL"]) for t in a2a.transfers)
-    assert nccl.plan("all_to_all", 4, 64 * KiB + 16, c, LINK).protocol == "Simple"
+    # LL up to 16 KiB per p2p channel of the peer (32): 512 KiB per peer, inclusive
+    assert nccl.plan("all_to_all", 4, 2 * MiB, c, LINK).protocol == "LL"
+    assert nccl.plan("all_to_all", 4, 2 * MiB + 64, c, LINK).protocol == "Simple"
 
 
 # ------------------------------------------------------------------------------ shipped topologies
@@ -778,7 +857,7 @@ def test_calibrated_constants_differ_from_the_defaults():
     fitted = Constants.from_topology(load_topology(MEASURED).constants)
     default = Constants.from_topology(load_topology("h200x2-nv18").constants)
     for name in ("launch_us", "proto_base_us", "channel_GBs", "nvshmem_block_GBs", "kind_efficiency",
-                 "kind_link_efficiency", "p2p_ll_max_bytes"):
+                 "kind_link_efficiency", "kind_base_us", "p2p_base_us"):
         assert getattr(fitted, name) != getattr(default, name), name
     # fitted values stay inside the fit's bounds (parameters added after this fit are absent)
     checked = 0
@@ -814,7 +893,7 @@ def raw_cells():
 def test_load_cells_covers_every_microbenchmark(raw_cells):
     cells, provenance = raw_cells
     assert {c.op for c in cells} == set(MICROBENCHMARKS) == {
-        "allreduce", "allgather", "reducescatter", "broadcast", "alltoall", "sendrecv", "put"}
+        "allreduce", "allgather", "reducescatter", "broadcast", "alltoall", "sendrecv", "sendrecv_bidir", "put"}
     assert provenance["gpu"] == "NVIDIA H200"
     assert provenance["wheels"]["nvidia-nccl-cu13"] == "2.28.9"
     assert all(c.measured_us > 0 and c.nbytes > 0 for c in cells)
@@ -881,3 +960,72 @@ def test_fit_on_a_tiny_subset_lowers_the_cost(raw_cells, monkeypatch):
     assert summary["graph"]["cost"] < before
     assert cost(fitted) < before
     assert fitted.nvshmem_blocks == 1
+    # the Jacobian's columns computed in worker processes give the very same fit
+    serial, serial_summary = fit.fit(subset, topo, Constants.from_dict(start.to_dict()), workers=1)
+    parallel, parallel_summary = fit.fit(subset, topo, Constants.from_dict(start.to_dict()), workers=2)
+    assert serial.to_dict() == parallel.to_dict() == fitted.to_dict()
+    assert serial_summary == parallel_summary
+
+
+# ------------------------------------------------------------------------------ eager launches
+@cw.schedule
+def three_fills(r):
+    x = r.buffer("x", count=N, role="output")
+    for _ in range(3):
+        r.fill(x, 0.0)
+
+
+def test_eager_launches_wait_for_the_host_and_overlap_with_the_gpu():
+    c = consts()
+    c.host_issue_us, c.eager_launch_us = 10.0, 0.5
+    net = two_ranks(hbm_GBs=1000.0)
+    small = three_fills.trace(2, sizes={"N": 1})  # 4 bytes a fill: nothing but fixed costs
+    graph = Simulator(small, net, c, "graph").run()
+    assert graph.total_us == pytest.approx(3 * 1.5, abs=1e-3)
+    eager = Simulator(small, net, c, "eager").run()
+    # the host issues a launch every 10 us; each kernel then costs the GPU 1.5 + 0.5
+    ends = sorted(r.end for r in eager.records if r.rank == 0)
+    assert ends == [pytest.approx(t, abs=1e-3) for t in (12.0, 22.0, 32.0)]
+    # back to back, an iteration is host-bound: 3 launches of 10 us
+    assert steady_state_us(small, eager, c, "eager", net) == pytest.approx(30.0)
+    # 1 MB fills at 1000 GB/s take 1 us of HBM each... 100 MB fills take 100 us: GPU-bound
+    big = three_fills.trace(2, sizes={"N": 25_000_000})
+    eager_big = Simulator(big, net, c, "eager").run()
+    steady = steady_state_us(big, eager_big, c, "eager", net)
+    assert steady == pytest.approx(3 * (2.0 + 100.0), rel=1e-6)
+    assert eager_big.total_us == pytest.approx(10.0 + 3 * (2.0 + 100.0), rel=1e-6)
+
+
+def test_a_send_to_itself_is_a_copy_in_hbm():
+    c = consts()
+    net = two_ranks()
+    tl = Simulator(MICROBENCHMARKS["alltoall"].trace(2, sizes={"ELEMS": 1 << 20}), net, c).run()
+    # each rank sends 4 MiB to the other over the link; its own 4 MiB chunk is read and written in HBM
+    assert tl.link_bytes[LINK_01] == pytest.approx(4 * MiB)
+    assert tl.link_bytes[HBM0] == pytest.approx(2 * 4 * MiB)
+    own = [r for r in tl.records if r.kind == "send" and r.text.startswith("send(peer=0") and r.rank == 0]
+    assert own and own[0].detail["protocol"] == "Simple"
+
+
+def test_nvlink_acknowledgements_slow_traffic_both_ways():
+    topo = load_topology("h200x2-nv18")
+    c = Constants.from_topology(topo.constants)
+    c.channel_GBs["Simple"] = 100.0  # channels fast enough that the link is the limit
+    one_way = predict_sizes(MICROBENCHMARKS["sendrecv"], topo, 2, [256 * MiB], c)[0].time_us
+    both = predict_sizes(MICROBENCHMARKS["sendrecv_bidir"], topo, 2, [256 * MiB], c)[0].time_us
+    assert both == pytest.approx(one_way, rel=0.02)  # without acknowledgements: independent directions
+    c.nvlink_reverse_share = 0.25
+    one_way_acks = predict_sizes(MICROBENCHMARKS["sendrecv"], topo, 2, [256 * MiB], c)[0].time_us
+    both_acks = predict_sizes(MICROBENCHMARKS["sendrecv_bidir"], topo, 2, [256 * MiB], c)[0].time_us
+    assert one_way_acks == pytest.approx(one_way, rel=0.02)
+    assert both_acks > 1.15 * one_way_acks
+
+
+def test_nccl_view_of_a_topology():
+    net = from_topology(load_topology("h200x2-nv18"), 2)
+    assert net.gpu_generation == "hopper"
+    assert net.nominal_GBs(0, 1) == pytest.approx(18 * 20.6)  # 18 NVLink-4 lanes as NCCL counts them
+    a100 = from_topology(load_topology("hgx-a100"), 8)
+    assert a100.gpu_generation == "ampere"
+    assert a100.nominal_GBs(0, 5) == pytest.approx(12 * 20.0)  # 12 NVLink-3 lanes through the NVSwitches
+

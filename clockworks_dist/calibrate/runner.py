@@ -16,7 +16,8 @@ Steps, each with a timeout (nothing here can hang past `--budget-s`):
    both ways; 1 KiB .. 1 GiB), the NVSHMEM sweep (signal latency, put bandwidth over 1..132 blocks,
    host-issued puts), then the NCCL sweep again on one channel (NCCL_MAX_NCHANNELS=1) at fewer sizes;
 4. write DIR/calibration_raw.jsonl (a provenance line first, then every measurement line tagged with
-   its run, then a summary line), DIR/build.log and DIR/run.log.
+   its run, NCCL's channel counts and its per-call algorithm/protocol/channel decisions read from its
+   TUNING log, then a summary line), DIR/build.log and DIR/run.log (repeated TUNING lines once).
 
 Exits non-zero, naming what failed, if a build or a run fails; whatever was measured is kept.
 """
@@ -47,8 +48,9 @@ HERE = Path(__file__).resolve().parent
 NVLS_OFF = {"NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 # One NCCL channel (one CTA per collective, one channel per peer for send/recv): per-channel limits.
 ONE_CHANNEL = {"NCCL_MAX_NCHANNELS": "1", "NCCL_MAX_CTAS": "1", "NCCL_MAX_P2P_NCHANNELS": "1"}
-# NCCL prints its channel counts and graph search at init; the runner reads them back from the log.
-NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,GRAPH"}
+# NCCL prints its channel counts and graph search at init, and with TUNING the algorithm, protocol
+# and channels of every collective it launches; the runner reads both back from the log.
+NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,GRAPH,TUNING"}
 
 NCCL_OPS = ["allreduce", "allgather", "reducescatter", "broadcast", "alltoall", "sendrecv", "sendrecv_bidir"]
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
@@ -109,6 +111,39 @@ def parse_nccl_channels(text: str) -> dict | None:
         return None
     keys = ["coll_channels", "collnet_channels", "nvls_channels", "p2p_channels", "p2p_channels_per_peer"]
     return dict(zip(keys, map(int, m.groups())))
+
+
+_CHOICE_RE = re.compile(r"NCCL INFO (AllReduce|AllGather|ReduceScatter|Broadcast|Reduce): (\d+) Bytes -> "
+                        r"Algo (\w+) proto (\w+) channel\{Lo\.\.Hi\}=\{(\d+)\.\.(\d+)\}")
+
+
+def parse_nccl_choices(text: str) -> list[dict]:
+    """NCCL's per-call decisions (TUNING log lines), one record per distinct decision. `bytes` is
+    what NCCL prints: one rank's count for all-gather and reduce-scatter."""
+    seen: dict[tuple, dict] = {}
+    for m in _CHOICE_RE.finditer(text):
+        coll, nbytes, algo, proto, lo, hi = m.groups()
+        key = (coll, int(nbytes), algo, proto, int(lo), int(hi))
+        if key not in seen:
+            seen[key] = {"coll": coll, "bytes": int(nbytes), "algorithm": algo, "protocol": proto,
+                         "channel_lo": int(lo), "channel_hi": int(hi), "channels": int(hi) - int(lo) + 1}
+    return list(seen.values())
+
+
+def squeeze_choice_lines(text: str) -> str:
+    """The log with each distinct TUNING decision kept once (NCCL prints one per launch)."""
+    kept, seen, dropped = [], set(), 0
+    for line in text.splitlines(keepends=True):
+        m = _CHOICE_RE.search(line)
+        if m:
+            if m.groups() in seen:
+                dropped += 1
+                continue
+            seen.add(m.groups())
+        kept.append(line)
+    if dropped:
+        kept.append(f"[runner: {dropped} repeated TUNING lines left out]\n")
+    return "".join(kept)
 
 
 def parse_mpicc_flags(text: str) -> tuple[list[str], list[str]]:
@@ -427,7 +462,7 @@ class Runner:
             output = output or ""
         step.rc = proc.returncode
         step.seconds = round(time.monotonic() - t0, 2)
-        log.write(output)
+        log.write(squeeze_choice_lines(output))
         log.write(f"\n----- {name}: rc={step.rc} timed_out={step.timed_out} {step.seconds}s\n")
         log.flush()
         return step, output
@@ -577,6 +612,7 @@ def main(argv: list[str] | None = None) -> int:
                 ch = parse_nccl_channels(output)
                 if ch:
                     keep([{"bench": "nccl_channels", **ch}], run)
+                keep([{"bench": "nccl_choice", **c} for c in parse_nccl_choices(output)], run)
             if not step.ok:
                 failures.append(f"run {run} failed (rc={step.rc}, timed_out={step.timed_out}, {step.note or 'see run.log'})"
                                 f"; kept {len(lines)} lines")

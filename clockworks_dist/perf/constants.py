@@ -13,12 +13,11 @@ from dataclasses import asdict, dataclass, field, fields
 class Constants:
     launch_us: float = 2.5  # GPU-side start of a kernel launched from a CUDA graph
     host_issue_us: float = 12.0  # host cost of one launch when launches are issued eagerly
+    eager_launch_us: float = 0.5  # what an eagerly launched kernel costs the GPU beyond a graph's
     proto_base_us: dict = field(default_factory=lambda: {"LL": 3.0, "LL128": 4.5, "Simple": 6.0})
     proto_step_us: dict = field(default_factory=lambda: {"LL": 0.6, "LL128": 1.0, "Simple": 1.6})
     channel_GBs: dict = field(default_factory=lambda: {"LL": 6.0, "LL128": 12.0, "Simple": 15.0})
     max_channels: int = 24  # NCCL's channel count on NVLink-4 (its algorithm choice printout)
-    channel_bytes: float = 4096.0  # NCCL adds a channel per this many bytes of a step
-    ll_max_bytes: float = 1048576.0  # NCCL stops considering LL above this size
     nvshmem_issue_us: float = 1.0
     nvshmem_latency_us: float = 0.77  # one-way signal over NVLink (shared/reference)
     nvshmem_signal_us: float = 0.3
@@ -30,11 +29,18 @@ class Constants:
 
     simple_ramp_bytes: float = 1.0
     p2p_max_channels: int = 32
-    p2p_ll_max_bytes: float = 16384.0
     kind_efficiency: dict = field(default_factory=lambda: {
         "all_reduce": 1.0, "all_gather": 1.0, "reduce_scatter": 1.0, "broadcast": 1.0, "reduce_to": 1.0, "all_to_all": 1.0, "p2p": 1.0})
     kind_link_efficiency: dict = field(default_factory=lambda: {
         "all_reduce": 1.0, "all_gather": 1.0, "reduce_scatter": 1.0, "broadcast": 1.0, "reduce_to": 1.0, "all_to_all": 1.0, "p2p": 1.0})
+    kind_base_us: dict = field(default_factory=lambda: {
+        "all_reduce": 0.0, "all_gather": 0.0, "reduce_scatter": 0.0, "broadcast": 0.0, "reduce_to": 0.0, "all_to_all": 0.0, "p2p": 0.0})
+    p2p_base_us: dict = field(default_factory=lambda: {"LL": 3.0, "LL128": 4.5, "Simple": 6.0})
+    # NCCL_MAX_NCHANNELS of a run: caps the channels a call uses, not NCCL's choice of protocol
+    # (its tuning tables are built for the full channel count).
+    channel_cap: int | None = None
+    nvlink_reverse_share: float = 0.0  # a flow's acknowledgement load on the opposite NVLink direction
+    copy_channel_GBs: float = 100.0  # one NCCL channel copying within a GPU (a send to itself)
     step_by_transport: dict = field(default_factory=dict)  # nvlink|pcie|net -> per-protocol step latency
 
     @classmethod
@@ -42,16 +48,17 @@ class Constants:
         """The simulator's view of a topology file's `constants` section."""
         steps = tc.nccl_step_latency_us
         return cls(
-            launch_us=tc.graph_launch_us, host_issue_us=tc.kernel_launch_us,
+            launch_us=tc.graph_launch_us, host_issue_us=tc.kernel_launch_us, eager_launch_us=tc.eager_launch_us,
             proto_base_us=tc.nccl_base_latency_us.model_dump(), proto_step_us=steps.nvlink.model_dump(),
             channel_GBs=tc.nccl_channel_GBs.model_dump(), max_channels=tc.nccl_max_channels,
-            channel_bytes=tc.nccl_channel_bytes, ll_max_bytes=tc.nccl_ll_max_bytes,
             nvshmem_issue_us=tc.nvshmem_put_latency_us, nvshmem_latency_us=tc.nvshmem_signal_latency_us,
             nvshmem_signal_us=0.0, nvshmem_block_GBs=tc.nvshmem_block_GBs,
             nvshmem_link_efficiency=tc.nvshmem_link_efficiency, barrier_us=tc.barrier_us,
             compute_us=tc.compute_us, p2p_max_channels=tc.nccl_p2p_max_channels,
             simple_ramp_bytes=tc.nccl_simple_ramp_bytes,
-            p2p_ll_max_bytes=tc.nccl_p2p_ll_max_bytes,
+            kind_base_us={**cls().kind_base_us, **tc.nccl_kind_base_us},
+            nvlink_reverse_share=tc.nvlink_reverse_share, copy_channel_GBs=tc.nccl_copy_channel_GBs,
+            p2p_base_us=tc.nccl_p2p_base_latency_us.model_dump(),
             kind_efficiency={**cls().kind_efficiency, **tc.nccl_kind_efficiency},
             kind_link_efficiency={**cls().kind_link_efficiency, **tc.nccl_kind_link_efficiency},
             step_by_transport={"nvlink": steps.nvlink.model_dump(), "pcie": steps.pcie.model_dump(),
@@ -63,14 +70,17 @@ class Constants:
         steps["nvlink"] = dict(self.proto_step_us)
         return {
             "graph_launch_us": self.launch_us, "kernel_launch_us": self.host_issue_us,
+            "eager_launch_us": self.eager_launch_us,
             "nccl_base_latency_us": dict(self.proto_base_us), "nccl_step_latency_us": steps,
             "nccl_channel_GBs": dict(self.channel_GBs), "nccl_max_channels": int(self.max_channels),
-            "nccl_channel_bytes": self.channel_bytes, "nccl_ll_max_bytes": self.ll_max_bytes,
             "nvshmem_put_latency_us": self.nvshmem_issue_us, "nvshmem_signal_latency_us": self.nvshmem_latency_us,
             "nvshmem_block_GBs": self.nvshmem_block_GBs, "nvshmem_link_efficiency": self.nvshmem_link_efficiency, "barrier_us": self.barrier_us, "compute_us": self.compute_us,
-            "nccl_p2p_max_channels": int(self.p2p_max_channels), "nccl_simple_ramp_bytes": self.simple_ramp_bytes, "nccl_p2p_ll_max_bytes": self.p2p_ll_max_bytes,
+            "nccl_p2p_max_channels": int(self.p2p_max_channels), "nccl_simple_ramp_bytes": self.simple_ramp_bytes,
             "nccl_kind_efficiency": dict(self.kind_efficiency),
             "nccl_kind_link_efficiency": dict(self.kind_link_efficiency),
+            "nccl_kind_base_us": dict(self.kind_base_us), "nvlink_reverse_share": self.nvlink_reverse_share,
+            "nccl_copy_channel_GBs": self.copy_channel_GBs,
+            "nccl_p2p_base_latency_us": dict(self.p2p_base_us),
         }
 
     def to_dict(self) -> dict:

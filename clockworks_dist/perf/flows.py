@@ -1,7 +1,8 @@
 """Max-min fair sharing of link bandwidth between concurrent flows.
 
 A flow crosses a list of resources (directed links, a GPU's HBM) and may carry its own ceiling
-(a channel or thread-block rate). Progressive filling: raise every unfrozen flow's rate together
+(a channel or thread-block rate). A flow may also load a resource with only a fraction of its rate
+(`weights`: e.g. the acknowledgements its data draws on the opposite direction of a link). Progressive filling: raise every unfrozen flow's rate together
 until a resource saturates or a flow reaches its ceiling; freeze those flows; repeat. The result is
 the unique max-min fair allocation, recomputed whenever a flow starts or finishes.
 """
@@ -24,6 +25,11 @@ class Flow:
     rate: float = 0.0
     tag: object = None
     carried: dict[int, float] = field(default_factory=dict)
+    weights: tuple[float, ...] | None = None  # per resource; None: 1.0 each
+
+    def loads(self):
+        """(resource, bytes on it per byte of the flow) pairs."""
+        return zip(self.resources, self.weights or (1.0,) * len(self.resources))
 
 
 def max_min_rates(flows: list[Flow], capacity: list[float]) -> None:
@@ -32,20 +38,21 @@ def max_min_rates(flows: list[Flow], capacity: list[float]) -> None:
     for f in flows:
         f.rate = 0.0
     left = {}
-    users: dict[int, list[Flow]] = {}
+    users: dict[int, list[tuple[Flow, float]]] = {}
     for f in active:
-        for r in f.resources:
-            left.setdefault(r, capacity[r])
-            users.setdefault(r, []).append(f)
+        for r, w in f.loads():
+            if w > 0:
+                left.setdefault(r, capacity[r])
+                users.setdefault(r, []).append((f, w))
     unfrozen = set(id(f) for f in active)
     level = 0.0
     while unfrozen:
         # the next increment at which a resource fills up or a flow hits its ceiling
         step = float("inf")
         for r, fs in users.items():
-            n = sum(1 for f in fs if id(f) in unfrozen)
-            if n:
-                step = min(step, left[r] / n)
+            load = sum(w for f, w in fs if id(f) in unfrozen)
+            if load:
+                step = min(step, left[r] / load)
         for f in active:
             if id(f) in unfrozen and f.ceiling is not None:
                 step = min(step, f.ceiling - level)
@@ -57,8 +64,7 @@ def max_min_rates(flows: list[Flow], capacity: list[float]) -> None:
         step = max(step, 0.0)
         level += step
         for r, fs in users.items():
-            n = sum(1 for f in fs if id(f) in unfrozen)
-            left[r] -= step * n
+            left[r] -= step * sum(w for f, w in fs if id(f) in unfrozen)
         frozen_now = set()
         for f in active:
             if id(f) not in unfrozen:
@@ -68,7 +74,7 @@ def max_min_rates(flows: list[Flow], capacity: list[float]) -> None:
                 frozen_now.add(id(f))
         for r, fs in users.items():
             if left[r] <= EPS * max(1.0, capacity[r]):
-                for f in fs:
+                for f, _ in fs:
                     if id(f) in unfrozen:
                         frozen_now.add(id(f))
         if not frozen_now:

@@ -54,6 +54,17 @@ def sendrecv_op(r):
 
 
 @schedule
+def sendrecv_bidir_op(r):
+    """Ranks 0 and 1 send to each other at once (both directions of the link)."""
+    x = r.buffer("x", count=ELEMS, role="input")
+    y = r.buffer("y", count=ELEMS, role="output")
+    if r.rank < 2:
+        with r.group():
+            r.send(1 - r.rank, x)
+            r.recv(1 - r.rank, y)
+
+
+@schedule
 def put_op(r):
     """PE 0 puts its buffer into PE 1 with a signal; PE 1 waits for it."""
     x = r.symmetric("x", count=ELEMS, role="input")
@@ -67,5 +78,6 @@ def put_op(r):
 
 MICROBENCHMARKS = {
     "allreduce": allreduce_op, "allgather": allgather_op, "reducescatter": reducescatter_op,
-    "broadcast": broadcast_op, "alltoall": alltoall_op, "sendrecv": sendrecv_op, "put": put_op,
+    "broadcast": broadcast_op, "alltoall": alltoall_op, "sendrecv": sendrecv_op,
+    "sendrecv_bidir": sendrecv_bidir_op, "put": put_op,
 }

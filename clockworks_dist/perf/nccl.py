@@ -1,11 +1,11 @@
 """How NCCL runs a collective: algorithm (ring, tree), protocol (LL, LL128, Simple), channels.
 
-NCCL picks, per call, the (algorithm, protocol) pair its cost model predicts fastest, and spreads
-the data over a number of channels that grows with the size. We model each choice by its cost:
-`base + steps * step_latency` fixed time, plus the bytes each rank puts on the wire (divided by the
-protocol's wire efficiency: LL sends a flag with every 4 data bytes, LL128 one 8-byte flag per 128
-bytes) at most `channels * per-channel rate`, shared with everything else on the links, and we pick
-the cheapest pair as NCCL does. The constants come from calibration (`clockworks calibrate`).
+NCCL decides the algorithm, protocol and channel count from its own cost model (`nccl_tuning`);
+we time what it decided with calibrated constants: `base + kind extra + steps * step latency`
+fixed time, plus the bytes each rank puts on the wire (divided by the protocol's wire efficiency:
+LL sends a flag with every 4 data bytes, LL128 one 8-byte flag per 128 bytes) at most `channels *
+per-channel rate`, shared with everything else on the links. The constants come from calibration
+(`clockworks calibrate`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-PROTOCOLS = ("LL", "LL128", "Simple")
+from . import nccl_tuning
+from .nccl_tuning import View
+
+PROTOCOLS = nccl_tuning.PROTOCOLS
 EFFICIENCY = {"LL": 0.5, "LL128": 120 / 128, "Simple": 1.0}
 
 
@@ -62,16 +65,19 @@ def tree_transfers(n: int, nbytes: float) -> tuple[list[Transfer], int]:
     return transfers, 2 * depth
 
 
-def channels_for(consts, step_bytes: float) -> int:
-    return max(1, min(int(consts.max_channels), int(math.ceil(step_bytes / consts.channel_bytes))))
-
-
-def p2p_choice(consts, nbytes: float, link_GBs: float = float("inf"), kind: str = "p2p") -> tuple[str, int, float]:
-    """NCCL send/recv: LL for small messages, else Simple, on up to `p2p_max_channels` channels.
-    `kind` is "all_to_all" when the send is one of a grouped exchange with every peer."""
-    proto = "LL" if nbytes <= consts.p2p_ll_max_bytes else "Simple"
-    ch = max(1, min(int(consts.p2p_max_channels), int(math.ceil(nbytes / consts.channel_bytes))))
+def p2p_choice(consts, nbytes: float, link_GBs: float = float("inf"), kind: str = "p2p", view: View | None = None,
+               n: int = 2, self_send: bool = False) -> tuple[str, int, float]:
+    """NCCL send/recv: the protocol and channels NCCL picks (`nccl_tuning.p2p_plan`) and the rate
+    ceiling they give. `kind` is "all_to_all" when the send is one of a grouped exchange with
+    every peer."""
+    view = view or default_view(consts)
+    proto, ch = nccl_tuning.p2p_plan(nbytes, n, view, consts.channel_cap, self_send)
     return proto, ch, ceiling_for(consts, kind, proto, ch, link_GBs)
+
+
+def p2p_fixed_us(consts, proto: str, kind: str = "p2p") -> float:
+    """A send/recv's fixed cost past its launch: the protocol's p2p base and the kind's extra."""
+    return consts.p2p_base_us[proto] + consts.kind_base_us.get(kind, 0.0)
 
 
 def ceiling_for(consts, kind: str, proto: str, channels: int, link_GBs: float) -> float:
@@ -81,40 +87,37 @@ def ceiling_for(consts, kind: str, proto: str, channels: int, link_GBs: float) -
     return min(per_channel, link_GBs * consts.kind_link_efficiency.get(kind, 1.0))
 
 
-def plan(kind: str, n: int, nbytes: float, consts, link_GBs: float) -> Plan:
-    """The (algorithm, protocol, channels) NCCL would pick, with its transfers and fixed cost.
-    `nbytes` follows nccl-tests: all-gather output size, reduce-scatter input size."""
+def default_view(consts, n_nodes: int = 1) -> View:
+    """NCCL's view of a single NVLink node with the constants' channel counts (for callers that
+    have no topology at hand)."""
+    return View(channels=int(consts.max_channels), p2p_channels=int(consts.p2p_max_channels), nodes=n_nodes)
+
+
+def plan(kind: str, n: int, nbytes: float, consts, link_GBs: float, view: View | None = None) -> Plan:
+    """The plan NCCL runs for one collective, timed with the calibrated constants.
+
+    The algorithm, protocol and channel count are NCCL's own decisions (`nccl_tuning`: its cost
+    model picks them for the communicator's full channel count; a cap such as NCCL_MAX_NCHANNELS
+    only limits the channels the call then runs on). The fixed cost is the protocol's base, the
+    kind's extra and one step latency per ring step; the bytes are flows at most `channels` times
+    the per-channel rate. `nbytes` follows nccl-tests: all-gather output, reduce-scatter input."""
+    view = view or default_view(consts)
     if kind == "barrier":
         return Plan("ring", "LL", 1, (), consts.proto_base_us["LL"] + (n - 1) * consts.proto_step_us["LL"],
                     0.0, 0.0)
     if kind == "all_to_all":
         per = nbytes / n
-        proto, ch, ceiling = p2p_choice(consts, per, link_GBs, "all_to_all")
+        proto, ch, ceiling = p2p_choice(consts, per, link_GBs, "all_to_all", view, n)
         transfers = tuple(Transfer(i, j, per / EFFICIENCY[proto]) for i in range(n) for j in range(n) if i != j)
-        return Plan("p2p", proto, ch, transfers, consts.proto_base_us[proto], ceiling, 0.0)
-    candidates = [("ring", ring_transfers(kind, n, nbytes))]
-    if kind == "all_reduce" and n > 2:
-        candidates.append(("tree", tree_transfers(n, nbytes)))
-    best = None
-    for algorithm, (transfers, steps) in candidates:
-        step_bytes = nbytes / max(n, 1)
-        for proto in PROTOCOLS:
-            if proto == "LL" and nbytes > consts.ll_max_bytes:
-                continue
-            ch = channels_for(consts, step_bytes)
-            ceiling = ceiling_for(consts, kind, proto, ch, link_GBs)
-            step_us = consts.proto_step_us[proto]
-            if proto == "Simple":  # small steps finish their synchronisation sooner
-                step_us *= min(1.0, step_bytes / ch / consts.simple_ramp_bytes)
-            fixed = consts.proto_base_us[proto] + steps * step_us
-            sent: dict[int, float] = {}
-            for t in transfers:  # what the busiest rank's port carries
-                sent[t.src] = sent.get(t.src, 0.0) + t.nbytes
-            wire = max(sent.values(), default=0.0) / EFFICIENCY[proto]
-            estimate = fixed + wire / (min(ceiling, link_GBs) * 1e3)
-            if best is None or estimate < best[0]:
-                reduce_bytes = 3 * nbytes * (n - 1) / n if kind in ("all_reduce", "reduce_scatter", "reduce_to") else 0.0
-                best = (estimate, Plan(algorithm, proto, ch,
-                                       tuple(Transfer(t.src, t.dst, t.nbytes / EFFICIENCY[proto]) for t in transfers),
-                                       fixed, ceiling, reduce_bytes))
-    return best[1]
+        return Plan("p2p", proto, ch, transfers, p2p_fixed_us(consts, proto, "all_to_all"), ceiling, 0.0)
+    algorithm, proto, _ = nccl_tuning.choose(kind, n, nbytes, view)
+    ch = nccl_tuning.collective_channels(kind, n, nbytes, algorithm, proto, view, consts.channel_cap)
+    transfers, steps = ring_transfers(kind, n, nbytes) if algorithm == "ring" else tree_transfers(n, nbytes)
+    ceiling = ceiling_for(consts, kind, proto, ch, link_GBs)
+    step_us = consts.proto_step_us[proto]
+    if proto == "Simple":  # small steps finish their synchronisation sooner
+        step_us *= min(1.0, nbytes / max(n, 1) / ch / consts.simple_ramp_bytes)
+    fixed = consts.proto_base_us[proto] + consts.kind_base_us.get(kind, 0.0) + steps * step_us
+    reduce_bytes = 3 * nbytes * (n - 1) / n if kind in ("all_reduce", "reduce_scatter", "reduce_to") else 0.0
+    return Plan(algorithm, proto, ch, tuple(Transfer(t.src, t.dst, t.nbytes / EFFICIENCY[proto]) for t in transfers),
+                fixed, ceiling, reduce_bytes)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from . import nccl_tuning
+
 GB = 1e3
 
 
@@ -21,6 +23,15 @@ class Network:
     router: Callable[[int, int], tuple[tuple[int, ...], float]]
     _routes: dict = field(default_factory=dict)
     transports: dict = field(default_factory=dict)
+    gpu_generation: str = "hopper"  # what NCCL's tables are indexed by
+    node_of: list[int] = field(default_factory=list)
+    nominal: dict = field(default_factory=dict)  # (src, dst) -> GB/s as NCCL's topology search counts it
+    reverse: dict = field(default_factory=dict)  # link resource -> (the opposite direction's resource, link kind)
+
+    def nominal_GBs(self, src: int, dst: int) -> float:
+        """The route's bandwidth as NCCL sees it (NVLink: lanes times NCCL's per-lane figure)."""
+        self.route(src, dst)
+        return self.nominal.get((src, dst), self.bottleneck(src, dst))
 
     def transport(self, src: int, dst: int) -> str:
         """nvlink | pcie | net | local: the hardware a route crosses (after routing it)."""
@@ -71,21 +82,34 @@ def from_topology(topo, ranks: int) -> Network:
     hbm = [resource(("hbm", devices[r]), f"{devices[r]} HBM", by_id[devices[r]].hbm_GBs * efficiency)
            for r in range(ranks)]
 
+    generation = nccl_tuning.generation(by_id[devices[0]].model)
+
     def router(src: int, dst: int):
         path = route(topo, devices[src], devices[dst])
         resources = []
+        seen = []
         for hop in path.links:
             link = topo.links[hop.link]
             a, b = (link.a, link.b) if hop.direction == 0 else (link.b, link.a)
             # a route spread over parallel links (NVSwitch planes) puts `share` of its bytes on each:
             # the flow sees that link as capacity / share
             name = f"{link.kind} {a}->{b}" + (f" ({hop.share:.0%} of the route)" if hop.share < 1 else "")
-            resources.append(resource(("link", hop.link, hop.direction, round(hop.share, 6)), name,
-                                      link.GBs_per_dir / hop.share))
+            here = resource(("link", hop.link, hop.direction, round(hop.share, 6)), name, link.GBs_per_dir / hop.share)
+            back = f"{link.kind} {b}->{a}" + (f" ({hop.share:.0%} of the route)" if hop.share < 1 else "")
+            there = resource(("link", hop.link, 1 - hop.direction, round(hop.share, 6)), back,
+                             link.GBs_per_dir / hop.share)
+            reverse[here] = (there, link.kind)
+            resources.append(here)
+            lane = nccl_tuning.NVLINK_LANE_GBS[generation] * link.lanes if link.kind == "nvlink" else link.GBs_per_dir
+            seen.append(lane / hop.share)
         transports[(src, dst)] = path.transport
+        nominal[(src, dst)] = min(seen, default=float("inf"))
         return tuple(resources), path.latency_us
 
     transports: dict[tuple[int, int], str] = {}
-    net = Network(names=names, capacity=capacity, hbm_of=hbm, router=router)
-    net.transports = transports
+    nominal: dict[tuple[int, int], float] = {}
+    reverse: dict[int, tuple[int, str]] = {}
+    net = Network(names=names, capacity=capacity, hbm_of=hbm, router=router, gpu_generation=generation,
+                  node_of=[by_id[devices[r]].node or 0 for r in range(ranks)])
+    net.transports, net.nominal, net.reverse = transports, nominal, reverse
     return net

@@ -14,7 +14,7 @@ from .. import ir
 from ..errors import ScheduleError
 from .constants import Constants
 from .network import GB, Network, from_topology
-from .simulate import Simulator, Timeline
+from .simulate import Simulator, Timeline, is_launch
 
 _UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1000, "KIB": 1024, "M": 1024**2, "MB": 1000**2, "MIB": 1024**2,
           "G": 1024**3, "GB": 1000**3, "GIB": 1024**3}
@@ -112,15 +112,21 @@ def simulate(sched: ir.Schedule, network: Network, consts: Constants, mode: str 
     return Simulator(sched, network, consts, mode).run()
 
 
-def steady_state_us(sched: ir.Schedule, timeline: Timeline, consts: Constants, mode: str) -> float:
-    """Per-iteration time of the schedule run back to back. Eagerly launched, the host issues one
-    launch per GPU op; the GPU cannot run faster than the host issues."""
+def launches(sched: ir.Schedule) -> int:
+    """Kernel launches per iteration on the busiest rank (its NVSHMEM ops share one kernel)."""
+    return max(sum(1 for op in p.ops if is_launch(op)) + any(not is_launch(op) for op in p.ops)
+               for p in sched.programs)
+
+
+def steady_state_us(sched: ir.Schedule, timeline: Timeline, consts: Constants, mode: str,
+                    network: Network | None = None) -> float:
+    """Per-iteration time of the schedule run back to back. CUDA-graph launched, that is one run.
+    Eagerly launched, the host issues every launch of an iteration while the GPU runs the previous
+    one: an iteration takes the longer of the host's issue time and the GPU's own time."""
     if mode != "eager":
         return timeline.total_us
-    launches = max(sum(1 for op in p.ops if op.kind not in ir.ONE_SIDED_KINDS)
-                   + any(op.kind in ir.ONE_SIDED_KINDS for op in p.ops)  # one kernel for the NVSHMEM ops
-                   for p in sched.programs)
-    return max(timeline.total_us, launches * consts.host_issue_us)
+    gpu = Simulator(sched, network or timeline.network, consts, mode, host_clock=False).run().total_us
+    return max(gpu, launches(sched) * consts.host_issue_us)
 
 
 def predict_sizes(defn, topo, world: int, sizes: list[int], consts: Constants | None = None,
@@ -133,7 +139,7 @@ def predict_sizes(defn, topo, world: int, sizes: list[int], consts: Constants | 
         sched = defn.trace(world, ranks_per_node, sizes=size_binding(defn, world, nbytes, ranks_per_node, base))
         network._routes.clear()
         timeline = simulate(sched, network, consts, mode)
-        time_us = steady_state_us(sched, timeline, consts, mode)
+        time_us = steady_state_us(sched, timeline, consts, mode, network)
         factor, _ = busbw_factor(sched)
         algbw = nbytes / time_us / GB if time_us > 0 else 0.0
         out.append(Prediction(nbytes=nbytes, time_us=time_us, algbw_GBs=algbw, busbw_GBs=algbw * factor,

@@ -66,7 +66,7 @@ class Timeline:
 
 
 class Simulator:
-    def __init__(self, sched: ir.Schedule, network: Network, consts, mode: str = "graph"):
+    def __init__(self, sched: ir.Schedule, network: Network, consts, mode: str = "graph", host_clock: bool = True):
         matches, problems = match(sched)
         if problems:
             raise PredictError(f"the schedule does not match: {problems[0].message} (run `clockworks check`)")
@@ -102,8 +102,18 @@ class Simulator:
         self.quiet_waiter: dict[int, OpRecord] = {}
         self.last_delivery: dict[int, OpRecord] = {}
         self.plans: list[tuple[OpRecord, nccl.Plan]] = []
+        self.views: dict[tuple[int, ...], nccl.View] = {}
         self.fences = [[sum(1 for o in p.ops[:i] if o.kind == "fence") for i in range(len(p.ops))]
                        for p in sched.programs]
+        # Eager mode: the host issues the launches one after another, host_issue_us each; a kernel
+        # cannot start before the host has issued it (it can start later, when the GPU is busy).
+        self.host_ready = [[0.0] * len(p.ops) for p in sched.programs]
+        if mode == "eager" and host_clock:
+            for rank, prog in enumerate(sched.programs):
+                issued = 0
+                for i, op in enumerate(prog.ops):
+                    issued += is_launch(op)
+                    self.host_ready[rank][i] = issued * consts.host_issue_us
 
     # -- events and flows ---------------------------------------------------------------------
     def at(self, time: float, fn) -> None:
@@ -115,8 +125,9 @@ class Simulator:
             for f in self.flows:
                 moved = min(f.remaining, f.rate * dt)
                 f.remaining -= moved
-                for r in f.resources:
-                    self.link_bytes[r] = self.link_bytes.get(r, 0.0) + moved
+                for r, w in f.loads():
+                    if w == 1.0:  # data bytes (acknowledgement load is not counted as bytes moved)
+                        self.link_bytes[r] = self.link_bytes.get(r, 0.0) + moved
         self.last_update = self.now
 
     def _reschedule(self) -> None:
@@ -148,7 +159,14 @@ class Simulator:
             return
         self._advance_flows()
         fid = next(self.flow_ids)
-        self.flows.append(Flow(fid=fid, resources=resources, remaining=nbytes,
+        weights = None
+        share = self.c.nvlink_reverse_share
+        if share > 0:  # acknowledgements on the opposite direction of each NVLink crossed
+            back = [self.net.reverse[r][0] for r in resources
+                    if r in self.net.reverse and self.net.reverse[r][1] == "nvlink"]
+            if back:
+                resources, weights = resources + tuple(back), (1.0,) * len(resources) + (share,) * len(back)
+        self.flows.append(Flow(fid=fid, resources=resources, remaining=nbytes, weights=weights,
                                ceiling=None if ceiling_GBs is None else ceiling_GBs * GB))
         self.flow_done[fid] = then
         self._reschedule()
@@ -189,7 +207,8 @@ class Simulator:
         return rec
 
     def _launch(self) -> float:
-        return self.c.launch_us if self.mode == "graph" else self.c.host_issue_us
+        """GPU-side cost of starting a kernel (the host's issue cost is the host clock's)."""
+        return self.c.launch_us + (self.c.eager_launch_us if self.mode == "eager" else 0.0)
 
     def finish(self, rank: int, rec: OpRecord, end: float | None = None) -> None:
         rec.end = self.now if end is None else end
@@ -204,6 +223,9 @@ class Simulator:
         if pc >= len(prog.ops) or self.now < self.free_at[rank] - 1e-9:
             return
         if (rank, pc) in self.posted:  # already posted, waiting for partners
+            return
+        if self.now < self.host_ready[rank][pc] - 1e-9:  # the host has not issued it yet
+            self.at(self.host_ready[rank][pc], lambda: self.advance(rank))
             return
         op = prog.ops[pc]
         k = op.kind
@@ -292,16 +314,24 @@ class Simulator:
         # a group that exchanges with every other rank is NCCL's all-to-all pattern
         group = self.sched.programs[skey[0]].ops[skey[1]]
         exchange = group.kind == "group" and len({m.peer for m in group.ops} - {skey[0]}) >= self.world - 1 > 0
+        own = skey[0] == rkey[0]  # a send to itself: a copy inside the kernel
         proto, ch, ceiling = nccl.p2p_choice(self.c, nbytes, self.net.bottleneck(skey[0], rkey[0]),
-                                             "all_to_all" if exchange else "p2p")
-        fixed = self._launch() + self.c.proto_base_us[proto]
+                                             "all_to_all" if exchange else "p2p",
+                                             self._view(tuple(range(self.world))), self.world, own)
+        fixed = self._launch() + nccl.p2p_fixed_us(self.c, proto, "all_to_all" if exchange else "p2p")
+        if own:  # no protocol between the two sides: the kernel copies from one buffer to the other
+            fixed -= self.c.p2p_base_us[proto]
+        rec.detail.update(protocol=proto, channels=ch)
 
         def done():
             rec.end = self.now
             for k in (skey, rkey):
                 self.posted.pop(k, None)
                 self._member_done(k, rec)
-        self.transfer(skey[0], rkey[0], nbytes / nccl.EFFICIENCY[proto], ceiling, fixed, done, record=rec)
+        wire = 2 * nbytes if own else nbytes / nccl.EFFICIENCY[proto]  # a copy reads and writes HBM
+        if own:  # the send's channels copy at their own rate
+            ceiling = ch * self.c.copy_channel_GBs
+        self.transfer(skey[0], rkey[0], wire, ceiling, fixed, done, record=rec)
 
     def _member_done(self, key: tuple, rec: OpRecord) -> None:
         rank, index, _ = key
@@ -340,7 +370,7 @@ class Simulator:
         if consts.step_by_transport.get(worst) and worst != "nvlink":
             consts = copy.copy(consts)
             consts.proto_step_us = consts.step_by_transport[worst]
-        p = nccl.plan(op.kind, len(ranks), nbytes, consts, link)
+        p = nccl.plan(op.kind, len(ranks), nbytes, consts, link, self._view(tuple(ranks)))
         self.plans.append((last, p))
         left = [len(p.transfers) + (len(ranks) if p.reduce_bytes else 0)]
         start = self.now + self._launch()
@@ -369,6 +399,22 @@ class Simulator:
                 for r in ranks:
                     self.start_flow((self.net.hbm(r),), p.reduce_bytes, None, one_done)
         self.at(start, launch)
+
+    def _view(self, ranks: tuple[int, ...]) -> nccl.View:
+        """NCCL's view of a communicator over `ranks`: GPU generation, intra-node transport, node
+        count, and the nominal bandwidth of its ring's narrowest hop."""
+        found = self.views.get(ranks)
+        if found is None:
+            pairs = [(a, ranks[(i + 1) % len(ranks)]) for i, a in enumerate(ranks)] if len(ranks) > 1 else []
+            nodes = {self.net.node_of[r] for r in ranks} if self.net.node_of else {0}
+            intra = {self.net.transport(a, b) for a in ranks for b in ranks
+                     if a != b and (not self.net.node_of or self.net.node_of[a] == self.net.node_of[b])}
+            found = nccl.View(gpu=self.net.gpu_generation, intra="pcie" if "pcie" in intra else "nvlink",
+                              nodes=len(nodes), route_GBs=min((self.net.nominal_GBs(a, b) for a, b in pairs),
+                                                              default=370.8),
+                              channels=int(self.c.max_channels), p2p_channels=int(self.c.p2p_max_channels))
+            self.views[ranks] = found
+        return found
 
     # -- one-sided ----------------------------------------------------------------------------
     def _issue_delivery(self, rank: int, index: int, op, rec: OpRecord) -> None:
@@ -472,6 +518,11 @@ class Simulator:
             path.append(node)
             node = node.cause
         return path[::-1]
+
+
+def is_launch(op) -> bool:
+    """Whether the host launches a kernel for this op (one-sided ops run inside a kernel)."""
+    return op.kind not in ir.ONE_SIDED_KINDS
 
 
 def _compare(cmp: str, a: int, b: int) -> bool:

@@ -129,30 +129,32 @@ class Constants(_Frozen):
     """Per-op constants of the simulator. Defaults are public figures (sources in the comments);
     the calibration step measures them on a real machine and writes them into a topology file."""
 
-    # A kernel launch from the host, enqueue to start, eager (not in a CUDA graph): a few us on
-    # Hopper with a recent driver; the figure most worth calibrating.
+    # The host's time to issue one kernel launch eagerly (not in a CUDA graph): launches issued back
+    # to back go no faster than one per this; a few us on Hopper with a recent driver, and the
+    # figure most worth calibrating.
     kernel_launch_us: float = Field(3.0, ge=0)
     # A kernel launched from inside a CUDA graph: about a microsecond (graphs remove the per-launch
     # driver work).
     graph_launch_us: float = Field(1.0, ge=0)
-    # NCCL's own cost model, src/graph/tuning.cc (NCCL 2.19+): baseLat of the ring algorithm...
+    # What an eagerly launched kernel costs the GPU on top of a graph-launched one (the host's own
+    # cost per launch is kernel_launch_us); 0.5 until calibrated.
+    eager_launch_us: float = Field(0.5, ge=0)
+    # How long NCCL's kernels take (the timing side; which algorithm and protocol NCCL picks follows
+    # its own tables, perf/nccl_tuning.py). Defaults are NCCL's cost model, src/graph/tuning.cc
+    # (NCCL 2.19+): baseLat of the ring algorithm...
     nccl_base_latency_us: PerProtocol = PerProtocol(LL=6.6, LL128=14.0, Simple=8.4)
     # ... and hwLat per ring step over NVLink, PCIe and the network (same file).
     nccl_step_latency_us: StepLatency = StepLatency(
         nvlink=PerProtocol(LL=0.6, LL128=1.9, Simple=3.4),
         pcie=PerProtocol(LL=1.0, LL128=2.5, Simple=5.7),
         net=PerProtocol(LL=2.7, LL128=4.0, Simple=14.0))
-    # Payload per byte on the wire: LL sends 4 bytes of data and a 4-byte flag per 8-byte store;
-    # LL128 120 of every 128 bytes (NCCL src/device/prims_ll128.h); Simple only data.
-    nccl_protocol_efficiency: PerProtocol = PerProtocol(LL=0.5, LL128=120 / 128, Simple=1.0)
     # Bandwidth one NCCL channel (one thread block) can drive, GB/s: LL128 36.7 is NCCL's Hopper
     # per-channel cap (perChMaxRingLL128Bws); Simple 20.6 is NCCL's per-NVLink figure for sm90
     # (SM90_NVLINK_BW in src/graph/topo.h), which its graph search gives each channel; LL is
     # Simple's times the LL efficiency.
     nccl_channel_GBs: PerProtocol = PerProtocol(LL=10.3, LL128=36.7, Simple=20.6)
-    # NCCL caps LL in total on Hopper at 141 GB/s (llMaxBws, src/graph/tuning.cc).
-    nccl_ll_max_GBs: float = Field(141.0, gt=0)
-    # MAXCHANNELS in NCCL's src/include/device.h.
+    # The communicator's channel count (NCCL's init log prints it: "24 coll channels" on NV18);
+    # NCCL's upper bound MAXCHANNELS is 32 (src/include/device.h).
     nccl_max_channels: int = Field(32, ge=1)
     # NVSHMEM over NVLink: a one-way signal is 0.77 us between two H200 (NV18; measured with a
     # signal ping-pong, 1.54 us a round trip); a put of a few bytes pays about the same plus the store.
@@ -169,22 +171,16 @@ class Constants(_Frozen):
     # Fraction of the datasheet HBM bandwidth a streaming kernel (a reduction) reaches: ~90% is
     # typical of STREAM-like kernels on H100/H200.
     hbm_efficiency: float = Field(0.9, gt=0, le=1)
-    # NCCL adds a channel per this many bytes of a ring step (its algorithm printout on NV18: one
-    # channel at 8 KiB, 24 from about 512 KiB).
-    nccl_channel_bytes: float = Field(4096.0, gt=0)
-    # Above this size NCCL no longer picks LL (the same printout: LL up to 1 MiB).
-    nccl_ll_max_bytes: float = Field(1048576.0, gt=0)
     # One round of a barrier (barrier_all / sync_all); an opaque compute kernel beyond its memory
     # traffic.
     barrier_us: float = Field(2.0, ge=0)
     compute_us: float = Field(5.0, ge=0)
-    # Point-to-point: NCCL runs send/recv on up to 32 channels per peer (its init log on NV18) and
-    # uses LL only for small messages.
     # Simple's per-step latency is only paid in full once a channel moves this many bytes per step
     # (a small step finishes its synchronisation sooner); 1 byte = always in full, until calibrated.
     nccl_simple_ramp_bytes: float = Field(1.0, gt=0)
+    # Point-to-point: NCCL runs send/recv on up to 32 channels per peer (its init log on NV18); the
+    # protocol and channels of a send follow NCCL's rules (perf/nccl_tuning.py).
     nccl_p2p_max_channels: int = Field(32, ge=1)
-    nccl_p2p_ll_max_bytes: float = Field(16384.0, gt=0)
     # How much of the per-channel rate each kind of NCCL kernel reaches (they do different work per
     # byte: a reduction, a copy, a forward); 1.0 until calibrated.
     nccl_kind_efficiency: dict[Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to",
@@ -195,6 +191,21 @@ class Constants(_Frozen):
     nccl_kind_link_efficiency: dict[Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to",
                                             "all_to_all", "p2p"], float] = Field(default_factory=lambda: {
         "all_reduce": 1.0, "all_gather": 1.0, "reduce_scatter": 1.0, "broadcast": 1.0, "reduce_to": 1.0, "all_to_all": 1.0, "p2p": 1.0})
+    # Fixed cost each kind of NCCL kernel adds to its protocol's base latency (a broadcast's root
+    # only sends; an all-reduce also reduces; an all-to-all also copies its own chunk); 0 until
+    # calibrated.
+    nccl_kind_base_us: dict[Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to",
+                                    "all_to_all", "p2p"], float] = Field(default_factory=lambda: {
+        "all_reduce": 0.0, "all_gather": 0.0, "reduce_scatter": 0.0, "broadcast": 0.0, "reduce_to": 0.0, "all_to_all": 0.0, "p2p": 0.0})
+    # Data one way over an NVLink draws acknowledgements the other way: the fraction of a flow's
+    # rate they take from the opposite direction (traffic both ways runs slower than one way);
+    # 0 until calibrated.
+    nvlink_reverse_share: float = Field(0.0, ge=0, le=1)
+    # One NCCL channel copying within a GPU, GB/s (an all-to-all's chunk a rank sends to itself);
+    # 100 until calibrated.
+    nccl_copy_channel_GBs: float = Field(100.0, gt=0)
+    # Send/recv has no ring steps: its fixed cost per protocol, apart from the collectives' base.
+    nccl_p2p_base_latency_us: PerProtocol = PerProtocol(LL=6.6, LL128=14.0, Simple=8.4)
 
 
 class Provenance(_Frozen):
