@@ -43,11 +43,30 @@ def stats(pairs: list[tuple[float, float]]) -> dict:
             "geomean_abs_log_ratio": round(math.exp(statistics.fmean(logs)) - 1, 4)}
 
 
+def other_runs(folder: str, fitted_cells, topo, consts) -> list[dict]:
+    """The calibrated model against the held-out cells of other runs, and how much those runs
+    differ from the fitted one cell by cell."""
+    fitted = {c.key: c.measured_us for c in fitted_cells}
+    rows = []
+    for path in sorted(Path(folder).glob("*.jsonl")) if folder and Path(folder).is_dir() else []:
+        cells, _ = load_cells(str(path))
+        for mode in ("graph", "eager"):
+            chosen = [c for c in cells if c.mode == mode and held_out(c)]
+            if not chosen:
+                continue
+            ours = [(predict_cell(c, topo, Constants.from_dict(consts.to_dict())), c.measured_us) for c in chosen]
+            again = [(c.measured_us, fitted[c.key]) for c in chosen if c.key in fitted]
+            rows.append({"run": path.name, "mode": mode, "ours": stats(ours), "run_to_run": stats(again)})
+    return rows
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--raw", default=str(ROOT / "topologies/measured/raw/calibration_raw.jsonl"))
     parser.add_argument("--topology", default=str(ROOT / "topologies/measured/h200x2-nv18.yaml"))
     parser.add_argument("--out", default=str(ROOT / "scripts/results"))
+    parser.add_argument("--others", default=str(ROOT / "scripts/results/other_runs"),
+                        help="a folder of other runs' calibration_raw files to check the model against")
     args = parser.parse_args(argv)
     cells, provenance = load_cells(args.raw)
     topo = load_topology(args.topology)
@@ -86,6 +105,20 @@ def main(argv=None) -> int:
                      else "n/a | | |")
         lines.append(f"| {g['mode']} {g['group']} | {o['cells']} | {o['median_ape']}% | {o['p90_ape']}% | "
                      f"{o['max_ape']}% | {o['bias_pct']}% | {o['geomean_abs_log_ratio']} | {nccl_cols} |")
+    others = other_runs(args.others, cells, topo, consts)
+    if others:
+        lines += ["", "## Other runs on the same kind of machine (never fitted)", "",
+                  "The same microbenchmarks run again on freshly started 2 x H200 machines. Run-to-run: how "
+                  "much each cell differs from the fitted run; ours: the calibrated model against that run's "
+                  "held-out cells.", "",
+                  "| run | mode | cells | run-to-run median | P90 | max | ours: median APE | P90 | max |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for row in others:
+            d, o = row["run_to_run"], row["ours"]
+            lines.append(f"| {row['run']} | {row['mode']} | {o['cells']} | {d['median_ape']}% | {d['p90_ape']}% | "
+                         f"{d['max_ape']}% | {o['median_ape']}% | {o['p90_ape']}% | {o['max_ape']}% |")
+        report["other_runs"] = others
+        (out / "bench_predictor.json").write_text(json.dumps({"summary": report, "rows": rows}, indent=1) + "\n")
     (out / "bench_predictor.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

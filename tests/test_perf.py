@@ -603,6 +603,23 @@ NCCL_CHOICES = {
 }
 
 
+def test_nccl_decisions_match_the_ones_nccl_logged_during_calibration():
+    """Every (algorithm, protocol, channels) NCCL printed (NCCL_DEBUG_SUBSYS=TUNING) while the
+    calibration ran, default and one-channel runs: our restatement of its rules gives the same."""
+    kinds = {"AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
+             "Broadcast": "broadcast"}
+    view = nccl_tuning.View(gpu="hopper", intra="nvlink", route_GBs=18 * 20.6, channels=24)
+    records = [json.loads(line) for line in RAW.read_text().splitlines() if '"nccl_choice"' in line]
+    assert len(records) >= 100 and {r["run"] for r in records} == {"nccl_choices", "nccl_1ch_choices"}
+    for r in records:
+        kind = kinds[r["coll"]]
+        nbytes = r["bytes"] * (2 if kind in ("all_gather", "reduce_scatter") else 1)  # NCCL prints per rank
+        cap = 1 if r["run"] == "nccl_1ch_choices" else None
+        algorithm, proto, _ = nccl_tuning.choose(kind, 2, nbytes, view)
+        channels = nccl_tuning.collective_channels(kind, 2, nbytes, algorithm, proto, view, cap)
+        assert (algorithm.upper(), proto.upper(), channels) == (r["algorithm"], r["protocol"], r["channels"]), r
+
+
 @pytest.mark.parametrize("kind", sorted(NCCL_CHOICES))
 def test_nccl_choice_and_channels_follow_nccls_printout(kind):
     view = nccl_tuning.View(route_GBs=18 * 20.6, channels=24)

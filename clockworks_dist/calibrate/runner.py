@@ -14,7 +14,8 @@ Steps, each with a timeout (nothing here can hang past `--budget-s`):
 3. run under `mpirun -np N`, NVLink multicast off in every child's environment:
    the NCCL sweep (all-reduce, all-gather, reduce-scatter, broadcast, all-to-all, send/recv one way and
    both ways; 1 KiB .. 1 GiB), the NVSHMEM sweep (signal latency, put bandwidth over 1..132 blocks,
-   host-issued puts), then the NCCL sweep again on one channel (NCCL_MAX_NCHANNELS=1) at fewer sizes;
+   host-issued puts), then the NCCL sweep again on one channel (NCCL_MAX_NCHANNELS=1) at fewer sizes,
+   then both NCCL sweeps once more, untimed, with NCCL's per-call TUNING log on;
 4. write DIR/calibration_raw.jsonl (a provenance line first, then every measurement line tagged with
    its run, NCCL's channel counts and its per-call algorithm/protocol/channel decisions read from its
    TUNING log, then a summary line), DIR/build.log and DIR/run.log (repeated TUNING lines once).
@@ -48,9 +49,12 @@ HERE = Path(__file__).resolve().parent
 NVLS_OFF = {"NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 # One NCCL channel (one CTA per collective, one channel per peer for send/recv): per-channel limits.
 ONE_CHANNEL = {"NCCL_MAX_NCHANNELS": "1", "NCCL_MAX_CTAS": "1", "NCCL_MAX_P2P_NCHANNELS": "1"}
-# NCCL prints its channel counts and graph search at init, and with TUNING the algorithm, protocol
-# and channels of every collective it launches; the runner reads both back from the log.
-NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,GRAPH,TUNING"}
+# NCCL prints its channel counts and graph search at init; the runner reads them back from the log.
+NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,GRAPH"}
+# With TUNING it also prints the algorithm, protocol and channels of every collective it launches,
+# one log line per call: that costs the host time, so it runs in short untimed passes of its own.
+NCCL_TUNING_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,TUNING"}
+CHOICE_PASS_ARGS = ["--warmup", "1", "--iters-small", "1", "--iters-large", "1", "--graph-reps", "1"]
 
 NCCL_OPS = ["allreduce", "allgather", "reducescatter", "broadcast", "alltoall", "sendrecv", "sendrecv_bidir"]
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
@@ -587,16 +591,25 @@ def main(argv: list[str] | None = None) -> int:
     as_root = hasattr(os, "geteuid") and os.geteuid() == 0
     ld = [nvshmem_home / "lib"] if nvshmem_home else []
     if launcher and ngpu >= 2:
-        plan = []
+        plan = []  # (run, program, arguments, environment, time limit, keep its timings)
         if "nccl" in built:
             plan.append(("nccl_default", "nccl", nccl_sweep_args(args.quick, False, build_dir / "nccl_default.jsonl",
-                                                                  "default"), {**NCCL_DEBUG_ENV}, 240.0))
+                                                                  "default"), {**NCCL_DEBUG_ENV}, 240.0, True))
         if "nvshmem" in built:
-            plan.append(("nvshmem", "nvshmem", nvshmem_sweep_args(args.quick, build_dir / "nvshmem.jsonl"), {}, 200.0))
+            plan.append(("nvshmem", "nvshmem", nvshmem_sweep_args(args.quick, build_dir / "nvshmem.jsonl"), {}, 200.0,
+                         True))
         if "nccl" in built and not args.skip_one_channel:
             plan.append(("nccl_1ch", "nccl", nccl_sweep_args(args.quick, True, build_dir / "nccl_1ch.jsonl", "1ch"),
-                         {**NCCL_DEBUG_ENV, **ONE_CHANNEL}, 240.0))
-        for run, prog, pargs, extra, limit in plan:
+                         {**NCCL_DEBUG_ENV, **ONE_CHANNEL}, 240.0, True))
+        if "nccl" in built:  # NCCL's decisions, logged in untimed passes
+            plan.append(("nccl_choices", "nccl", nccl_sweep_args(args.quick, False, build_dir / "nccl_choices.jsonl",
+                                                                  "choices") + CHOICE_PASS_ARGS,
+                         {**NCCL_TUNING_ENV}, 120.0, False))
+            if not args.skip_one_channel:
+                plan.append(("nccl_1ch_choices", "nccl",
+                             nccl_sweep_args(args.quick, True, build_dir / "nccl_1ch_choices.jsonl", "1ch_choices")
+                             + CHOICE_PASS_ARGS, {**NCCL_TUNING_ENV, **ONE_CHANNEL}, 120.0, False))
+        for run, prog, pargs, extra, limit, timed in plan:
             out_file = Path(pargs[pargs.index("--out") + 1])
             if out_file.exists():
                 out_file.unlink()
@@ -607,7 +620,8 @@ def main(argv: list[str] | None = None) -> int:
             lines = parse_json_lines(out_file.read_text()) if out_file.exists() else []
             if not lines:   # the program also prints its lines; use them if the file is missing
                 lines = [r for r in parse_json_lines(output) if str(r.get("bench", "")).startswith(("nccl", "nvshmem"))]
-            keep(lines, run)
+            if timed:
+                keep(lines, run)
             if prog == "nccl":
                 ch = parse_nccl_channels(output)
                 if ch:

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 class Constants:
     launch_us: float = 2.5  # GPU-side start of a kernel launched from a CUDA graph
     host_issue_us: float = 12.0  # host cost of one launch when launches are issued eagerly
+    host_issue_p2p_us: float = 12.0  # ... of one NCCL send/recv group (no tuning on the host)
     eager_launch_us: float = 0.5  # what an eagerly launched kernel costs the GPU beyond a graph's
     proto_base_us: dict = field(default_factory=lambda: {"LL": 3.0, "LL128": 4.5, "Simple": 6.0})
     proto_step_us: dict = field(default_factory=lambda: {"LL": 0.6, "LL128": 1.0, "Simple": 1.6})
@@ -49,6 +50,7 @@ class Constants:
         steps = tc.nccl_step_latency_us
         return cls(
             launch_us=tc.graph_launch_us, host_issue_us=tc.kernel_launch_us, eager_launch_us=tc.eager_launch_us,
+            host_issue_p2p_us=tc.p2p_launch_us,
             proto_base_us=tc.nccl_base_latency_us.model_dump(), proto_step_us=steps.nvlink.model_dump(),
             channel_GBs=tc.nccl_channel_GBs.model_dump(), max_channels=tc.nccl_max_channels,
             nvshmem_issue_us=tc.nvshmem_put_latency_us, nvshmem_latency_us=tc.nvshmem_signal_latency_us,
@@ -70,7 +72,7 @@ class Constants:
         steps["nvlink"] = dict(self.proto_step_us)
         return {
             "graph_launch_us": self.launch_us, "kernel_launch_us": self.host_issue_us,
-            "eager_launch_us": self.eager_launch_us,
+            "eager_launch_us": self.eager_launch_us, "p2p_launch_us": self.host_issue_p2p_us,
             "nccl_base_latency_us": dict(self.proto_base_us), "nccl_step_latency_us": steps,
             "nccl_channel_GBs": dict(self.channel_GBs), "nccl_max_channels": int(self.max_channels),
             "nvshmem_put_latency_us": self.nvshmem_issue_us, "nvshmem_signal_latency_us": self.nvshmem_latency_us,

@@ -53,7 +53,7 @@ PARAMETERS = [
     ("nvshmem_block_GBs", 1.0, 200.0),
     ("nvshmem_link_efficiency", 0.2, 1.0),
 ]
-EAGER = [("host_issue_us", 1.0, 60.0), ("eager_launch_us", 0.01, 10.0)]
+EAGER = [("host_issue_us", 1.0, 60.0), ("host_issue_p2p_us", 1.0, 60.0), ("eager_launch_us", 0.01, 10.0)]
 
 
 @dataclass(frozen=True)
@@ -203,7 +203,7 @@ def fit(cells: list[Cell], topo, start: Constants | None = None, workers: int | 
                 return np.column_stack([(np.array(r) - f0) / h for r, h in zip(rows[1:], steps)])
 
             result = least_squares(lambda x: np.array(_residuals(x)), x0, jac=jacobian, bounds=(lower, upper),
-                                   max_nfev=200)
+                                   max_nfev=200, ftol=1e-10, xtol=1e-10, x_scale="jac")
         finally:
             if pool:
                 pool.shutdown()

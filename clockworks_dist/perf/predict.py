@@ -14,7 +14,7 @@ from .. import ir
 from ..errors import ScheduleError
 from .constants import Constants
 from .network import GB, Network, from_topology
-from .simulate import Simulator, Timeline, is_launch
+from .simulate import Simulator, Timeline, host_cost, is_launch
 
 _UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1000, "KIB": 1024, "M": 1024**2, "MB": 1000**2, "MIB": 1024**2,
           "G": 1024**3, "GB": 1000**3, "GIB": 1024**3}
@@ -112,9 +112,10 @@ def simulate(sched: ir.Schedule, network: Network, consts: Constants, mode: str 
     return Simulator(sched, network, consts, mode).run()
 
 
-def launches(sched: ir.Schedule) -> int:
-    """Kernel launches per iteration on the busiest rank (its NVSHMEM ops share one kernel)."""
-    return max(sum(1 for op in p.ops if is_launch(op)) + any(not is_launch(op) for op in p.ops)
+def host_us(sched: ir.Schedule, consts: Constants) -> float:
+    """The host's issue time per iteration on the busiest rank (its NVSHMEM ops share one kernel)."""
+    return max(sum(host_cost(op, consts) for op in p.ops)
+               + (consts.host_issue_us if any(not is_launch(op) for op in p.ops) else 0.0)
                for p in sched.programs)
 
 
@@ -126,7 +127,7 @@ def steady_state_us(sched: ir.Schedule, timeline: Timeline, consts: Constants, m
     if mode != "eager":
         return timeline.total_us
     gpu = Simulator(sched, network or timeline.network, consts, mode, host_clock=False).run().total_us
-    return max(gpu, launches(sched) * consts.host_issue_us)
+    return max(gpu, host_us(sched, consts))
 
 
 def predict_sizes(defn, topo, world: int, sizes: list[int], consts: Constants | None = None,

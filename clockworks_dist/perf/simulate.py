@@ -110,10 +110,10 @@ class Simulator:
         self.host_ready = [[0.0] * len(p.ops) for p in sched.programs]
         if mode == "eager" and host_clock:
             for rank, prog in enumerate(sched.programs):
-                issued = 0
+                issued = 0.0
                 for i, op in enumerate(prog.ops):
-                    issued += is_launch(op)
-                    self.host_ready[rank][i] = issued * consts.host_issue_us
+                    issued += host_cost(op, consts)
+                    self.host_ready[rank][i] = issued
 
     # -- events and flows ---------------------------------------------------------------------
     def at(self, time: float, fn) -> None:
@@ -523,6 +523,14 @@ class Simulator:
 def is_launch(op) -> bool:
     """Whether the host launches a kernel for this op (one-sided ops run inside a kernel)."""
     return op.kind not in ir.ONE_SIDED_KINDS
+
+
+def host_cost(op, consts) -> float:
+    """The host's time to issue this op eagerly: a collective (NCCL tunes it on the host) or other
+    kernel, a send/recv group, or nothing (one-sided ops run inside a kernel)."""
+    if not is_launch(op):
+        return 0.0
+    return consts.host_issue_p2p_us if op.kind in ("send", "recv", "group") else consts.host_issue_us
 
 
 def _compare(cmp: str, a: int, b: int) -> bool:

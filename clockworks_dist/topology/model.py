@@ -133,6 +133,8 @@ class Constants(_Frozen):
     # to back go no faster than one per this; a few us on Hopper with a recent driver, and the
     # figure most worth calibrating.
     kernel_launch_us: float = Field(3.0, ge=0)
+    # The same for an NCCL send/recv group, which skips the collectives' tuning on the host.
+    p2p_launch_us: float = Field(3.0, ge=0)
     # A kernel launched from inside a CUDA graph: about a microsecond (graphs remove the per-launch
     # driver work).
     graph_launch_us: float = Field(1.0, ge=0)
