@@ -674,9 +674,8 @@ def test_plan_ring_wire_bytes_are_divided_by_protocol_efficiency(nbytes):
         assert t.nbytes * nccl.EFFICIENCY[p.protocol] == pytest.approx(2 * (2 - 1) / 2 * nbytes)
     assert p.reduce_bytes == pytest.approx(3 * nbytes * (2 - 1) / 2)
     steps = 2 * (2 - 1)
-    step_us = c.proto_step_us[p.protocol] * (min(1.0, nbytes / 2 / p.channels / c.simple_ramp_bytes)
-                                             if p.protocol == "Simple" else 1.0)
-    assert p.fixed_us == pytest.approx(c.proto_base_us[p.protocol] + c.kind_base_us["all_reduce"] + steps * step_us)
+    assert p.fixed_us == pytest.approx(c.proto_base_us[p.protocol] + c.kind_base_us["all_reduce"]
+                                       + steps * c.proto_step_us[p.protocol])
     gather = nccl.plan("all_gather", 4, nbytes, c, LINK)
     assert all(t.nbytes * nccl.EFFICIENCY[gather.protocol] == pytest.approx(3 / 4 * nbytes)
                for t in gather.transfers)

@@ -28,7 +28,6 @@ class Constants:
     barrier_us: float = 2.0  # per dissemination round
     compute_us: float = 5.0  # an opaque compute kernel, beyond its memory traffic
 
-    simple_ramp_bytes: float = 1.0
     p2p_max_channels: int = 32
     kind_efficiency: dict = field(default_factory=lambda: {
         "all_reduce": 1.0, "all_gather": 1.0, "reduce_scatter": 1.0, "broadcast": 1.0, "reduce_to": 1.0, "all_to_all": 1.0, "p2p": 1.0})
@@ -42,6 +41,7 @@ class Constants:
     channel_cap: int | None = None
     nvlink_reverse_share: float = 0.0  # a flow's acknowledgement load on the opposite NVLink direction
     copy_channel_GBs: float = 100.0  # one NCCL channel copying within a GPU (a send to itself)
+    proto_link_efficiency: dict = field(default_factory=lambda: {"LL": 1.0, "LL128": 1.0, "Simple": 1.0})
     step_by_transport: dict = field(default_factory=dict)  # nvlink|pcie|net -> per-protocol step latency
 
     @classmethod
@@ -57,9 +57,9 @@ class Constants:
             nvshmem_signal_us=0.0, nvshmem_block_GBs=tc.nvshmem_block_GBs,
             nvshmem_link_efficiency=tc.nvshmem_link_efficiency, barrier_us=tc.barrier_us,
             compute_us=tc.compute_us, p2p_max_channels=tc.nccl_p2p_max_channels,
-            simple_ramp_bytes=tc.nccl_simple_ramp_bytes,
             kind_base_us={**cls().kind_base_us, **tc.nccl_kind_base_us},
             nvlink_reverse_share=tc.nvlink_reverse_share, copy_channel_GBs=tc.nccl_copy_channel_GBs,
+            proto_link_efficiency=tc.nccl_protocol_link_efficiency.model_dump(),
             p2p_base_us=tc.nccl_p2p_base_latency_us.model_dump(),
             kind_efficiency={**cls().kind_efficiency, **tc.nccl_kind_efficiency},
             kind_link_efficiency={**cls().kind_link_efficiency, **tc.nccl_kind_link_efficiency},
@@ -77,11 +77,12 @@ class Constants:
             "nccl_channel_GBs": dict(self.channel_GBs), "nccl_max_channels": int(self.max_channels),
             "nvshmem_put_latency_us": self.nvshmem_issue_us, "nvshmem_signal_latency_us": self.nvshmem_latency_us,
             "nvshmem_block_GBs": self.nvshmem_block_GBs, "nvshmem_link_efficiency": self.nvshmem_link_efficiency, "barrier_us": self.barrier_us, "compute_us": self.compute_us,
-            "nccl_p2p_max_channels": int(self.p2p_max_channels), "nccl_simple_ramp_bytes": self.simple_ramp_bytes,
+            "nccl_p2p_max_channels": int(self.p2p_max_channels),
             "nccl_kind_efficiency": dict(self.kind_efficiency),
             "nccl_kind_link_efficiency": dict(self.kind_link_efficiency),
             "nccl_kind_base_us": dict(self.kind_base_us), "nvlink_reverse_share": self.nvlink_reverse_share,
             "nccl_copy_channel_GBs": self.copy_channel_GBs,
+            "nccl_protocol_link_efficiency": dict(self.proto_link_efficiency),
             "nccl_p2p_base_latency_us": dict(self.p2p_base_us),
         }
 

@@ -82,9 +82,11 @@ def p2p_fixed_us(consts, proto: str, kind: str = "p2p") -> float:
 
 def ceiling_for(consts, kind: str, proto: str, channels: int, link_GBs: float) -> float:
     """A transfer's rate ceiling: its channels at the kernel's per-channel rate, and no more than
-    the fraction of the route's bandwidth that kind of kernel reaches."""
+    the fraction of the route's bandwidth that kind of kernel reaches with that protocol (LL's
+    8-byte stores carry more packet overhead per byte than Simple's bulk writes)."""
     per_channel = channels * consts.channel_GBs[proto] * consts.kind_efficiency.get(kind, 1.0)
-    return min(per_channel, link_GBs * consts.kind_link_efficiency.get(kind, 1.0))
+    return min(per_channel, link_GBs * consts.kind_link_efficiency.get(kind, 1.0)
+               * consts.proto_link_efficiency.get(proto, 1.0))
 
 
 def default_view(consts, n_nodes: int = 1) -> View:
@@ -114,10 +116,7 @@ def plan(kind: str, n: int, nbytes: float, consts, link_GBs: float, view: View |
     ch = nccl_tuning.collective_channels(kind, n, nbytes, algorithm, proto, view, consts.channel_cap)
     transfers, steps = ring_transfers(kind, n, nbytes) if algorithm == "ring" else tree_transfers(n, nbytes)
     ceiling = ceiling_for(consts, kind, proto, ch, link_GBs)
-    step_us = consts.proto_step_us[proto]
-    if proto == "Simple":  # small steps finish their synchronisation sooner
-        step_us *= min(1.0, nbytes / max(n, 1) / ch / consts.simple_ramp_bytes)
-    fixed = consts.proto_base_us[proto] + consts.kind_base_us.get(kind, 0.0) + steps * step_us
+    fixed = consts.proto_base_us[proto] + consts.kind_base_us.get(kind, 0.0) + steps * consts.proto_step_us[proto]
     reduce_bytes = 3 * nbytes * (n - 1) / n if kind in ("all_reduce", "reduce_scatter", "reduce_to") else 0.0
     return Plan(algorithm, proto, ch, tuple(Transfer(t.src, t.dst, t.nbytes / EFFICIENCY[proto]) for t in transfers),
                 fixed, ceiling, reduce_bytes)

@@ -177,9 +177,6 @@ class Constants(_Frozen):
     # traffic.
     barrier_us: float = Field(2.0, ge=0)
     compute_us: float = Field(5.0, ge=0)
-    # Simple's per-step latency is only paid in full once a channel moves this many bytes per step
-    # (a small step finishes its synchronisation sooner); 1 byte = always in full, until calibrated.
-    nccl_simple_ramp_bytes: float = Field(1.0, gt=0)
     # Point-to-point: NCCL runs send/recv on up to 32 channels per peer (its init log on NV18); the
     # protocol and channels of a send follow NCCL's rules (perf/nccl_tuning.py).
     nccl_p2p_max_channels: int = Field(32, ge=1)
@@ -203,6 +200,9 @@ class Constants(_Frozen):
     # rate they take from the opposite direction (traffic both ways runs slower than one way);
     # 0 until calibrated.
     nvlink_reverse_share: float = Field(0.0, ge=0, le=1)
+    # The fraction of a link each protocol's stores can use beyond the kind's own (LL's 8-byte
+    # stores pay more packet overhead than Simple's bulk writes); 1.0 until calibrated.
+    nccl_protocol_link_efficiency: PerProtocol = PerProtocol(LL=1.0, LL128=1.0, Simple=1.0)
     # One NCCL channel copying within a GPU, GB/s (an all-to-all's chunk a rank sends to itself);
     # 100 until calibrated.
     nccl_copy_channel_GBs: float = Field(100.0, gt=0)
