@@ -1045,3 +1045,30 @@ def test_nccl_view_of_a_topology():
     assert a100.gpu_generation == "ampere"
     assert a100.nominal_GBs(0, 5) == pytest.approx(12 * 20.0)  # 12 NVLink-3 lanes through the NVSwitches
 
+
+
+def test_slices_forwarded_cut_through_add_one_slice_time_per_later_hop():
+    topo = load_topology("pcie-gen4-8gpu")
+    net = from_topology(topo, 8)
+    resources, _latency = net.route(0, 1)  # GPU -> PCIe switch -> GPU: two PCIe hops
+    assert len(resources) == 2
+    pcie = [link for link in topo.links if link.kind == "pcie"][0].GBs_per_dir
+    # the last 256-byte packet crosses the second hop whole after the first
+    assert net.fill_us(0, 1, 1 << 20) == pytest.approx(256 / (pcie * 1e3))
+    assert net.fill_us(0, 1, 100) == pytest.approx(100 / (pcie * 1e3))  # a message under one packet
+    # one NVLink hop between the two H200: nothing to add
+    assert from_topology(load_topology("h200x2-nv18"), 2).fill_us(0, 1, 1 << 20) == 0.0
+    # across nodes, InfiniBand forwards 4 KiB packets: the NIC and leaf hops add theirs
+    cluster = from_topology(load_topology("dgx-h100-cluster", nodes=2), 16)
+    cross = cluster.fill_us(0, 8, 1 << 20)
+    assert cross > 2 * 4096 / (50.0 * 1e3)
+    # and the simulator pays it once per transfer, on top of the route latency
+    c = consts()
+    net = from_topology(topo, 2)
+    tl = Simulator(ping.trace(2, sizes={"N": 1 << 18}), net, c).run()
+    send = [r for r in tl.records if r.kind == "send" and r.detail.get("flow_us")][0]
+    _, route_latency = net.route(0, 1)
+    proto = send.detail["protocol"]
+    fixed = c.launch_us + c.p2p_base_us[proto]
+    assert send.end - send.start == pytest.approx(send.detail["flow_us"] + route_latency
+                                                  + net.fill_us(0, 1, (1 << 20) / nccl.EFFICIENCY[proto]) + fixed)

@@ -13,6 +13,10 @@ from typing import Callable
 from . import nccl_tuning
 
 GB = 1e3
+# What each kind of link forwards whole at every hop (cut-through at this granularity): the largest
+# packet payload, NVLink 256 B, PCIe 256 B (a common Max Payload Size), InfiniBand and Ethernet a
+# 4 KiB MTU, UPI a 64 B cache line, NVLink-C2C 256 B.
+SLICE_BYTES = {"nvlink": 256, "pcie": 256, "upi": 64, "ib": 4096, "ethernet": 4096, "c2c": 256}
 
 
 @dataclass
@@ -27,6 +31,13 @@ class Network:
     node_of: list[int] = field(default_factory=list)
     nominal: dict = field(default_factory=dict)  # (src, dst) -> GB/s as NCCL's topology search counts it
     reverse: dict = field(default_factory=dict)  # link resource -> (the opposite direction's resource, link kind)
+    slices: dict = field(default_factory=dict)  # (src, dst) -> [(slice bytes, GB/s) of every hop after the first]
+
+    def fill_us(self, src: int, dst: int, nbytes: float) -> float:
+        """Slices forwarded cut-through: the last slice still crosses every hop after the first
+        whole, one slice time per hop, on top of the route's latency and the bytes' own time."""
+        self.route(src, dst)
+        return sum(min(size, nbytes) / (rate * GB) for size, rate in self.slices.get((src, dst), ()))
 
     def nominal_GBs(self, src: int, dst: int) -> float:
         """The route's bandwidth as NCCL sees it (NVLink: lanes times NCCL's per-lane figure)."""
@@ -88,6 +99,7 @@ def from_topology(topo, ranks: int) -> Network:
         path = route(topo, devices[src], devices[dst])
         resources = []
         seen = []
+        hops = []
         for hop in path.links:
             link = topo.links[hop.link]
             a, b = (link.a, link.b) if hop.direction == 0 else (link.b, link.a)
@@ -100,16 +112,19 @@ def from_topology(topo, ranks: int) -> Network:
                              link.GBs_per_dir / hop.share)
             reverse[here] = (there, link.kind)
             resources.append(here)
+            hops.append((SLICE_BYTES.get(link.kind, 256), link.GBs_per_dir / hop.share))
             lane = nccl_tuning.NVLINK_LANE_GBS[generation] * link.lanes if link.kind == "nvlink" else link.GBs_per_dir
             seen.append(lane / hop.share)
         transports[(src, dst)] = path.transport
         nominal[(src, dst)] = min(seen, default=float("inf"))
+        slices[(src, dst)] = hops[1:]
         return tuple(resources), path.latency_us
 
     transports: dict[tuple[int, int], str] = {}
     nominal: dict[tuple[int, int], float] = {}
     reverse: dict[int, tuple[int, str]] = {}
+    slices: dict[tuple[int, int], list] = {}
     net = Network(names=names, capacity=capacity, hbm_of=hbm, router=router, gpu_generation=generation,
                   node_of=[by_id[devices[r]].node or 0 for r in range(ranks)])
-    net.transports, net.nominal, net.reverse = transports, nominal, reverse
+    net.transports, net.nominal, net.reverse, net.slices = transports, nominal, reverse, slices
     return net

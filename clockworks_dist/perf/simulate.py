@@ -173,9 +173,11 @@ class Simulator:
 
     def transfer(self, src: int, dst: int, nbytes: float, ceiling_GBs: float | None, latency_us: float, then,
                  record: OpRecord | None = None) -> None:
-        """A flow from rank src to rank dst, then the route's latency (cut-through: paid once).
+        """A flow from rank src to rank dst, then the route's latency, paid once, and the time the
+        last slice takes to cross the hops after the first (slices forwarded cut-through).
         `record` notes how long the bytes themselves took (`flow_us`), apart from fixed costs."""
         resources, route_latency = self.net.route(src, dst)
+        route_latency += self.net.fill_us(src, dst, nbytes)
         began = self.now
 
         def flowed():
