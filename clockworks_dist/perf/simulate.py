@@ -5,12 +5,17 @@ first-out (rendezvous), collectives start when every member has arrived, one-sid
 deliveries that land later (ordered only by fence and quiet), waits block until the simulated
 signal word satisfies them. What the checker leaves abstract gets a cost:
 
-- every transfer is a flow along its route; concurrent flows share each link max-min fairly
-  (`flows`), recomputed at every flow start and finish; a flow may carry a ceiling (NCCL channels
-  times the per-channel rate, NVSHMEM thread blocks times the per-block rate);
+- every transfer is a flow along its route, forwarded cut-through in packets (the last packet
+  crosses each hop after the first whole); concurrent flows share each link max-min fairly
+  (`flows`), recomputed at every flow start and finish; data over NVLink also loads the opposite
+  direction with its acknowledgements; a flow may carry a ceiling (NCCL channels times the
+  per-channel rate, NVSHMEM thread blocks times the per-block rate);
+- NCCL calls run the algorithm, protocol and channels NCCL itself picks (`nccl_tuning`), timed
+  by `nccl`; a send to itself (an all-to-all's own chunk) is a copy in HBM;
 - local ops are flows over the GPU's HBM, so they slow down when other traffic uses it;
-- fixed costs: kernel launch (or host issue, in eager mode), NCCL protocol base and step
-  latencies (`nccl`), NVSHMEM put and signal latency, barrier latency.
+- fixed costs: kernel launch, NCCL protocol base and step latencies, NVSHMEM put and signal
+  latency, barrier latency; in eager mode the host issues launches one after another and a kernel
+  cannot start before it is issued.
 
 The result has every op's start and end on every rank, the critical path (each op remembers what it
 waited for last), per-link bytes, and the total time.
