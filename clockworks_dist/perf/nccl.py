@@ -75,9 +75,19 @@ def p2p_choice(consts, nbytes: float, link_GBs: float = float("inf"), kind: str 
     return proto, ch, ceiling_for(consts, kind, proto, ch, link_GBs)
 
 
-def p2p_fixed_us(consts, proto: str, kind: str = "p2p") -> float:
-    """A send/recv's fixed cost past its launch: the protocol's p2p base and the kind's extra."""
-    return consts.p2p_base_us[proto] + consts.kind_base_us.get(kind, 0.0)
+def p2p_fixed_us(consts, proto: str, kind: str = "p2p", own: bool = False) -> float:
+    """A send/recv's fixed cost past its launch: the protocol's p2p base and the kind's extra. A
+    send to itself has no protocol between two sides: the kernel copies one buffer to the other."""
+    return (0.0 if own else consts.p2p_base_us[proto]) + consts.kind_base_us.get(kind, 0.0)
+
+
+def p2p_staging_us(consts, proto: str, nbytes: float, channels: int, transport: str) -> float:
+    """Simple sends land in the receiver's staging buffer in chunks; the receiver copies the last
+    chunk out after it has arrived (LL data is read in place)."""
+    if proto != "Simple":
+        return 0.0
+    chunk = nccl_tuning.P2P_STEP_BYTES["nvlink" if transport == "nvlink" else "pcie"]
+    return min(nbytes / channels, chunk) / (consts.copy_channel_GBs * 1e3)
 
 
 def ceiling_for(consts, kind: str, proto: str, channels: int, link_GBs: float) -> float:

@@ -325,11 +325,9 @@ class Simulator:
         proto, ch, ceiling = nccl.p2p_choice(self.c, nbytes, self.net.bottleneck(skey[0], rkey[0]),
                                              "all_to_all" if exchange else "p2p",
                                              self._view(tuple(range(self.world))), self.world, own)
-        fixed = self._launch() + nccl.p2p_fixed_us(self.c, proto, "all_to_all" if exchange else "p2p")
-        if own:  # no protocol between the two sides: the kernel copies from one buffer to the other
-            fixed -= self.c.p2p_base_us[proto]
-        elif proto == "Simple":  # the receiver copies the last chunk out of its staging buffer
-            fixed += min(nbytes / ch, nccl_tuning_chunk(self.net, skey[0], rkey[0])) / (self.c.copy_channel_GBs * GB)
+        fixed = self._launch() + nccl.p2p_fixed_us(self.c, proto, "all_to_all" if exchange else "p2p", own)
+        if not own:
+            fixed += nccl.p2p_staging_us(self.c, proto, nbytes, ch, self.net.transport(skey[0], rkey[0]))
         rec.detail.update(protocol=proto, channels=ch)
 
         def done():
@@ -532,13 +530,6 @@ class Simulator:
 def is_launch(op) -> bool:
     """Whether the host launches a kernel for this op (one-sided ops run inside a kernel)."""
     return op.kind not in ir.ONE_SIDED_KINDS
-
-
-def nccl_tuning_chunk(net: Network, src: int, dst: int) -> float:
-    """NCCL's Simple p2p chunk between two ranks: 512 KiB over NVLink, 128 KiB otherwise."""
-    from .nccl_tuning import P2P_STEP_BYTES
-
-    return P2P_STEP_BYTES["nvlink" if net.transport(src, dst) == "nvlink" else "pcie"]
 
 
 def host_cost(op, consts) -> float:
