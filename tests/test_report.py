@@ -87,13 +87,13 @@ def test_deliveries_are_marked_and_only_informative_labels_shown():
     ])
     put = ref(sched, 0, 0)
     trace = (Step(action=("step", 0, 0), label=f"rank 0: {put.text}", ops=(put,)),
-             Step(action=("deliver", 0, 0), label="delivery to rank 1 of rank 0's put", ops=(put,)),
+             Step(action=("deliver", 0, 0), label="delivery to rank 1 of rank 0's put", ops=(put,), at=1),
              Step(action=("step", 0, 1), label="rank 0: quiet()", ops=(ref(sched, 0, 1),)))
     race = Violation(kind="data_race", message="m", ranks=(1,), ops=(put,), trace=trace)
     lines = render_violation(race, 2).splitlines()
     rows = [[c.strip() for c in line.split("|")] for line in lines[lines.index("  counterexample (3 steps):") + 3:]]
     assert rows == [["1", "put(pe=1, y[0:4] <- x[0:4]) :10", ""],
-                    ["2", "delivered: put(pe=1, y[0:4] <- x[0:4]) :10", ""],
+                    ["2", "", "from rank 0: put(pe=1, y[0:4] <- x[0:4]) :10"],
                     ["3", "quiet() :11", ""]]
     odd = Step(action=("magic", 1), label="rank 1 wakes up", ops=(ref(sched, 1, 1),))
     race = Violation(kind="data_race", message="m", ranks=(1,), ops=(put,), trace=trace + (odd,))

@@ -56,7 +56,8 @@ def test_region_in_bounds_at_the_traced_value_but_not_for_every_chunk():
     assert v.details["valuation"]["CHUNK"] == 5  # the admissible value closest to the traced 4
     assert v.details["check"] == "bounds"
     assert v.message == (f"{HERE}:{line}: rank 0: copy src x[0:2*CHUNK] is out of bounds when CHUNK = 5 "
-                         f"(x[0:10], but x has CHUNK + 4 elements = 9)")
+                         f"(x[0:10], but x has CHUNK + 4 elements = 9) "
+                         f"(it fails for every admissible CHUNK >= 5; the traced CHUNK = 4 is fine)")
     [ref] = v.ops
     assert (ref.rank, ref.index, ref.sub, ref.kind) == (0, 0, None, "copy")
     assert ref.text == ir.describe(sched.programs[0].ops[0])
@@ -75,7 +76,8 @@ def test_one_past_the_chunk_fails_for_small_chunks_on_one_rank():
     # rank 1 ends at 2*CHUNK + 1 <= 3*CHUNK - 1 only while CHUNK >= 2; rank 0 fits for every CHUNK.
     assert v.ranks == (1,)
     assert v.message == (f"{HERE}:{line_of(body, 'r.fill(')}: rank 1: fill x[CHUNK:2*CHUNK + 1] is out of "
-                         f"bounds when CHUNK = 1 (x[1:3], but x has 3*CHUNK - 1 elements = 2)")
+                         f"bounds when CHUNK = 1 (x[1:3], but x has 3*CHUNK - 1 elements = 2) "
+                         f"(only CHUNK = 1 fails; the traced CHUNK = 4 is fine)")
 
 
 def test_constant_bounds_in_a_symbolic_buffer_report_once_per_line():
@@ -88,7 +90,8 @@ def test_constant_bounds_in_a_symbolic_buffer_report_once_per_line():
     assert v.ranks == (0, 1) and v.details["sites"] == 2
     assert v.details["valuation"] == {"CHUNK": 2}
     assert v.message == (f"{HERE}:{line_of(bad, 'r.fill(')}: rank 0: fill x[0:3] is out of bounds when "
-                         f"CHUNK = 2 (x[0:3], but x has 2*CHUNK - 2 elements = 2)")
+                         f"CHUNK = 2 (x[0:3], but x has 2*CHUNK - 2 elements = 2) "
+                         f"(it fails for every admissible CHUNK from 1 to 2; the traced CHUNK = 4 is fine)")
 
 
 def test_remote_side_uses_the_symmetric_buffer_of_the_target():
@@ -125,7 +128,7 @@ def test_send_and_matched_recv_must_agree_for_every_chunk():
     assert v.message == (f"{HERE}:{line_of(body, 'r.send(1, x.region(CHUNK')}: rank 0: send x[CHUNK:2*CHUNK] "
                          f"has CHUNK elements but the matching recv x[CHUNK:CHUNK + 4] "
                          f"({HERE}:{line_of(body, 'CHUNK + 4))')}, rank 1) has 4 when CHUNK = {chunk} "
-                         f"({chunk} vs 4)")
+                         f"({chunk} vs 4) (it fails for every admissible CHUNK but the traced 4)")
 
 
 def test_multiple_of_makes_the_split_exact():
@@ -211,9 +214,9 @@ def test_puts_from_two_ranks_into_one_buffer():
     [v] = sized(check_sizes(sched))
     assert {(o.rank, o.index) for o in v.ops} == {(1, 0), (2, 0)}
     # The caller's happens-before order overrides the structural default.
-    assert check_sizes(sched, unordered=lambda a, b: False) == []
+    assert check_sizes(sched, unordered=lambda a, b, *_: False) == []
     seen = []
-    check_sizes(sched, unordered=lambda a, b: seen.append((a, b)) or True)
+    check_sizes(sched, unordered=lambda a, b, *_: seen.append((a, b)) or True)
     assert ((1, 0, None), (2, 0, None)) in seen or ((2, 0, None), (1, 0, None)) in seen
 
 

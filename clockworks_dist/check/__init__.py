@@ -78,7 +78,7 @@ def _symbolic(schedule: ir.Schedule, model: Model, outcome) -> list[Violation]:
     hb = _first_execution(model, outcome)
     found = []
     if schedule.symbols:
-        found += symbolic.check_sizes(schedule, hb.unordered if hb else None)
+        found += symbolic.check_sizes(schedule, hb.unordered if hb else None, beyond_traced=outcome.complete)
     if _has_waits(schedule):
         found += symbolic.check_waits(schedule, hb.ordered if hb else None)
     return found

@@ -47,7 +47,8 @@ def describe_action(model: Model, action: tuple) -> str:
 
 def make_step(model: Model, action: tuple) -> Step:
     refs = tuple(op_ref(model.sched, k) for k in action_keys(model, action))
-    return Step(action=action, label=describe_action(model, action), ops=refs)
+    at = model.deliveries[(action[1], action[2])].target if action[0] == "deliver" else None
+    return Step(action=action, label=describe_action(model, action), ops=refs, at=at)
 
 
 def region_text(model: Model, owner: int, lo: int, hi: int) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .match import Key
-from .model import SIG, Model, State
+from .model import SIG, SIG_READ, Model, State
 
 Clock = dict
 
@@ -49,16 +49,22 @@ class HappensBefore:
                     return True
         return False
 
-    def ordered(self, a: Key, b: Key) -> bool:
-        """True if op a's effect happens before op b's effect in this execution."""
-        ea, eb = self.effect_event.get(a), self.effect_event.get(b)
+    def _event(self, key: Key, at_delivery: bool) -> int | None:
+        return (self.effect_event if at_delivery else self.op_event).get(key)
+
+    def ordered(self, a: Key, b: Key, a_at_delivery: bool = True, b_at_delivery: bool = True) -> bool:
+        """True if op a's effect happens before op b's effect in this execution. An op's effect is
+        its delivery when it has one; with `*_at_delivery=False` it is the op's own execution (a
+        blocking put reads its source there, DESIGN.md)."""
+        ea, eb = self._event(a, a_at_delivery), self._event(b, b_at_delivery)
         if ea is None or eb is None:
             return False
         return self._before(ea, eb)
 
-    def unordered(self, a: Key, b: Key) -> bool:
+    def unordered(self, a: Key, b: Key, a_at_delivery: bool = True, b_at_delivery: bool = True) -> bool:
         """True if neither op's effect is ordered before the other's: they may be concurrent."""
-        return not self.ordered(a, b) and not self.ordered(b, a)
+        return not self.ordered(a, b, a_at_delivery, b_at_delivery) and \
+            not self.ordered(b, a, b_at_delivery, a_at_delivery)
 
 
 class _Stamper:
@@ -130,9 +136,9 @@ def happens_before(model: Model, actions: list[tuple]) -> HappensBefore:
             own = [st.tick(clock, ("r", rank))]
             clocks[rank] = clock
             event = st.stamp(own, clock, [(rank, index, None)], action)
-            if c.kind == "fetch_atomic":
-                for owner, space, lo, _hi, _mode in c.footprint:
-                    if space == SIG:
+            if c.kind == "fetch_atomic":  # an update of the word: later readers see it
+                for owner, space, lo, _hi, mode in c.footprint:
+                    if space == SIG and mode != SIG_READ:
                         sig_clock[(owner, lo)] = st.join(sig_clock.get((owner, lo), {}), clock)
             hb.op_event[(rank, index, None)] = event
             hb.effect_event[(rank, index, None)] = event

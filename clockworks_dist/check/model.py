@@ -27,30 +27,39 @@ from .values import Layout, Values, collect_alignments, make_layout, split_atoms
 
 # footprint: (owner rank, space, lo, hi, mode); space MEM: atoms, SIG: signal words
 MEM, SIG = 0, 1
-READ, WRITE, ATOMIC_ADD, ATOMIC_OTHER = "r", "w", "aa", "ax"
+# memory modes: a plain read or write, an atomic add, another atomic update (set, and, or, xor,
+# swap, compare-swap), an atomic read (a fetch that writes nothing back)
+READ, WRITE, ATOMIC_ADD, ATOMIC_OTHER, ATOMIC_READ = "r", "w", "aa", "ax", "ar"
+# signal modes: a read (wait_until, fetch), a read by a `ge`/`gt` wait on a word whose adds are
+# proven not to wrap (see `Model._may_wrap`), an add, any other update
 SIG_READ, SIG_READ_MONOTONE, SIG_ADD, SIG_SET = "sr", "sm", "sa", "ss"
 SIG_READS = frozenset({SIG_READ, SIG_READ_MONOTONE})
-ATOMIC_MODES = frozenset({ATOMIC_ADD, ATOMIC_OTHER})
+ATOMIC_MODES = frozenset({ATOMIC_ADD, ATOMIC_OTHER, ATOMIC_READ})
+WRITE_MODES = frozenset({WRITE, ATOMIC_ADD, ATOMIC_OTHER})
 
 Access = tuple[int, int, int, int, str]
 State = tuple
 
 
 def conflicting(m1: str, m2: str) -> bool:
-    """Two overlapping memory accesses race: not both reads, not both atomics."""
-    if m1 == READ and m2 == READ:
+    """Two overlapping memory accesses race (DESIGN.md): at least one writes, and they are not both
+    atomic. Two reads never race, an atomic fetch beside a plain load included."""
+    if m1 not in WRITE_MODES and m2 not in WRITE_MODES:
         return False
     return not (m1 in ATOMIC_MODES and m2 in ATOMIC_MODES)
 
 
 def dependent(space: int, m1: str, m2: str) -> bool:
-    """Overlapping accesses whose order can matter (reads commute, adds commute)."""
+    """Overlapping accesses whose order can matter. Reads commute with reads, and adds with adds
+    (addition modulo 2**64 is commutative, wrapping or not). A `ge`/`gt` wait commutes with an add
+    only when it reads with SIG_READ_MONOTONE, which `Model` grants just for words whose adds can
+    never wrap (then adding never makes the condition false again)."""
     if space == MEM:
-        return not ((m1 == READ and m2 == READ) or (m1 == ATOMIC_ADD and m2 == ATOMIC_ADD))
+        if m1 not in WRITE_MODES and m2 not in WRITE_MODES:
+            return False
+        return not (m1 == ATOMIC_ADD and m2 == ATOMIC_ADD)
     if m1 in SIG_READS and m2 in SIG_READS:
         return False
-    # adds commute with each other, and with a `ge`/`gt` wait: adding never makes it false again
-    # (signal words are taken not to wrap around 2**64)
     pair = {m1, m2}
     return not (pair == {SIG_ADD} or pair == {SIG_ADD, SIG_READ_MONOTONE})
 
@@ -108,6 +117,7 @@ class Model:
         for decl in sched.programs[0].signals:  # symmetric: the same layout on every rank
             self.sig_offset[decl.name] = self.sig_count
             self.sig_count += decl.count
+        self.may_wrap = self._may_wrap()
         self.code: list[list[Code]] = [[self._compile(p.rank, i, op) for i, op in enumerate(p.ops)]
                                        for p in sched.programs]
         self.nops = tuple(len(p.ops) for p in sched.programs)
@@ -132,6 +142,35 @@ class Model:
 
     def sig_word(self, ref: ir.SignalRef) -> int:
         return self.sig_offset[ref.signal] + ref.index
+
+    def _may_wrap(self) -> frozenset[tuple[int, int]]:
+        """The (rank, word) signal words that adds might wrap around 2**64 in some execution.
+
+        Words are uint64 and arithmetic is modulo 2**64 (DESIGN.md), so an add of 2**64 - 1 is a
+        decrement. Every op of a traced program runs at most once, so a word's value never exceeds
+        the largest value any op can set it to (0 at the start) plus the sum of every add that can
+        reach it. When that bound fits in 64 bits no add wraps, and a `ge`/`gt` wait that holds
+        stays true under adds: only then may the reduction treat it as commuting with them. `and`
+        only clears bits and `fetch` writes nothing; `or`/`xor` can set any bit, so a word they
+        reach is never proven."""
+        sets: dict[tuple[int, int], int] = {}
+        adds: dict[tuple[int, int], int] = {}
+        unbounded: set[tuple[int, int]] = set()
+        for program in self.sched.programs:
+            for op in program.ops:
+                effect = signal_effect(op)
+                if effect is None:
+                    continue
+                word = (op.pe, self.sig_word(effect[0]))
+                how, value = effect[1], effect[2]
+                if how == "add":
+                    adds[word] = adds.get(word, 0) + value
+                elif how == "set":
+                    sets[word] = max(sets.get(word, 0), value)
+                elif how == "any":
+                    unbounded.add(word)
+        over = {word for word in set(sets) | set(adds) if sets.get(word, 0) + adds.get(word, 0) > MASK64}
+        return frozenset(unbounded | over)
 
     def _compile(self, rank: int, index: int, op) -> Code:
         c = Code(rank=rank, index=index, op=op, kind=op.kind)
@@ -169,15 +208,17 @@ class Model:
             mem(op.src, READ, op.pe)
             mem(op.dst, WRITE)
         elif k == "fetch_atomic":
+            reads_only = op.op == "fetch"
             if isinstance(op.target, ir.SignalRef):
                 word = self.sig_word(op.target)
-                fp.append((op.pe, SIG, word, word + 1, SIG_SET))
+                fp.append((op.pe, SIG, word, word + 1, SIG_READ if reads_only else SIG_SET))
             else:
-                mem(op.target, ATOMIC_OTHER, op.pe)
+                mem(op.target, ATOMIC_READ if reads_only else ATOMIC_OTHER, op.pe)
             mem(op.into, WRITE)
         elif k == "wait_until":
             word = self.sig_word(op.signal)
-            fp.append((rank, SIG, word, word + 1, SIG_READ_MONOTONE if op.cmp in ("ge", "gt") else SIG_READ))
+            monotone = op.cmp in ("ge", "gt") and (rank, word) not in self.may_wrap
+            fp.append((rank, SIG, word, word + 1, SIG_READ_MONOTONE if monotone else SIG_READ))
         c.footprint = tuple(a for a in fp if a[2] < a[3])
         return c
 
@@ -446,7 +487,9 @@ class Model:
         else:
             lo, _ = self.span(op.pe, op.target)
             old = mut(op.pe)[lo] if op.pe == rank else mem[op.pe][lo]
-            if op.op in ("fetch_add", "fetch_inc"):
+            if op.op == "fetch":  # an atomic read: the target keeps its value
+                new = old
+            elif op.op in ("fetch_add", "fetch_inc"):
                 new = self._atomic_term("add", op.value if op.op == "fetch_add" else 1, old)
             else:
                 new = vals.intern(("atomic", op.op, (op.value, op.cond), (old,)))
@@ -530,6 +573,28 @@ class Model:
 
     def done(self, state: State) -> bool:
         return all(pc >= n for pc, n in zip(state[0], self.nops))
+
+
+def signal_effect(op) -> tuple[ir.SignalRef, str, int] | None:
+    """What a one-sided op does to a signal word at `op.pe`: (word, effect, value). Effects: `add`;
+    `set` (compare_swap may also leave the word as it was); `read`, no change (fetch); `clear`,
+    bits only cleared (and); `any`, any value (or, xor). None for ops that touch no signal word."""
+    if op.kind in ("put_signal", "signal_op"):
+        return op.signal, op.sig_op, op.value
+    if op.kind not in ("atomic", "fetch_atomic") or not isinstance(op.target, ir.SignalRef):
+        return None
+    name = op.op.removeprefix("fetch_") if op.kind == "fetch_atomic" and op.op != "fetch" else op.op
+    if name == "add":
+        return op.target, "add", op.value
+    if name == "inc":
+        return op.target, "add", 1
+    if name in ("set", "swap", "compare_swap"):
+        return op.target, "set", op.value
+    if name == "fetch":
+        return op.target, "read", 0
+    if name == "and":
+        return op.target, "clear", op.value
+    return op.target, "any", op.value
 
 
 def atomic_result(op: str, old: int, value: int) -> int:

@@ -115,7 +115,8 @@ class Observer:
         for lo, hi, mode, action, key in (first, second):
             ref = op_ref(sched, key)
             refs.append(ref)
-            verb = {"r": "reads", "w": "writes", "aa": "atomically updates", "ax": "atomically updates"}[mode]
+            verb = {"r": "reads", "w": "writes", "aa": "atomically updates", "ax": "atomically updates",
+                    "ar": "atomically reads"}[mode]
             who = describe_action(model, action) if action[0] == "deliver" else f"{ref.loc} rank {ref.rank}: {ref.text}"
             parts.append(f"{who} {verb} {region_text(model, owner, lo, hi)}")
         lo = max(first[0], second[0])
@@ -172,8 +173,11 @@ class Observer:
         message = head + "; " + "; ".join(lines) + (f"; rank(s) {', '.join(map(str, done))} finished" if done else "")
         ranks = tuple(cycle) if cycle else tuple(blocked)
         ops = tuple(o for r in (cycle or list(blocked)) for o in blocked[r])
+        details = {"blocked": {r: [o.text for o in ops] for r, ops in blocked.items()}}
+        if cycle:  # a deadlock on a wait nobody can satisfy has no cycle to show
+            details["cycle"] = cycle
         return Violation(kind="deadlock", message=message, ranks=ranks, ops=ops, trace=self._trace(state),
-                         details={"cycle": cycle, "blocked": {r: [o.text for o in ops] for r, ops in blocked.items()}})
+                         details=details)
 
     # -- final values -------------------------------------------------------------------------
     def _final(self, state: State) -> None:

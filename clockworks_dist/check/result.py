@@ -45,9 +45,13 @@ class Step:
     action: tuple
     label: str
     ops: tuple[OpRef, ...]
+    at: int | None = None  # a delivery: the rank whose memory it lands in (its ops are the issuer's)
 
     def to_json(self) -> dict:
-        return {"action": list(self.action), "label": self.label, "ops": [o.to_json() for o in self.ops]}
+        out = {"action": list(self.action), "label": self.label, "ops": [o.to_json() for o in self.ops]}
+        if self.at is not None:
+            out["at"] = self.at
+        return out
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ OpKey = tuple[int, int, int | None]  # (rank, index in the program, member of a 
 Form = tuple[int, tuple[tuple[str, int], ...]]
 
 SOLVER_TIMEOUT_MS = 10_000
+MASK64 = (1 << 64) - 1
 _CMP_TEXT = {"eq": "==", "ne": "!=", "gt": ">", "ge": ">=", "lt": "<", "le": "<="}
 
 
@@ -190,7 +191,8 @@ def _accesses(key: OpKey, op: ir.OpBase) -> list[_Access]:
     remote = _REMOTE_FIELDS.get(op.kind)
     for name, region in ir.op_regions(op):
         memory = op.pe if name == remote else rank
-        write = name in ("dst", "into", "writes", "target")
+        # an atomic fetch reads its target and writes nothing back
+        write = name in ("dst", "into", "writes") or (name == "target" and op.op != "fetch")
         atomic = name == "target"
         deferred = (op.kind in ("put", "put_signal") and (name == "dst" or op.nbi)) or \
             (op.kind == "atomic" and name == "target")
@@ -294,6 +296,58 @@ class _Solver:
                 unknown.append(i)
         return failing, unknown
 
+    def failing_sizes(self, negation, names: set[str], traced: dict[str, int]) -> str:
+        """Which sizes fail, as a note for the message: for one symbol, the range of failing values
+        and whether every admissible value in it fails; always that the traced sizes are fine."""
+        shown = ", ".join(f"{name} = {traced[name]}" for name in sorted(names) if name in traced)
+        tail = ""
+        if shown and set(names) <= set(traced):
+            at_traced = self._fresh()
+            at_traced.add(negation, *(self.var(name) == traced[name] for name in names))
+            fails = at_traced.check() == self.z3.sat
+            tail = f", the traced {shown} included" if fails else \
+                f"; the traced {shown} {'is' if len(names) == 1 else 'are'} fine"
+        if len(names) != 1 or not set(names) <= set(self.symbols):
+            return f" (other sizes may fail too{tail})"
+        name = next(iter(names))
+        var = self.var(name)
+        low, high = self._extreme(negation, var, minimize=True), self._extreme(negation, var, minimize=False)
+        if low is None:
+            return f" (other sizes may fail too{tail})"
+        if high is None:
+            span = f"{name} >= {low}"
+            every = self._never_holds(self.z3.And(var >= low), negation)
+        elif high == low:
+            return f" (only {name} = {low} fails{tail})"
+        else:
+            span = f"{name} from {low} to {high}"
+            every = self._never_holds(self.z3.And(var >= low, var <= high), negation)
+        if every:
+            return f" (it fails for every admissible {span}{tail})"
+        if name in traced and self._never_holds(var != traced[name], negation):
+            return f" (it fails for every admissible {name} but the traced {traced[name]})"
+        return f" (it fails for some admissible {span}, not all{tail})"
+
+    def _extreme(self, negation, var, minimize: bool) -> int | None:
+        """The least (or greatest) admissible value of `var` satisfying `negation`; None when
+        unbounded or undecided."""
+        z3 = self.z3
+        opt = z3.Optimize()
+        opt.set(timeout=SOLVER_TIMEOUT_MS)
+        opt.add(*self.constraints)
+        opt.add(negation)
+        handle = opt.minimize(var) if minimize else opt.maximize(var)
+        if opt.check() != z3.sat:
+            return None
+        value = opt.upper(handle) if not minimize else opt.lower(handle)
+        return value.as_long() if z3.is_int_value(value) else None
+
+    def _never_holds(self, within, negation) -> bool:
+        """True if every admissible valuation `within` satisfies `negation` (z3 proves it)."""
+        solver = self._fresh()
+        solver.add(within, self.z3.Not(negation))
+        return solver.check() == self.z3.unsat
+
     def valuation(self, negation) -> dict[str, int]:
         """An admissible valuation satisfying `negation`, as close as z3 finds to the traced one."""
         z3 = self.z3
@@ -331,17 +385,23 @@ class _Obligation:
 
 
 def check_sizes(schedule: ir.Schedule,
-                unordered: Callable[[OpKey, OpKey], bool] | None = None) -> list[Violation]:
+                unordered: Callable[[OpKey, OpKey, bool, bool], bool] | None = None, *,
+                beyond_traced: bool = False) -> list[Violation]:
     """Prove, for every admissible valuation of the size symbols, that regions are in bounds,
     transfers move equal counts, and accesses that can be concurrent, one of them a write, never
     overlap. Returns `symbolic_size` violations, one per source line, with counterexamples.
 
-    `unordered(a, b)` says whether ops `a` and `b` (keys `(rank, index, sub)`) can run concurrently,
-    from the happens-before order of an execution. Without it, a happens-before graph built
+    `unordered(a, b, a_at_delivery, b_at_delivery)` says whether ops `a` and `b` (keys
+    `(rank, index, sub)`) can run concurrently, from the happens-before order of an execution; the
+    flags say whether each access happens at the op's delivery (a put's destination, an nbi put's
+    source, a non-fetching atomic) or when the op executes (a blocking put's source). Without it, a happens-before graph built
     statically from the schedule decides (program order, deliveries completed by quiet, fence and
     barrier_all, matched send/recv, collectives and barriers, and signal updates that a wait_until
     cannot return without; see `_StaticOrder`).
-    Pairs whose four bounds are all constant are left to the concrete checker."""
+    Pairs whose four bounds are all constant are left to the concrete checker, and with
+    `beyond_traced` (set by `check` after a complete explicit search of the traced instance) so are
+    pairs that overlap at the traced sizes: that search reports them as data races when they really
+    can be concurrent, so a bug gets one report, whatever the search order."""
     z3 = _z3()
     solver = _Solver(z3, schedule.symbols)
     obligations: dict[tuple, _Obligation] = {}
@@ -358,24 +418,35 @@ def check_sizes(schedule: ir.Schedule,
     _counts(schedule, ops, need)
     _overlaps(z3, schedule, accesses, unordered, need)
 
-    items = list(obligations.values())
+    traced = {s.name: s.value for s in schedule.symbols}
+    items = [ob for ob in obligations.values()
+             if not (beyond_traced and ob.kind == "overlap" and _overlap_at(ob.forms, traced))]
     negations = [_negation(solver, ob) for ob in items]
     failing, unknown = solver.refute(negations)
     # One report per source line (or pair of lines): the first failing site names the problem and
     # its valuation; the other sites only add their ops. Messages and valuations are built lazily.
     reports: dict[tuple, _Report] = {}
     for i in failing + unknown:
-        ob, valuation = items[i], None
+        ob, valuation, sizes = items[i], None, ""
         for site in ob.sites:
             line_key, ops = _site(ob, site)
             report = reports.get(line_key)
             if report is None:
                 if valuation is None and i not in unknown:
                     valuation = solver.valuation(negations[i]) or None
-                report = reports[line_key] = _Report(_message(ob, site, valuation), ob, valuation)
+                    if valuation is not None:
+                        sizes = solver.failing_sizes(negations[i], _names(*_shown_forms(ob)), traced)
+                report = reports[line_key] = _Report(_message(ob, site, valuation) + sizes, ob, valuation)
             report.add(ops)
-    traced = {s.name: s.value for s in schedule.symbols}
     return [report.violation(traced) for report in reports.values()] + unproven
+
+
+def _overlap_at(forms: tuple, valuation: dict[str, int]) -> bool:
+    """Do the two regions of an overlap obligation share an element at `valuation`?"""
+    if any(name not in valuation for name in _names(*forms)):
+        return False
+    a_start, a_stop, b_start, b_stop = (_value(f, valuation) for f in forms)
+    return a_start < a_stop and b_start < b_stop and a_start < b_stop and b_start < a_stop
 
 
 def _negation(solver: _Solver, ob: _Obligation):
@@ -687,7 +758,7 @@ def _signal_word(op: ir.OpBase) -> tuple | None:
 
 
 def _overlaps(z3, schedule: ir.Schedule, accesses: list[_Access],
-              unordered: Callable[[OpKey, OpKey], bool] | None, need) -> None:
+              unordered: Callable[[OpKey, OpKey, bool, bool], bool] | None, need) -> None:
     """Concurrent accesses to one rank's buffer, one a write, are disjoint for every valuation."""
     default: list[_StaticOrder] = []  # built on first use: most schedules never need it
     decided: dict[tuple, bool] = {}
@@ -697,9 +768,9 @@ def _overlaps(z3, schedule: ir.Schedule, accesses: list[_Access],
             if not default:
                 default.append(_StaticOrder(z3, schedule))
             return default[0].unordered(a, b)
-        pair = (a.key, b.key)
+        pair = (a.key, a.deferred, b.key, b.deferred)
         if pair not in decided:
-            decided[pair] = bool(unordered(a.key, b.key))
+            decided[pair] = bool(unordered(a.key, b.key, a.deferred, b.deferred))
         return decided[pair]
 
     symbols = {sym.name: sym for sym in schedule.symbols}
@@ -941,8 +1012,8 @@ def check_waits(schedule: ir.Schedule,
     reachable, so such a wait is never reported). An update reaches the wait unless `ordered(w, c)`
     says it happens after the wait; default: it is later on the wait's rank, or its rank issues it
     after a barrier_all, sync_all or world barrier that the wait's rank reaches only after the wait.
-    Signals start at 0, a set overwrites, adds accumulate after the last set, and values do not
-    wrap around 2**64."""
+    Signals start at 0, a set overwrites, adds accumulate after the last set, modulo 2**64 (words are
+    uint64, DESIGN.md: an add of 2**64 - 1 is a decrement)."""
     waits = _Waits(_z3(), schedule, ordered)
     violations = []
     for key, wait, found, reachable in waits.waits:
@@ -982,6 +1053,9 @@ def _satisfiable(z3, solver, cmp: str, value: int, adds: tuple, sets: tuple) -> 
             total.append(amount * chosen)
         added = z3.Sum(total) if total else z3.IntVal(0)
         finals = [z3.IntVal(base) + added for base in (0, *sets)]
+        if max((0, *sets)) + sum(amount * available for amount, available in adds) > MASK64:
+            # uint64 words: the sum wraps modulo 2**64 (an add of 2**64 - 1 is a decrement)
+            finals = [final % (MASK64 + 1) for final in finals]
         test = {"eq": lambda x: x == value, "ne": lambda x: x != value, "gt": lambda x: x > value,
                 "ge": lambda x: x >= value, "lt": lambda x: x < value, "le": lambda x: x <= value}[cmp]
         solver.add(z3.Or([test(final) for final in finals]))
@@ -1003,7 +1077,7 @@ def _reachable_values(adds: Counter, sets: list[int], limit: int = 12) -> list[i
         sums = {s + amount * k for s in sums for k in range(available + 1)}
         if len(sums) > 4096:
             return None
-    values = sorted({base + s for base in (0, *sets) for s in sums})
+    values = sorted({(base + s) & MASK64 for base in (0, *sets) for s in sums})
     return values if len(values) <= limit else None
 
 
@@ -1019,7 +1093,7 @@ def _wait_violation(key: OpKey, wait: ir.WaitUntil, reachable: list[_Update], la
     else:
         summary = " and ".join(pieces)
         most = max((0, *sets)) + sum(amount * n for amount, n in adds.items())
-        if wait.cmp in ("ge", "gt"):
+        if wait.cmp in ("ge", "gt") and most <= MASK64:
             message = f"{head}, but at most {summary} can reach it, so it never exceeds {most}"
         else:
             values = _reachable_values(adds, sets)

@@ -217,8 +217,15 @@ _RANK_WORDS = re.compile(r"ranks?\s+\d+(\s*,\s*\d+)*")
 
 
 def _is_delivery(step: Step) -> bool:
-    """A one-sided delivery landing at its target: drawn in the issuer's column, marked as such."""
+    """A one-sided delivery landing at its target: drawn in the target's column, marked as such."""
     return bool(step.action) and step.action[0] == "deliver"
+
+
+def _columns(step: Step) -> list[tuple[int, OpRef]]:
+    """(column rank, op) for each op of a step: a delivery's op sits in its target's column."""
+    if _is_delivery(step) and step.at is not None:
+        return [(step.at, ref) for ref in step.ops]
+    return [(ref.rank, ref) for ref in step.ops]
 
 
 def _label_adds_nothing(step: Step) -> bool:
@@ -238,7 +245,7 @@ def _involved(v: Violation) -> list[int]:
 
 def _timeline_ranks(v: Violation, world: int | None) -> tuple[list[int], bool]:
     """The ranks to draw a column for, and whether some ranks are hidden."""
-    in_trace = {ref.rank for step in v.trace for ref in step.ops} | set(_involved(v))
+    in_trace = {rank for step in v.trace for rank, _ in _columns(step)} | set(_involved(v))
     every = list(range(world)) if world else sorted(in_trace)
     if len(every) <= MAX_TIMELINE_RANKS:
         return every, False
@@ -286,13 +293,17 @@ def render_timeline(v: Violation, world: int | None = None) -> str:
             skipped = 0
 
     for number, step in enumerate(v.trace, start=1):
-        mine = [ref for ref in step.ops if ref.rank in shown]
+        mine = [(rank, ref) for rank, ref in _columns(step) if rank in shown]
         if hidden and not mine:
             skipped += 1
             continue
         flush_skipped()
-        prefix = "delivered: " if _is_delivery(step) else ""
-        row = [str(number)] + [_cell([ref for ref in mine if ref.rank == rank], prefix) for rank in ranks]
+        row = [str(number)]
+        for rank in ranks:
+            refs = [ref for at, ref in mine if at == rank]
+            prefix = f"from rank {refs[0].rank}: " if refs and _is_delivery(step) and step.at is not None \
+                else ("delivered: " if _is_delivery(step) else "")
+            row.append(_cell(refs, prefix))
         if show_labels:
             row.append("" if _label_adds_nothing(step) else _shorten(step.label, MAX_CELL))
         rows.append(row)
