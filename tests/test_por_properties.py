@@ -25,6 +25,11 @@ from clockworks_dist.report.text import render_listing
 
 LOCAL_BUFFERS = ("a", "b", "s")  # a, b: per-rank float32; s: symmetric float32
 SIGNAL_WORDS = 2
+MASK64 = (1 << 64) - 1
+# signal values: small ones, and ones that wrap a uint64 word (2**64 - 1 is a decrement, as DeepEP
+# writes it; 2**63 twice wraps to 0)
+SIGNAL_VALUES = st.sampled_from([1, 1, 2, 2, MASK64, MASK64 - 1, 1 << 63])
+COMPARISONS = ("eq", "ne", "gt", "ge", "lt", "le")
 
 SETTINGS = dict(deadline=None, derandomize=True, database=None, print_blob=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -55,7 +60,9 @@ def lone(draw, world: int, count: int):
 
 
 DELIVERIES = frozenset({"put", "put_signal", "signal_op", "atomic_add", "put_counter"})
-ONE_SIDED = ("put", "put_signal", "signal_op", "atomic_add", "fetch_add", "get", "put_counter", "fence", "quiet")
+DELIVERIES = DELIVERIES | {"atomic_other"}
+ONE_SIDED = ("put", "put_signal", "signal_op", "atomic_add", "fetch_add", "get", "put_counter", "atomic_other",
+             "fetch_other", "fence", "quiet")
 
 
 @st.composite
@@ -68,11 +75,18 @@ def one_sided(draw, count: int, pe: int, what: str):
     if what == "put_signal":
         length = draw(st.integers(1, count))
         return ("put_signal", pe, draw(regions(count, length, ("s",))), draw(regions(count, length)),
-                word, draw(st.integers(1, 2)), draw(st.sampled_from(["set", "add"])), draw(st.booleans()))
+                word, draw(SIGNAL_VALUES), draw(st.sampled_from(["set", "add"])), draw(st.booleans()))
     if what == "signal_op":
-        return ("signal_op", pe, word, draw(st.integers(1, 2)), draw(st.sampled_from(["set", "add"])))
+        return ("signal_op", pe, word, draw(SIGNAL_VALUES), draw(st.sampled_from(["set", "add"])))
     if what in ("atomic_add", "fetch_add"):  # on a signal word or on the symmetric int64 counter
-        return (what, pe, draw(st.sampled_from(["ctr", word])), draw(st.integers(1, 3)))
+        return (what, pe, draw(st.sampled_from(["ctr", word])), draw(st.sampled_from([1, 2, 3, MASK64])))
+    if what == "atomic_other":  # a non-fetching atomic other than add, on a signal word or the counter
+        return ("atomic_other", pe, draw(st.sampled_from(["ctr", word])),
+                draw(st.sampled_from(["set", "inc", "and", "or", "xor"])), draw(st.sampled_from([0, 1, 3, MASK64])))
+    if what == "fetch_other":  # a fetching atomic other than fetch_add
+        return ("fetch_other", pe, draw(st.sampled_from(["ctr", word])),
+                draw(st.sampled_from(["fetch", "fetch", "swap", "compare_swap", "fetch_inc"])),
+                draw(st.sampled_from([0, 1, 2, MASK64])))
     if what == "get":
         length = draw(st.integers(1, count))
         return ("get", pe, draw(regions(count, length)), draw(regions(count, length, ("s",))))
@@ -85,7 +99,7 @@ def one_sided(draw, count: int, pe: int, what: str):
 def events(draw, world: int, count: int):
     """One event: a list of (rank, op descriptor) to append, in order."""
     kind = draw(st.sampled_from(["local", "p2p", "one_sided", "group", "contention", "crossed", "one_sided", "local",
-                                 "contention", "collective"]))
+                                 "contention", "collective", "counter"]))
     rank = draw(st.integers(0, world - 1))
     if kind == "local":
         what = draw(st.sampled_from(["fill", "copy", "reduce"]))
@@ -132,6 +146,16 @@ def events(draw, world: int, count: int):
         what = draw(st.sampled_from(ONE_SIDED[:-2]))
         issuers = draw(st.lists(st.integers(0, world - 1), min_size=2, max_size=3))
         return [(issuer, draw(one_sided(count, pe, what))) for issuer in issuers]
+    if kind == "counter":  # 2-3 signal updates of one word, from any ranks, then a wait on it
+        pe = draw(st.integers(0, world - 1))
+        word = draw(st.integers(0, SIGNAL_WORDS - 1))
+        out = []
+        for issuer in draw(st.lists(st.integers(0, world - 1), min_size=2, max_size=3)):
+            how = draw(st.sampled_from(["add", "add", "add", "set"]))
+            out.append((issuer, ("signal_op", pe, word, draw(SIGNAL_VALUES), how)))
+        updates = [(d[4], d[3]) for _, d in out]
+        value = draw(st.sampled_from(_reachable(updates)))
+        return out + [(pe, ("wait", word, draw(st.sampled_from(COMPARISONS)), value))]
     if kind == "collective":
         what = draw(st.sampled_from(["all_reduce", "barrier", "barrier_all", "sync_all"]))
         if what != "all_reduce":
@@ -147,7 +171,7 @@ def events(draw, world: int, count: int):
 
 
 def _signal_updates(programs: list[list], rank: int, word: int) -> list[tuple[str, int]]:
-    """Every (set|add, value) some op may apply to `word` on `rank`."""
+    """Every (set|add|other, value) some op may apply to `word` on `rank`."""
     found = []
     for ops in programs:
         for d in ops:
@@ -157,15 +181,19 @@ def _signal_updates(programs: list[list], rank: int, word: int) -> list[tuple[st
                 found.append((d[4], d[3]))
             elif d[0] in ("atomic_add", "fetch_add") and d[1] == rank and d[2] == word:
                 found.append(("add", d[3]))
+            elif d[0] in ("atomic_other", "fetch_other") and d[1] == rank and d[2] == word:
+                how = {"set": "set", "swap": "set", "compare_swap": "set", "inc": "add", "fetch_inc": "add"}
+                found.append((how.get(d[3], "other"), 1 if d[3] in ("inc", "fetch_inc") else d[4]))
     return found
 
 
 def _reachable(updates: list[tuple[str, int]]) -> list[int]:
-    """Values the word can hold: 0 or a set value, plus any subset of the adds."""
+    """Values the word can hold (some of them): 0 or a set value, plus any subset of the adds,
+    modulo 2**64, and for and/or/xor a few more."""
     adds = [v for how, v in updates if how == "add"]
-    bases = {0} | {v for how, v in updates if how == "set"}
+    bases = {0} | {v for how, v in updates if how in ("set", "other")}
     sums = {sum(c) for k in range(len(adds) + 1) for c in combinations(adds, k)}
-    return sorted({b + s for b in bases for s in sums})
+    return sorted({(b + s) & MASK64 for b in bases for s in sums})
 
 
 @st.composite
@@ -183,8 +211,12 @@ def plans(draw, max_events: int = 10):
     for _ in range(draw(st.integers(0, 2))):
         rank = draw(st.integers(0, world - 1))
         word = draw(st.integers(0, SIGNAL_WORDS - 1))
-        cmp = draw(st.sampled_from(["ge", "eq"]))
-        value = draw(st.sampled_from(_reachable(_signal_updates(programs, rank, word))))
+        cmp = draw(st.sampled_from(COMPARISONS))
+        reachable = _reachable(_signal_updates(programs, rank, word))
+        # mostly a value the word can hold; now and then a neighbour of one (maybe unreachable)
+        value = draw(st.sampled_from(reachable))
+        if draw(st.integers(0, 4)) == 0:
+            value = (value + draw(st.sampled_from([1, MASK64]))) & MASK64
         position = draw(st.integers(0, len(programs[rank])))
         programs[rank].insert(position, ("wait", word, cmp, value))
     # keep the unreduced search small: deliveries in flight multiply the interleavings
@@ -228,6 +260,20 @@ def _emit(r, bufs: dict, sig, d) -> None:
         r.atomic_add(d[1], word(d[2]), d[3])
     elif k == "fetch_add":
         r.fetch_add(d[1], word(d[2]), d[3], bufs["tick"])
+    elif k == "atomic_other":
+        if d[3] == "inc":
+            r.atomic_inc(d[1], word(d[2]))
+        else:
+            r.atomic(d[1], word(d[2]), d[3], d[4])
+    elif k == "fetch_other":
+        if d[3] == "fetch":
+            r.atomic_fetch(d[1], word(d[2]), bufs["tick"])
+        elif d[3] == "swap":
+            r.swap(d[1], word(d[2]), d[4], bufs["tick"])
+        elif d[3] == "compare_swap":
+            r.compare_swap(d[1], word(d[2]), 0, d[4], bufs["tick"])
+        else:
+            r.fetch_inc(d[1], word(d[2]), bufs["tick"])
     elif k == "get":
         r.get(d[1], reg(d[2]), reg(d[3]))
     elif k == "put_counter":
@@ -258,8 +304,8 @@ def build(plan) -> ir.Schedule:
             "a": r.buffer("a", count=count, role="inout"),
             "b": r.buffer("b", count=count, role="scratch"),
             "s": r.symmetric("s", count=count, role="inout"),
-            "ctr": r.symmetric("ctr", count=1, dtype="int64", role="scratch"),
-            "tick": r.buffer("tick", count=1, dtype="int64", role="scratch"),
+            "ctr": r.symmetric("ctr", count=1, dtype="uint64", role="scratch"),
+            "tick": r.buffer("tick", count=1, dtype="uint64", role="scratch"),
         }
         sig = r.signal("sig", count=SIGNAL_WORDS)
         for d in programs[r.rank]:
@@ -301,7 +347,8 @@ def test_the_strategy_builds_every_kind_of_op():
         ("fence",), ("barrier",), ("barrier_all",), ("sync_all",), ("all_reduce", ("a", 0, 4), ("a", 0, 4)))
     rank1 = (
         ("recv", 0, ("a", 0, 4), None), ("signal_op", 0, 0, 1, "set"), ("atomic_add", 2, "ctr", 1), ("quiet",),
-        ("wait", 1, "ge", 0), ("barrier",), ("barrier_all",), ("sync_all",), ("all_reduce", ("b", 0, 4), ("s", 0, 4)))
+        ("wait", 1, "ge", 0), ("atomic_other", 0, 1, "xor", MASK64), ("fetch_other", 2, "ctr", "fetch", 0),
+        ("barrier",), ("barrier_all",), ("sync_all",), ("all_reduce", ("b", 0, 4), ("s", 0, 4)))
     rank2 = (
         ("send", 0, ("a", 0, 4)), ("fetch_add", 0, 1, 2), ("get", 1, ("a", 0, 2), ("s", 2, 4)), ("put_counter", 0),
         ("barrier",), ("barrier_all",), ("sync_all",), ("all_reduce", ("a", 0, 4), ("b", 0, 4)))
