@@ -6,9 +6,16 @@ send/recv or collective, a delivery), and *frozen* ranks, all of whose current a
 which therefore cannot move on a path that avoids T. Closure rules, for every action t of T:
   - t enabled: every action that could, on a path that avoids T, be executed and be *dependent* on
     t joins T: if it is a current action of its rank, that action; if it lies further ahead in the
-    rank's program, the rank is frozen. Dependent = overlapping footprints where the order can matter (anything but read/read,
-    atomic-add/atomic-add, signal-read/signal-read, signal-add/signal-add). This covers disabling too:
-    the only action that can be disabled is wait_until, by a signal write, which is dependent.
+    rank's program, the rank is frozen. Dependent = overlapping footprints where the order can
+    matter (`model.dependent`): anything but two accesses that write nothing (plain reads, atomic
+    fetches), two atomic adds to a data word, two signal reads, two signal adds, and a signal add
+    against a `ge`/`gt` wait on a word whose adds provably never wrap around 2**64
+    (`Model._may_wrap`). Each independence claim holds as stated: reads change nothing; addition
+    modulo 2**64 commutes, wrapping or not; and a `ge`/`gt` condition that holds stays true under
+    an add only if the add cannot wrap, which is proven per word from the schedule (the largest
+    value a set can write plus the sum of every add that can reach the word fits in 64 bits), and
+    otherwise not assumed. This covers disabling too: the only action that can be disabled is
+    wait_until, by a signal write that is dependent on it.
   - t disabled: a necessary enabling set joins T: the partners not yet posted (send/recv,
     collectives: they are frozen), the deliveries that must land first (quiet, barrier_all, fence
     order), and every action or rank that may still update the awaited signal word (wait_until).
