@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from ..errors import TopologyError
 
@@ -39,9 +39,47 @@ NIC_FIELDS = ("rail", "gbps")
 
 Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.\-]*$", max_length=128)]
 
+# Bounds on numbers, far outside any real machine, so that no value in a file can stall the simulator
+# (a rate of 1e-300 GB/s or a latency of 1e300 us leaves simulated time unable to advance) and no
+# count can make it loop for ever (a billion channels).
+MIN_GBS = 1e-3  # 1 MB/s: slower than any link, memory or copy engine ever built
+MAX_GBS = 1e6  # 1 PB/s: two orders of magnitude above the fastest HBM
+MAX_LATENCY_US = 1e6  # one second for one hop or one fixed cost
+MIN_FRACTION = 0.01  # an efficiency below 1% models no real kernel
+MAX_CHANNELS = 256  # NCCL's own MAXCHANNELS is 32 or 64, by version
+MAX_NODES = 100_000
+MAX_RAILS = 1024
+MAX_LANES = 10_000
+# An expanded cluster holds at most this many devices and links together (a 1,000-node DGX H100
+# cluster has about 106,000; 4,096 nodes about 435,000): beyond it, loading takes minutes and GBs.
+MAX_CLUSTER_PARTS = 500_000
+# YAML: a topology file is a few levels deep and a few megabytes at most.
+MAX_DEPTH = 32
+MAX_FILE_BYTES = 32 * 1024 * 1024
+MAX_YAML_NODES = 5_000_000  # values in a file, with aliases (`*name`) expanded
+
+
+def _at_least(low: float, unit: str, why: str):
+    """A check that a positive number is not absurdly small (the field's gt=0 already refused <= 0)."""
+
+    def check(value: float) -> float:
+        if value < low:
+            raise ValueError(f"must be at least {low:g} {unit} ({why})")
+        return value
+
+    return check
+
+
+Rate = Annotated[float, Field(gt=0, le=MAX_GBS),
+                 AfterValidator(_at_least(MIN_GBS, "GB/s", "1 MB/s: no real link or memory is slower"))]
+Latency = Annotated[float, Field(ge=0, le=MAX_LATENCY_US)]
+Fraction = Annotated[float, Field(ge=MIN_FRACTION, le=1)]
+Channels = Annotated[int, Field(ge=1, le=MAX_CHANNELS)]
+
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # allow_inf_nan=False: .inf and .nan are refused in every float field, with the field's path.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class _Invalid(ValueError):
@@ -63,15 +101,16 @@ class Device(_Frozen):
 
     id: Identifier
     kind: DeviceKind
-    node: int | None = Field(None, ge=0, description="node index; omit for fabric switches (ib_leaf, ib_spine)")
-    model: str | None = Field(None, description="product name, e.g. H100-SXM5-80GB, ConnectX-7")
-    hbm_GBs: float | None = Field(None, gt=0, description="GPU only: memory bandwidth, GB/s")
-    hbm_GB: float | None = Field(None, gt=0, description="GPU only: memory capacity, GB")
-    sms: int | None = Field(None, ge=1, description="GPU only: streaming multiprocessors")
-    rank_order: int | None = Field(None, ge=0, description="GPU only: position among its node's GPUs "
-                                                           "(default: file order)")
-    rail: int | None = Field(None, ge=0, description="NIC only: the rail (leaf group) it connects to")
-    gbps: float | None = Field(None, gt=0, description="NIC only: line rate, Gb/s")
+    node: int | None = Field(None, ge=0, lt=MAX_NODES,
+                             description="node index; omit for fabric switches (ib_leaf, ib_spine)")
+    model: str | None = Field(None, max_length=200, description="product name, e.g. H100-SXM5-80GB, ConnectX-7")
+    hbm_GBs: Rate | None = Field(None, description="GPU only: memory bandwidth, GB/s")
+    hbm_GB: float | None = Field(None, gt=0, le=1e6, description="GPU only: memory capacity, GB")
+    sms: int | None = Field(None, ge=1, le=100_000, description="GPU only: streaming multiprocessors")
+    rank_order: int | None = Field(None, ge=0, le=1_000_000, description="GPU only: position among its node's "
+                                                                         "GPUs (default: file order)")
+    rail: int | None = Field(None, ge=0, lt=MAX_RAILS, description="NIC only: the rail (leaf group) it connects to")
+    gbps: float | None = Field(None, gt=0, le=8 * MAX_GBS, description="NIC only: line rate, Gb/s")
 
     @model_validator(mode="after")
     def _fields_fit_kind(self) -> Device:
@@ -96,9 +135,9 @@ class LinkSpec(_Frozen):
     """What a link is, without its endpoints (the fabric section of a cluster template uses it)."""
 
     kind: LinkKind
-    lanes: int = Field(1, ge=1, description="physical links or lanes bundled here, e.g. 18 NVLinks")
-    GBs_per_dir: float = Field(gt=0, description="GB/s per direction, the total over all lanes")
-    latency_us: float = Field(ge=0, description="one-way latency of this hop, microseconds")
+    lanes: int = Field(1, ge=1, le=MAX_LANES, description="physical links or lanes bundled here, e.g. 18 NVLinks")
+    GBs_per_dir: Rate = Field(description="GB/s per direction, the total over all lanes")
+    latency_us: Latency = Field(description="one-way latency of this hop, microseconds")
 
 
 class Link(LinkSpec):
@@ -110,11 +149,27 @@ class Link(LinkSpec):
 
 # ----------------------------------------------------------------------------------- constants
 class PerProtocol(_Frozen):
-    """One number per NCCL protocol."""
+    """One latency per NCCL protocol, us."""
 
-    LL: float = Field(ge=0)
-    LL128: float = Field(ge=0)
-    Simple: float = Field(ge=0)
+    LL: Latency
+    LL128: Latency
+    Simple: Latency
+
+
+class PerProtocolRate(_Frozen):
+    """One rate per NCCL protocol, GB/s."""
+
+    LL: Rate
+    LL128: Rate
+    Simple: Rate
+
+
+class PerProtocolFraction(_Frozen):
+    """One fraction per NCCL protocol, 0.01 to 1."""
+
+    LL: Fraction
+    LL128: Fraction
+    Simple: Fraction
 
 
 class StepLatency(_Frozen):
@@ -132,15 +187,15 @@ class Constants(_Frozen):
     # The host's time to issue one kernel launch eagerly (not in a CUDA graph): launches issued back
     # to back go no faster than one per this; a few us on Hopper with a recent driver, and the
     # figure most worth calibrating.
-    kernel_launch_us: float = Field(3.0, ge=0)
+    kernel_launch_us: Latency = 3.0
     # The same for an NCCL send/recv group, which skips the collectives' tuning on the host.
-    p2p_launch_us: float = Field(3.0, ge=0)
+    p2p_launch_us: Latency = 3.0
     # A kernel launched from inside a CUDA graph: about a microsecond (graphs remove the per-launch
     # driver work).
-    graph_launch_us: float = Field(1.0, ge=0)
+    graph_launch_us: Latency = 1.0
     # What an eagerly launched kernel costs the GPU on top of a graph-launched one (the host's own
     # cost per launch is kernel_launch_us); 0.5 until calibrated.
-    eager_launch_us: float = Field(0.5, ge=0)
+    eager_launch_us: Latency = 0.5
     # How long NCCL's kernels take (the timing side; which algorithm and protocol NCCL picks follows
     # its own tables, perf/nccl_tuning.py). Defaults are NCCL's cost model, src/graph/tuning.cc
     # (NCCL 2.19+): baseLat of the ring algorithm...
@@ -154,47 +209,48 @@ class Constants(_Frozen):
     # per-channel cap (perChMaxRingLL128Bws); Simple 20.6 is NCCL's per-NVLink figure for sm90
     # (SM90_NVLINK_BW in src/graph/topo.h), which its graph search gives each channel; LL is
     # Simple's times the LL efficiency.
-    nccl_channel_GBs: PerProtocol = PerProtocol(LL=10.3, LL128=36.7, Simple=20.6)
+    nccl_channel_GBs: PerProtocolRate = PerProtocolRate(LL=10.3, LL128=36.7, Simple=20.6)
     # The communicator's channel count (NCCL's init log prints it: "24 coll channels" on NV18);
     # NCCL's upper bound MAXCHANNELS is 32 (src/include/device.h).
-    nccl_max_channels: int = Field(32, ge=1)
+    nccl_max_channels: Channels = 32
     # NVSHMEM over NVLink: a one-way signal is 0.77 us between two H200 (NV18; measured with a
     # signal ping-pong, 1.54 us a round trip); a put of a few bytes pays about the same plus the store.
-    nvshmem_put_latency_us: float = Field(1.0, ge=0)
-    nvshmem_signal_latency_us: float = Field(0.77, ge=0)
+    nvshmem_put_latency_us: Latency = 1.0
+    nvshmem_signal_latency_us: Latency = 0.77
     # One thread block issuing putmem_block moves about 40 GB/s over NVLink (37-42 GB/s measured
     # with one 1024-thread block on 2 x H200): large puts must spread over blocks.
-    nvshmem_block_GBs: float = Field(40.0, gt=0)
+    nvshmem_block_GBs: Rate = 40.0
     # The fraction of a route's raw bandwidth device-initiated puts reach with many blocks (measured
     # 356 GB/s of 478 on NV18 with 32 blocks); 1.0 until calibrated.
-    nvshmem_link_efficiency: float = Field(1.0, gt=0, le=1)
+    nvshmem_link_efficiency: Fraction = 1.0
     # Host-issued putmem_on_stream uses the copy engines (~400 GB/s measured on NV18, same machine).
-    copy_engine_GBs: float = Field(400.0, gt=0)
+    copy_engine_GBs: Rate = 400.0
     # Fraction of the datasheet HBM bandwidth a streaming kernel (a reduction) reaches: ~90% is
     # typical of STREAM-like kernels on H100/H200.
-    hbm_efficiency: float = Field(0.9, gt=0, le=1)
+    hbm_efficiency: Fraction = 0.9
     # One round of a barrier (barrier_all / sync_all); an opaque compute kernel beyond its memory
     # traffic.
-    barrier_us: float = Field(2.0, ge=0)
-    compute_us: float = Field(5.0, ge=0)
+    barrier_us: Latency = 2.0
+    compute_us: Latency = 5.0
     # Point-to-point: NCCL runs send/recv on up to 32 channels per peer (its init log on NV18); the
     # protocol and channels of a send follow NCCL's rules (perf/nccl_tuning.py).
-    nccl_p2p_max_channels: int = Field(32, ge=1)
+    nccl_p2p_max_channels: Channels = 32
     # How much of the per-channel rate each kind of NCCL kernel reaches (they do different work per
     # byte: a reduction, a copy, a forward); 1.0 until calibrated.
     nccl_kind_efficiency: dict[Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to",
-                                       "all_to_all", "p2p"], float] = Field(default_factory=lambda: {
+                                       "all_to_all", "p2p"],
+                               Annotated[float, Field(ge=MIN_FRACTION, le=10)]] = Field(default_factory=lambda: {
         "all_reduce": 1.0, "all_gather": 1.0, "reduce_scatter": 1.0, "broadcast": 1.0, "reduce_to": 1.0, "all_to_all": 1.0, "p2p": 1.0})
     # The fraction of a route's raw link bandwidth each kind reaches with all its channels (NVLink
     # packet overheads, synchronisation between steps); 1.0 until calibrated.
     nccl_kind_link_efficiency: dict[Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to",
-                                            "all_to_all", "p2p"], float] = Field(default_factory=lambda: {
+                                            "all_to_all", "p2p"], Fraction] = Field(default_factory=lambda: {
         "all_reduce": 1.0, "all_gather": 1.0, "reduce_scatter": 1.0, "broadcast": 1.0, "reduce_to": 1.0, "all_to_all": 1.0, "p2p": 1.0})
     # Fixed cost each kind of NCCL kernel adds to its protocol's base latency (a broadcast's root
     # only sends; an all-reduce also reduces; an all-to-all also copies its own chunk); 0 until
     # calibrated.
     nccl_kind_base_us: dict[Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to",
-                                    "all_to_all", "p2p"], float] = Field(default_factory=lambda: {
+                                    "all_to_all", "p2p"], Latency] = Field(default_factory=lambda: {
         "all_reduce": 0.0, "all_gather": 0.0, "reduce_scatter": 0.0, "broadcast": 0.0, "reduce_to": 0.0, "all_to_all": 0.0, "p2p": 0.0})
     # Data one way over an NVLink draws acknowledgements the other way: the fraction of a flow's
     # rate they take from the opposite direction (traffic both ways runs slower than one way);
@@ -202,10 +258,10 @@ class Constants(_Frozen):
     nvlink_reverse_share: float = Field(0.0, ge=0, le=1)
     # The fraction of a link each protocol's stores can use beyond the kind's own (LL's 8-byte
     # stores pay more packet overhead than Simple's bulk writes); 1.0 until calibrated.
-    nccl_protocol_link_efficiency: PerProtocol = PerProtocol(LL=1.0, LL128=1.0, Simple=1.0)
+    nccl_protocol_link_efficiency: PerProtocolFraction = PerProtocolFraction(LL=1.0, LL128=1.0, Simple=1.0)
     # One NCCL channel copying within a GPU, GB/s (an all-to-all's chunk a rank sends to itself);
     # 100 until calibrated.
-    nccl_copy_channel_GBs: float = Field(100.0, gt=0)
+    nccl_copy_channel_GBs: Rate = 100.0
     # Send/recv has no ring steps: its fixed cost per protocol, apart from the collectives' base.
     nccl_p2p_base_latency_us: PerProtocol = PerProtocol(LL=6.6, LL128=14.0, Simple=8.4)
 
@@ -229,7 +285,7 @@ class Topology(_Frozen):
 
     name: Identifier
     description: str = ""
-    nodes: int = Field(1, ge=1, description="number of nodes; device.node ranges over 0..nodes-1")
+    nodes: int = Field(1, ge=1, le=MAX_NODES, description="number of nodes; device.node ranges over 0..nodes-1")
     devices: tuple[Device, ...]
     links: tuple[Link, ...]
     constants: Constants = Constants()
@@ -252,12 +308,13 @@ class Topology(_Frozen):
     @model_validator(mode="after")
     def _consistent(self) -> Topology:
         problems: list[tuple[tuple[str | int, ...], str]] = []
+        index = self._index  # a private attribute: each access goes through pydantic's __getattr__
         for i, dev in enumerate(self.devices):
-            if dev.id in self._index:
-                first = self._index[dev.id]
+            if dev.id in index:
+                first = index[dev.id]
                 problems.append((("devices", i, "id"), f"duplicate id {dev.id!r} (also devices[{first}])"))
                 continue
-            self._index[dev.id] = i
+            index[dev.id] = i
             if dev.kind not in FABRIC_KINDS and dev.node is None:
                 problems.append((("devices", i, "node"), f"{dev.id} needs a node index (0..{self.nodes - 1})"))
             elif dev.node is not None and dev.node >= self.nodes:
@@ -266,8 +323,8 @@ class Topology(_Frozen):
         for i, link in enumerate(self.links):
             for end in ("a", "b"):
                 name = getattr(link, end)
-                if name not in self._index:
-                    problems.append((("links", i, end), f"no device {name!r}{_suggest(name, list(self._index))}"))
+                if name not in index:
+                    problems.append((("links", i, end), f"no device {name!r}{_suggest(name, list(index))}"))
             if link.a == link.b:
                 problems.append((("links", i, "b"), f"a link joins two different devices, not {link.a} to itself"))
         problems += self._rank_order_problems()
@@ -291,9 +348,16 @@ class Topology(_Frozen):
 
     def device(self, device_id: str) -> Device:
         """The device named `device_id`; a TopologyError with a close match if there is none."""
-        if device_id not in self._index:
-            raise TopologyError(f"{self.name} has no device {device_id!r}{_suggest(device_id, list(self._index))}")
-        return self.devices[self._index[device_id]]
+        index = self.__pydantic_private__["_index"]  # not self._index: pydantic's __getattr__ is slow
+        if device_id not in index:
+            raise TopologyError(f"{self.name} has no device {device_id!r}{_suggest(device_id, list(index))}")
+        return self.devices[index[device_id]]
+
+
+def cache_of(topo: Topology) -> dict[str, Any]:
+    """`topo._cache`, read directly: pydantic's __getattr__ for private attributes costs microseconds,
+    and routing a 1,000-node cluster reads the cache hundreds of thousands of times."""
+    return topo.__pydantic_private__["_cache"]
 
 
 def _on_node_zero(device: Any) -> Any:
@@ -309,9 +373,9 @@ class Fabric(_Frozen):
     """A rail-optimised fat tree: NIC r of every node connects to a leaf of rail r (a rail has
     ceil(nodes / nodes_per_leaf) leaves), and every leaf connects to every spine."""
 
-    rails: int = Field(ge=1, description="rails: NIC r of each node connects to rail r")
-    nodes_per_leaf: int = Field(32, ge=1, description="nodes one leaf serves on its rail")
-    spines: int = Field(ge=1)
+    rails: int = Field(ge=1, le=MAX_RAILS, description="rails: NIC r of each node connects to rail r")
+    nodes_per_leaf: int = Field(32, ge=1, le=MAX_NODES, description="nodes one leaf serves on its rail")
+    spines: int = Field(ge=1, le=MAX_RAILS)
     leaf_model: str | None = None
     spine_model: str | None = None
     nic_link: LinkSpec = Field(description="NIC to leaf")
@@ -323,7 +387,7 @@ class ClusterTemplate(_Frozen):
 
     name: Identifier
     description: str = ""
-    nodes: int = Field(2, ge=1, description="default node count; `--nodes N` overrides it")
+    nodes: int = Field(2, ge=1, le=MAX_NODES, description="default node count; `--nodes N` overrides it")
     node: str = Field(description="the node topology: a shipped name or a path relative to this file")
     fabric: Fabric
     constants: Constants | None = Field(None, description="default: the node topology's")
@@ -370,8 +434,11 @@ def templates_for(node_name: str) -> list[str]:
     """Shipped cluster templates whose nodes are the topology `node_name`."""
     found = []
     for name in shipped_topologies():
-        data = yaml.safe_load((DATA_DIR / f"{name}.yaml").read_text())
-        if isinstance(data, dict) and "fabric" in data and data.get("node") == node_name:
+        try:
+            data = _read_yaml(DATA_DIR / f"{name}.yaml")
+        except TopologyError:  # a broken file is reported when it is loaded, not in a hint
+            continue
+        if "fabric" in data and data.get("node") == node_name:
             found.append(name)
     return found
 
@@ -383,8 +450,11 @@ def _resolve(path_or_name: str | os.PathLike, base: Path | None = None) -> Path:
     if path.parent == Path(".") and path.suffix in ("", ".yaml", ".yml"):
         candidates.append(DATA_DIR / f"{path.stem}.yaml")
     for candidate in candidates:
-        if candidate.is_file():
-            return candidate
+        try:
+            if candidate.is_file():
+                return candidate
+        except (OSError, ValueError):  # a name too long, or with a NUL byte: no such file either
+            continue
     names = shipped_topologies()
     raise TopologyError(f"{path_or_name}: no such file, and no shipped topology of that name"
                         f"{_suggest(path.stem, names)}; shipped: {', '.join(names)}")
@@ -400,11 +470,16 @@ def load_topology(path_or_name: str | os.PathLike, nodes: int | None = None) -> 
     data = _read_yaml(path)
     if "fabric" in data:
         template = _validate(ClusterTemplate, data, path)
-        if nodes is not None and nodes < 1:
-            raise TopologyError(f"{path}: --nodes must be at least 1, got {nodes}")
-        node_topo = load_topology(_resolve(template.node, base=path.parent))
+        if nodes is not None and not 1 <= nodes <= MAX_NODES:
+            raise TopologyError(f"{path}: --nodes must be between 1 and {MAX_NODES:,}, got {nodes}")
+        node_topo = _load_node(template, path)
         _check_template(template, node_topo, path)
-        return expand(template, node_topo, nodes)
+        _check_cluster_size(template, node_topo, nodes, path)
+        try:
+            return expand(template, node_topo, nodes)
+        except ValidationError as exc:  # every part was valid alone: what is left is a clash between them
+            raise TopologyError(f"{path}: the expanded cluster is not a valid topology: "
+                                f"{describe_errors(exc, Topology, path, lines=False)}") from None
     topo = _validate(Topology, data, path)
     if nodes is not None and nodes != topo.nodes:
         hint = templates_for(topo.name)
@@ -412,6 +487,25 @@ def load_topology(path_or_name: str | os.PathLike, nodes: int | None = None) -> 
         raise TopologyError(f"{path}: {topo.name} is a fixed {topo.nodes}-node topology; "
                             f"--nodes {nodes} needs a cluster template (e.g. {example})")
     return topo
+
+
+def _load_node(template: ClusterTemplate, path: Path) -> Topology:
+    """The node topology a template repeats: a one-node file, never a template (a template naming
+    itself, or templates naming each other, would expand for ever)."""
+    where = f"{path}:{_yaml_lines(path)(('node',))}: node"
+    try:
+        node_path = _resolve(template.node, base=path.parent)
+    except TopologyError as exc:
+        raise TopologyError(f"{where}: {exc}") from None
+    if node_path.resolve() == path.resolve():
+        raise TopologyError(f"{where}: {template.node!r} is this template itself; node names the one-node "
+                            "topology each node repeats (e.g. node: dgx-h100)")
+    data = _read_yaml(node_path)
+    if "fabric" in data:
+        shown = template.node if str(node_path) == template.node else f"{template.node} ({node_path})"
+        raise TopologyError(f"{where}: {shown} is a cluster template too; node names a one-node topology "
+                            "(e.g. node: dgx-h100), not another template")
+    return _validate(Topology, data, node_path)
 
 
 def _check_template(template: ClusterTemplate, node_topo: Topology, path: Path) -> None:
@@ -425,16 +519,119 @@ def _check_template(template: ClusterTemplate, node_topo: Topology, path: Path) 
                                 f"the fabric has {template.fabric.rails} rails (0..{template.fabric.rails - 1})")
 
 
-def _read_yaml(path: Path) -> dict:
+def _check_cluster_size(template: ClusterTemplate, node_topo: Topology, nodes: int | None, path: Path) -> None:
+    """Refuse, before building it, a cluster too large to load in reasonable time and memory."""
+    fabric = template.fabric
+    nics = sum(1 for d in node_topo.devices if d.kind == "nic" and d.rail is not None)
+    per_node = len(node_topo.devices) + len(node_topo.links) + nics
+
+    def parts_of(count: int) -> int:  # devices and links: nodes, then leaves with their uplinks, spines
+        leaves = fabric.rails * math.ceil(count / fabric.nodes_per_leaf)
+        return count * per_node + leaves * (1 + fabric.spines) + fabric.spines
+
+    count = template.nodes if nodes is None else nodes
+    parts = parts_of(count)
+    if parts > MAX_CLUSTER_PARTS:
+        low, high = 0, count  # the most nodes that fit
+        while low < high:
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if parts_of(middle) <= MAX_CLUSTER_PARTS else (low, middle - 1)
+        most = f"use at most {low:,} nodes" if low else "the fabric alone is too large: fewer rails or spines"
+        source = "--nodes" if nodes is not None else f"{path}:{_yaml_lines(path)(('nodes',))}: nodes"
+        raise TopologyError(f"{source}: {count:,} nodes of {template.node} make {parts:,} devices and links; at "
+                            f"most {MAX_CLUSTER_PARTS:,} are supported (loading more takes minutes and gigabytes; "
+                            f"a 1,000-node DGX H100 cluster has about 106,000): {most}")
+
+
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml's parser where installed
+    """yaml.safe_load's loader, except that timestamps stay text (pydantic reads the date fields,
+    so an impossible date such as 2026-13-45 is a field error with its line) and a value Python
+    cannot hold (a 5,000-digit integer) is a YAML error at its line, not a crash."""
+
+    def construct_object(self, node, deep=False):
+        try:
+            return super().construct_object(node, deep)
+        except yaml.YAMLError:
+            raise
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise yaml.constructor.ConstructorError(None, None, f"cannot read this value: {exc}",
+                                                    node.start_mark) from None
+
+
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", _Loader.construct_yaml_str)
+
+
+def _read_text(path: Path) -> str:
+    """The file's text: UTF-8, and not larger than any topology needs."""
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise TopologyError(f"{where}: not valid YAML: {problem}") from None
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise TopologyError(f"{path}: {size:,} bytes; a topology file is at most {MAX_FILE_BYTES // 2**20} MiB "
+                                "(describe one node and expand it with a cluster template)")
+        raw = path.read_bytes()
     except OSError as exc:
-        raise TopologyError(f"{path}: cannot read: {exc.strerror}") from None
+        raise TopologyError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise TopologyError(f"{path}:{line}: not UTF-8 text: byte 0x{raw[exc.start]:02x} at column {column} "
+                            "(save the file as UTF-8)") from None
+
+
+def _yaml_error(exc: yaml.YAMLError, path: Path) -> TopologyError:
+    mark = getattr(exc, "problem_mark", None)
+    where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+    problem = getattr(exc, "problem", None) or str(exc)
+    return TopologyError(f"{where}: not valid YAML: {problem}")
+
+
+def _check_shape(text: str, path: Path) -> None:
+    """Refuse, before building anything, YAML nested deeper than a topology needs (100,000 `[`
+    would exhaust the stack) or whose aliases expand to millions of values (a few lines of `*a`
+    repeated can stand for billions)."""
+    depth, total = 0, 0
+    open_collections: list[tuple[str | None, int]] = []
+    expanded: dict[str, int] = {}
+    try:
+        for event in yaml.parse(text, Loader=_Loader):
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise TopologyError(f"{path}:{event.start_mark.line + 1}: nested more than {MAX_DEPTH} levels "
+                                        "deep; a topology file needs a few (is a bracket left open?)")
+                open_collections.append((event.anchor, total))
+                total += 1
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+                anchor, start = open_collections.pop()
+                if anchor is not None:
+                    expanded[anchor] = total - start
+            elif isinstance(event, yaml.ScalarEvent):
+                total += 1
+                if event.anchor is not None:
+                    expanded[event.anchor] = 1
+            elif isinstance(event, yaml.AliasEvent):
+                total += expanded.get(event.anchor, 1)
+            if total > MAX_YAML_NODES:
+                raise TopologyError(f"{path}:{event.start_mark.line + 1}: more than {MAX_YAML_NODES:,} values "
+                                    "(aliases expanded): larger than any machine description needs")
+    except yaml.YAMLError as exc:
+        raise _yaml_error(exc, path) from None
+
+
+def _read_yaml(path: Path) -> dict:
+    text = _read_text(path)
+    _check_shape(text, path)
+    try:
+        data = yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        raise _yaml_error(exc, path) from None
+    except RecursionError:  # _check_shape bounds the depth; this is a last line of defence
+        raise TopologyError(f"{path}: nested too deeply to read") from None
+    if data is None:
+        raise TopologyError(f"{path}: the file is empty; a topology has name, devices and links at the top")
     if not isinstance(data, dict):
         raise TopologyError(f"{path}: expected a mapping with name, devices and links at the top, "
                             f"got {type(data).__name__}")
@@ -449,10 +646,11 @@ def _validate(model: type[BaseModel], data: dict, path: Path) -> Any:
 
 
 # ----------------------------------------------------------------------------------- error text
-def describe_errors(exc: ValidationError, model: type[BaseModel], path: Path, limit: int = 10) -> str:
+def describe_errors(exc: ValidationError, model: type[BaseModel], path: Path, limit: int = 10,
+                    lines: bool = True) -> str:
     """`FILE:LINE: devices[3].kind: 'gpuu' is not one of gpu, nvswitch, ... (did you mean 'gpu'?)`,
-    one line per problem."""
-    lines_of = _yaml_lines(path)
+    one line per problem (`lines=False`: without FILE:LINE, for data that is not the file's)."""
+    lines_of = _yaml_lines(path) if lines else (lambda loc: None)
     found: list[tuple[tuple, str]] = []
     for err in exc.errors():
         loc = tuple(err["loc"])
@@ -479,24 +677,73 @@ def _dotted(loc: tuple) -> str:
     return text
 
 
+def _show(value: object, width: int = 60) -> str:
+    """repr(value), cut short: a message quotes what the file says, not a megabyte of it."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # an integer too long to print, a structure too deep
+        return f"a {type(value).__name__}"
+    return text if len(text) <= width else text[:width] + "..."
+
+
+# Why a bound is where it is, by what the field's name ends with (the last name in its path that
+# matches): part of the message when a value is out of range.
+_WHY = (("GBs_per_dir", "GB/s", "far beyond any real link"),
+        ("GBs", "GB/s", "far beyond any real link or memory"),
+        ("gbps", "Gb/s", "far beyond any real NIC"),
+        ("_us", "us", "one second: no hop or fixed cost comes near it"),
+        ("channels", "", "NCCL's own MAXCHANNELS is 32 or 64, by version"),
+        ("efficiency", "", "a fraction of a rate"),
+        ("share", "", "a fraction of a rate"),
+        ("lanes", "", "no link bundles more"),
+        ("sms", "", "no GPU has more"),
+        ("hbm_GB", "GB", "no GPU holds more"),
+        ("nodes", "", "more than any cluster"),
+        ("node", "", "more nodes than any cluster"),
+        ("rail", "", "no fabric has more rails"),
+        ("rails", "", "no fabric has more rails"),
+        ("spines", "", "no fabric has more spines"),
+        ("nodes_per_leaf", "", "no switch has more ports"),
+        ("rank_order", "", "no node has more GPUs"))
+
+
+def _why(loc: tuple) -> tuple[str, str]:
+    """(unit, why the bound) for the field at `loc`."""
+    for part in reversed(loc):
+        if isinstance(part, str):
+            for suffix, unit, why in _WHY:
+                if part.endswith(suffix):
+                    return unit, why
+    return "", ""
+
+
 def _message(err: dict, loc: tuple, model: type[BaseModel]) -> str:
     kind, value, ctx = err["type"], err.get("input"), err.get("ctx", {})
     if kind == "literal_error":
         allowed = [choice.strip().strip("'") for choice in ctx.get("expected", "").replace(" or ", ", ").split(",")]
-        return f"{value!r} is not one of {', '.join(allowed)}{_suggest(value, allowed)}"
+        return f"{_show(value)} is not one of {', '.join(allowed)}{_suggest(value, allowed)}"
     if kind == "extra_forbidden":
         fields = list(_model_at(model, loc[:-1]).model_fields)
-        return f"unknown field {loc[-1]!r}{_suggest(loc[-1], fields)}; allowed: {', '.join(fields)}"
+        return f"unknown field {_show(loc[-1])}{_suggest(loc[-1], fields)}; allowed: {', '.join(fields)}"
     if kind == "missing":
         return "missing (required)"
-    bounds = {"greater_than": ("gt", ">"), "greater_than_equal": ("ge", ">="), "less_than_equal": ("le", "<=")}
+    bounds = {"greater_than": ("gt", ">"), "greater_than_equal": ("ge", ">="), "less_than": ("lt", "<"),
+              "less_than_equal": ("le", "<=")}
     if kind in bounds:
         name, sign = bounds[kind]
-        return f"must be {sign} {ctx.get(name):g}, got {value!r}"
+        unit, why = _why(loc)
+        limit = ctx.get(name)
+        text = f"must be {sign} {limit:g}{' ' + unit if unit and limit else ''}, got {_show(value)}"
+        return text + (f" ({why})" if why and kind.startswith("less") else "")
+    if kind == "finite_number":
+        return f"must be a finite number, got {_show(value)}"
+    if kind.startswith("date"):
+        detail = err["msg"].split(", ", 1)[-1]
+        return f"not a date ({detail}), got {_show(value)}; write YYYY-MM-DD, e.g. 2026-11-21"
     if kind == "string_pattern_mismatch":
-        return f"{value!r} is not a valid id: letters, digits, '_', '.' and '-', starting with a letter or '_'"
+        return f"{_show(value)} is not a valid id: letters, digits, '_', '.' and '-', starting with a letter or '_'"
     message = err["msg"].removeprefix("Value error, ")
-    return f"{message}, got {value!r}" if not isinstance(value, (dict, list)) else message
+    return f"{message}, got {_show(value)}" if not isinstance(value, (dict, list)) else message
 
 
 def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel]:
@@ -515,8 +762,8 @@ def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel]:
 def _yaml_lines(path: Path):
     """A function from a field path to the 1-based line in `path` where that field is written."""
     try:
-        root = yaml.compose(path.read_text())
-    except (yaml.YAMLError, OSError):
+        root = yaml.compose(_read_text(path), Loader=_Loader)
+    except (yaml.YAMLError, TopologyError, RecursionError):
         root = None
 
     def line_of(loc: tuple) -> int | None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import MissingDependency
 from .model import FABRIC_KINDS, Device, Topology
-from .routing import Route, build_graph, gpus, local_index, rail_nic, route
+from .routing import Route, build_graph, gpus, incidence, local_index, rail_nic, route
 
 KIND_ORDER = ("gpu", "nvswitch", "pcie_switch", "host_bridge", "cpu", "nic", "ib_leaf", "ib_spine")
 # Drawing layers, top to bottom: the network above the hosts, NVSwitches below the GPUs.
@@ -102,20 +102,21 @@ def _link_lines(topo: Topology) -> list[str]:
 
 
 def _gpu_lines(topo: Topology, gpu_ids: list[str]) -> list[str]:
-    graph = build_graph(topo)
-    sharing = Counter(rail_nic(topo, gpu) for gpu in gpu_ids)
+    links_of = incidence(topo)
+    nic_of = {gpu: rail_nic(topo, gpu) for gpu in gpu_ids}
+    sharing = Counter(nic_of.values())
     rows = []
     for gpu in gpu_ids:
         by_kind: dict[str, list[float]] = {}
-        for neighbour in graph[gpu]:
-            for i, _ in graph[gpu][neighbour]["links"]:
+        for parallel in links_of.get(gpu, {}).values():
+            for i, _ in parallel:
                 link = topo.links[i]
                 by_kind.setdefault(link.kind, [0.0, 0])
                 by_kind[link.kind][0] += link.GBs_per_dir
                 by_kind[link.kind][1] += link.lanes
         parts = [f"{kind if kind != 'nvlink' else 'NVLink'} {_gbs(bw)} ({lanes} lanes)"
                  for kind, (bw, lanes) in sorted(by_kind.items())]
-        nic = rail_nic(topo, gpu)
+        nic = nic_of[gpu]
         if nic is not None:
             parts.append(f"NIC {_gbs(topo.device(nic).gbps / 8)} "
                          + ("(its own)" if sharing[nic] == 1 else f"(shared by {sharing[nic]} GPUs)"))

@@ -36,7 +36,7 @@ from typing import Literal, NamedTuple
 import networkx as nx
 
 from ..errors import TopologyError
-from .model import Topology, _suggest, templates_for
+from .model import Topology, _suggest, cache_of, templates_for
 
 Transport = Literal["local", "nvlink", "pcie", "net"]
 
@@ -80,11 +80,12 @@ class Route:
 
 def gpus(topo: Topology) -> list[str]:
     """GPU ids in rank order: by node, then `rank_order` (default: file order)."""
-    cached = topo._cache.get("gpus")
+    cache = cache_of(topo)
+    cached = cache.get("gpus")
     if cached is None:
         keyed = [(d.node or 0, d.rank_order if d.rank_order is not None else i, d.id)
                  for i, d in enumerate(topo.devices) if d.kind == "gpu"]
-        cached = topo._cache["gpus"] = [gpu for *_, gpu in sorted(keyed)]
+        cached = cache["gpus"] = [gpu for *_, gpu in sorted(keyed)]
     return list(cached)
 
 
@@ -95,32 +96,43 @@ def local_index(topo: Topology, gpu: str) -> int:
 
 
 def _local_indices(topo: Topology) -> dict[str, int]:
-    table = topo._cache.get("local_index")
+    cache = cache_of(topo)
+    table = cache.get("local_index")
     if table is None:
         table, seen = {}, {}
         for gpu_id in gpus(topo):
             node = topo.device(gpu_id).node
             table[gpu_id] = seen.get(node, 0)
             seen[node] = table[gpu_id] + 1
-        topo._cache["local_index"] = table
+        cache["local_index"] = table
     return table
+
+
+def incidence(topo: Topology) -> dict[str, dict[str, list[tuple[int, int]]]]:
+    """device -> neighbour -> the (link index, direction) pairs of the parallel links joining them,
+    neighbours in file order. Plain dicts, built once: a 1,000-node cluster has 130,000 of them."""
+    cache = cache_of(topo)
+    found = cache.get("incidence")
+    if found is None:
+        found = {}
+        for i, link in enumerate(topo.links):
+            found.setdefault(link.a, {}).setdefault(link.b, []).append((i, 0))
+            found.setdefault(link.b, {}).setdefault(link.a, []).append((i, 1))
+        cache["incidence"] = found
+    return found
 
 
 def build_graph(topo: Topology) -> nx.DiGraph:
     """One node per device (attributes kind, node); one edge per direction of every device pair
     that links join, with `links`: the (link index, direction) pairs of the parallel links."""
-    graph = topo._cache.get("graph")
+    cache = cache_of(topo)
+    graph = cache.get("graph")
     if graph is None:
         graph = nx.DiGraph()
-        for dev in topo.devices:
-            graph.add_node(dev.id, kind=dev.kind, node=dev.node)
-        for i, link in enumerate(topo.links):
-            for u, v, direction in ((link.a, link.b, 0), (link.b, link.a, 1)):
-                if graph.has_edge(u, v):
-                    graph[u][v]["links"].append((i, direction))
-                else:
-                    graph.add_edge(u, v, links=[(i, direction)])
-        topo._cache["graph"] = graph
+        graph.add_nodes_from((dev.id, {"kind": dev.kind, "node": dev.node}) for dev in topo.devices)
+        graph.add_edges_from((u, v, {"links": list(links)})
+                             for u, neighbours in incidence(topo).items() for v, links in neighbours.items())
+        cache["graph"] = graph
     return graph
 
 
@@ -135,25 +147,38 @@ class _Segment:
 
 
 def _adjacency(topo: Topology, rule: tuple[set[str], set[str]]) -> dict[str, dict[str, list[tuple[int, int]]]]:
-    """device -> neighbour -> the (link, direction) pairs of the rule's link kinds, built once per rule."""
-    key = ("adjacency", tuple(sorted(rule[0])))
-    if key not in topo._cache:
-        graph = build_graph(topo)
-        adjacency: dict[str, dict[str, list[tuple[int, int]]]] = {}
-        for u, v, data in graph.edges(data=True):
-            usable = [(i, d) for i, d in data["links"] if topo.links[i].kind in rule[0]]
-            if usable:
-                adjacency.setdefault(u, {})[v] = usable
-        topo._cache[key] = adjacency
-    return topo._cache[key]
+    """device -> neighbour -> the (link, direction) pairs of the rule's link kinds, built once per rule
+    (neighbours in the order of `incidence`)."""
+    cache = cache_of(topo)
+    key = ("adjacency", frozenset(rule[0]))
+    found = cache.get(key)
+    if found is None:
+        usable = [link.kind in rule[0] for link in topo.links]
+        found = {}
+        for u, neighbours in incidence(topo).items():
+            mine = {}
+            for v, links in neighbours.items():
+                if len(links) == 1:  # the common case, without building a list
+                    if usable[links[0][0]]:
+                        mine[v] = links
+                else:
+                    kept = [(i, d) for i, d in links if usable[i]]
+                    if kept:
+                        mine[v] = kept
+            if mine:
+                found[u] = mine
+        cache[key] = found
+    return found
 
 
 def _passable(topo: Topology, rule: tuple[set[str], set[str]]) -> frozenset[str]:
     """The devices a path of this rule may pass through (not only start or end at)."""
-    key = ("passable", tuple(sorted(rule[1])))
-    if key not in topo._cache:
-        topo._cache[key] = frozenset(d.id for d in topo.devices if d.kind in rule[1])
-    return topo._cache[key]
+    cache = cache_of(topo)
+    key = ("passable", frozenset(rule[1]))
+    found = cache.get(key)
+    if found is None:
+        found = cache[key] = frozenset(d.id for d in topo.devices if d.kind in rule[1])
+    return found
 
 
 def _segment(topo: Topology, src: str, dst: str, rule: tuple[set[str], set[str]]) -> _Segment | None:
@@ -223,19 +248,54 @@ def rail_nic(topo: Topology, gpu: str) -> str | None:
     """The NIC a GPU sends through: its nearest NIC on PCIe; among equally near ones, the NIC whose
     rail is the GPU's local index (else the local index modulo their number). None if no NIC is
     reachable."""
+    cache = cache_of(topo)
     key = ("nic", gpu)
-    if key not in topo._cache:
+    if key not in cache:
         node = topo.device(gpu).node
-        distance = {}
-        for nic in (d for d in topo.devices if d.kind == "nic" and d.node == node):
-            segment = _segment(topo, gpu, nic.id, PCIE)
-            if segment is not None:
-                distance[nic.id] = len(segment.paths[0])
+        nics = {nic.id: nic for nic in _by_node(topo, "nic").get(node, ())}
+        distance = _hops_to(topo, gpu, set(nics), PCIE)
         nearest = sorted(nic for nic in distance if distance[nic] == min(distance.values()))
         index = local_index(topo, gpu)
-        matched = [nic for nic in nearest if topo.device(nic).rail == index]
-        topo._cache[key] = matched[0] if matched else (nearest[index % len(nearest)] if nearest else None)
-    return topo._cache[key]
+        matched = [nic for nic in nearest if nics[nic].rail == index]
+        cache[key] = matched[0] if matched else (nearest[index % len(nearest)] if nearest else None)
+    return cache[key]
+
+
+def _hops_to(topo: Topology, src: str, targets: set[str], rule: tuple[set[str], set[str]]) -> dict[str, int]:
+    """The nearest devices of `targets` from `src` over the rule's link kinds, passing only through
+    the rule's device kinds, and their hop count: one breadth-first search for all of them, where
+    `_segment` would search once per target."""
+    adjacency = _adjacency(topo, rule)
+    passable = _passable(topo, rule)
+    seen, found, frontier, depth = {src}, {}, [src], 0
+    while frontier and not found:  # only the nearest count
+        depth += 1
+        reached = []
+        for u in frontier:
+            for v in adjacency.get(u, {}):
+                if v in seen:
+                    continue
+                if v in targets:
+                    seen.add(v)
+                    found[v] = depth
+                elif v in passable:
+                    seen.add(v)
+                    reached.append(v)
+        frontier = reached
+    return found
+
+
+def _by_node(topo: Topology, kind: str) -> dict[int | None, list]:
+    """The devices of one kind, grouped by node in file order (built once: a cluster has thousands)."""
+    cache = cache_of(topo)
+    key = ("by_node", kind)
+    if key not in cache:
+        grouped: dict[int | None, list] = {}
+        for dev in topo.devices:
+            if dev.kind == kind:
+                grouped.setdefault(dev.node, []).append(dev)
+        cache[key] = grouped
+    return cache[key]
 
 
 def _no_route(topo: Topology, src: str, dst: str, why: str) -> TopologyError:
@@ -244,9 +304,10 @@ def _no_route(topo: Topology, src: str, dst: str, why: str) -> TopologyError:
 
 def route(topo: Topology, src: str, dst: str, *, pxn: bool = False) -> Route:
     """The route from GPU `src` to GPU `dst` (device ids), by the rules in this module's docstring."""
+    cache = cache_of(topo)
     key = ("route", src, dst, pxn)
-    if key in topo._cache:
-        return topo._cache[key]
+    if key in cache:
+        return cache[key]
     _check_gpu(topo, src)
     _check_gpu(topo, dst)
     if src == dst:
@@ -255,7 +316,7 @@ def route(topo: Topology, src: str, dst: str, *, pxn: bool = False) -> Route:
         result = _intra_node(topo, src, dst)
     else:
         result = _inter_node(topo, src, dst, pxn)
-    topo._cache[key] = result
+    cache[key] = result
     return result
 
 
@@ -298,10 +359,22 @@ def _inter_node(topo: Topology, src: str, dst: str, pxn: bool) -> Route:
 
 def _gpu_on_rail(topo: Topology, node: int | None, rail: int | None) -> str | None:
     """A GPU of `node` that sends through a NIC on `rail`, preferring the one whose local index is `rail`."""
-    candidates = [gpu for gpu in gpus(topo) if topo.device(gpu).node == node
-                  and (nic := rail_nic(topo, gpu)) is not None and topo.device(nic).rail == rail]
+    candidates = [gpu for gpu in _gpus_of_node(topo, node)
+                  if (nic := rail_nic(topo, gpu)) is not None and topo.device(nic).rail == rail]
     candidates.sort(key=lambda gpu: local_index(topo, gpu) != rail)
     return candidates[0] if candidates else None
+
+
+def _gpus_of_node(topo: Topology, node: int | None) -> list[str]:
+    """The GPUs of one node in rank order."""
+    cache = cache_of(topo)
+    key = ("gpus_of_node",)
+    if key not in cache:
+        grouped: dict[int | None, list[str]] = {}
+        for gpu in gpus(topo):
+            grouped.setdefault(topo.device(gpu).node, []).append(gpu)
+        cache[key] = grouped
+    return cache[key].get(node, [])
 
 
 @dataclass(frozen=True, eq=False)
@@ -347,7 +420,7 @@ def route_table(topo: Topology, ranks: int | Sequence[str], *, pxn: bool = False
 def _more_gpus_hint(topo: Topology, ranks: int) -> str:
     per_node = max(len(gpus(topo)) // topo.nodes, 1)
     needed = math.ceil(ranks / per_node)
-    if "template" in topo._cache:
+    if "template" in cache_of(topo):
         return f"use --nodes {needed}"
     templates = templates_for(topo.name)
     if templates:
