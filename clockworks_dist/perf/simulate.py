@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import heapq
 import itertools
+import math
 from dataclasses import dataclass, field
 
 from .. import ir
@@ -37,6 +38,11 @@ from .flows import Flow, max_min_rates
 from .network import Network
 
 GB = 1e3  # bytes per microsecond in one GB/s
+# Defence in depth (topology files are validated so that no valid file gets here): past this much
+# simulated time, float microseconds lose sub-microsecond resolution and the result means nothing;
+# and a run that handles far more events than its ops can cause is not advancing.
+MAX_SIMULATED_US = 1e13  # about 116 days
+EVENTS_PER_OP_AND_RANK = 100
 
 
 class PredictError(ClockworksError):
@@ -84,6 +90,7 @@ class Simulator:
         self.flows: list[Flow] = []
         self.flow_ids = itertools.count()
         self.flow_done: dict[int, object] = {}
+        self.flow_end: dict[int, float] = {}  # when each flow finishes at its current rate
         self.flow_version = 0
         self.last_update = 0.0
         self.link_bytes: dict[int, float] = {}
@@ -143,6 +150,7 @@ class Simulator:
         for f in self.flows:
             if f.rate > 0:
                 t = self.now + f.remaining / f.rate
+                self.flow_end[f.fid] = t
                 soonest = t if soonest is None else min(soonest, t)
         if soonest is not None:
             self.at(soonest, lambda v=version: self._flows_tick(v))
@@ -151,10 +159,14 @@ class Simulator:
         if version != self.flow_version:
             return
         self._advance_flows()
-        done = [f for f in self.flows if f.remaining <= 1e-6 * max(1.0, f.rate)]
+        # A flow whose end has come is done even if rounding left a few bytes (at a large `now`,
+        # now + remaining / rate == now, and waiting for them would never advance time).
+        done = [f for f in self.flows
+                if f.remaining <= 1e-6 * max(1.0, f.rate) or self.flow_end.get(f.fid, math.inf) <= self.now]
         self.flows = [f for f in self.flows if f not in done]
         self._reschedule()
         for f in done:
+            self.flow_end.pop(f.fid, None)
             self.flow_done.pop(f.fid)()
 
     def start_flow(self, resources: tuple[int, ...], nbytes: float, ceiling_GBs: float | None, then) -> None:
@@ -194,10 +206,26 @@ class Simulator:
     def run(self) -> Timeline:
         for rank in range(self.world):
             self.at(0.0, lambda r=rank: self.advance(r))
+        budget = 1_000_000 + EVENTS_PER_OP_AND_RANK * sum(len(p.ops) for p in self.sched.programs) * self.world
+        events = 0
         while self.queue:
             time, _, fn = heapq.heappop(self.queue)
+            if not time <= MAX_SIMULATED_US:  # also catches nan
+                raise PredictError(f"simulated time passed {MAX_SIMULATED_US:.0e} us (about 116 days) at "
+                                   f"{self._progress()}: a rate or latency of the topology is out of any real "
+                                   "range (check its links' GBs_per_dir and latency_us and its constants)")
             self.now = max(self.now, time)
             fn()
+            events += 1
+            if events > budget:
+                raise PredictError(f"the simulation handled {budget:,} events without finishing ({self._progress()}, "
+                                   f"{self.now:.6g} us simulated): time has stopped advancing; with a realistic "
+                                   "topology this is a bug in clockworks, please report it")
+        if self.flows:
+            names = sorted({self.net.names[r] for f in self.flows for r in f.resources
+                            if not self.net.capacity[r] > 0} or {"their ceilings"})
+            raise PredictError(f"{len(self.flows)} transfer(s) never finish: their rate is 0 on {', '.join(names)} "
+                               "(a bandwidth or rate of the topology is 0)")
         stuck = [r for r in range(self.world) if self.pc[r] < len(self.sched.programs[r].ops)]
         if stuck:
             raise PredictError(f"the schedule deadlocks: rank(s) {', '.join(map(str, stuck))} never finish "
@@ -205,6 +233,11 @@ class Simulator:
         total = max([r.end for r in self.records], default=0.0)
         return Timeline(total_us=total, records=self.records, link_bytes=self.link_bytes, network=self.net,
                         critical=self._critical_path(), plans=self.plans)
+
+    def _progress(self) -> str:
+        done = sum(self.pc)
+        total = sum(len(p.ops) for p in self.sched.programs)
+        return f"{done} of {total} ops done"
 
     # -- ranks --------------------------------------------------------------------------------
     def _record(self, rank: int, index: int, sub, op, start: float, cause=None, cause_kind="program order") -> OpRecord:

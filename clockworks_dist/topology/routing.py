@@ -206,6 +206,8 @@ def _segment(topo: Topology, src: str, dst: str, rule: tuple[set[str], set[str]]
     capacity = [min(sum(topo.links[i].GBs_per_dir for i, _ in edge_links[u, v]) for u, v in zip(path, path[1:]))
                 for path in paths]
     total = sum(capacity)
+    if not total > 0:  # validated files have positive bandwidths; a model built in code may not
+        raise TopologyError(f"{src} to {dst}: every path has a link of bandwidth 0 (GBs_per_dir must be > 0)")
     return _Segment(paths, [c / total for c in capacity], edge_links)
 
 
