@@ -10,16 +10,20 @@ Conventions shared by the checker, simulator, executors and code generators:
 - a `Region` is [start, stop) in elements of one buffer of the rank that executes the op, except the
   remote side of one-sided ops (`dst` of put, `src` of get, `target` of atomics), which names the
   symmetric buffer on `pe`;
-- signals are symmetric arrays of uint64 words, initially 0.
+- signals are symmetric arrays of uint64 words, initially 0;
+- every name (schedule, buffer, signal, size, communicator, compute kernel) is an identifier safe in
+  generated C, C++ and CUDA: `name_problem` is the rule, checked by the DSL and on loading JSON.
 
 This module imports nothing of ours.
 """
 
 from __future__ import annotations
 
+import functools
+import keyword
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 DType = Literal["float16", "bfloat16", "float32", "float64", "int32", "int64", "uint32", "uint64"]
 DTYPE_BYTES: dict[str, int] = {
@@ -35,6 +39,93 @@ FetchOp = Literal["fetch_add", "fetch_inc", "fetch", "swap", "compare_swap", "fe
 Compare = Literal["eq", "ne", "gt", "ge", "lt", "le"]
 
 
+# ------------------------------------------------------------------------------------- names
+# Every name in a schedule (schedule, buffer, signal, size, communicator, compute kernel) is pasted
+# verbatim into generated C++/CUDA, so the rule below is the one place that decides what is safe;
+# the DSL calls `name_problem` at trace time and the models below run it when JSON is loaded.
+NAME_MAX = 64
+_C_KEYWORDS = """auto break case char const continue default do double else enum extern float for goto if
+    inline int long register restrict return short signed sizeof static struct switch typedef union unsigned
+    void volatile while alignas alignof bool constexpr false nullptr static_assert thread_local true typeof
+    typeof_unqual"""
+_CPP_KEYWORDS = """alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t
+    char32_t class compl concept const consteval constexpr constinit const_cast continue co_await co_return
+    co_yield decltype default delete do double dynamic_cast else enum explicit export extern false float for
+    friend goto if inline int long mutable namespace new noexcept not not_eq nullptr operator or or_eq private
+    protected public register reinterpret_cast requires return short signed sizeof static static_assert
+    static_cast struct switch template this thread_local throw true try typedef typeid typename union unsigned
+    using virtual void volatile wchar_t while xor xor_eq final override import module"""
+_CUDA_NAMES = """threadIdx blockIdx blockDim gridDim warpSize dim3 half half2 nv_bfloat16 nv_bfloat162
+    cudaStream_t cudaError_t"""
+_LIBRARY_NAMES = """NULL EOF assert errno stdin stdout stderr offsetof va_list va_start va_end va_arg
+    setjmp longjmp size_t ssize_t ptrdiff_t intptr_t uintptr_t int8_t int16_t int32_t int64_t uint8_t uint16_t
+    uint32_t uint64_t bool_t std INFINITY NAN TRUE FALSE"""
+
+
+def _reserved() -> dict[str, str]:
+    reasons: dict[str, str] = {}
+    # Later lists win: a word that is both a C and a C++ keyword is reported as C++'s.
+    for words, reason in ((keyword.kwlist, "a Python keyword"),
+                          (_LIBRARY_NAMES.split(), "a name of the C or C++ standard library"),
+                          (_CUDA_NAMES.split(), "a CUDA built-in name"), (_C_KEYWORDS.split(), "a C keyword"),
+                          (_CPP_KEYWORDS.split(), "a C++ keyword")):
+        for word in words:
+            reasons[word] = reason
+    reasons["main"] = "the entry point of a C or C++ program"
+    reasons["world"] = "the name of the communicator of every rank"
+    return reasons
+
+
+RESERVED_NAMES: dict[str, str] = _reserved()
+
+
+@functools.lru_cache(maxsize=4096)
+def _problem(name: str) -> str | None:
+    if not name:
+        return "the name is empty"
+    bad = [c for c in name if not (c.isascii() and (c.isalnum() or c == "_"))]
+    if bad:
+        return f"{name!r} contains {bad[0]!r}, which is not an ASCII letter, digit or '_'"
+    if name[0].isdigit():
+        return f"{name!r} starts with a digit"
+    if name.startswith("__") or (name.startswith("_") and name[1:2].isupper()) or "__" in name:
+        return f"{name!r} is reserved in C and C++ (names with '__', or '_' then an uppercase letter)"
+    if name.startswith("_"):
+        return f"{name!r} starts with '_', which C reserves at file scope"
+    if len(name) > NAME_MAX:
+        return f"{name[:16]!r}... has {len(name)} characters, more than {NAME_MAX}"
+    if name in RESERVED_NAMES:
+        return f"{name!r} is {RESERVED_NAMES[name]}"
+    return None
+
+
+def name_problem(name: object) -> str | None:
+    """Why `name` cannot name something in a schedule (it would not be a safe identifier in the
+    generated C, C++ and CUDA), or None if it can."""
+    if not isinstance(name, str):
+        return f"a name must be a string, got {type(name).__name__} {name!r}"
+    return _problem(name)
+
+
+NAME_HINT = (f"use ASCII letters, digits and '_', starting with a letter, at most {NAME_MAX} characters, "
+             "no '__', and not a C, C++, CUDA or Python keyword")
+
+
+def _valid_name(name: str) -> str:
+    problem = _problem(name)
+    if problem is not None:
+        raise ValueError(f"{problem} ({NAME_HINT})")
+    return name
+
+
+def _valid_comm(name: str) -> str:
+    return name if name == "world" else _valid_name(name)
+
+
+Name = Annotated[str, AfterValidator(_valid_name)]
+CommName = Annotated[str, AfterValidator(_valid_comm)]  # a communicator, or "world"
+
+
 class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -43,7 +134,7 @@ class Affine(Frozen):
     """`const + sum(coeff * symbol)`: a size or offset that is affine in symbolic sizes."""
 
     const: int = 0
-    terms: tuple[tuple[str, int], ...] = ()
+    terms: tuple[tuple[Name, int], ...] = ()
     exact: bool = True  # False: the bound depends on sizes non-affinely (//, %, size * size)
 
     def evaluate(self, values: dict[str, int]) -> int:
@@ -69,7 +160,7 @@ class SourceLoc(Frozen):
 class Region(Frozen):
     """Elements [start, stop) of `buffer`; `start_sym`/`stop_sym` keep the symbolic form if any."""
 
-    buffer: str
+    buffer: Name
     start: int
     stop: int
     start_sym: Affine | None = None
@@ -86,7 +177,7 @@ class Region(Frozen):
 class SignalRef(Frozen):
     """Word `index` of the symmetric signal array `signal`."""
 
-    signal: str
+    signal: Name
     index: int = 0
 
     def __str__(self) -> str:
@@ -96,15 +187,27 @@ class SignalRef(Frozen):
 class Symbol(Frozen):
     """A symbolic element count: traced at `value`, proven for every value meeting the constraints."""
 
-    name: str
+    name: Name
     value: int
     min: int = 1
     max: int | None = None
     multiple_of: int = 1
 
+    @model_validator(mode="after")
+    def _admissible(self) -> "Symbol":
+        # The symbolic checks assume the traced value meets the constraints: refuse it here too.
+        if self.min < 1 or self.multiple_of < 1:
+            raise ValueError(f"size {self.name}: min and multiple_of must be at least 1")
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"size {self.name}: min={self.min} > max={self.max}")
+        above = self.max is not None and self.value > self.max
+        if self.value < self.min or above or self.value % self.multiple_of:
+            raise ValueError(f"size {self.name}: the value {self.value} violates its constraints")
+        return self
+
 
 class BufferDecl(Frozen):
-    name: str
+    name: Name
     count: int
     dtype: DType = "float32"
     role: Role = "inout"
@@ -114,7 +217,7 @@ class BufferDecl(Frozen):
 
 
 class SignalDecl(Frozen):
-    name: str
+    name: Name
     count: int = 1
     loc: SourceLoc
 
@@ -122,7 +225,7 @@ class SignalDecl(Frozen):
 class Communicator(Frozen):
     """A split of the world: `color[r]` is rank r's color (None: not a member), `key[r]` its order."""
 
-    name: str
+    name: Name
     color: tuple[int | None, ...]
     key: tuple[int, ...]
 
@@ -144,7 +247,7 @@ class Send(OpBase):
     kind: Literal["send"] = "send"
     peer: int
     src: Region
-    comm: str = "world"
+    comm: CommName = "world"
 
 
 class Recv(OpBase):
@@ -152,7 +255,7 @@ class Recv(OpBase):
     peer: int
     dst: Region
     reduce: ReduceOp | None = None
-    comm: str = "world"
+    comm: CommName = "world"
 
 
 class Group(OpBase):
@@ -167,7 +270,7 @@ class AllReduce(OpBase):
     src: Region
     dst: Region
     op: ReduceOp = "sum"
-    comm: str = "world"
+    comm: CommName = "world"
 
 
 class AllGather(OpBase):
@@ -176,7 +279,7 @@ class AllGather(OpBase):
     kind: Literal["all_gather"] = "all_gather"
     src: Region
     dst: Region
-    comm: str = "world"
+    comm: CommName = "world"
 
 
 class ReduceScatter(OpBase):
@@ -186,7 +289,7 @@ class ReduceScatter(OpBase):
     src: Region
     dst: Region
     op: ReduceOp = "sum"
-    comm: str = "world"
+    comm: CommName = "world"
 
 
 class Broadcast(OpBase):
@@ -194,7 +297,7 @@ class Broadcast(OpBase):
     src: Region
     dst: Region
     root: int
-    comm: str = "world"
+    comm: CommName = "world"
 
 
 class ReduceTo(OpBase):
@@ -205,7 +308,7 @@ class ReduceTo(OpBase):
     dst: Region | None
     root: int
     op: ReduceOp = "sum"
-    comm: str = "world"
+    comm: CommName = "world"
 
 
 class AllToAll(OpBase):
@@ -214,12 +317,12 @@ class AllToAll(OpBase):
     kind: Literal["all_to_all"] = "all_to_all"
     src: Region
     dst: Region
-    comm: str = "world"
+    comm: CommName = "world"
 
 
 class Barrier(OpBase):
     kind: Literal["barrier"] = "barrier"
-    comm: str = "world"
+    comm: CommName = "world"
 
 
 class Put(OpBase):
@@ -330,7 +433,7 @@ class Compute(OpBase):
     """An opaque kernel: reads `reads`, then writes every element of `writes`."""
 
     kind: Literal["compute"] = "compute"
-    name: str
+    name: Name
     reads: tuple[Region, ...] = ()
     writes: tuple[Region, ...] = ()
 
@@ -388,7 +491,7 @@ class Expectation(Frozen):
 
 
 class Schedule(Frozen):
-    name: str
+    name: Name
     world: int
     ranks_per_node: int
     loc: SourceLoc
