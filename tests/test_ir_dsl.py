@@ -307,7 +307,7 @@ def test_ops_record_the_callers_line_and_groups_their_with_line():
 
 
 # ------------------------------------------------------------------------------ symbolic sizes
-def _chunked(r):
+def chunked(r):
     n = r.world
     x = r.buffer("x", count=n * CHUNK)
     tmp = r.buffer("tmp", count=CHUNK + 1)
@@ -316,7 +316,7 @@ def _chunked(r):
 
 
 def test_symbolic_sizes_reach_the_ir():
-    s = cw.schedule(_chunked).trace(2)
+    s = cw.schedule(chunked).trace(2)
     assert s.symbols == (ir.Symbol(name="CHUNK", value=4),)
     x, tmp = s.programs[0].buffers
     assert (x.count, x.count_sym) == (8, ir.Affine(terms=(("CHUNK", 2),)))
@@ -331,7 +331,7 @@ def test_symbolic_sizes_reach_the_ir():
 
 
 def test_size_bindings_change_the_traced_values_only():
-    s = cw.schedule(_chunked).trace(3, sizes={"CHUNK": 8})
+    s = cw.schedule(chunked).trace(3, sizes={"CHUNK": 8})
     assert s.symbols == (ir.Symbol(name="CHUNK", value=8),)
     x = s.programs[0].buffers[0]
     assert (x.count, x.count_sym) == (24, ir.Affine(terms=(("CHUNK", 3),)))
@@ -339,12 +339,12 @@ def test_size_bindings_change_the_traced_values_only():
     assert (copy.src.start, copy.src.stop) == (16, 24)
     assert copy.src.start_sym == ir.Affine(terms=(("CHUNK", 2),))
     assert int(CHUNK) == 4  # the binding ends with the trace
-    assert cw.schedule(_chunked).trace(3).programs[0].buffers[0].count == 12
+    assert cw.schedule(chunked).trace(3).programs[0].buffers[0].count == 12
 
 
 def test_unknown_size_binding():
     with pytest.raises(ScheduleError, match="unknown size 'CHUNKS'; this schedule declares CHUNK"):
-        cw.schedule(_chunked).trace(2, sizes={"CHUNKS": 8})
+        cw.schedule(chunked).trace(2, sizes={"CHUNKS": 8})
 
 
 def test_ring_allreduce_binds_its_chunk():

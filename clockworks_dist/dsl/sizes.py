@@ -148,15 +148,76 @@ class SymInt:
 
 
 class Size(SymInt):
-    """A declared size symbol; its value is the binding of the trace in progress, else the default."""
+    """A declared size symbol; its value is the binding of the trace in progress, else the default.
 
-    __slots__ = ("name", "default", "min", "max", "multiple_of")
+    The arguments are checked here, in plain Python, so a mistake names the user's line: ints only
+    (not bools or floats), min >= 1, multiple_of >= 1, min <= max, and the default admissible."""
+
+    __slots__ = ("name", "default", "min", "max", "multiple_of", "loc")
 
     def __init__(self, name: str, default: int, *, min: int = 1, max: int | None = None,
                  multiple_of: int = 1):
+        from .trace import check_name, user_loc  # trace imports this module
+
+        self.loc = user_loc()
+        check_name(name, "size", self.loc, None, "size")
         self.name, self.default = name, default
         self.min, self.max, self.multiple_of = min, max, multiple_of
+        for what, value in (("default", default), ("min", min), ("max", max), ("multiple_of", multiple_of)):
+            if (value is not None or what != "max") and (isinstance(value, bool) or not isinstance(value, int)):
+                self._fail(f"{name}'s {what} must be an integer, got {type(value).__name__} {value!r}",
+                           "sizes are element counts: pass ints")
+        if min < 1:
+            self._fail(f"{name} has min={min}, but a size is an element count, at least 1", "use min=1 or more")
+        if multiple_of < 1:
+            self._fail(f"{name} has multiple_of={multiple_of}, but it must be at least 1",
+                       "use multiple_of=1 for no constraint")
+        lowest = -(-min // multiple_of) * multiple_of
+        if max is not None and lowest > max:
+            self._fail(f"{name} has no admissible value: min={min}, max={max}"
+                       + (f", multiple_of={multiple_of}" if multiple_of > 1 else ""),
+                       "widen [min, max] or change multiple_of")
+        problem = self.inadmissible(default)
+        if problem is not None:
+            self._fail(f"{name}'s default {default} {problem}", f"use a default such as {lowest}")
         super().__init__(default, {name: 1}, 0)
+
+    def _fail(self, message: str, hint: str) -> None:
+        from ..errors import ScheduleError
+
+        raise ScheduleError(message, file=self.loc.file, line=self.loc.line, op="size",
+                            hint=hint)
+
+    def constraints(self) -> str:
+        """min, max and multiple_of as written in the declaration."""
+        parts = [f"min={self.min}"]
+        if self.max is not None:
+            parts.append(f"max={self.max}")
+        if self.multiple_of > 1:
+            parts.append(f"multiple_of={self.multiple_of}")
+        return ", ".join(parts)
+
+    def inadmissible(self, value) -> str | None:
+        """Why `value` violates this size's constraints, or None."""
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"is not an integer ({type(value).__name__})"
+        if value < self.min:
+            return f"is below min={self.min}"
+        if self.max is not None and value > self.max:
+            return f"is above max={self.max}"
+        if value % self.multiple_of:
+            return f"is not a multiple of {self.multiple_of}"
+        return None
+
+    def check_binding(self) -> None:
+        """Refuse a bound value (`--size NAME=V`, `trace(sizes=...)`) that the constraints exclude:
+        the symbolic checks assume the traced value is admissible."""
+        value = _BINDINGS.get().get(self.name, self.default)
+        problem = self.inadmissible(value)
+        if problem is not None:
+            lowest = -(-self.min // self.multiple_of) * self.multiple_of
+            self._fail(f"{self.name} = {value!r} {problem} (it is declared with {self.constraints()})",
+                       f"bind an admissible value, e.g. --size {self.name}={lowest}")
 
     @property
     def value(self) -> int:

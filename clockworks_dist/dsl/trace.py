@@ -2,31 +2,30 @@
 handle appends one op, stamped with the user's file:line, to that rank's program.
 
 Errors found while tracing (a peer out of range, a region out of bounds, sizes or dtypes that do not
-match, an op on a buffer of the wrong kind) raise `ScheduleError` naming the user's line and rank.
+match, an op on a buffer of the wrong kind) raise `ScheduleError` naming the user's line, rank and op.
+Arguments are checked, not coerced: counts, indices and ranks are ints or `cw.size` expressions (a
+float or a bool is an error, never truncated), names follow `ir.name_problem`, and a handle records
+nothing once its schedule function has returned.
 """
 
 from __future__ import annotations
 
 import contextlib
 import difflib
-import keyword
+import inspect
+import math
+import operator
 import os
-import re
 import sys
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
 from .. import ir
 from ..errors import ScheduleError
+from .expect import check_specs, resolve_all
 from .sizes import _BINDINGS, Size, SymInt, as_affine, as_int
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-_RESERVED = frozenset(keyword.kwlist) | {
-    "int", "float", "double", "char", "void", "auto", "const", "static", "struct", "class", "union",
-    "return", "if", "else", "for", "while", "do", "switch", "case", "default", "break", "continue",
-    "goto", "sizeof", "template", "typename", "namespace", "new", "delete", "this", "main", "world",
-}
 
 
 def user_loc() -> ir.SourceLoc:
@@ -40,18 +39,49 @@ def user_loc() -> ir.SourceLoc:
     return ir.SourceLoc(file=os.path.basename(frame.f_code.co_filename), line=frame.f_lineno)
 
 
-def check_name(name: object, what: str, loc: ir.SourceLoc, rank: int | None) -> str:
-    """Names become C++ identifiers in generated code: accept only plain identifiers."""
-    if not isinstance(name, str) or not _NAME.match(name) or name in _RESERVED:
-        raise ScheduleError(
-            f"{what} name {name!r} is not a valid identifier",
-            file=loc.file, line=loc.line, rank=rank,
-            hint="use letters, digits and '_', starting with a letter, at most 64 characters, "
-                 "not a C++ or Python keyword")
+def check_name(name: object, what: str, loc: ir.SourceLoc, rank: int | None, op: str | None = None) -> str:
+    """Names become C++ identifiers in generated code: the rule is `ir.name_problem`, the same one
+    the IR enforces when a schedule is loaded from JSON."""
+    problem = ir.name_problem(name)
+    if problem is not None:
+        raise ScheduleError(f"{what} name {name!r} is not a valid identifier: {problem}",
+                            file=loc.file, line=loc.line, rank=rank, op=op, hint=ir.NAME_HINT)
     return name
 
 
 # ------------------------------------------------------------------------------------ handles
+# The checker keeps every signal word in its state, so a large signal array makes every state large
+# (10**8 words took 42 s and 3.9 GB to check); real schedules use one word per peer or per step.
+MAX_SIGNAL_WORDS = 2**16
+# Buffers are split into atoms, so the checker copes with any count, but a count past 2**40 elements
+# (terabytes) fits no GPU and is almost always a bytes/elements or exponent mistake.
+MAX_BUFFER_ELEMENTS = 2**40
+
+
+def _integer(value, what: str, rank: "Rank", op: str | None):
+    """`value` if it is an int or a `cw.size` expression: floats and bools are refused, never truncated."""
+    if isinstance(value, SymInt) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    if not isinstance(value, (bool, float, str)):
+        try:  # numpy integers and other exact integer types
+            return operator.index(value)
+        except TypeError:
+            pass
+    hint = None
+    if isinstance(value, float):
+        hint = "use an int: // divides without a remainder"
+    elif isinstance(value, bool):
+        hint = "True and False are not integers here"
+    raise rank._error(f"{what} must be an integer, got {type(value).__name__} {value!r}", op, hint=hint)
+
+
+def _check_index(value, limit: int, what: str, rank: "Rank", op: str | None = None) -> int:
+    index = as_int(_integer(value, what, rank, op))
+    if not 0 <= index < limit:
+        raise rank._error(f"{what} {index} is out of range 0..{limit - 1}", op)
+    return index
+
+
 @dataclass(frozen=True)
 class RegionRef:
     """Elements [start, stop) of one of this rank's buffers."""
@@ -66,15 +96,17 @@ class RegionRef:
 
     def chunk(self, index: int, parts: int) -> "RegionRef":
         """The index-th of `parts` equal chunks of this region."""
+        rank, op = self.buf.rank, f"{self.buf.name}.chunk"
+        parts = _integer(parts, "the number of chunks", rank, op)
+        if as_int(parts) < 1:
+            raise rank._error(f"cannot split {self} into {as_int(parts)} chunks", op,
+                              hint="pass a positive number of chunks, e.g. x.chunk(i, r.world)")
         size = (self.stop - self.start) // parts
-        if as_int(size) * parts != self.count:
-            loc = user_loc()
-            raise ScheduleError(
-                f"cannot split {self} ({self.count} elements) into {parts} equal chunks",
-                file=loc.file, line=loc.line, rank=self.buf.rank.rank,
-                hint="make the count a multiple of the number of chunks")
-        index = _check_index(index, parts, "chunk index", self.buf.rank)
-        return self.buf._region(self.start + index * size, self.start + (index + 1) * size)
+        if as_int(size) * as_int(parts) != self.count:
+            raise rank._error(f"cannot split {self} ({self.count} elements) into {as_int(parts)} equal chunks", op,
+                              hint="make the count a multiple of the number of chunks")
+        index = _check_index(index, as_int(parts), "chunk index", rank, op)
+        return self.buf._region(self.start + index * size, self.start + (index + 1) * size, op)
 
     def to_ir(self) -> ir.Region:
         return ir.Region(buffer=self.buf.name, start=as_int(self.start), stop=as_int(self.stop),
@@ -95,38 +127,51 @@ class Buffer:
     role: str
     symmetric: bool
 
-    def _region(self, start, stop) -> RegionRef:
-        lo, hi = as_int(start), as_int(stop)
-        if not (0 <= lo <= hi <= as_int(self.count)):
-            loc = user_loc()
-            raise ScheduleError(
-                f"region {self.name}[{lo}:{hi}] is out of bounds: {self.name} has {as_int(self.count)} elements",
-                file=loc.file, line=loc.line, rank=self.rank.rank,
-                hint=f"keep 0 <= start <= stop <= {as_int(self.count)}")
+    def _region(self, start, stop, op: str) -> RegionRef:
+        start = _integer(start, "region start", self.rank, op)
+        stop = _integer(stop, "region stop", self.rank, op)
+        lo, hi, count = as_int(start), as_int(stop), as_int(self.count)
+        if lo < 0 or hi < 0:
+            raise self.rank._error(
+                f"region {self.name}[{lo}:{hi}] has a negative bound: regions count from 0, not from the end", op,
+                hint=f"{self.name} has {count} elements; write count - k for an offset from the end")
+        if not lo <= hi <= count:
+            raise self.rank._error(f"region {self.name}[{lo}:{hi}] is out of bounds: {self.name} has {count} elements",
+                                   op, hint=f"keep 0 <= start <= stop <= {count}")
         return RegionRef(self, start, stop)
 
     def region(self, start, stop) -> RegionRef:
-        return self._region(start, stop)
+        """Elements [start, stop)."""
+        return self._region(start, stop, f"{self.name}.region")
 
     def all(self) -> RegionRef:
         return RegionRef(self, 0, self.count)
 
     def chunk(self, index: int, parts: int) -> RegionRef:
+        """The index-th of `parts` equal chunks of the whole buffer."""
         return self.all().chunk(index, parts)
 
     def element(self, index) -> RegionRef:
-        return self._region(index, index + 1)
+        """The one-element region [index, index + 1)."""
+        op = f"{self.name}.element"
+        index = _integer(index, "element index", self.rank, op)
+        return self._region(index, index + 1, op)
 
     def __getitem__(self, item) -> RegionRef:
+        op = f"{self.name}[...]"
         if isinstance(item, slice):
-            if item.step not in (None, 1):
-                loc = user_loc()
-                raise ScheduleError("strided regions are not supported", file=loc.file,
-                                    line=loc.line, rank=self.rank.rank, hint="use a step of 1")
+            if item.step is not None and (isinstance(item.step, bool) or item.step != 1):
+                raise self.rank._error(f"strided regions are not supported: step {item.step!r}", op,
+                                       hint="use a step of 1, or one op per element")
             start = 0 if item.start is None else item.start
             stop = self.count if item.stop is None else item.stop
-            return self._region(start, stop)
-        return self.element(item)
+            return self._region(start, stop, op)
+        index = _integer(item, "element index", self.rank, op)
+        return self._region(index, index + 1, op)
+
+    def __iter__(self):
+        raise self.rank._error(f"buffer {self.name} is not iterable", f"iter({self.name})",
+                               hint="name regions with x[i], x[a:b] or x.chunk(i, n); pass several buffers as a list")
 
     def __str__(self) -> str:
         return self.name
@@ -141,8 +186,12 @@ class Signal:
     count: int
 
     def __getitem__(self, index) -> ir.SignalRef:
-        index = _check_index(index, self.count, f"signal index of {self.name}", self.rank)
+        index = _check_index(index, self.count, f"signal index of {self.name}", self.rank, f"{self.name}[...]")
         return ir.SignalRef(signal=self.name, index=index)
+
+    def __iter__(self):
+        raise self.rank._error(f"signal {self.name} is not iterable", f"iter({self.name})",
+                               hint=f"name one word with {self.name}[i]")
 
     def ref(self) -> ir.SignalRef:
         return self[0]
@@ -166,20 +215,13 @@ class Comm:
         return self.ranks.index(self.me)
 
 
-def _check_index(value, limit: int, what: str, rank: "Rank") -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, SymInt)):
-        loc = user_loc()
-        raise ScheduleError(f"{what} must be an integer, got {type(value).__name__} {value!r}",
-                            file=loc.file, line=loc.line, rank=rank.rank)
-    index = as_int(value)
-    if not 0 <= index < limit:
-        loc = user_loc()
-        raise ScheduleError(f"{what} {index} is out of range 0..{limit - 1}",
-                            file=loc.file, line=loc.line, rank=rank.rank)
-    return index
-
-
 # --------------------------------------------------------------------------------- the handle
+_REDUCE_OPS = ("sum", "prod", "max", "min")
+_ROLES = ("input", "output", "inout", "scratch")
+_COMPARES = ("eq", "ne", "gt", "ge", "lt", "le")
+_ATOMIC_OPS = ("add", "set", "inc", "and", "or", "xor")
+
+
 @dataclass
 class _RankState:
     buffers: dict[str, ir.BufferDecl] = field(default_factory=dict)
@@ -188,6 +230,13 @@ class _RankState:
     ops: list = field(default_factory=list)
     group: list | None = None
     group_loc: ir.SourceLoc | None = None
+    closed: bool = False  # the schedule function has returned for this rank
+
+
+def _one_of(value, choices: tuple, what: str, op: str | None, rank: "Rank") -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise rank._error(f"unknown {what} {value!r}", op, hint=f"one of {', '.join(choices)}")
+    return value
 
 
 class Rank:
@@ -223,9 +272,19 @@ class Rank:
         loc = loc or user_loc()
         return ScheduleError(message, file=loc.file, line=loc.line, rank=self.rank, op=op, hint=hint)
 
+    def _open(self, op: str) -> None:
+        """Refuse to record into a rank whose trace has ended: its program is already built."""
+        if self._st.closed:
+            raise self._error(f"the handle of rank {self.rank} is used after its schedule function returned",
+                              op, hint="call ops on `r` only inside the schedule function, while it runs")
+
     def _peer(self, peer, op: str, what: str = "peer") -> int:
         if isinstance(peer, bool) or not isinstance(peer, (int, SymInt)):
-            raise self._error(f"{what} must be an integer rank, got {type(peer).__name__} {peer!r}", op)
+            try:
+                peer = _integer(peer, what, self, op)
+            except ScheduleError:
+                raise self._error(f"{what} must be an integer rank, got {type(peer).__name__} {peer!r}", op,
+                                  hint="ranks are ints in 0..world-1") from None
         value = as_int(peer)
         if not 0 <= value < self.world:
             raise self._error(f"{what} {value} is out of range: the world has ranks 0..{self.world - 1}",
@@ -242,6 +301,15 @@ class Rank:
                               hint="use the buffers this rank declared")
         return region
 
+    def _regions(self, items, op: str, what: str) -> tuple[ir.Region, ...]:
+        """One buffer or region, or an iterable of them."""
+        if isinstance(items, (Buffer, RegionRef)):
+            items = (items,)
+        elif items is None or isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+            raise self._error(f"{what} must be a list of buffers or regions, got {type(items).__name__} {items!r}",
+                              op)
+        return tuple(self._local(x, op, what[:-1] if what.endswith("s") else what).to_ir() for x in items)
+
     def _symmetric(self, region, op: str, what: str) -> RegionRef:
         region = self._local(region, op, what)
         if not region.buf.symmetric:
@@ -250,10 +318,8 @@ class Rank:
                               hint=f"declare it with r.symmetric({region.buf.name!r}, ...)")
         return region
 
-    def _same_shape(self, a: RegionRef, b: RegionRef, op: str, scale: int = 1, rev: bool = False) -> None:
-        want = a.count * scale if not rev else a.count
-        have = b.count if not rev else b.count * scale
-        if want != have:
+    def _same_shape(self, a: RegionRef, b: RegionRef, op: str, scale: int = 1) -> None:
+        if a.count * scale != b.count:
             raise self._error(f"size mismatch: {a} has {a.count} elements, {b} has {b.count}", op)
         if a.buf.dtype != b.buf.dtype:
             raise self._error(f"dtype mismatch: {a} is {a.buf.dtype}, {b} is {b.buf.dtype}", op)
@@ -266,8 +332,11 @@ class Rank:
         if not isinstance(sig, ir.SignalRef):
             raise self._error(f"expected a signal word, got {type(sig).__name__}", op,
                               hint="declare one with r.signal(name, count) and index it")
-        if sig.signal not in self._st.signals:
-            raise self._error(f"unknown signal {sig.signal!r}", op)
+        decl = self._st.signals.get(sig.signal)
+        if decl is None:
+            raise self._error(f"unknown signal {sig.signal!r}", op, hint="declare it with r.signal(name, count)")
+        if not 0 <= sig.index < decl.count:
+            raise self._error(f"signal index of {sig.signal} {sig.index} is out of range 0..{decl.count - 1}", op)
         return sig
 
     def _word(self, target, op: str):
@@ -283,18 +352,29 @@ class Rank:
         return region.to_ir()
 
     def _comm(self, comm, op: str) -> str:
-        if comm is None or comm == "world":
+        if comm is None or (isinstance(comm, str) and comm == "world"):
             return "world"
-        if isinstance(comm, Comm):
-            return comm.name
-        raise self._error(f"comm must be a communicator from r.comm(...), got {comm!r}", op)
+        if not isinstance(comm, Comm):
+            raise self._error(f"comm must be a communicator from r.comm(...), got {type(comm).__name__} {comm!r}",
+                              op, hint="pass the object r.comm(name, ranks) returned, or leave comm out for the world")
+        mine = self._st.comms.get(comm.name)
+        if mine is None or mine[0] != comm.ranks:
+            raise self._error(f"communicator {comm.name} is not declared on rank {self.rank}", op,
+                              hint="use the communicator this rank's r.comm(...) returned")
+        return comm.name
 
     def _members(self, comm: str) -> tuple[int, ...]:
         if comm == "world":
             return tuple(range(self.world))
         return self._st.comms[comm][0]
 
+    def _flag(self, value, what: str, op: str) -> bool:
+        if not isinstance(value, bool):
+            raise self._error(f"{what} must be True or False, got {type(value).__name__} {value!r}", op)
+        return value
+
     def _append(self, op) -> None:
+        self._open(op.kind)
         if self._st.group is not None:
             if op.kind not in ("send", "recv"):
                 raise self._error(f"only send and recv may be grouped, not {op.kind}", op.kind,
@@ -304,17 +384,25 @@ class Rank:
             self._st.ops.append(op)
 
     # -- declarations -------------------------------------------------------------------------
+    def _fresh(self, name, what: str, op: str, loc: ir.SourceLoc) -> str:
+        self._open(op)
+        check_name(name, what, loc, self.rank, op)
+        first = self._st.buffers.get(name) or self._st.signals.get(name)
+        if first is not None:
+            raise self._error(f"{name!r} is declared twice: first at {first.loc}", op,
+                              hint="use another name, or keep the handle the first declaration returned")
+        return name
+
     def _declare(self, name, count, dtype, role, symmetric) -> Buffer:
         loc = user_loc()
-        check_name(name, "buffer", loc, self.rank)
-        if name in self._st.buffers or name in self._st.signals:
-            raise self._error(f"{name!r} is declared twice", hint="use another name")
-        if dtype not in ir.DTYPE_BYTES:
-            raise self._error(f"unknown dtype {dtype!r}", hint=f"one of {', '.join(ir.DTYPE_BYTES)}")
-        if role not in ("input", "output", "inout", "scratch"):
-            raise self._error(f"unknown role {role!r}", hint="one of input, output, inout, scratch")
-        if isinstance(count, bool) or not isinstance(count, (int, SymInt)) or as_int(count) < 1:
-            raise self._error(f"buffer {name} needs a positive integer count, got {count!r}")
+        op = "symmetric" if symmetric else "buffer"
+        self._fresh(name, "buffer", op, loc)
+        count = _integer(count, f"the count of buffer {name}", self, op)
+        if not 1 <= as_int(count) <= MAX_BUFFER_ELEMENTS:
+            raise self._error(f"buffer {name} needs 1..2**40 elements, got {as_int(count)}", op,
+                              hint="the count is in elements, not bytes; no GPU holds more than 2**40 elements")
+        dtype = _one_of(dtype, tuple(ir.DTYPE_BYTES), "dtype", op, self)
+        role = _one_of(role, _ROLES, "role", op, self)
         self._st.buffers[name] = ir.BufferDecl(
             name=name, count=as_int(count), dtype=dtype, role=role, symmetric=symmetric,
             count_sym=as_affine(count), loc=loc)
@@ -329,28 +417,41 @@ class Rank:
         return self._declare(name, count, dtype, role, True)
 
     def signal(self, name: str, count: int = 1) -> Signal:
-        """Declare a symmetric array of `count` uint64 signal words, initially 0."""
+        """Declare a symmetric array of `count` uint64 signal words, initially 0 (at most
+        MAX_SIGNAL_WORDS: the checker keeps every word in its state)."""
         loc = user_loc()
-        check_name(name, "signal", loc, self.rank)
-        if name in self._st.buffers or name in self._st.signals:
-            raise self._error(f"{name!r} is declared twice", hint="use another name")
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise self._error(f"signal {name} needs a positive integer count, got {count!r}")
+        self._fresh(name, "signal", "signal", loc)
+        count = as_int(_integer(count, f"the count of signal {name}", self, "signal"))
+        if not 1 <= count <= MAX_SIGNAL_WORDS:
+            raise self._error(f"signal {name} needs 1..{MAX_SIGNAL_WORDS} words, got {count}", "signal",
+                              hint="the checker keeps every signal word in its state; use one word per peer "
+                                   "or per step, and reuse words across iterations")
         self._st.signals[name] = ir.SignalDecl(name=name, count=count, loc=loc)
         return Signal(self, name, count)
 
     def comm(self, name: str, ranks: Iterable[int]) -> Comm:
         """A communicator of the world ranks `ranks` (this rank among them); every member must
-        declare it with the same ranks, as ncclCommSplit would give them."""
+        declare it with the same ranks, as ncclCommSplit would give them. Declaring a name again
+        with the same ranks returns the same communicator."""
         loc = user_loc()
-        check_name(name, "communicator", loc, self.rank)
+        self._open("comm")
+        check_name(name, "communicator", loc, self.rank, "comm")
+        if isinstance(ranks, (str, bytes)) or not isinstance(ranks, Iterable):
+            raise self._error(f"communicator {name} needs a list of world ranks, got {type(ranks).__name__} "
+                              f"{ranks!r}", "comm", hint="e.g. r.comm('pair', [0, 1])")
         members = tuple(self._peer(r, "comm", "member") for r in ranks)
         if self.rank not in members:
             raise self._error(f"communicator {name} does not contain this rank", "comm",
                               hint="pass the group this rank belongs to")
         if len(set(members)) != len(members):
             raise self._error(f"communicator {name} lists a rank twice: {list(members)}", "comm")
-        self._st.comms[name] = (members, loc)
+        first = self._st.comms.get(name)
+        if first is not None and first[0] != members:
+            raise self._error(f"communicator {name} is declared again with ranks {list(members)}, but at {first[1]} "
+                              f"it has ranks {list(first[0])}", "comm",
+                              hint="a communicator's members are fixed: give the new one another name")
+        if first is None:
+            self._st.comms[name] = (members, loc)
         return Comm(name, members, self.rank)
 
     def node_comm(self, name: str = "intra") -> Comm:
@@ -366,6 +467,7 @@ class Rank:
     @contextlib.contextmanager
     def group(self) -> Iterator[None]:
         """ncclGroupStart/End: sends and receives inside are posted together."""
+        self._open("group")
         if self._st.group is not None:
             raise self._error("groups do not nest", "group", hint="remove the inner `with r.group():`")
         self._st.group, self._st.group_loc = [], user_loc()
@@ -390,8 +492,8 @@ class Rank:
         loc = user_loc()
         peer = self._peer(peer, "recv")
         dst = self._local(dst, "recv", "dst")
-        if reduce not in (None, "sum", "prod", "max", "min"):
-            raise self._error(f"unknown reduction {reduce!r}", "recv", hint="sum, prod, max or min")
+        if reduce is not None:
+            _one_of(reduce, _REDUCE_OPS, "reduction", "recv", self)
         name = self._comm(comm, "recv")
         if peer not in self._members(name):
             raise self._error(f"peer {peer} is not in communicator {name}", "recv", loc=loc)
@@ -399,9 +501,7 @@ class Rank:
 
     # -- collectives --------------------------------------------------------------------------
     def _reduce_op(self, op: str, kind: str) -> str:
-        if op not in ("sum", "prod", "max", "min"):
-            raise self._error(f"unknown reduction {op!r}", kind, hint="sum, prod, max or min")
-        return op
+        return _one_of(op, _REDUCE_OPS, "reduction", kind, self)
 
     def all_reduce(self, src, dst=None, op: str = "sum", comm=None) -> None:
         loc = user_loc()
@@ -447,9 +547,10 @@ class Rank:
         name = self._comm(comm, "reduce_to")
         root = self._root(root, name, "reduce_to")
         src = self._local(src, "reduce_to", "src")
+        dst = None if dst is None else self._local(dst, "reduce_to", "dst")
         target = None
         if self.rank == root:
-            target = src if dst is None else self._local(dst, "reduce_to", "dst")
+            target = src if dst is None else dst
             self._same_shape(src, target, "reduce_to")
         self._append(ir.ReduceTo(src=src.to_ir(), dst=None if target is None else target.to_ir(), root=root,
                                  op=self._reduce_op(op, "reduce_to"), comm=name, loc=loc))
@@ -474,7 +575,7 @@ class Rank:
         pe = self._peer(pe, "put", "pe")
         dst, src = self._symmetric(dst, "put", "dst"), self._local(src, "put", "src")
         self._same_shape(src, dst, "put")
-        self._append(ir.Put(pe=pe, dst=dst.to_ir(), src=src.to_ir(), nbi=bool(nbi), loc=loc))
+        self._append(ir.Put(pe=pe, dst=dst.to_ir(), src=src.to_ir(), nbi=self._flag(nbi, "nbi", "put"), loc=loc))
 
     def get(self, pe, dst, src) -> None:
         """Read symmetric `src` on `pe` into local `dst` (blocking)."""
@@ -485,9 +586,7 @@ class Rank:
         self._append(ir.Get(pe=pe, dst=dst.to_ir(), src=src.to_ir(), loc=loc))
 
     def _sig_op(self, op: str, kind: str) -> str:
-        if op not in ("set", "add"):
-            raise self._error(f"unknown signal op {op!r}", kind, hint="'set' or 'add'")
-        return op
+        return _one_of(op, ("set", "add"), "signal op", kind, self)
 
     def put_signal(self, pe, dst, src, sig, value: int = 1, op: str = "set", nbi: bool = False) -> None:
         """Put, then update `sig` on `pe` once the data is there (nvshmem_putmem_signal)."""
@@ -497,7 +596,7 @@ class Rank:
         self._same_shape(src, dst, "put_signal")
         self._append(ir.PutSignal(pe=pe, dst=dst.to_ir(), src=src.to_ir(), signal=self._signal(sig, "put_signal"),
                                   value=_u64(self, value, "put_signal"), sig_op=self._sig_op(op, "put_signal"),
-                                  nbi=bool(nbi), loc=loc))
+                                  nbi=self._flag(nbi, "nbi", "put_signal"), loc=loc))
 
     def signal_op(self, pe, sig, value: int = 1, op: str = "set") -> None:
         """Update `sig` on `pe` (nvshmemx_signal_op): a delivery like a put."""
@@ -508,30 +607,33 @@ class Rank:
 
     def atomic(self, pe, target, op: str, value: int = 1) -> None:
         """Non-fetching atomic (add, set, inc, and, or, xor) on one word on `pe`."""
+        self._atomic(pe, target, op, value, "atomic")
+
+    def _atomic(self, pe, target, op: str, value, name: str) -> None:
         loc = user_loc()
-        if op not in ("add", "set", "inc", "and", "or", "xor"):
-            raise self._error(f"unknown atomic {op!r}", "atomic", hint="add, set, inc, and, or, xor")
-        self._append(ir.Atomic(pe=self._peer(pe, "atomic", "pe"), target=self._word(target, "atomic"), op=op,
-                               value=_u64(self, value, "atomic"), loc=loc))
+        op = _one_of(op, _ATOMIC_OPS, "atomic", name, self)
+        self._append(ir.Atomic(pe=self._peer(pe, name, "pe"), target=self._word(target, name), op=op,
+                               value=_u64(self, value, name), loc=loc))
 
     def atomic_add(self, pe, target, value: int = 1) -> None:
-        self.atomic(pe, target, "add", value)
+        self._atomic(pe, target, "add", value, "atomic_add")
 
     def atomic_set(self, pe, target, value: int) -> None:
-        self.atomic(pe, target, "set", value)
+        self._atomic(pe, target, "set", value, "atomic_set")
 
     def atomic_inc(self, pe, target) -> None:
-        self.atomic(pe, target, "inc", 1)
+        self._atomic(pe, target, "inc", 1, "atomic_inc")
 
-    def _fetch(self, pe, target, op: str, into, value: int = 0, cond: int = 0) -> None:
+    def _fetch(self, pe, target, op: str, into, value: int = 0, cond: int = 0, name: str | None = None) -> None:
         loc = user_loc()
-        pe = self._peer(pe, op, "pe")
-        word = self._word(target, op)
-        into = self._local(into, op, "into")
+        name = name or op
+        pe = self._peer(pe, name, "pe")
+        word = self._word(target, name)
+        into = self._local(into, name, "into")
         if into.count != 1 or into.buf.dtype not in ir.INTEGER_DTYPES:
-            raise self._error(f"into {into} must be one element of an integer buffer", op)
-        self._append(ir.FetchAtomic(pe=pe, target=word, op=op, value=_u64(self, value, op),
-                                    cond=_u64(self, cond, op), into=into.to_ir(), loc=loc))
+            raise self._error(f"into {into} must be one element of an integer buffer", name)
+        self._append(ir.FetchAtomic(pe=pe, target=word, op=op, value=_u64(self, value, name),
+                                    cond=_u64(self, cond, name, "cond"), into=into.to_ir(), loc=loc))
 
     def fetch_add(self, pe, target, value: int, into) -> None:
         self._fetch(pe, target, "fetch_add", into, value)
@@ -540,7 +642,7 @@ class Rank:
         self._fetch(pe, target, "fetch_inc", into, 1)
 
     def atomic_fetch(self, pe, target, into) -> None:
-        self._fetch(pe, target, "fetch", into)
+        self._fetch(pe, target, "fetch", into, name="atomic_fetch")
 
     def swap(self, pe, target, value: int, into) -> None:
         self._fetch(pe, target, "swap", into, value)
@@ -551,8 +653,7 @@ class Rank:
     def wait_until(self, sig, cmp: str, value: int) -> None:
         """Block until the local signal word satisfies `sig cmp value`."""
         loc = user_loc()
-        if cmp not in ("eq", "ne", "gt", "ge", "lt", "le"):
-            raise self._error(f"unknown comparison {cmp!r}", "wait_until", hint="eq, ne, gt, ge, lt, le")
+        cmp = _one_of(cmp, _COMPARES, "comparison", "wait_until", self)
         self._append(ir.WaitUntil(signal=self._signal(sig, "wait_until"), cmp=cmp,
                                   value=_u64(self, value, "wait_until"), loc=loc))
 
@@ -595,22 +696,29 @@ class Rank:
         loc = user_loc()
         dst = self._local(dst, "fill", "dst")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self._error(f"fill value must be a number, got {value!r}", "fill")
+            raise self._error(f"fill value must be a number, got {type(value).__name__} {value!r}", "fill")
+        if isinstance(value, int) and abs(value) > 2**53:
+            raise self._error(f"fill value {value} is not exact as a float64", "fill",
+                              hint="use a value of magnitude at most 2**53")
+        if math.isnan(value):
+            raise self._error("fill value nan is not a value the result can be compared with", "fill",
+                              hint="fill with a number; inf and -inf are allowed")
         self._append(ir.Fill(dst=dst.to_ir(), value=float(value), loc=loc))
 
     def compute(self, name: str, reads=(), writes=()) -> None:
         """An opaque kernel `name` that reads `reads` and writes `writes`."""
         loc = user_loc()
-        check_name(name, "compute kernel", loc, self.rank)
-        reads = tuple(self._local(x, "compute", "read").to_ir() for x in reads)
-        writes = tuple(self._local(x, "compute", "write").to_ir() for x in writes)
+        check_name(name, "compute kernel", loc, self.rank, "compute")
+        reads = self._regions(reads, "compute", "reads")
+        writes = self._regions(writes, "compute", "writes")
         self._append(ir.Compute(name=name, reads=reads, writes=writes, loc=loc))
 
 
-def _u64(rank: Rank, value, op: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, SymInt)) or not 0 <= as_int(value) < 2**64:
-        raise rank._error(f"value must be an integer in 0..2**64-1, got {value!r}", op)
-    return as_int(value)
+def _u64(rank: Rank, value, op: str, what: str = "value") -> int:
+    value = as_int(_integer(value, what, rank, op))
+    if not 0 <= value < 2**64:
+        raise rank._error(f"{what} {value} does not fit a uint64 signal word", op, hint="use 0 <= value < 2**64")
+    return value
 
 
 # --------------------------------------------------------------------------------- schedules
@@ -674,10 +782,17 @@ def _run_user(defn: ScheduleDef, handle: Rank) -> None:
 
 
 def _build(defn: ScheduleDef, world: int, per_node: int) -> ir.Schedule:
+    check_name(defn.name, "schedule", defn.loc, None, "schedule")
+    for size in defn.sizes:
+        size.check_binding()
     handles = []
     for rank in range(world):
         handle = Rank(rank, world, per_node)
         _run_user(defn, handle)
+        handle._st.closed = True
+        if handle._st.group is not None:  # entered by hand and never exited: its ops would be lost
+            raise handle._error("this group is never closed", "group", loc=handle._st.group_loc,
+                                hint="use `with r.group():`")
         handles.append(handle)
     _check_symmetric(handles)
     comms = _build_comms(handles)
@@ -688,10 +803,7 @@ def _build(defn: ScheduleDef, world: int, per_node: int) -> ir.Schedule:
     symbols = tuple(s.symbol() for s in defn.sizes)
     sched = ir.Schedule(name=defn.name, world=world, ranks_per_node=per_node, loc=defn.loc, symbols=symbols,
                         comms=comms, programs=programs)
-    expectations = []
-    for spec in defn.expect:
-        expectations.extend(spec.resolve(sched))
-    return sched.model_copy(update={"expect": tuple(expectations)})
+    return sched.model_copy(update={"expect": resolve_all(defn.expect, sched)})
 
 
 def _check_symmetric(handles: list[Rank]) -> None:
@@ -754,14 +866,68 @@ def schedule(fn: Callable | None = None, *, expect=None, name: str | None = None
     """Declare a schedule: `@cw.schedule(expect=cw.allreduce("x"))` over `def f(r): ...`.
 
     `ranks`: the world sizes it is meant for (the CLI's default); `ranks_per_node`: node size;
-    `sizes`: the `cw.size` symbols it uses, for the symbolic checks."""
+    `sizes`: the `cw.size` symbols it uses, for the symbolic checks; `name`: defaults to the
+    function's name (a lambda's is `anonymous`). The arguments are checked here, and a mistake names
+    the decorator's line."""
+    loc = user_loc()
+    specs = check_specs(expect, loc)
+    if name is not None:
+        check_name(name, "schedule", loc, None, "schedule")
+    ranks = _check_ranks(ranks, loc)
+    if ranks_per_node is not None and (isinstance(ranks_per_node, bool) or not isinstance(ranks_per_node, int)
+                                       or ranks_per_node < 1):
+        raise _decl_error(loc, f"ranks_per_node must be a positive int, got {type(ranks_per_node).__name__} "
+                               f"{ranks_per_node!r}", "e.g. ranks_per_node=8")
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Iterable):
+        raise _decl_error(loc, f"sizes must be a list of cw.size(...) symbols, got {type(sizes).__name__} {sizes!r}")
+    sizes = tuple(sizes)
+    for value in sizes:
+        if not isinstance(value, Size):
+            raise _decl_error(loc, f"sizes must hold cw.size(...) symbols, got {type(value).__name__} {value!r}")
+
     def wrap(f: Callable) -> ScheduleDef:
-        floc = ir.SourceLoc(file=os.path.basename(f.__code__.co_filename), line=f.__code__.co_firstlineno)
-        found = {id(s): s for s in sizes}
-        for value in f.__globals__.values():
-            if isinstance(value, Size):
-                found.setdefault(id(value), value)
-        return ScheduleDef(f, expect, name, tuple(ranks) if ranks else None, ranks_per_node,
-                           tuple(found.values()), floc)
+        code = getattr(f, "__code__", None)
+        if not callable(f) or code is None:
+            raise _decl_error(loc, f"@cw.schedule decorates a function of the rank handle, got "
+                                   f"{type(f).__name__} {f!r}", "def f(r): ...")
+        floc = ir.SourceLoc(file=os.path.basename(code.co_filename), line=code.co_firstlineno)
+        try:
+            inspect.signature(f).bind(None)
+        except TypeError:
+            raise _decl_error(floc, f"the schedule function {f.__name__} must take one argument, the rank handle",
+                              "def f(r): ...") from None
+        own = name
+        if own is None:
+            own = "anonymous" if f.__name__ == "<lambda>" else f.__name__
+            check_name(own, "schedule", floc, None, "schedule")
+        found: dict[str, Size] = {}
+        for value in list(sizes) + [v for v in f.__globals__.values() if isinstance(v, Size)]:
+            first = found.setdefault(value.name, value)
+            if first is not value and (first.default, first.constraints()) != (value.default, value.constraints()):
+                raise _decl_error(value.loc, f"size {value.name} is declared twice, differently: at {first.loc} "
+                                             f"as {first.default} ({first.constraints()}), here as {value.default} "
+                                             f"({value.constraints()})", "declare each size once")
+        return ScheduleDef(f, specs, own, ranks, ranks_per_node, tuple(found.values()), floc)
 
     return wrap(fn) if fn is not None else wrap
+
+
+def _decl_error(loc: ir.SourceLoc, message: str, hint: str | None = None) -> ScheduleError:
+    return ScheduleError(message, file=loc.file, line=loc.line, op="schedule", hint=hint)
+
+
+def _check_ranks(ranks, loc: ir.SourceLoc) -> tuple[int, ...] | None:
+    """`ranks=`: the world sizes the schedule is meant for, positive ints."""
+    if ranks is None:
+        return None
+    if isinstance(ranks, (str, bytes)) or not isinstance(ranks, Iterable):
+        raise _decl_error(loc, f"ranks must be a list of world sizes, got {type(ranks).__name__} {ranks!r}",
+                          "e.g. ranks=(2, 4, 8)")
+    ranks = tuple(ranks)
+    if not ranks:
+        raise _decl_error(loc, "ranks lists no world size", "leave ranks out to check 2, 4 and 8 ranks")
+    for world in ranks:
+        if isinstance(world, bool) or not isinstance(world, int) or world < 1:
+            raise _decl_error(loc, f"ranks must hold positive ints (world sizes), got {type(world).__name__} "
+                                   f"{world!r}", "e.g. ranks=(2, 4, 8)")
+    return ranks
