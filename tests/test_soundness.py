@@ -3,12 +3,17 @@ and its buggy twin that must not (issue: never a wrong "verified", never a false
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 import clockworks_dist as cw
 from clockworks_dist.check import check
 from clockworks_dist.check.match import match
 from clockworks_dist.check.model import Model
-from clockworks_dist.report.text import render_violation
+from clockworks_dist.report.text import render_verdict, render_violation
 
+PROTOCOLS = Path(__file__).resolve().parents[1] / "protocols"
 MASK64 = (1 << 64) - 1
 CHUNK = cw.size("CHUNK", 4)
 
@@ -229,3 +234,22 @@ def test_a_delivery_is_drawn_in_its_target_column():
     rows = [[c.strip() for c in line.split("|")] for line in lines if line.strip()[:1].isdigit()]
     delivered = [row for row in rows if any("from rank 0" in cell for cell in row)]
     assert delivered and all(row[1] == "" and row[2].startswith("from rank 0: signal_op") for row in delivered)
+
+
+# --------------------------------------------------------- one time bound for every phase
+def test_the_timeout_bounds_every_phase_not_only_the_search():
+    from clockworks_dist.check.budget import Deadline, OutOfTime
+    from clockworks_dist.check.symbolic import check_sizes
+
+    sched = cw.load_file(str(PROTOCOLS / "ring_allreduce.py"))[0].trace(64)
+    result = check(sched, timeout=1e-9)  # already over when the model is compiled
+    assert (result.verdict, result.complete, result.stopped_by) == ("incomplete", False, "timeout")
+    assert result.stopped_in == "compiling the model" and result.states == 0
+    assert "stopped by the timeout in compiling the model, before the search" in render_verdict(result)
+    with pytest.raises(OutOfTime):
+        check_sizes(sched, deadline=Deadline(1e-9))
+    # the 64-rank ring takes seconds to verify (scripts/results/bench_checker.md); half a second
+    # of budget must come back promptly, whatever phase it ends in
+    result = check(sched, timeout=0.5)
+    assert result.verdict == "incomplete" and result.stopped_by == "timeout"
+    assert result.seconds < 10

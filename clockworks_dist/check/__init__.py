@@ -16,6 +16,7 @@ from typing import Callable
 
 from .. import ir
 from .bfs import BreadthFirst
+from .budget import UNBOUNDED, Deadline, OutOfTime
 from .dfs import DepthFirst
 from .explore import explore
 from .hb import HappensBefore, happens_before as _stamp
@@ -32,24 +33,34 @@ _ORDER = {"collective_mismatch": 0, "send_recv_mismatch": 1, "symbolic_size": 2,
 def check(schedule: ir.Schedule, *, strategy: str = "dfs", max_states: int | None = 1_000_000,
           timeout: float | None = 60.0, reduction: bool = True,
           progress: Callable[[int, int, float], None] | None = None, symbolic: bool = True) -> CheckResult:
-    """Model-check a traced schedule; see the module docstring for the pipeline."""
+    """Model-check a traced schedule; see the module docstring for the pipeline.
+
+    `timeout` bounds the whole check, every phase included: a phase that runs out of time makes
+    the result incomplete (`stopped_by="timeout"`, `stopped_in` naming the phase), never
+    verified; errors found before that still make it violated."""
     started = time.perf_counter()
+    deadline = Deadline(timeout)
     matches, problems = match(schedule)
     if problems:
         return CheckResult(schedule=schedule, verdict="violated", violations=_sorted(problems), states=0,
                            transitions=0, seconds=time.perf_counter() - started, complete=True,
                            strategy=strategy, reduction=reduction)
-    model = Model(schedule, matches)
-    frontier = BreadthFirst() if strategy == "bfs" else DepthFirst()
-    outcome = explore(model, frontier, reduction=reduction, max_states=max_states, timeout=timeout,
-                      progress=progress)
-    violations = outcome.observer.violations()
-    if symbolic and schedule.symbols or symbolic and _has_waits(schedule):
-        violations += _symbolic(schedule, model, outcome)
-    if model.deliveries:
-        from .symbolic import unfinished_deliveries
+    violations: list[Violation] = []
+    outcome = None
+    try:
+        model = Model(schedule, matches, deadline)
+        frontier = BreadthFirst() if strategy == "bfs" else DepthFirst()
+        outcome = explore(model, frontier, reduction=reduction, max_states=max_states, progress=progress,
+                          deadline=deadline)
+        violations += outcome.observer.violations()
+        if symbolic and schedule.symbols or symbolic and _has_waits(schedule):
+            violations += _symbolic(schedule, model, outcome, deadline)
+        if model.deliveries:
+            from .symbolic import unfinished_deliveries
 
-        violations += unfinished_deliveries(schedule)
+            violations += unfinished_deliveries(schedule, deadline)
+    except OutOfTime as exc:
+        return _out_of_time(schedule, violations, outcome, exc.phase, started, strategy, reduction)
     errors = [v for v in violations if v.severity == "error"]
     if errors:
         verdict = "violated"
@@ -61,7 +72,22 @@ def check(schedule: ir.Schedule, *, strategy: str = "dfs", max_states: int | Non
         schedule=schedule, verdict=verdict, violations=_sorted(violations), states=outcome.states,
         transitions=outcome.transitions, seconds=time.perf_counter() - started, complete=outcome.complete,
         stopped_by=outcome.stopped_by, strategy=strategy, reduction=reduction,
-        terminal_states=outcome.observer.terminals)
+        terminal_states=outcome.observer.terminals,
+        stopped_in="the state search" if outcome.stopped_by else None)
+
+
+def _out_of_time(schedule, violations, outcome, phase: str, started: float, strategy: str,
+                 reduction: bool) -> CheckResult:
+    """The result of a check whose deadline passed in `phase`: violated if an error was already
+    found, else incomplete."""
+    if outcome is not None and outcome.stopped_by == "timeout":
+        phase = "the state search"
+    errors = [v for v in violations if v.severity == "error"]
+    return CheckResult(
+        schedule=schedule, verdict="violated" if errors else "incomplete", violations=_sorted(violations),
+        states=outcome.states if outcome else 0, transitions=outcome.transitions if outcome else 0,
+        seconds=time.perf_counter() - started, complete=False, stopped_by="timeout", stopped_in=phase,
+        strategy=strategy, reduction=reduction, terminal_states=outcome.observer.terminals if outcome else 0)
 
 
 def _sorted(violations: list[Violation]) -> list[Violation]:
@@ -72,23 +98,24 @@ def _has_waits(schedule: ir.Schedule) -> bool:
     return any(op.kind == "wait_until" for p in schedule.programs for op in p.ops)
 
 
-def _symbolic(schedule: ir.Schedule, model: Model, outcome) -> list[Violation]:
+def _symbolic(schedule: ir.Schedule, model: Model, outcome, deadline: Deadline) -> list[Violation]:
     from . import symbolic
 
-    hb = _first_execution(model, outcome)
+    hb = _first_execution(model, outcome, deadline)
     found = []
     if schedule.symbols:
-        found += symbolic.check_sizes(schedule, hb.unordered if hb else None, beyond_traced=outcome.complete)
+        found += symbolic.check_sizes(schedule, hb.unordered if hb else None, beyond_traced=outcome.complete,
+                                      deadline=deadline)
     if _has_waits(schedule):
-        found += symbolic.check_waits(schedule, hb.ordered if hb else None)
+        found += symbolic.check_waits(schedule, hb.ordered if hb else None, deadline)
     return found
 
 
-def _first_execution(model: Model, outcome) -> HappensBefore | None:
+def _first_execution(model: Model, outcome, deadline: Deadline = UNBOUNDED) -> HappensBefore | None:
     """The happens-before order of one complete execution the search found (None if none did)."""
     for state in outcome.parents:
         if model.done(state) and not state[4] and not model.enabled(state):
-            return _stamp(model, outcome.path_to(state))
+            return _stamp(model, outcome.path_to(state), deadline)
     return None
 
 

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from .budget import Deadline
 from .model import Model, State
 from .por import Reducer
 from .properties import Observer
@@ -39,10 +40,16 @@ def path_to(parents: dict, state: State) -> list[tuple]:
 
 
 def explore(model: Model, frontier, *, reduction: bool = True, max_states: int | None = None,
-            timeout: float | None = None, progress: Callable[[int, int, float], None] | None = None) -> Outcome:
+            timeout: float | None = None, progress: Callable[[int, int, float], None] | None = None,
+            deadline: Deadline | None = None) -> Outcome:
+    """Search the state space from `model.initial()`; stop at `max_states` states or when
+    `timeout` seconds have passed (or the caller's `deadline`, which then replaces it). Raises
+    `OutOfTime` if the deadline passes before the search starts (evaluating the postcondition)."""
     start = time.perf_counter()
+    if deadline is None:
+        deadline = Deadline(timeout)
     parents: dict[State, tuple[State, tuple] | None] = {}
-    observer = Observer(model, lambda state: path_to(parents, state))
+    observer = Observer(model, lambda state: path_to(parents, state), deadline)
     reducer = Reducer(model) if reduction else None
     init = model.initial()
     parents[init] = None
@@ -63,11 +70,11 @@ def explore(model: Model, frontier, *, reduction: bool = True, max_states: int |
             if nxt not in parents:
                 parents[nxt] = (state, action)
                 frontier.push(nxt)
+        if deadline.expired():  # every state: at thousands of ranks one state can take seconds
+            stopped_by = "timeout"
+            break
         if visited & 255 == 0:
             now = time.perf_counter()
-            if timeout is not None and now - start > timeout:
-                stopped_by = "timeout"
-                break
             if progress is not None and now - last_report > 0.25:
                 progress(len(parents), transitions, now - start)
                 last_report = now

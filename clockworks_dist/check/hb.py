@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .budget import UNBOUNDED, Deadline
 from .match import Key
 from .model import SIG, SIG_READ, Model, State
 
@@ -112,7 +113,7 @@ class _Stamper:
             del self.groups[rank]
 
 
-def happens_before(model: Model, actions: list[tuple]) -> HappensBefore:
+def happens_before(model: Model, actions: list[tuple], deadline: Deadline = UNBOUNDED) -> HappensBefore:
     """Stamp the events of the execution `actions` (a path from the initial state)."""
     hb = HappensBefore(actions=list(actions))
     st = _Stamper(model, hb)
@@ -121,7 +122,9 @@ def happens_before(model: Model, actions: list[tuple]) -> HappensBefore:
     delivered: dict[int, Clock] = {r: {} for r in range(model.world)}
     sig_clock: dict[tuple[int, int], Clock] = {}
     landed: dict[tuple[int, int], Clock] = {}
-    for action in actions:
+    for number, action in enumerate(actions):
+        if number & 255 == 0:
+            deadline.check("the happens-before order")
         kind = action[0]
         if kind == "step":
             rank, index = action[1], action[2]

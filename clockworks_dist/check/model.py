@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import ir
+from .budget import UNBOUNDED, Deadline
 from .match import Key, Matches, members_of
 from .values import Layout, Values, collect_alignments, make_layout, split_atoms
 
@@ -105,7 +106,7 @@ class Code:
 class Model:
     """A schedule compiled for exploration."""
 
-    def __init__(self, sched: ir.Schedule, matches: Matches):
+    def __init__(self, sched: ir.Schedule, matches: Matches, deadline: Deadline = UNBOUNDED):
         self.sched = sched
         self.matches = matches
         self.world = sched.world
@@ -118,8 +119,11 @@ class Model:
             self.sig_offset[decl.name] = self.sig_count
             self.sig_count += decl.count
         self.may_wrap = self._may_wrap()
-        self.code: list[list[Code]] = [[self._compile(p.rank, i, op) for i, op in enumerate(p.ops)]
-                                       for p in sched.programs]
+        deadline.check("compiling the model")
+        self.code: list[list[Code]] = []
+        for p in sched.programs:
+            self.code.append([self._compile(p.rank, i, op) for i, op in enumerate(p.ops)])
+            deadline.check("compiling the model")
         self.nops = tuple(len(p.ops) for p in sched.programs)
         self.coll_members: list[list[tuple[int, int]]] = matches.collectives
         self.coll_footprint = [self._coll_footprint(cid) for cid in range(len(matches.collectives))]

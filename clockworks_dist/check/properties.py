@@ -10,6 +10,7 @@ from .. import ir
 from .actions import (
     blocked_ops, describe_action, future_signal_writers, key_on, make_step, region_text, replay, signal_text,
 )
+from .budget import UNBOUNDED, Deadline
 from .match import op_ref
 from .model import MEM, Model, State, conflicting
 from .result import OpRef, Violation
@@ -17,11 +18,12 @@ from .result import OpRef, Violation
 MAX_PER_KIND = 3
 
 
-def expected_atoms(model: Model) -> dict[tuple[int, int], tuple[tuple, ir.Expectation]]:
+def expected_atoms(model: Model, deadline: Deadline = UNBOUNDED) -> dict[tuple[int, int], tuple[tuple, ir.Expectation]]:
     """(rank, atom) -> (normal form of the expected value, its expectation)."""
     values, layout = model.values, model.layout
     out: dict[tuple[int, int], tuple[tuple, ir.Expectation]] = {}
     for exp in model.sched.expect:
+        deadline.check("evaluating the postcondition")
         lo, hi = layout.span(exp.rank, exp.region)
         for atom in range(lo, hi):
             _buf, start, stop = layout.atom_names[exp.rank][atom]
@@ -44,12 +46,12 @@ def expected_atoms(model: Model) -> dict[tuple[int, int], tuple[tuple, ir.Expect
 class Observer:
     """Collects violations while the search visits states."""
 
-    def __init__(self, model: Model, path_to: Callable[[State], list[tuple]]):
+    def __init__(self, model: Model, path_to: Callable[[State], list[tuple]], deadline: Deadline = UNBOUNDED):
         self.model = model
         self.path_to = path_to
         self.found: dict[tuple, Violation] = {}
         self.per_kind: Counter = Counter()
-        self.expected = expected_atoms(model)
+        self.expected = expected_atoms(model, deadline)
         self.outputs = self._output_atoms()
         self.finals: dict[tuple[int, int], dict[tuple, int]] = {}
         self.terminals = 0

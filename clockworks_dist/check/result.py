@@ -83,6 +83,7 @@ class CheckResult:
     seconds: float
     complete: bool
     stopped_by: str | None = None  # "max_states" or "timeout" when incomplete
+    stopped_in: str | None = None  # the phase the bound stopped: "the state search", "the z3 size proofs"
     strategy: str = "dfs"
     reduction: bool = True
     terminal_states: int = 0
@@ -103,7 +104,8 @@ class CheckResult:
     def to_json(self) -> dict:
         return {
             "schedule": self.schedule.name, "world": self.schedule.world, "verdict": self.verdict,
-            "complete": self.complete, "stopped_by": self.stopped_by, "states": self.states,
+            "complete": self.complete, "stopped_by": self.stopped_by, "stopped_in": self.stopped_in,
+            "states": self.states,
             "transitions": self.transitions, "terminal_states": self.terminal_states,
             "seconds": round(self.seconds, 4),
             "states_per_second": round(self.states / self.seconds, 1) if self.seconds > 0 else None,

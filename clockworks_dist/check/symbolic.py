@@ -29,6 +29,7 @@ from typing import Callable, Iterable, Iterator
 
 from .. import ir
 from ..errors import MissingDependency
+from .budget import UNBOUNDED, Deadline
 from .result import OpRef, Violation
 
 OpKey = tuple[int, int, int | None]  # (rank, index in the program, member of a group or None)
@@ -39,6 +40,14 @@ Form = tuple[int, tuple[tuple[str, int], ...]]
 SOLVER_TIMEOUT_MS = 10_000
 MASK64 = (1 << 64) - 1
 _CMP_TEXT = {"eq": "==", "ne": "!=", "gt": ">", "ge": ">=", "lt": "<", "le": "<="}
+
+
+def _timeout_ms(deadline: Deadline) -> int:
+    """A solver's timeout: the usual cap, or less when the check's deadline is nearer."""
+    remaining = deadline.remaining()
+    if remaining is None:
+        return SOLVER_TIMEOUT_MS
+    return max(1, min(SOLVER_TIMEOUT_MS, int(remaining * 1000)))
 
 
 def _z3():
@@ -220,8 +229,9 @@ def _what(access: _Access) -> str:
 class _Solver:
     """z3 variables for the symbols, their constraints, and batched refutation of obligations."""
 
-    def __init__(self, z3, symbols: Iterable[ir.Symbol]):
+    def __init__(self, z3, symbols: Iterable[ir.Symbol], deadline: Deadline = UNBOUNDED):
         self.z3 = z3
+        self.deadline = deadline
         self.symbols = {s.name: s for s in symbols}
         self.vars: dict[str, object] = {}
         self.constraints: list = []
@@ -250,8 +260,9 @@ class _Solver:
         return self._exprs[form]
 
     def _fresh(self):
+        self.deadline.check("the z3 size proofs")
         solver = self.z3.Solver()
-        solver.set(timeout=SOLVER_TIMEOUT_MS)
+        solver.set(timeout=_timeout_ms(self.deadline))
         solver.add(*self.constraints)
         return solver
 
@@ -266,6 +277,7 @@ class _Solver:
         remaining = list(range(len(negations)))
         failing: list[int] = []
         while remaining:
+            self.deadline.check("the z3 size proofs")
             solver.push()
             solver.add(z3.Or([negations[i] for i in remaining]))
             verdict = solver.check()
@@ -273,6 +285,7 @@ class _Solver:
             solver.pop()
             if verdict == z3.unsat:
                 return failing, []
+            self.deadline.check("the z3 size proofs")  # z3 gives up (unknown) at the deadline
             if model is None:  # unknown: decide one by one
                 return self._one_by_one(solver, negations, remaining, failing)
             hit = [i for i in remaining if z3.is_true(model.eval(negations[i], model_completion=True))]
@@ -286,6 +299,7 @@ class _Solver:
     def _one_by_one(self, solver, negations, remaining, failing):
         unknown = []
         for i in remaining:
+            self.deadline.check("the z3 size proofs")
             solver.push()
             solver.add(negations[i])
             verdict = solver.check()
@@ -332,8 +346,9 @@ class _Solver:
         """The least (or greatest) admissible value of `var` satisfying `negation`; None when
         unbounded or undecided."""
         z3 = self.z3
+        self.deadline.check("the z3 size proofs")
         opt = z3.Optimize()
-        opt.set(timeout=SOLVER_TIMEOUT_MS)
+        opt.set(timeout=_timeout_ms(self.deadline))
         opt.add(*self.constraints)
         opt.add(negation)
         handle = opt.minimize(var) if minimize else opt.maximize(var)
@@ -351,8 +366,9 @@ class _Solver:
     def valuation(self, negation) -> dict[str, int]:
         """An admissible valuation satisfying `negation`, as close as z3 finds to the traced one."""
         z3 = self.z3
+        self.deadline.check("the z3 size proofs")
         opt = z3.Optimize()
-        opt.set(timeout=SOLVER_TIMEOUT_MS)
+        opt.set(timeout=_timeout_ms(self.deadline))
         opt.add(*self.constraints)
         opt.add(negation)
         distance = []
@@ -386,7 +402,7 @@ class _Obligation:
 
 def check_sizes(schedule: ir.Schedule,
                 unordered: Callable[[OpKey, OpKey, bool, bool], bool] | None = None, *,
-                beyond_traced: bool = False) -> list[Violation]:
+                beyond_traced: bool = False, deadline: Deadline = UNBOUNDED) -> list[Violation]:
     """Prove, for every admissible valuation of the size symbols, that regions are in bounds,
     transfers move equal counts, and accesses that can be concurrent, one of them a write, never
     overlap. Returns `symbolic_size` violations, one per source line, with counterexamples.
@@ -403,7 +419,7 @@ def check_sizes(schedule: ir.Schedule,
     pairs that overlap at the traced sizes: that search reports them as data races when they really
     can be concurrent, so a bug gets one report, whatever the search order."""
     z3 = _z3()
-    solver = _Solver(z3, schedule.symbols)
+    solver = _Solver(z3, schedule.symbols, deadline)
     obligations: dict[tuple, _Obligation] = {}
 
     def need(kind: str, forms: tuple, site) -> None:
@@ -416,7 +432,7 @@ def check_sizes(schedule: ir.Schedule,
     accesses = [a for key, op in ops for a in _accesses(key, op)]
     _bounds(schedule, accesses, need)
     _counts(schedule, ops, need)
-    _overlaps(z3, schedule, accesses, unordered, need)
+    _overlaps(z3, schedule, accesses, unordered, need, deadline)
 
     traced = {s.name: s.value for s in schedule.symbols}
     items = [ob for ob in obligations.values()
@@ -550,7 +566,8 @@ class _StaticOrder:
 
     MAX_ROUNDS = 32
 
-    def __init__(self, z3, schedule: ir.Schedule):
+    def __init__(self, z3, schedule: ir.Schedule, deadline: Deadline = UNBOUNDED):
+        self.deadline = deadline
         self.ids: dict[tuple, int] = {}
         self.succ: list[list[int]] = []
         self.joint: dict[OpKey, int] = {}
@@ -561,7 +578,7 @@ class _StaticOrder:
         self.all = (1 << len(self.succ)) - 1
         self.extra = [0] * len(self.succ)  # nodes before a wait, found by value
         self.pre = self._ancestors()
-        waits = _Waits(z3, schedule, None)
+        waits = _Waits(z3, schedule, None, deadline)
         for _ in range(self.MAX_ROUNDS):
             if not self._order_waits(waits):
                 break
@@ -659,6 +676,8 @@ class _StaticOrder:
         ready = [n for n in range(size) if indegree[n] == 0]
         while ready:
             n = ready.pop()
+            if n & 1023 == 0:
+                self.deadline.check("the static happens-before order")
             done[n] = True
             pre[n] |= self.extra[n]
             carried = pre[n] | (1 << n)
@@ -685,6 +704,7 @@ class _StaticOrder:
         """Add to each wait the nodes that must precede it by value; True if any was new."""
         changed = False
         for key, wait, _, reachable in waits.waits:
+            self.deadline.check("the static happens-before order")
             w = self._node(key)
             if self.pre[w] == self.all:
                 continue  # never returns
@@ -758,7 +778,8 @@ def _signal_word(op: ir.OpBase) -> tuple | None:
 
 
 def _overlaps(z3, schedule: ir.Schedule, accesses: list[_Access],
-              unordered: Callable[[OpKey, OpKey, bool, bool], bool] | None, need) -> None:
+              unordered: Callable[[OpKey, OpKey, bool, bool], bool] | None, need,
+              deadline: Deadline = UNBOUNDED) -> None:
     """Concurrent accesses to one rank's buffer, one a write, are disjoint for every valuation."""
     default: list[_StaticOrder] = []  # built on first use: most schedules never need it
     decided: dict[tuple, bool] = {}
@@ -766,7 +787,7 @@ def _overlaps(z3, schedule: ir.Schedule, accesses: list[_Access],
     def concurrent(a: _Access, b: _Access) -> bool:
         if unordered is None:
             if not default:
-                default.append(_StaticOrder(z3, schedule))
+                default.append(_StaticOrder(z3, schedule, deadline))
             return default[0].unordered(a, b)
         pair = (a.key, a.deferred, b.key, b.deferred)
         if pair not in decided:
@@ -780,6 +801,7 @@ def _overlaps(z3, schedule: ir.Schedule, accesses: list[_Access],
         by_buffer[(access.memory, access.region.buffer)].append(access)
     for group in by_buffer.values():
         for i, a in enumerate(group):
+            deadline.check("the z3 overlap checks")
             for b in group[i + 1:]:
                 if not (a.write or b.write) or not (a.symbolic or b.symbolic) or (a.atomic and b.atomic):
                     continue
@@ -963,10 +985,11 @@ class _Waits:
     """Every wait_until with the signal updates that can reach it, and z3 to decide which values
     those updates can produce (cached by question: many waits ask the same one)."""
 
-    def __init__(self, z3, schedule: ir.Schedule, ordered: Callable[[OpKey, OpKey], bool] | None):
+    def __init__(self, z3, schedule: ir.Schedule, ordered: Callable[[OpKey, OpKey], bool] | None,
+                 deadline: Deadline = UNBOUNDED):
         self.z3 = z3
+        self.deadline = deadline
         self.solver = z3.Solver()
-        self.solver.set(timeout=SOLVER_TIMEOUT_MS)
         self.decided: dict[tuple, bool | None] = {}
         updates: dict[tuple[int, str, int], list[_Update]] = defaultdict(list)
         waits: list[tuple[OpKey, ir.WaitUntil]] = []
@@ -991,7 +1014,10 @@ class _Waits:
             return True
         question = (wait.cmp, wait.value) + _summary(reachable)
         if question not in self.decided:
+            self.deadline.check("the z3 wait checks")
+            self.solver.set(timeout=_timeout_ms(self.deadline))
             self.decided[question] = _satisfiable(self.z3, self.solver, *question)
+            self.deadline.check("the z3 wait checks")  # an undecided answer at the deadline
         return self.decided[question]
 
 
@@ -1002,8 +1028,8 @@ def _summary(updates: list[_Update]) -> tuple[tuple, tuple]:
     return tuple(sorted(adds.items())), tuple(sets)
 
 
-def check_waits(schedule: ir.Schedule,
-                ordered: Callable[[OpKey, OpKey], bool] | None = None) -> list[Violation]:
+def check_waits(schedule: ir.Schedule, ordered: Callable[[OpKey, OpKey], bool] | None = None,
+                deadline: Deadline = UNBOUNDED) -> list[Violation]:
     """Report every wait_until that no subset and order of the signal updates able to reach it can
     satisfy (`unsatisfiable_wait`).
 
@@ -1014,7 +1040,7 @@ def check_waits(schedule: ir.Schedule,
     after a barrier_all, sync_all or world barrier that the wait's rank reaches only after the wait.
     Signals start at 0, a set overwrites, adds accumulate after the last set, modulo 2**64 (words are
     uint64, DESIGN.md: an add of 2**64 - 1 is a decrement)."""
-    waits = _Waits(_z3(), schedule, ordered)
+    waits = _Waits(_z3(), schedule, ordered, deadline)
     violations = []
     for key, wait, found, reachable in waits.waits:
         if waits.satisfiable(wait, reachable) is False:
@@ -1117,7 +1143,7 @@ def _wait_violation(key: OpKey, wait: ir.WaitUntil, reachable: list[_Update], la
 __all__ = ["check_sizes", "check_waits", "show_form"]
 
 
-def unfinished_deliveries(schedule: ir.Schedule) -> list[Violation]:
+def unfinished_deliveries(schedule: ir.Schedule, deadline: Deadline = UNBOUNDED) -> list[Violation]:
     """Deliveries that some execution leaves in flight when every rank has finished its program:
     those not ordered before the end of any rank (no quiet or barrier_all after them on the issuer,
     and no rank whose progress depends on them). Decided on the static order, so the answer does
@@ -1125,7 +1151,7 @@ def unfinished_deliveries(schedule: ir.Schedule) -> list[Violation]:
     would give, which makes this a warning, never an error."""
     if not any(op.kind in _DELIVERY_KINDS for p in schedule.programs for op in p.ops):
         return []
-    order = _StaticOrder(_z3(), schedule)
+    order = _StaticOrder(_z3(), schedule, deadline)
     ends = [order.ids[("op", p.rank, len(p.ops))] for p in schedule.programs if p.ops]
     refs = []
     for program in schedule.programs:

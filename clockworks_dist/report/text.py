@@ -373,6 +373,9 @@ def _stopped(result: CheckResult) -> str:
     if result.stopped_by == "max_states":
         return f"stopped at {result.states:,} states"
     if result.stopped_by == "timeout":
+        if result.stopped_in and result.stopped_in != "the state search":
+            searched = f"after {result.states:,} states" if result.states else "before the search"
+            return f"stopped by the timeout in {result.stopped_in}, {searched}"
         return f"stopped by the timeout after {result.states:,} states"
     return f"stopped after {result.states:,} states"
 

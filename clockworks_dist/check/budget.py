@@ -1,0 +1,38 @@
+"""One time bound for every phase of a check: compiling the model, the search, the happens-before
+order and the symbolic proofs. `--timeout` is a promise to the user, so each phase's loops ask the
+same `Deadline`, and a phase that runs out raises `OutOfTime`, which `check` turns into an
+incomplete result (never "verified")."""
+
+from __future__ import annotations
+
+import time
+
+
+class OutOfTime(Exception):
+    """The deadline passed inside `phase` (a few words for the user: "the z3 size proofs")."""
+
+    def __init__(self, phase: str):
+        super().__init__(phase)
+        self.phase = phase
+
+
+class Deadline:
+    """A wall-clock bound; `None` seconds means unbounded."""
+
+    def __init__(self, seconds: float | None):
+        self.end = None if seconds is None else time.monotonic() + seconds
+
+    def remaining(self) -> float | None:
+        """Seconds left (never negative), or None when unbounded."""
+        return None if self.end is None else max(0.0, self.end - time.monotonic())
+
+    def expired(self) -> bool:
+        return self.end is not None and time.monotonic() > self.end
+
+    def check(self, phase: str) -> None:
+        """Raise `OutOfTime(phase)` once the bound has passed."""
+        if self.end is not None and time.monotonic() > self.end:
+            raise OutOfTime(phase)
+
+
+UNBOUNDED = Deadline(None)
