@@ -108,6 +108,28 @@ def test_cli_size_binding_outside_the_constraints_is_bad_input(tmp_path, capsys)
     assert "user.py:2: size: CHUNK = 3 is below min=4" in capsys.readouterr().err
 
 
+def test_a_size_the_schedule_does_not_declare():
+    # Declared inside the function, the size escapes the symbolic checks and --size: refuse it.
+    def sched(r):
+        inner = cw.size("INNER", 4, min=4)
+        r.buffer("x", 2 * inner)  # HERE
+    assert_error(trace_error(sched), line_of(sched), "size INNER is used, but the schedule does not declare it",
+                 "at module level", rank=0)
+
+
+def test_sizes_compare_and_divide_exactly_with_floats():
+    # Comparisons and % used to truncate the float: CHUNK < 4.5 was False, CHUNK % 2.5 was 0.
+    assert ALIGNED < 4.5 and not ALIGNED > 4.5 and ALIGNED == 4.0 and ALIGNED != 4.5
+    assert ALIGNED % 2.5 == 1.5 and 10.5 // ALIGNED == 2.0 and 10.5 % ALIGNED == 2.5
+    assert ALIGNED / 8 == 0.5 and 2 / ALIGNED == 0.5
+
+    def sched(r):
+        x = r.buffer("x", 2 * ALIGNED)
+        r.fill(x.region(0, ALIGNED / 2), 0.0)  # HERE
+    assert_error(trace_error(sched), line_of(sched), "region stop must be an integer, got float 2.0", "use an int: //",
+                 rank=0, op="x.region")
+
+
 def test_the_ir_refuses_an_inadmissible_symbol():
     with pytest.raises(ValidationError, match="violates its constraints"):
         ir.Symbol(name="CHUNK", value=3, min=4)

@@ -92,7 +92,7 @@ class SymInt:
     def __floordiv__(self, other):
         parts = self._parts(other)
         if parts is None:
-            return NotImplemented
+            return self._value // other if isinstance(other, float) else NotImplemented
         value, terms, _ = parts
         quotient = self._value // value
         if self._terms == {} and terms == {}:
@@ -104,18 +104,47 @@ class SymInt:
         return SymInt(quotient, None)
 
     def __rfloordiv__(self, other):
-        return SymInt(int(other) // self._value, None)
+        if isinstance(other, float):
+            return other // self._value
+        if self._parts(other) is None:
+            return NotImplemented
+        return SymInt(other // self._value, None)
 
     def __mod__(self, other):
-        if self._terms == {} and not (isinstance(other, SymInt) and other._terms != {}):
-            rest = self._value % int(other)
+        parts = self._parts(other)
+        if parts is None:
+            return self._value % other if isinstance(other, float) else NotImplemented
+        rest = self._value % parts[0]
+        if self._terms == {} and parts[1] == {}:
             return SymInt(rest, {}, rest)
-        return SymInt(self._value % int(other), None)
+        return SymInt(rest, None)
 
     def __rmod__(self, other):
-        return SymInt(int(other) % self._value, None)
+        if isinstance(other, float):
+            return other % self._value
+        if self._parts(other) is None:
+            return NotImplemented
+        return SymInt(other % self._value, None)
+
+    # True division gives a plain float, as for an int: a float bound is then refused where it is used.
+    def __truediv__(self, other):
+        value = self._number(other)
+        return NotImplemented if value is None else self._value / value
+
+    def __rtruediv__(self, other):
+        value = self._number(other)
+        return NotImplemented if value is None else value / self._value
 
     # -- behave as an int in Python control flow ----------------------------------------------
+    @staticmethod
+    def _number(other) -> int | float | None:
+        """`other` as a plain number, exactly (never truncated), or None if it is not one."""
+        if isinstance(other, SymInt):
+            return other.value
+        if isinstance(other, (int, float)):
+            return other
+        return None
+
     def __index__(self) -> int:
         return self._value
 
@@ -125,19 +154,24 @@ class SymInt:
         return hash(self._value)
 
     def __eq__(self, other) -> bool:
-        return self._value == int(other) if isinstance(other, (int, SymInt)) else NotImplemented
+        value = self._number(other)
+        return NotImplemented if value is None else self._value == value
 
     def __lt__(self, other):
-        return self._value < int(other)
+        value = self._number(other)
+        return NotImplemented if value is None else self._value < value
 
     def __le__(self, other):
-        return self._value <= int(other)
+        value = self._number(other)
+        return NotImplemented if value is None else self._value <= value
 
     def __gt__(self, other):
-        return self._value > int(other)
+        value = self._number(other)
+        return NotImplemented if value is None else self._value > value
 
     def __ge__(self, other):
-        return self._value >= int(other)
+        value = self._number(other)
+        return NotImplemented if value is None else self._value >= value
 
     def __bool__(self) -> bool:
         return bool(self._value)

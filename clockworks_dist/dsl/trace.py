@@ -795,6 +795,7 @@ def _build(defn: ScheduleDef, world: int, per_node: int) -> ir.Schedule:
                                 hint="use `with r.group():`")
         handles.append(handle)
     _check_symmetric(handles)
+    _check_sizes_declared(defn, handles)
     comms = _build_comms(handles)
     programs = tuple(
         ir.Program(rank=h.rank, buffers=tuple(h._st.buffers.values()), signals=tuple(h._st.signals.values()),
@@ -826,6 +827,26 @@ def _check_symmetric(handles: list[Rank]) -> None:
             raise ScheduleError(f"signals differ between rank 0 and rank {handle.rank}",
                                 file=loc.file, line=loc.line, rank=handle.rank,
                                 hint="declare the same signals on every rank")
+
+
+def _check_sizes_declared(defn: ScheduleDef, handles: list[Rank]) -> None:
+    """Every size the IR names must be one the schedule declares: otherwise the symbolic checks would
+    not know its constraints and `--size` could not bind it (a `cw.size` inside the function, or one
+    the decorator could not see)."""
+    declared = {s.name for s in defn.sizes}
+    for handle in handles:
+        uses = [(decl.count_sym, decl.loc) for decl in handle._st.buffers.values()]
+        for op in handle._st.ops:
+            for member in (op.ops if op.kind == "group" else (op,)):
+                for _, region in ir.op_regions(member):
+                    uses += [(region.start_sym, member.loc), (region.stop_sym, member.loc)]
+        for form, loc in uses:
+            for name, _coeff in (form.terms if form is not None else ()):
+                if name not in declared:
+                    raise ScheduleError(
+                        f"size {name} is used, but the schedule does not declare it", file=loc.file, line=loc.line,
+                        rank=handle.rank, hint=f"declare {name} = cw.size(...) at module level above the "
+                                               f"@cw.schedule function, or pass sizes=[{name}] to it")
 
 
 def _describe(decl: ir.BufferDecl | None) -> str:
