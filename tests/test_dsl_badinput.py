@@ -4,6 +4,7 @@ a schedule that silently means something else. One section per family found by t
 
 from __future__ import annotations
 
+import fractions
 import inspect
 import json
 import os
@@ -607,6 +608,7 @@ def _env(r) -> dict:
     (lambda r, e: r.fill(e["x"], True), "fill", "fill value must be a number, got bool True"),
     (lambda r, e: r.fill(e["x"], float("nan")), "fill", "fill value nan"),
     (lambda r, e: r.fill(e["x"], 10**400), "fill", "is not exact as a float64"),
+    (lambda r, e: r.fill(e["x"], fractions.Fraction(10**400, 3)), "fill", "is too large for a float64"),
     (lambda r, e: r.compute("k", reads=None), "compute", "reads must be a list of buffers or regions"),
     (lambda r, e: r.compute("k", writes=[3]), "compute", "write must be a buffer or a region of one, got int"),
     (lambda r, e: r.frobnicate(), None, "unknown op or attribute r.frobnicate"),
@@ -615,6 +617,15 @@ def test_hostile_arguments(call, op, fragment):
     def sched(r):
         call(r, _env(r))
     assert_error(trace_error(sched), call.__code__.co_firstlineno, fragment, rank=0, op=op)
+
+
+def test_fill_takes_numbers_and_sizes():
+    def sched(r):
+        x = r.buffer("x", 4)
+        r.fill(x, ALIGNED)
+        r.fill(x, -1)
+        r.fill(x, float("-inf"))
+    assert [op.value for op in cw.schedule(sched).trace(1).programs[0].ops] == [4.0, -1.0, float("-inf")]
 
 
 def test_compute_takes_one_buffer_or_a_list():

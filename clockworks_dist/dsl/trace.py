@@ -14,6 +14,7 @@ import contextlib
 import difflib
 import inspect
 import math
+import numbers
 import operator
 import os
 import sys
@@ -693,17 +694,24 @@ class Rank:
         self._append(ir.Copy(dst=dst.to_ir(), src=src.to_ir(), loc=loc))
 
     def fill(self, dst, value: float) -> None:
+        """dst = value in every element (a number, or a `cw.size` expression)."""
         loc = user_loc()
         dst = self._local(dst, "fill", "dst")
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, SymInt):
+            value = as_int(value)
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise self._error(f"fill value must be a number, got {type(value).__name__} {value!r}", "fill")
-        if isinstance(value, int) and abs(value) > 2**53:
+        if isinstance(value, numbers.Integral) and abs(int(value)) > 2**53:
             raise self._error(f"fill value {value} is not exact as a float64", "fill",
                               hint="use a value of magnitude at most 2**53")
-        if math.isnan(value):
+        try:
+            number = float(value)
+        except OverflowError:
+            raise self._error(f"fill value {value} is too large for a float64", "fill") from None
+        if math.isnan(number):
             raise self._error("fill value nan is not a value the result can be compared with", "fill",
                               hint="fill with a number; inf and -inf are allowed")
-        self._append(ir.Fill(dst=dst.to_ir(), value=float(value), loc=loc))
+        self._append(ir.Fill(dst=dst.to_ir(), value=number, loc=loc))
 
     def compute(self, name: str, reads=(), writes=()) -> None:
         """An opaque kernel `name` that reads `reads` and writes `writes`."""
