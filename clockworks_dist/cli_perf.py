@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import sys
 
-from .errors import ClockworksError, MissingDependency, ScheduleError
+from .errors import ClockworksError, MissingDependency, ScheduleError, TopologyError
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
 
@@ -63,26 +65,66 @@ def _pick(defs, name):
                         file=defs[0].loc.file)
 
 
+def check_writable(path: str, option: str) -> None:
+    """Fail now, before minutes of work, if `path` cannot be written (the folder is missing, it is
+    a folder, no permission); a file this creates is removed again."""
+    existed = os.path.lexists(path)
+    try:
+        # O_NONBLOCK: a FIFO with no reader fails at once instead of blocking
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o666)
+    except OSError as exc:
+        raise ClockworksError(_cannot_write(path, option, exc)) from None
+    os.close(fd)
+    if not existed:
+        os.remove(path)
+
+
+def _cannot_write(path: str, option: str, exc: OSError) -> str:
+    text = f"cannot write {path}: {exc.strerror or exc} ({option}"
+    folder = os.path.dirname(path)
+    if exc.errno == errno.ENOENT and folder:
+        text += f"; create the folder {folder} first, or write elsewhere"
+    return text + ")"
+
+
+def _write_json(path: str, value, option: str) -> None:
+    try:
+        with open(path, "w") as handle:
+            json.dump(value, handle)
+    except OSError as exc:
+        raise ClockworksError(_cannot_write(path, option, exc)) from None
+
+
 def cmd_predict(args: argparse.Namespace, out) -> int:
     from .dsl import load_file
     from .perf.predict import (bound, chrome_trace, link_utilisation, parse_sizes, predict_sizes)
     from .topology import gpus, load_topology
 
-    topo = load_topology(args.topology, nodes=args.nodes)
-    defn = _pick(load_file(args.file), args.schedule)
-    world = args.ranks or (defn.ranks[-1] if defn.ranks else len(gpus(topo)))
+    # Everything that can be wrong with the command line is found before the first simulation.
+    if args.trace:
+        check_writable(args.trace, "--trace")
+    if args.plot:
+        _check_plot(args.plot)
     try:
         sizes = parse_sizes(args.sizes)
     except ValueError as exc:
-        raise ClockworksError(str(exc)) from None
+        raise ClockworksError(f"--sizes: {exc}") from None
+    topo = load_topology(args.topology, nodes=args.nodes)
+    defn = _pick(load_file(args.file), args.schedule)
+    world = args.ranks or (defn.ranks[-1] if defn.ranks else len(gpus(topo)))
+    available = len(gpus(topo))
+    for n in args.scaling or ():
+        if n > available:
+            raise TopologyError(f"--scaling {n}: {n} ranks but {topo.name} has {available} GPUs (use a larger "
+                                "topology, or --nodes with a cluster template)")
+    bigger_topologies = [load_topology(args.topology, nodes=nodes) for nodes in args.scale_nodes or ()]
     results = predict_sizes(defn, topo, world, sizes, mode=args.mode, ranks_per_node=defn.ranks_per_node)
     last = results[-1]
     scaling = []
     for n in args.scaling or ():
         scaling.append((n, predict_sizes(defn, topo, n, [last.nbytes], mode=args.mode,
                                          ranks_per_node=defn.ranks_per_node)[0]))
-    for nodes in args.scale_nodes or ():
-        bigger = load_topology(args.topology, nodes=nodes)
+    for bigger in bigger_topologies:
         per_node = len(gpus(bigger)) // max(bigger.nodes, 1)
         scaling.append((len(gpus(bigger)), predict_sizes(defn, bigger, len(gpus(bigger)), [last.nbytes],
                                                          mode=args.mode, ranks_per_node=per_node)[0]))
@@ -92,8 +134,7 @@ def cmd_predict(args: argparse.Namespace, out) -> int:
     links = [{"link": name, "GB": round(moved, 4), "utilisation": round(util, 4)}
              for name, moved, util in link_utilisation(last.timeline)]
     if args.trace:
-        with open(args.trace, "w") as handle:
-            json.dump(chrome_trace(last.timeline), handle)
+        _write_json(args.trace, chrome_trace(last.timeline), "--trace")
         sys.stderr.write(f"wrote {args.trace}\n")
     if args.plot:
         _plot(results, args.plot, defn.name, topo.name)
@@ -123,7 +164,7 @@ def cmd_predict(args: argparse.Namespace, out) -> int:
     return EXIT_OK
 
 
-def _plot(results, path: str, name: str, topo: str) -> None:
+def _pyplot():
     try:
         import matplotlib
 
@@ -131,6 +172,24 @@ def _plot(results, path: str, name: str, topo: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise MissingDependency("plotting needs matplotlib: pip install 'clockworks-dist[plot]'") from exc
+    return plt
+
+
+def _check_plot(path: str) -> None:
+    """matplotlib is there, it can write the format the name asks for, and the file can be written."""
+    _pyplot()
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    extension = os.path.splitext(path)[1].lstrip(".").lower()
+    if extension not in formats:
+        raise ClockworksError(f"--plot {path}: cannot tell the image format from the name; end it in .png "
+                              f"(or one of .{', .'.join(sorted(formats))})")
+    check_writable(path, "--plot")
+
+
+def _plot(results, path: str, name: str, topo: str) -> None:
+    plt = _pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     sizes = [p.nbytes for p in results]
     left.loglog(sizes, [p.time_us for p in results], marker="o")
@@ -141,8 +200,12 @@ def _plot(results, path: str, name: str, topo: str) -> None:
     right.set_ylabel("busbw (GB/s)")
     fig.suptitle(f"{name} on {topo} (predicted)")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError as exc:
+        raise ClockworksError(_cannot_write(path, "--plot", exc)) from None
+    finally:
+        plt.close(fig)
 
 
 def cmd_calibrate(args: argparse.Namespace, out) -> int:
@@ -152,6 +215,13 @@ def cmd_calibrate(args: argparse.Namespace, out) -> int:
     from .topology import load_topology
     from .topology.model import _resolve as locate
 
+    folder = os.path.dirname(args.out)
+    try:  # fail now, not after the benchmarks and the fit, if the result cannot be written
+        os.makedirs(folder or ".", exist_ok=True)
+    except OSError as exc:
+        raise ClockworksError(f"cannot write {args.out}: cannot create the folder {folder}: "
+                              f"{exc.strerror or exc} (--out)") from None
+    check_writable(args.out, "--out")
     topo = load_topology(args.topology)
     folder = args.raw or args.run
     raw = os.path.join(folder, "calibration_raw.jsonl")

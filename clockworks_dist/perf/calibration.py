@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import ClockworksError
+from ..topology.model import MAX_CHANNELS
 from .constants import Constants
 from .fit import channels_from_log, fit, load_cells
 
@@ -43,6 +44,9 @@ def calibrate(raw: str, base_topology, base_file: str, out_path: str, run_log: s
     start = Constants.from_topology((start or base_topology).constants)
     channels = channels_from_log(run_log) if run_log else None
     if channels:
+        if not all(1 <= count <= MAX_CHANNELS for count in channels):
+            raise ClockworksError(f"{run_log}: NCCL's init line gives {channels[0]} coll and {channels[1]} p2p "
+                                  f"channels; a communicator has 1 to {MAX_CHANNELS} (is this an NCCL log?)")
         start.max_channels, start.p2p_max_channels = channels
     consts, summary = fit(cells, base_topology, start)
     document = yaml.safe_load(Path(base_file).read_text())
@@ -61,6 +65,9 @@ def calibrate(raw: str, base_topology, base_file: str, out_path: str, run_log: s
     }
     header = ("# Calibrated by `clockworks calibrate` on the machine named in `provenance`.\n"
               "# Links and devices as in the uncalibrated file; `constants` fitted to measurements.\n")
-    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(out_path).write_text(header + yaml.safe_dump(document, sort_keys=False, width=100))
+    try:
+        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(out_path).write_text(header + yaml.safe_dump(document, sort_keys=False, width=100))
+    except OSError as exc:
+        raise ClockworksError(f"cannot write {out_path}: {exc.strerror or exc}") from None
     return summary

@@ -12,7 +12,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from ..errors import MissingDependency
+from ..errors import ClockworksError, MissingDependency
 from .constants import Constants
 from .microbench import MICROBENCHMARKS
 from .predict import predict_sizes
@@ -72,29 +72,64 @@ class Cell:
 
 
 def load_cells(path: str) -> tuple[list[Cell], dict]:
-    """Read the microbenchmark results (one JSON object per line)."""
+    """Read the microbenchmark results (one JSON object per line; other lines are log text)."""
     cells: list[Cell] = []
     provenance: dict = {}
-    with open(path) as handle:
-        for line in handle:
-            line = line.strip()
-            if not line.startswith("{"):
-                continue
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ClockworksError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    for number, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
             row = json.loads(line)
-            bench = row.get("bench")
-            if bench == "provenance":
-                provenance = row
-            elif bench == "nccl" and row.get("op") in MICROBENCHMARKS and row.get("correct") is not False:
-                channels = row.get("nchannels_env")
-                for mode in ("graph", "eager"):
-                    value = row.get(f"{mode}_us")
-                    if value:
-                        cells.append(Cell(row["op"], int(row["bytes"]), mode, float(value),
-                                          nccl_est_us=row.get("nccl_est_us"),
-                                          max_channels=int(channels) if channels else None))
-            elif bench == "nvshmem" and row.get("op") == "put_block" and row.get("us"):
-                cells.append(Cell("put", int(row["bytes"]), "graph", float(row["us"]), blocks=int(row.get("blocks", 1))))
+            cells += _cells_of(row, provenance)
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+            what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise ClockworksError(f"{path}:{number}: not a microbenchmark result: {what[:200]} (each line is one "
+                                  "JSON object as the runner writes it; rerun with --run, or fix the line)") from None
     return cells, provenance
+
+
+def _cells_of(row: dict, provenance: dict) -> list[Cell]:
+    """The cells of one result line (none for rows the fit does not use); ValueError if malformed."""
+    if not isinstance(row, dict):
+        raise ValueError("not a JSON object")
+    bench = row.get("bench")
+    if bench == "provenance":
+        provenance.update(row)
+        return []
+    if bench == "nccl" and row.get("op") in MICROBENCHMARKS and row.get("correct") is not False:
+        channels = row.get("nchannels_env")
+        found = []
+        for mode in ("graph", "eager"):
+            value = row.get(f"{mode}_us")
+            if value:
+                found.append(Cell(row["op"], _count(row["bytes"], "bytes"), mode, _time(value, f"{mode}_us"),
+                                  nccl_est_us=row.get("nccl_est_us"),
+                                  max_channels=_count(channels, "nchannels_env") if channels else None))
+        return found
+    if bench == "nvshmem" and row.get("op") == "put_block" and row.get("us"):
+        return [Cell("put", _count(row["bytes"], "bytes"), "graph", _time(row["us"], "us"),
+                     blocks=_count(row.get("blocks", 1), "blocks"))]
+    return []
+
+
+def _count(value, name: str) -> int:
+    number = int(value)
+    if number != float(value) or not 1 <= number <= 2**50:
+        raise ValueError(f"{name} must be a whole number from 1 to 2**50, got {value!r}")
+    return number
+
+
+def _time(value, name: str) -> float:
+    number = float(value)
+    if not 0 < number < 1e12:  # also refuses nan and inf: log-time needs a positive, finite time
+        raise ValueError(f"{name} must be a positive, finite time in us, got {value!r}")
+    return number
 
 
 def channels_from_log(path: str) -> tuple[int, int] | None:

@@ -17,14 +17,28 @@ from .network import GB, Network, from_topology
 from .simulate import Simulator, Timeline, host_cost, is_launch
 
 _UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1000, "KIB": 1024, "M": 1024**2, "MB": 1000**2, "MIB": 1024**2,
-          "G": 1024**3, "GB": 1000**3, "GIB": 1024**3}
+          "G": 1024**3, "GB": 1000**3, "GIB": 1024**3, "T": 1024**4, "TB": 1000**4, "TIB": 1024**4}
+MAX_SIZE = 1024**4  # bytes per rank: 1 TiB, more than any GPU's memory
+MAX_SIZES = 100  # sizes in one sweep (1..1TiB in powers of two is 41)
 
 
 def parse_size(text: str) -> int:
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    """`4096`, `64KiB`, `1.5MiB`, `1GB`: a whole number of bytes from 1 to 1 TiB."""
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", text, flags=re.ASCII)
     if not match or match.group(2).upper() not in _UNITS:
         raise ValueError(f"cannot read size {text!r}: write e.g. 4096, 64KiB, 16MiB, 1GiB")
-    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+    number, unit = match.group(1), _UNITS[match.group(2).upper()]
+    if len(number) > 30:  # too many digits for any size (and for int() beyond 4,300)
+        raise ValueError(f"size {text[:40]!r}... is more than 1TiB per rank, which no GPU holds")
+    whole, _, fraction = number.partition(".")
+    # exact arithmetic: float(number) * unit would round 1.1KiB to 1126 without a word
+    numerator, denominator = int(whole + fraction) * unit, 10 ** len(fraction)
+    if numerator % denominator:
+        raise ValueError(f"size {text!r} is not a whole number of bytes ({numerator / denominator:g})")
+    size = numerator // denominator
+    if size > MAX_SIZE:
+        raise ValueError(f"size {text!r} is more than 1TiB per rank, which no GPU holds")
+    return size
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -41,6 +55,9 @@ def parse_sizes(text: str) -> list[int]:
     sizes = [parse_size(t) for t in text.split(",") if t.strip()]
     if not sizes or min(sizes) < 1:
         raise ValueError(f"no positive sizes in {text!r}: write e.g. 1KiB..1GiB or 4096,1MiB")
+    if len(sizes) > MAX_SIZES:
+        raise ValueError(f"{len(sizes)} sizes in one sweep; at most {MAX_SIZES} (a range LOW..HIGH takes powers "
+                         "of two)")
     return sizes
 
 

@@ -7,10 +7,12 @@ import itertools
 from collections import Counter
 from pathlib import Path
 
-from ..errors import MissingDependency
+from ..errors import ClockworksError, MissingDependency
 from .model import FABRIC_KINDS, Device, Topology
 from .routing import Route, build_graph, gpus, incidence, local_index, rail_nic, route
 
+# A drawing of more devices is unreadable and takes minutes (a 64-node DGX H100 cluster has 1,940).
+MAX_DRAWN_DEVICES = 2000
 KIND_ORDER = ("gpu", "nvswitch", "pcie_switch", "host_bridge", "cpu", "nic", "ib_leaf", "ib_spine")
 # Drawing layers, top to bottom: the network above the hosts, NVSwitches below the GPUs.
 LAYER = {"ib_spine": 0, "ib_leaf": 1, "nic": 2, "host_bridge": 3, "cpu": 3, "pcie_switch": 4, "gpu": 5,
@@ -175,8 +177,12 @@ def to_dot(topo: Topology) -> str:
     def node_line(dev: Device, pad: str) -> str:
         return f"{pad}{_quote(dev.id)} [label={_quote(*_node_label(dev))}, fillcolor={_quote(COLOUR[dev.kind])}];"
 
-    for node in range(topo.nodes):
-        members = [d for d in topo.devices if d.node == node and d.kind not in FABRIC_KINDS]
+    by_node: dict[int, list[Device]] = {}
+    for dev in topo.devices:
+        if dev.node is not None and dev.kind not in FABRIC_KINDS:
+            by_node.setdefault(dev.node, []).append(dev)
+    for node in sorted(by_node):
+        members = by_node[node]
         if members:
             lines.append(f"  subgraph {_quote(f'cluster_node{node}')} {{")
             lines.append(f"    label={_quote(f'node {node}')};")
@@ -202,6 +208,16 @@ def draw_png(topo: Topology, path: str | Path) -> None:
         raise MissingDependency("drawing a PNG needs matplotlib: pip install 'clockworks-dist[plot]' "
                                 "(or write Graphviz with --dot)") from None
     import networkx as nx
+
+    if len(topo.devices) > MAX_DRAWN_DEVICES:
+        raise ClockworksError(f"cannot draw {path}: {topo.name} has {len(topo.devices):,} devices, and a drawing of "
+                              f"more than {MAX_DRAWN_DEVICES:,} is unreadable (draw fewer nodes, e.g. --nodes 4, or "
+                              "write Graphviz with --dot)")
+    formats = FigureCanvasAgg.get_supported_filetypes()
+    extension = Path(path).suffix.lstrip(".").lower()
+    if extension not in formats:
+        raise ClockworksError(f"cannot draw {path}: cannot tell the image format from the name; end it in .png "
+                              f"(or one of .{', .'.join(sorted(formats))})")
 
     graph = build_graph(topo).to_undirected()
     # Each layer in file order, node by node, spread evenly: the drawing follows the file.
