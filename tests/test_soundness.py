@@ -253,3 +253,21 @@ def test_the_timeout_bounds_every_phase_not_only_the_search():
     result = check(sched, timeout=0.5)
     assert result.verdict == "incomplete" and result.stopped_by == "timeout"
     assert result.seconds < 10
+
+
+def test_a_local_kernel_whose_source_is_shifted_over_its_destination_is_rejected():
+    from clockworks_dist.errors import ScheduleError
+
+    def shifted(r):
+        x = r.buffer("x", count=8, role="inout")
+        r.copy(x.region(2, 6), x.region(0, 4))  # threads read what other threads write
+
+    with pytest.raises(ScheduleError, match=r"test_soundness.py:\d+: rank 0: copy: dst x\[2:6\] and src x\[0:4\] overlap"):
+        trace(shifted)
+
+    def in_place_and_apart(r):
+        x = r.buffer("x", count=8, role="inout")
+        r.reduce(x.region(0, 4), x.region(0, 4), x.region(4, 8))  # in place, and a disjoint source
+        r.copy(x.region(4, 8), x.region(0, 4))
+
+    assert check(trace(in_place_and_apart)).verdict == "verified"
