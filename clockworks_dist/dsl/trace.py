@@ -319,6 +319,17 @@ class Rank:
                               hint=f"declare it with r.symmetric({region.buf.name!r}, ...)")
         return region
 
+    def _no_shifted_overlap(self, dst: RegionRef, src: RegionRef, op: str) -> None:
+        """A local kernel runs element by element in parallel: a source that overlaps its
+        destination at another offset is read while other threads write it (memcpy's rule). The
+        same region in place is fine."""
+        if dst.buf.name != src.buf.name or as_int(dst.start) == as_int(src.start):
+            return
+        if as_int(dst.start) < as_int(src.stop) and as_int(src.start) < as_int(dst.stop):
+            raise self._error(f"dst {dst} and src {src} overlap at different offsets, so the kernel's threads "
+                              "would read elements other threads are writing", op,
+                              hint="copy through a scratch buffer, or use the same region for an in-place op")
+
     def _same_shape(self, a: RegionRef, b: RegionRef, op: str, scale: int = 1) -> None:
         if a.count * scale != b.count:
             raise self._error(f"size mismatch: {a} has {a.count} elements, {b} has {b.count}", op)
@@ -684,13 +695,16 @@ class Rank:
         regions = [self._local(s, "reduce", "src") for s in srcs]
         for region in regions:
             self._same_shape(dst, region, "reduce")
+            self._no_shifted_overlap(dst, region, "reduce")
         self._append(ir.LocalReduce(dst=dst.to_ir(), srcs=tuple(x.to_ir() for x in regions),
                                     op=self._reduce_op(op, "reduce"), loc=loc))
 
     def copy(self, dst, src) -> None:
+        """dst = src, element-wise (a local kernel); the regions may not overlap at other offsets."""
         loc = user_loc()
         dst, src = self._local(dst, "copy", "dst"), self._local(src, "copy", "src")
         self._same_shape(src, dst, "copy")
+        self._no_shifted_overlap(dst, src, "copy")
         self._append(ir.Copy(dst=dst.to_ir(), src=src.to_ir(), loc=loc))
 
     def fill(self, dst, value: float) -> None:
