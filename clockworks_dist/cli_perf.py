@@ -113,6 +113,9 @@ def cmd_predict(args: argparse.Namespace, out) -> int:
     defn = _pick(load_file(args.file), args.schedule)
     world = args.ranks or (defn.ranks[-1] if defn.ranks else len(gpus(topo)))
     available = len(gpus(topo))
+    if world > available:
+        raise TopologyError(f"the schedule has {world} ranks but {topo.name} has {available} GPUs (use a larger "
+                            "topology, or --nodes with a cluster template)")
     for n in args.scaling or ():
         if n > available:
             raise TopologyError(f"--scaling {n}: {n} ranks but {topo.name} has {available} GPUs (use a larger "

@@ -743,8 +743,10 @@ def _message(err: dict, loc: tuple, model: type[BaseModel]) -> str:
         return f"not a date ({detail}), got {_show(value)}; write YYYY-MM-DD, e.g. 2026-11-21"
     if kind == "string_pattern_mismatch":
         return f"{_show(value)} is not a valid id: letters, digits, '_', '.' and '-', starting with a letter or '_'"
-    message = err["msg"].removeprefix("Value error, ")
-    return f"{message}, got {_show(value)}" if not isinstance(value, (dict, list)) else message
+    message = err["msg"].removeprefix("Value error, ").replace("Input should be ", "must be ", 1)
+    if isinstance(value, (dict, list)):
+        return message
+    return f"{message} ({_show(value)})" if ", got " in message else f"{message}, got {_show(value)}"
 
 
 def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel]:
