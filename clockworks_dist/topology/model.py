@@ -11,7 +11,10 @@ as package data, so `load_topology("dgx-h100")` works the same for an editable i
 and a source checkout. The repository's `topologies/` is a link to that folder, for people who
 browse or copy the files.
 
-Units: bandwidth in GB/s (10^9 bytes per second) per direction, latency in microseconds.
+Units: bandwidth in GB/s (10^9 bytes per second) per direction, latency in microseconds. Every
+number must be finite and lie in a range far wider than any real machine needs (rates 0.001 GB/s to
+1 PB/s, latencies up to one second, efficiencies 1% to 100%, at most 256 NCCL channels): a value
+outside it is an error naming the file, the line and the field, never a simulation that cannot end.
 """
 
 from __future__ import annotations
@@ -212,7 +215,7 @@ class Constants(_Frozen):
     # Simple's times the LL efficiency.
     nccl_channel_GBs: PerProtocolRate = PerProtocolRate(LL=10.3, LL128=36.7, Simple=20.6)
     # The communicator's channel count (NCCL's init log prints it: "24 coll channels" on NV18);
-    # NCCL's upper bound MAXCHANNELS is 32 (src/include/device.h).
+    # NCCL's upper bound MAXCHANNELS is 32 (src/include/device.h; 64 in recent versions).
     nccl_max_channels: Channels = 32
     # NVSHMEM over NVLink: a one-way signal is 0.77 us between two H200 (NV18; measured with a
     # signal ping-pong, 1.54 us a round trip); a put of a few bytes pays about the same plus the store.
@@ -493,19 +496,21 @@ def load_topology(path_or_name: str | os.PathLike, nodes: int | None = None) -> 
 def _load_node(template: ClusterTemplate, path: Path) -> Topology:
     """The node topology a template repeats: a one-node file, never a template (a template naming
     itself, or templates naming each other, would expand for ever)."""
-    where = f"{path}:{_yaml_lines(path)(('node',))}: node"
+    def problem(text: str) -> TopologyError:
+        return TopologyError(f"{path}:{_yaml_lines(path)(('node',))}: node: {text}")
+
     try:
         node_path = _resolve(template.node, base=path.parent)
     except TopologyError as exc:
-        raise TopologyError(f"{where}: {exc}") from None
+        raise problem(str(exc)) from None
     if node_path.resolve() == path.resolve():
-        raise TopologyError(f"{where}: {template.node!r} is this template itself; node names the one-node "
-                            "topology each node repeats (e.g. node: dgx-h100)")
+        raise problem(f"{template.node!r} is this template itself; node names the one-node topology each node "
+                      "repeats (e.g. node: dgx-h100)")
     data = _read_yaml(node_path)
     if "fabric" in data:
         shown = template.node if str(node_path) == template.node else f"{template.node} ({node_path})"
-        raise TopologyError(f"{where}: {shown} is a cluster template too; node names a one-node topology "
-                            "(e.g. node: dgx-h100), not another template")
+        raise problem(f"{shown} is a cluster template too; node names a one-node topology (e.g. node: dgx-h100), "
+                      "not another template")
     return _validate(Topology, data, node_path)
 
 
