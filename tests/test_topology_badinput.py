@@ -381,7 +381,8 @@ def test_calibration_results_not_utf8(capsys, tmp_path):
 
 @pytest.mark.parametrize("argv, fragment", [
     (["show", "no-such-machine"], "no such file, and no shipped topology"),
-    (["show", "."], "no such file"),
+    (["show", "."], ".: a folder, not a topology file"),
+    (["show", "/dev/null"], "/dev/null: not a regular file, not a topology file"),
     (["show", "x" * 5000], "no such file"),
     (["show", "dgx-h100", "--nodes", "2"], "needs a cluster template"),
     (["show", "dgx-h100-cluster", "--nodes", "0"], "expected a positive integer"),

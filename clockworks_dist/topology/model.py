@@ -460,6 +460,13 @@ def _resolve(path_or_name: str | os.PathLike, base: Path | None = None) -> Path:
         except (OSError, ValueError):  # a name too long, or with a NUL byte: no such file either
             continue
     names = shipped_topologies()
+    try:
+        what = "a folder" if path.is_dir() else "not a regular file" if path.exists() else None
+    except (OSError, ValueError):
+        what = None
+    if what is not None:  # a folder, a device, a FIFO: never read it (a FIFO would block)
+        raise TopologyError(f"{path_or_name}: {what}, not a topology file; give a YAML file or a shipped name "
+                            f"({', '.join(names)})")
     raise TopologyError(f"{path_or_name}: no such file, and no shipped topology of that name"
                         f"{_suggest(path.stem, names)}; shipped: {', '.join(names)}")
 
