@@ -101,6 +101,9 @@ def cmd_predict(args: argparse.Namespace, out) -> int:
     from .topology import gpus, load_topology
 
     # Everything that can be wrong with the command line is found before the first simulation.
+    for option, value in (("--trace", args.trace), ("--plot", args.plot)):
+        if value == "":
+            raise ClockworksError(f"{option}: an empty path; give the file to write")
     if args.trace:
         check_writable(args.trace, "--trace")
     if args.plot:
@@ -218,11 +221,14 @@ def cmd_calibrate(args: argparse.Namespace, out) -> int:
     from .topology import load_topology
     from .topology.model import _resolve as locate
 
-    folder = os.path.dirname(args.out)
+    for option, value in (("--raw", args.raw), ("--run", args.run), ("--out", args.out)):
+        if value == "":
+            raise ClockworksError(f"{option}: an empty path; give a folder (--raw, --run) or a file (--out)")
+    out_folder = os.path.dirname(args.out)
     try:  # fail now, not after the benchmarks and the fit, if the result cannot be written
-        os.makedirs(folder or ".", exist_ok=True)
+        os.makedirs(out_folder or ".", exist_ok=True)
     except OSError as exc:
-        raise ClockworksError(f"cannot write {args.out}: cannot create the folder {folder}: "
+        raise ClockworksError(f"cannot write {args.out}: cannot create the folder {out_folder}: "
                               f"{exc.strerror or exc} (--out)") from None
     check_writable(args.out, "--out")
     topo = load_topology(args.topology)

@@ -341,6 +341,8 @@ def test_hostile_sizes(capsys, sizes, fragment):
     (["--ranks", "2", "--scale-nodes", "4"], "fixed 1-node topology; --nodes 4 needs a cluster template"),
     (["--ranks", "2", "--mode", "turbo"], "invalid choice: 'turbo'"),
     (["--ranks", "2", "--schedule", "nope"], "no schedule named 'nope'"),
+    (["--ranks", "2", "--trace", ""], "--trace: an empty path"),
+    (["--ranks", "2", "--plot", ""], "--plot: an empty path"),
 ])
 def test_hostile_predict_options(capsys, no_simulation, argv, fragment):
     code, text = clockworks(capsys, "predict", RING, "-t", "h200x2-nv18", "--sizes", "1KiB", *argv)
@@ -369,6 +371,13 @@ def test_hostile_calibration_results(capsys, tmp_path, lines, fragment):
     (raw / "calibration_raw.jsonl").write_text(lines + "\n")
     code, text = clockworks(capsys, "calibrate", "-t", "h200x2-nv18", "--raw", raw, "--out", tmp_path / "o.yaml")
     assert_bad_input(code, text, "calibration_raw.jsonl", fragment)
+
+
+@pytest.mark.parametrize("option", ["--raw", "--out"])
+def test_calibrate_empty_paths(capsys, tmp_path, option):
+    argv = {"--raw": str(tmp_path), "--out": str(tmp_path / "o.yaml"), option: ""}
+    code, text = clockworks(capsys, "calibrate", "-t", "h200x2-nv18", *[x for kv in argv.items() for x in kv])
+    assert_bad_input(code, text, f"{option}: an empty path")
 
 
 def test_calibration_results_not_utf8(capsys, tmp_path):
