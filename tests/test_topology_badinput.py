@@ -169,6 +169,9 @@ def test_self_link_names_its_field(tmp_path, capsys):
     ("nvlink_reverse_share: 0.2372", "nvlink_reverse_share: .inf", "constants.nvlink_reverse_share: must be a finite number"),
     ("hbm_GBs: 4800", "hbm_GBs: 1e-300", "devices[0].hbm_GBs: must be at least 0.001 GB/s"),
     ("sms: 132", "sms: 1e9", "devices[0].sms: must be a valid integer"),
+    ("sms: 132", "sms: true", "devices[0].sms: must be a number, not true or false"),
+    ("GBs_per_dir: 478.116", "GBs_per_dir: false", "links[0].GBs_per_dir: must be a number, not true or false"),
+    ("nccl_max_channels: 24", "nccl_max_channels: true", "constants.nccl_max_channels: must be a number, not"),
 ])
 def test_numbers_out_of_any_real_range_are_field_errors(tmp_path, capsys, old, new, fragment):
     path = measured_with(tmp_path, old, new)

@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator,
+)
 
 from ..errors import TopologyError
 
@@ -74,11 +76,28 @@ def _at_least(low: float, unit: str, why: str):
     return check
 
 
-Rate = Annotated[float, Field(gt=0, le=MAX_GBS),
+def _not_a_bool(value: Any) -> Any:
+    """pydantic reads true as 1 in a number field; in a topology file it is a slip, not a number."""
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not true or false")
+    return value
+
+
+def _int(**bounds: int) -> Any:
+    """An integer field with these bounds (JSON schema: minimum, maximum); true and false refused."""
+    return Annotated[int, Field(**bounds), BeforeValidator(_not_a_bool)]
+
+
+def _real(**bounds: float) -> Any:
+    """A finite number field with these bounds; true and false refused."""
+    return Annotated[float, Field(**bounds), BeforeValidator(_not_a_bool)]
+
+
+Rate = Annotated[float, Field(gt=0, le=MAX_GBS), BeforeValidator(_not_a_bool),
                  AfterValidator(_at_least(MIN_GBS, "GB/s", "1 MB/s: no real link or memory is slower"))]
-Latency = Annotated[float, Field(ge=0, le=MAX_LATENCY_US)]
-Fraction = Annotated[float, Field(ge=MIN_FRACTION, le=1)]
-Channels = Annotated[int, Field(ge=1, le=MAX_CHANNELS)]
+Latency = _real(ge=0, le=MAX_LATENCY_US)
+Fraction = _real(ge=MIN_FRACTION, le=1)
+Channels = _int(ge=1, le=MAX_CHANNELS)
 
 
 class _Frozen(BaseModel):
@@ -105,16 +124,16 @@ class Device(_Frozen):
 
     id: Identifier
     kind: DeviceKind
-    node: int | None = Field(None, ge=0, lt=MAX_NODES,
-                             description="node index; omit for fabric switches (ib_leaf, ib_spine)")
+    node: _int(ge=0, lt=MAX_NODES) | None = Field(
+        None, description="node index; omit for fabric switches (ib_leaf, ib_spine)")
     model: str | None = Field(None, max_length=200, description="product name, e.g. H100-SXM5-80GB, ConnectX-7")
     hbm_GBs: Rate | None = Field(None, description="GPU only: memory bandwidth, GB/s")
-    hbm_GB: float | None = Field(None, gt=0, le=1e6, description="GPU only: memory capacity, GB")
-    sms: int | None = Field(None, ge=1, le=100_000, description="GPU only: streaming multiprocessors")
-    rank_order: int | None = Field(None, ge=0, le=1_000_000, description="GPU only: position among its node's "
-                                                                         "GPUs (default: file order)")
-    rail: int | None = Field(None, ge=0, lt=MAX_RAILS, description="NIC only: the rail (leaf group) it connects to")
-    gbps: float | None = Field(None, gt=0, le=8 * MAX_GBS, description="NIC only: line rate, Gb/s")
+    hbm_GB: _real(gt=0, le=1e6) | None = Field(None, description="GPU only: memory capacity, GB")
+    sms: _int(ge=1, le=100_000) | None = Field(None, description="GPU only: streaming multiprocessors")
+    rank_order: _int(ge=0, le=1_000_000) | None = Field(None, description="GPU only: position among its node's "
+                                                                           "GPUs (default: file order)")
+    rail: _int(ge=0, lt=MAX_RAILS) | None = Field(None, description="NIC only: the rail (leaf group) it connects to")
+    gbps: _real(gt=0, le=8 * MAX_GBS) | None = Field(None, description="NIC only: line rate, Gb/s")
 
     @model_validator(mode="after")
     def _fields_fit_kind(self) -> Device:
@@ -139,7 +158,7 @@ class LinkSpec(_Frozen):
     """What a link is, without its endpoints (the fabric section of a cluster template uses it)."""
 
     kind: LinkKind
-    lanes: int = Field(1, ge=1, le=MAX_LANES, description="physical links or lanes bundled here, e.g. 18 NVLinks")
+    lanes: _int(ge=1, le=MAX_LANES) = Field(1, description="physical links or lanes bundled here, e.g. 18 NVLinks")
     GBs_per_dir: Rate = Field(description="GB/s per direction, the total over all lanes")
     latency_us: Latency = Field(description="one-way latency of this hop, microseconds")
 
@@ -243,7 +262,7 @@ class Constants(_Frozen):
     # byte: a reduction, a copy, a forward); 1.0 until calibrated.
     nccl_kind_efficiency: dict[Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to",
                                        "all_to_all", "p2p"],
-                               Annotated[float, Field(ge=MIN_FRACTION, le=10)]] = Field(default_factory=lambda: {
+                               _real(ge=MIN_FRACTION, le=10)] = Field(default_factory=lambda: {
         "all_reduce": 1.0, "all_gather": 1.0, "reduce_scatter": 1.0, "broadcast": 1.0, "reduce_to": 1.0, "all_to_all": 1.0, "p2p": 1.0})
     # The fraction of a route's raw link bandwidth each kind reaches with all its channels (NVLink
     # packet overheads, synchronisation between steps); 1.0 until calibrated.
@@ -259,7 +278,7 @@ class Constants(_Frozen):
     # Data one way over an NVLink draws acknowledgements the other way: the fraction of a flow's
     # rate they take from the opposite direction (traffic both ways runs slower than one way);
     # 0 until calibrated.
-    nvlink_reverse_share: float = Field(0.0, ge=0, le=1)
+    nvlink_reverse_share: _real(ge=0, le=1) = 0.0
     # The fraction of a link each protocol's stores can use beyond the kind's own (LL's 8-byte
     # stores pay more packet overhead than Simple's bulk writes); 1.0 until calibrated.
     nccl_protocol_link_efficiency: PerProtocolFraction = PerProtocolFraction(LL=1.0, LL128=1.0, Simple=1.0)
@@ -289,7 +308,7 @@ class Topology(_Frozen):
 
     name: Identifier
     description: str = ""
-    nodes: int = Field(1, ge=1, le=MAX_NODES, description="number of nodes; device.node ranges over 0..nodes-1")
+    nodes: _int(ge=1, le=MAX_NODES) = Field(1, description="number of nodes; device.node ranges over 0..nodes-1")
     devices: tuple[Device, ...]
     links: tuple[Link, ...]
     constants: Constants = Constants()
@@ -377,9 +396,9 @@ class Fabric(_Frozen):
     """A rail-optimised fat tree: NIC r of every node connects to a leaf of rail r (a rail has
     ceil(nodes / nodes_per_leaf) leaves), and every leaf connects to every spine."""
 
-    rails: int = Field(ge=1, le=MAX_RAILS, description="rails: NIC r of each node connects to rail r")
-    nodes_per_leaf: int = Field(32, ge=1, le=MAX_NODES, description="nodes one leaf serves on its rail")
-    spines: int = Field(ge=1, le=MAX_RAILS)
+    rails: _int(ge=1, le=MAX_RAILS) = Field(description="rails: NIC r of each node connects to rail r")
+    nodes_per_leaf: _int(ge=1, le=MAX_NODES) = Field(32, description="nodes one leaf serves on its rail")
+    spines: _int(ge=1, le=MAX_RAILS)
     leaf_model: str | None = None
     spine_model: str | None = None
     nic_link: LinkSpec = Field(description="NIC to leaf")
@@ -391,7 +410,7 @@ class ClusterTemplate(_Frozen):
 
     name: Identifier
     description: str = ""
-    nodes: int = Field(2, ge=1, le=MAX_NODES, description="default node count; `--nodes N` overrides it")
+    nodes: _int(ge=1, le=MAX_NODES) = Field(2, description="default node count; `--nodes N` overrides it")
     node: str = Field(description="the node topology: a shipped name or a path relative to this file")
     fabric: Fabric
     constants: Constants | None = Field(None, description="default: the node topology's")
@@ -706,6 +725,7 @@ _WHY = (("GBs_per_dir", "GB/s", "far beyond any real link"),
         ("gbps", "Gb/s", "far beyond any real NIC"),
         ("_us", "us", "one second: no hop or fixed cost comes near it"),
         ("channels", "", "NCCL's own MAXCHANNELS is 32 or 64, by version"),
+        ("kind_efficiency", "", "a factor on the per-channel rate; calibration fits 0.2 to 1.5"),
         ("efficiency", "", "a fraction of a rate"),
         ("share", "", "a fraction of a rate"),
         ("lanes", "", "no link bundles more"),
