@@ -2,32 +2,65 @@
 `topology schema|show` for the machine descriptions.
 
 Exit codes: 0 every property holds, 1 a property is violated, 2 bad input, 3 incomplete search,
-4 an internal error (a bug in clockworks: never reported as a violation).
+4 an internal error (a bug in clockworks: never reported as a violation), 130 a real Ctrl-C.
+
+The schedule file is Python we run, so what it does cannot decide the outcome (`dsl.guard`): an
+exit (`sys.exit(0)`), a raised `KeyboardInterrupt` or any other exception is bad input (2) naming
+its file:line and rank; what it prints goes to stderr; and `--timeout S` bounds loading and
+tracing as well as the search. S applies to each (schedule, world size): loading the file, that
+trace and that check together get S seconds from the start of the command, so a single check
+finishes within S; a load or trace that runs out is incomplete (3). Output that cannot be written:
+a closed pipe (`| head`) drops the rest quietly and keeps the verdict's exit code; any other write
+error (a full disk) is exit 2 with the reason.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import json
+import math
+import os
 import re
 import sys
+import time
 import traceback
 from collections.abc import Callable, Sequence
 
 from . import cli_perf, ir
-from .dsl import ScheduleDef, load_file
+from .dsl import ScheduleDef, guard, load_file
 from .errors import CheckIncomplete, ClockworksError, ScheduleError
 
 EXIT_VERIFIED, EXIT_VIOLATED, EXIT_BAD_INPUT, EXIT_INCOMPLETE, EXIT_INTERNAL = 0, 1, 2, 3, 4
 EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
+_HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_WORLDS = (2, 4, 8)
 EPILOG = "exit codes: 0 verified, 1 violated, 2 bad input, 3 incomplete search, 4 internal error"
 # Show the progress line only for searches that last longer than this many seconds.
 PROGRESS_AFTER = 1.0
+# The largest world `--ranks` accepts: far beyond what a search can cover, and it turns a typo
+# (--ranks 99999999) into a clear error instead of a trace that fills the memory.
+MAX_WORLD = 65_536
+# A check whose loading and tracing used up --timeout still gets this long, for the static checks.
+MIN_CHECK_S = 0.01
+# The checker bounds itself; if a phase overruns --timeout by this much, the CLI stops it.
+CHECK_BACKSTOP_S = 2.0
+# If code we run ignores the time bound this much longer (it swallows the timeout, or is stuck in C
+# code), the process ends: exit 3.
+STUCK_S = 5.0
 
 
 class UsageError(ClockworksError):
     """A command line that names something the file does not have."""
+
+
+class OutputError(ClockworksError):
+    """stdout cannot be written (a full disk, an I/O error)."""
+
+
+class _UsageExit(Exception):
+    """argparse rejected the command line; the message is already on stderr."""
 
 
 # ------------------------------------------------------------------------------------- parsing
@@ -46,21 +79,52 @@ def _positive(text: str) -> int:
     return value
 
 
-def _limit(kind: Callable[[str], float | int]) -> Callable[[str], float | int | None]:
-    """A bound where 0 or 'none' means unbounded."""
+def _world(text: str) -> int:
+    """`--ranks`: a world size, 1..MAX_WORLD."""
+    value = _positive(text)
+    if value > MAX_WORLD:
+        raise argparse.ArgumentTypeError(f"{value} ranks is more than clockworks checks (at most {MAX_WORLD:,})")
+    return value
 
-    def parse(text: str):
-        if text.lower() in ("none", "0", "inf"):
-            return None
+
+_UNBOUNDED = ("none", "inf", "+inf", "infinity", "+infinity")
+
+
+def _seconds(text: str) -> float | None:
+    """`--timeout`: seconds; 0 (also -0), 'none', 'inf' or an overflow such as 1e400 mean no bound;
+    nan and negative numbers are errors."""
+    if text.strip().lower() in _UNBOUNDED:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds or 'none', got {text!r}") from None
+    if math.isnan(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative number of seconds (0 or 'none' for no bound), "
+                                         f"got {text!r}")
+    return None if value == 0 or math.isinf(value) else value
+
+
+def _states(text: str) -> int | None:
+    """`--max-states`: a whole number; 0 (also -0), 'none', 'inf' or an overflow mean no bound."""
+    if text.strip().lower() in _UNBOUNDED:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
         try:
-            value = kind(text)
+            number = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number or 'none', got {text!r}") from None
-        if value < 0:
-            raise argparse.ArgumentTypeError(f"expected a non-negative number, got {text!r}")
-        return value
-
-    return parse
+            number = math.nan
+        if math.isinf(number) and number > 0:
+            return None
+        if not number.is_integer():
+            raise argparse.ArgumentTypeError(f"expected a whole number of states or 'none', got {text!r}") from None
+        value = int(number)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative number of states (0 or 'none' for no bound), "
+                                         f"got {text!r}")
+    return value or None
 
 
 _SIZE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(-?[0-9]+)$")
@@ -83,9 +147,17 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--debug", action="store_true", help="print tracebacks of errors in the input")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, except that a usage error reaches `main` (for --json) instead of exiting."""
+
+    def error(self, message: str):
+        _say(self.format_usage() + f"{self.prog}: error: {message}\n")
+        raise _UsageExit(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse tree of `clockworks` and its subcommands."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="clockworks",
         description="Model-check multi-GPU communication schedules written in the clockworks DSL.",
         epilog=EPILOG)
@@ -95,14 +167,16 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="list each rank's program, declarations and postcondition",
                           description="Trace a schedule and list each rank's program.")
     _common(show)
-    show.add_argument("--ranks", metavar="N", type=_positive,
+    show.add_argument("--ranks", metavar="N", type=_world,
                       help="world size to trace (default: the schedule's first declared size, else 4)")
+    show.add_argument("--timeout", metavar="S", type=_seconds, default=60.0,
+                      help="stop loading and tracing after S seconds, 0 or 'none' for no bound (default: 60)")
 
     check = sub.add_parser("check", help="explore every interleaving and report violations",
                            description="Trace each schedule at each world size and model-check it.",
                            epilog=EPILOG)
     _common(check)
-    check.add_argument("--ranks", metavar="N", type=_positive, nargs="+", action="extend",
+    check.add_argument("--ranks", metavar="N", type=_world, nargs="+", action="extend",
                        help="world sizes (default: the schedule's declared sizes, else 2 4 8)")
     order = check.add_mutually_exclusive_group()
     order.add_argument("--dfs", dest="strategy", action="store_const", const="dfs",
@@ -110,10 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
     order.add_argument("--bfs", dest="strategy", action="store_const", const="bfs",
                        help="breadth-first search: shortest counterexamples")
     check.set_defaults(strategy="dfs")
-    check.add_argument("--max-states", metavar="N", type=_limit(int), default=1_000_000,
+    check.add_argument("--max-states", metavar="N", type=_states, default=1_000_000,
                        help="stop after N states, 0 or 'none' for no bound (default: 1,000,000)")
-    check.add_argument("--timeout", metavar="S", type=_limit(float), default=60.0,
-                       help="stop after S seconds per check, 0 or 'none' for no bound (default: 60)")
+    check.add_argument("--timeout", metavar="S", type=_seconds, default=60.0,
+                       help="stop after S seconds per schedule and world size, loading and tracing "
+                            "included; 0 or 'none' for no bound (default: 60)")
     check.add_argument("--no-reduction", dest="reduction", action="store_false",
                        help="explore every interleaving, without partial-order reduction")
     _topology_parser(sub)
@@ -146,16 +221,65 @@ def _topology_parser(sub) -> None:
 
 
 # ------------------------------------------------------------------------------------- output
+def _say(text: str) -> None:
+    """A message on stderr; one that cannot be written (stderr closed or full) is dropped."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(text)
+        sys.stderr.flush()
+
+
+def _silence_stdout() -> None:
+    """Point file descriptor 1 at /dev/null, so that what is still buffered for stdout, and the
+    interpreter's last flush, go nowhere instead of failing again."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        fd = sys.stdout.fileno()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+
+
 class Output:
-    """stdout for results, stderr for messages; colour only on a terminal."""
+    """stdout for results, stderr for messages; colour only on a terminal.
+
+    When stdout cannot be written, the rest is dropped: a closed pipe (the reader has what it
+    wanted, `| head`) quietly, any other error (a full disk) raises `OutputError`."""
 
     def __init__(self) -> None:
-        self.colour = sys.stdout.isatty()
+        try:
+            self.colour = sys.stdout.isatty()
+        except (OSError, ValueError):
+            self.colour = False
+        self.closed = False  # the reader closed the pipe
+
+    def write(self, text: str) -> None:
+        """Write `text` to stdout as it is."""
+        self._guarded(lambda: sys.stdout.write(text))
+
+    def flush(self) -> None:
+        """Flush stdout: a write error that the buffer held back surfaces here."""
+        self._guarded(sys.stdout.flush)
+
+    def _guarded(self, action: Callable[[], object]) -> None:
+        if self.closed:
+            return
+        try:
+            action()
+        except BrokenPipeError:
+            self.closed = True
+            _silence_stdout()
+        except OSError as exc:
+            self.closed = True
+            _silence_stdout()
+            raise OutputError(f"cannot write the output: {exc.strerror or exc}") from None
 
     def text(self, text: str) -> None:
         if not self.colour:
-            sys.stdout.write(text + "\n")
+            self.write(text + "\n")
             return
+        self._guarded(lambda: self._rich(text))
+
+    @staticmethod
+    def _rich(text: str) -> None:
         from rich.console import Console
         from rich.text import Text
 
@@ -170,11 +294,15 @@ class Output:
         Console(highlight=False, soft_wrap=True).print(styled)
 
     def json(self, value) -> None:
-        sys.stdout.write(json.dumps(value, indent=2) + "\n")
+        self.write(json.dumps(value, indent=2) + "\n")
 
     @staticmethod
     def error(message: str) -> None:
-        sys.stderr.write(f"clockworks: error: {message}\n")
+        _say(f"clockworks: error: {message}\n")
+
+    @staticmethod
+    def warning(message: str) -> None:
+        _say(f"clockworks: warning: {message}\n")
 
 
 class Progress:
@@ -182,7 +310,10 @@ class Progress:
 
     def __init__(self, title: str, enabled: bool):
         self.title = title
-        self.enabled = enabled and sys.stderr.isatty()
+        try:
+            self.enabled = enabled and sys.stderr.isatty()
+        except (OSError, ValueError):
+            self.enabled = False
         self.status = None
 
     def __call__(self, states: int, transitions: int, seconds: float) -> None:
@@ -221,23 +352,78 @@ def _select(defs: list[ScheduleDef], name: str | None, path: str) -> list[Schedu
     return chosen
 
 
-def _trace(defn: ScheduleDef, world: int, sizes: list[tuple[str, int]]) -> ir.Schedule:
-    return defn.trace(world, sizes=dict(sizes) or None)
+# ------------------------------------------------------------------------ running the user's code
+def _elapsed(args: argparse.Namespace) -> float:
+    return time.monotonic() - args.started
+
+
+def _left(args: argparse.Namespace, spent: float) -> float | None:
+    """What is left of --timeout after `spent` seconds (None: no bound)."""
+    return None if args.timeout is None else args.timeout - spent
+
+
+def _bound(args: argparse.Namespace, seconds: float | None, what: str):
+    """A time bound for `what` ("loading ring.py"); if the code defeats it, the process ends (exit 3)."""
+    def stuck() -> None:
+        line = guard.main_thread_line(_HERE)
+        message = (f"{line + ': ' if line else ''}{what} did not finish within {args.timeout:g} s (--timeout), "
+                   "and the code running does not let itself be stopped (it catches the timeout, or it is "
+                   "stuck in C code)")
+        out = json.dumps({"verdict": "incomplete", "error": {"type": "TimeUp", "message": message}}) + "\n"
+        guard.end_process(EXIT_INCOMPLETE, f"clockworks: error: {message}\n", out if args.json else None)
+
+    return guard.time_bound(seconds, on_stuck=stuck, grace=STUCK_S)
+
+
+def _too_late(exc: guard.TimeUp, what: str, args: argparse.Namespace) -> CheckIncomplete:
+    where = f"{exc.where}: " if exc.where else ""
+    who = f"rank {exc.rank}: " if exc.rank is not None else ""
+    return CheckIncomplete(f"{where}{who}{what} did not finish within {args.timeout:g} s (--timeout; raise it, "
+                           "or look for an endless loop there)")
+
+
+def _load(args: argparse.Namespace) -> tuple[list[ScheduleDef], float]:
+    """The selected schedules of FILE, and the seconds spent so far (the load is bounded by --timeout)."""
+    try:
+        with _bound(args, _left(args, _elapsed(args)), f"loading {args.file}"), guard.user_code():
+            defs = load_file(args.file)
+    except guard.TimeUp as exc:
+        exc.where = exc.where or os.path.basename(args.file)
+        raise _too_late(exc, "loading the file", args) from None
+    return _select(defs, args.schedule, args.file), _elapsed(args)
+
+
+def _trace_all(args: argparse.Namespace, jobs: list[tuple[ScheduleDef, int]],
+               spent: float) -> list[tuple[ir.Schedule, float]]:
+    """Trace each (schedule, world size), each within what `spent` left of --timeout; the schedules,
+    and the seconds each trace took."""
+    traced = []
+    with guard.user_code():
+        for defn, world in jobs:
+            started = time.monotonic()
+            try:
+                with _bound(args, _left(args, spent), f"tracing {defn.name} at {world} ranks"):
+                    sched = defn.trace(world, sizes=dict(args.size) or None)
+            except guard.TimeUp as exc:
+                exc.where = exc.where or f"{defn.loc.file}:{defn.loc.line}"
+                raise _too_late(exc, f"tracing {defn.name} at {world} ranks", args) from None
+            traced.append((sched, time.monotonic() - started))
+    return traced
 
 
 def cmd_show(args: argparse.Namespace, out: Output) -> int:
     """Trace and list the selected schedules."""
     from .report.text import render_listing
 
-    defs = _select(load_file(args.file), args.schedule, args.file)
+    defs, spent = _load(args)
     if args.json and len(defs) > 1:
         raise UsageError(f"{args.file} defines {len(defs)} schedules ({', '.join(d.name for d in defs)}); "
                          "pick one with --schedule NAME for --json")
     for i, defn in enumerate(defs):
         world = args.ranks or (defn.ranks[0] if defn.ranks else 4)
-        sched = _trace(defn, world, args.size)
+        [(sched, _seconds_taken)] = _trace_all(args, [(defn, world)], spent)
         if args.json:
-            sys.stdout.write(sched.to_json(indent=2) + "\n")
+            out.write(sched.to_json(indent=2) + "\n")
         else:
             if i:
                 out.text("")
@@ -257,17 +443,24 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     """Trace each (schedule, world size), check it, print the results."""
     from .report.text import overall_verdict, render_result, render_summary
 
-    defs = _select(load_file(args.file), args.schedule, args.file)
+    defs, spent = _load(args)
     jobs = [(defn, world) for defn in defs for world in (args.ranks or defn.ranks or DEFAULT_WORLDS)]
     # Trace everything first: bad input is reported before any long search starts.
-    schedules = [_trace(defn, world, args.size) for defn, world in jobs]
+    traced = _trace_all(args, jobs, spent)
     check = _checker()
     results = []
-    for i, sched in enumerate(schedules):
+    for i, (sched, trace_seconds) in enumerate(traced):
+        left = _left(args, spent + trace_seconds)
+        timeout = None if left is None else max(left, MIN_CHECK_S)
         progress = Progress(f"checking {sched.name}, {sched.world} ranks", enabled=not args.json)
+        check_started = time.monotonic()
         try:
-            result = check(sched, strategy=args.strategy, max_states=args.max_states, timeout=args.timeout,
-                           reduction=args.reduction, progress=progress)
+            with _bound(args, None if timeout is None else timeout + CHECK_BACKSTOP_S,
+                        f"checking {sched.name} at {sched.world} ranks"):
+                result = check(sched, strategy=args.strategy, max_states=args.max_states, timeout=timeout,
+                               reduction=args.reduction, progress=progress)
+        except guard.TimeUp as exc:
+            result = _overran(sched, args, exc, time.monotonic() - check_started)
         finally:
             progress.stop()
         results.append(result)
@@ -287,6 +480,25 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     return _exit_code(verdicts)
 
 
+def _overran(sched: ir.Schedule, args: argparse.Namespace, exc: guard.TimeUp, seconds: float):
+    """The result of a check the CLI had to stop: incomplete, naming the phase that overran."""
+    from .check import CheckResult
+
+    phase = "the checker"
+    checker_dir = os.path.join(_HERE, "check")
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if os.path.abspath(code.co_filename).startswith(checker_dir):
+            phase = f"{os.path.relpath(code.co_filename, os.path.dirname(_HERE))} ({code.co_name})"
+        tb = tb.tb_next
+    Output.warning(f"{sched.name}, {sched.world} ranks: the check overran --timeout {args.timeout:g} s in {phase}; "
+                   "stopped it")
+    return CheckResult(schedule=sched, verdict="incomplete", violations=[], states=0, transitions=0,
+                       seconds=seconds, complete=False, stopped_by="timeout",
+                       strategy=args.strategy, reduction=args.reduction)
+
+
 def cmd_topology(args: argparse.Namespace, out: Output) -> int:
     """`topology schema`: the JSON schema; `topology show FILE`: a summary, DOT, PNG or JSON."""
     from . import topology
@@ -303,9 +515,9 @@ def cmd_topology(args: argparse.Namespace, out: Output) -> int:
             topology.draw_png(topo, args.png)
         except OSError as exc:
             raise UsageError(f"cannot write {args.png}: {exc.strerror or exc}") from None
-        sys.stderr.write(f"wrote {args.png}\n")
+        _say(f"wrote {args.png}\n")
     if args.json:
-        sys.stdout.write(topo.model_dump_json(indent=2) + "\n")
+        out.write(topo.model_dump_json(indent=2) + "\n")
     else:
         out.text(topology.summary(topo))
     return EXIT_VERIFIED
@@ -317,7 +529,7 @@ def _write(path: str, text: str) -> None:
             handle.write(text)
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
-    sys.stderr.write(f"wrote {path}\n")
+    _say(f"wrote {path}\n")
 
 
 COMMANDS = {"show": cmd_show, "check": cmd_check, "topology": cmd_topology,
@@ -326,36 +538,81 @@ COMMANDS = {"show": cmd_show, "check": cmd_check, "topology": cmd_topology,
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `clockworks` console script; returns the exit code."""
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help, or a usage error argparse has already printed
-        return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
+    started = time.monotonic()
+    argv = sys.argv[1:] if argv is None else list(argv)
     out = Output()
+    try:
+        args = build_parser().parse_args(argv)
+    except _UsageExit as exc:
+        if "--json" in argv:
+            out.json({"verdict": "error", "error": {"type": "UsageError", "message": str(exc)}})
+        return _finish(out, EXIT_BAD_INPUT)
+    except SystemExit as exc:  # --help
+        return _finish(out, exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT)
+    except OSError as exc:  # --help, but stdout cannot be written
+        out.error(f"cannot write the output: {exc.strerror or exc}")
+        _silence_stdout()
+        return EXIT_BAD_INPUT
+    args.started = started
+    with guard.catch_sigint():
+        code = _run(args, out)
+        return _finish(out, code)
+
+
+def _run(args: argparse.Namespace, out: Output) -> int:
+    """Run the command; every way it can end becomes an exit code and a message."""
     try:
         return COMMANDS[args.command](args, out)
     except CheckIncomplete as exc:
-        if args.debug:
-            traceback.print_exc()
-        out.error(f"the search is incomplete: {exc}")
-        if args.json:
-            out.json({"verdict": "incomplete", "error": {"message": str(exc)}})
+        _debug(args)
+        out.error(f"incomplete: {exc}")
+        _json_error(args, out, {"verdict": "incomplete", "error": {"message": str(exc)}})
         return EXIT_INCOMPLETE
     except ClockworksError as exc:
-        if args.debug:
-            traceback.print_exc()
+        _debug(args)
         out.error(str(exc))
-        if args.json:
-            out.json({"verdict": "error", "error": _error_json(exc)})
+        _json_error(args, out, {"verdict": "error", "error": _error_json(exc)})
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         out.error("interrupted")
         return EXIT_INTERRUPTED
+    except guard.TimeUp as exc:  # the bound passed just as a phase ended
+        out.error(f"incomplete: {exc} (--timeout)")
+        _json_error(args, out, {"verdict": "incomplete", "error": {"message": f"{exc} (--timeout)"}})
+        return EXIT_INCOMPLETE
     except Exception:  # a bug of ours: say so, and keep it apart from "violated" (exit 1)
-        traceback.print_exc()
+        with contextlib.suppress(OSError, ValueError):
+            traceback.print_exc()
         out.error("internal error: this is a bug in clockworks, not in your schedule; please report it "
                   "with the traceback above")
+        _json_error(args, out, {"verdict": "error", "error": {"type": "InternalError",
+                                                               "message": "internal error in clockworks"}})
         return EXIT_INTERNAL
+
+
+def _debug(args: argparse.Namespace) -> None:
+    if getattr(args, "debug", False):
+        with contextlib.suppress(OSError, ValueError):
+            traceback.print_exc()
+
+
+def _json_error(args: argparse.Namespace, out: Output, report: dict) -> None:
+    """With --json, an error is still one JSON object on stdout (unless stdout is what failed)."""
+    if getattr(args, "json", False):
+        try:
+            out.json(report)
+        except OutputError:
+            pass
+
+
+def _finish(out: Output, code: int) -> int:
+    """Flush stdout; a closed pipe keeps `code`, any other write error is exit 2."""
+    try:
+        out.flush()
+    except OutputError as exc:
+        out.error(str(exc))
+        return EXIT_BAD_INPUT
+    return code
 
 
 def _error_json(exc: ClockworksError) -> dict:

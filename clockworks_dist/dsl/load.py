@@ -7,14 +7,24 @@ import os
 import sys
 
 from ..errors import ScheduleError
+from . import guard
 from .trace import ScheduleDef, _PACKAGE_DIR
 
 
 def load_file(path: str) -> list[ScheduleDef]:
-    """Import `path` as a module and return its `@schedule` definitions, in file order."""
+    """Import `path` as a module and return its `@schedule` definitions, in file order.
+
+    Anything the file does wrong while it is imported, exiting included (`sys.exit`, a raised
+    `KeyboardInterrupt`), is a `ScheduleError` naming the file and line; `guard.TimeUp` (the time
+    bound) and a real Ctrl-C pass through."""
+    name = os.path.basename(path)
+    if os.path.isdir(path):
+        raise ScheduleError("is a directory, not a schedule file", file=path, hint="name a .py file")
     if not os.path.isfile(path):
         raise ScheduleError("no such file", file=path, hint="check the path")
-    module_name = "_cw_user_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
+    if not os.access(path, os.R_OK):
+        raise ScheduleError("cannot be read (permission denied)", file=path, hint="check the file's permissions")
+    module_name = "_cw_user_" + os.path.splitext(name)[0].replace("-", "_")
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise ScheduleError("not a Python file", file=path, hint="schedules are .py files")
@@ -22,24 +32,34 @@ def load_file(path: str) -> list[ScheduleDef]:
     sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)
-    except ScheduleError:
-        raise
+    except ScheduleError as exc:
+        sys.modules.pop(module_name, None)
+        if not guard.raised_by_user(exc, _PACKAGE_DIR):
+            raise
+        raise ScheduleError(f"the file {guard.describe(exc, ' while loading')}", file=name,
+                            line=guard.user_line(exc.__traceback__, path), hint="fix the error in the file") from exc
     except SyntaxError as exc:
-        raise ScheduleError(f"syntax error: {exc.msg}", file=os.path.basename(path), line=exc.lineno,
+        sys.modules.pop(module_name, None)
+        raise ScheduleError(f"syntax error: {exc.msg}", file=name, line=exc.lineno,
                             hint="fix the Python syntax") from exc
-    except Exception as exc:
-        line = None
-        tb = exc.__traceback__
-        while tb is not None:
-            if os.path.abspath(tb.tb_frame.f_code.co_filename) == os.path.abspath(path):
-                line = tb.tb_lineno
-            tb = tb.tb_next
-        raise ScheduleError(f"the file raised {type(exc).__name__} while loading: {exc}",
-                            file=os.path.basename(path), line=line, hint="fix the error in the file") from exc
+    except BaseException as exc:  # noqa: BLE001 (the file raised, or exited, while it was imported)
+        sys.modules.pop(module_name, None)
+        line = guard.user_line(exc.__traceback__, path)
+        if isinstance(exc, guard.TimeUp):  # our time bound: say where the import was
+            exc.where = exc.where or (f"{name}:{line}" if line else name)
+            raise
+        if not guard.is_user_error(exc):  # a real Ctrl-C
+            raise
+        if isinstance(exc, OSError) and line is None:  # reading the file failed, not its code
+            raise ScheduleError(f"cannot be read: {exc.strerror or exc}", file=name, hint="check the file") from exc
+        hint = "fix the error in the file"
+        if isinstance(exc, (SystemExit, guard.OsExitCalled)):
+            hint = "a schedule file only defines schedules: remove the exit"
+        raise ScheduleError(f"the file {guard.describe(exc, ' while loading')}", file=name, line=line,
+                            hint=hint) from exc
     found = [v for v in vars(module).values() if isinstance(v, ScheduleDef)]
     if not found:
-        raise ScheduleError("defines no schedule", file=os.path.basename(path),
-                            hint="decorate a function with @cw.schedule")
+        raise ScheduleError("defines no schedule", file=name, hint="decorate a function with @cw.schedule")
     return sorted(found, key=lambda d: d.loc.line)
 
 

@@ -779,28 +779,42 @@ class ScheduleDef:
                 raise ScheduleError(f"unknown size {name!r}; this schedule declares "
                                     f"{', '.join(known) or 'none'}", file=self.loc.file, line=self.loc.line)
             bindings[name] = value
+        from . import guard
+
         token = _BINDINGS.set(bindings)
         try:
             return _build(self, world, per_node)
+        except (ScheduleError, guard.TimeUp, Exception):
+            raise
+        except BaseException as exc:  # noqa: BLE001 (sys.exit in a postcondition's function, say)
+            if not guard.is_user_error(exc):
+                raise
+            file, line = guard.user_where(exc.__traceback__, self.fn.__code__.co_filename, _PACKAGE_DIR, self.loc)
+            raise ScheduleError(f"the schedule {guard.describe(exc, ' while it was traced')}", file=file, line=line,
+                                hint="fix the code that runs while tracing") from exc
         finally:
             _BINDINGS.reset(token)
 
 
 def _run_user(defn: ScheduleDef, handle: Rank) -> None:
+    from . import guard
+
     try:
         defn.fn(handle)
-    except ScheduleError:
-        raise
-    except Exception as exc:  # the user's code raised: point at its own line
-        tb = exc.__traceback__
-        file, line = defn.loc.file, defn.loc.line
-        while tb is not None:
-            path = os.path.abspath(tb.tb_frame.f_code.co_filename)
-            if not path.startswith(_PACKAGE_DIR):
-                file, line = os.path.basename(path), tb.tb_lineno
-            tb = tb.tb_next
-        raise ScheduleError(f"the schedule raised {type(exc).__name__}: {exc}", file=file, line=line,
-                            rank=handle.rank, hint="fix the schedule function") from exc
+    except BaseException as exc:  # noqa: BLE001 (the user's code raised or exited: point at its own line)
+        if isinstance(exc, ScheduleError) and not guard.raised_by_user(exc, _PACKAGE_DIR):
+            raise  # the DSL's own error, already at the user's line
+        file, line = guard.user_where(exc.__traceback__, defn.fn.__code__.co_filename, _PACKAGE_DIR, defn.loc)
+        if isinstance(exc, guard.TimeUp):  # our time bound: say where the trace was
+            exc.where, exc.rank = exc.where or f"{file}:{line}", handle.rank
+            raise
+        if not guard.is_user_error(exc):  # a real Ctrl-C
+            raise
+        hint = "fix the schedule function"
+        if isinstance(exc, (SystemExit, guard.OsExitCalled)):
+            hint = "a schedule only records ops: return from the function instead of exiting"
+        raise ScheduleError(f"the schedule {guard.describe(exc)}", file=file, line=line,
+                            rank=handle.rank, hint=hint) from exc
 
 
 def _build(defn: ScheduleDef, world: int, per_node: int) -> ir.Schedule:
