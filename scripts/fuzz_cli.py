@@ -313,6 +313,15 @@ def _str_class(context: tuple) -> str:
     return "other"
 
 
+def python_rejects(source: bytes) -> str | None:
+    """Why CPython will not compile `source` (as importing it would), or None. Compiling runs nothing."""
+    try:
+        compile(source, "<fuzzed>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, MemoryError, RecursionError, OverflowError) as exc:
+        return f"{type(exc).__name__}: {getattr(exc, 'msg', None) or exc}"[:200]
+    return None
+
+
 def _insert(src: bytes, ch: Chooser, data: bytes) -> tuple[bytes, int]:
     at = ch.randint(0, len(src))
     return src[:at] + data + src[at:], at
@@ -377,8 +386,7 @@ def gen_protocol(ch: Chooser, kind: str, timeout: float) -> Case:
     elif kind == "null_byte":
         new, at = _insert(src, ch, b"\x00")
         mutation.update(offset=at, inserted="\\x00")
-        expect, why = REJECT, "Python source cannot contain a null byte"
-    elif kind == "non_utf8":
+    elif kind == "non_utf8":  # CPython tolerates bad UTF-8 in comments: python_rejects decides below
         variant = ch.choice(["\\xff", "\\xc3\\x28", "\\xed\\xa0\\x80", "\\x80", "\\xfe\\xff", "utf-16"])
         if variant == "utf-16":
             new = src.decode("utf-8").encode("utf-16")
@@ -386,7 +394,6 @@ def gen_protocol(ch: Chooser, kind: str, timeout: float) -> Case:
         else:
             new, at = _insert(src, ch, variant.encode().decode("unicode_escape").encode("latin-1"))
             mutation.update(offset=at, inserted=variant)
-        expect, why = REJECT, "Python source must be UTF-8 (no coding declaration)"
     elif kind == "truncate":
         at = ch.randint(0, len(src) - 1)
         new = src[:at]
@@ -395,6 +402,9 @@ def gen_protocol(ch: Chooser, kind: str, timeout: float) -> Case:
             expect, why = REJECT, "an empty file defines no schedule"
     else:
         raise ValueError(kind)
+    refused = python_rejects(new)
+    if refused:  # it does not even compile: the only right answer is bad input
+        expect, why = REJECT, f"CPython refuses it ({refused})"
     mutation["diff"] = _diff(name, src, new)
     if why:
         mutation["must"] = why
@@ -645,6 +655,9 @@ def gen_body(ch: Chooser, kind: str, timeout: float) -> Case:
     else:
         raise ValueError(kind)
     source = schedule_source(**spec)
+    refused = python_rejects(source.encode("utf-8", "surrogatepass"))
+    if refused:
+        expect, why = REJECT, f"CPython refuses it ({refused})"
     args = _schedule_args(ch, BODY_FILE, timeout, commands)
     if extra_args:
         args[2:2] = extra_args
