@@ -271,3 +271,26 @@ def test_a_local_kernel_whose_source_is_shifted_over_its_destination_is_rejected
         r.copy(x.region(4, 8), x.region(0, 4))
 
     assert check(trace(in_place_and_apart)).verdict == "verified"
+
+
+def test_the_simulator_wraps_signal_adds_like_the_checker():
+    from clockworks_dist.perf.constants import Constants
+    from clockworks_dist.perf.network import from_topology
+    from clockworks_dist.perf.predict import simulate
+    from clockworks_dist.topology import load_topology
+
+    def wrap(r):
+        flag = r.signal("flag")
+        if r.rank == 0:
+            r.signal_op(1, flag, MASK64, op="add")
+            r.signal_op(1, flag, MASK64, op="add")
+            r.quiet()
+        else:
+            r.wait_until(flag, "eq", MASK64 - 1)
+
+    sched = trace(wrap)
+    assert check(sched).verdict == "verified"
+    topo = load_topology("h200x2-nv18")
+    # it reported a deadlock: its adds did not wrap
+    timeline = simulate(sched, from_topology(topo, 2), Constants.from_topology(topo.constants))
+    assert timeline.total_us > 0 and {record.rank for record in timeline.records} == {0, 1}

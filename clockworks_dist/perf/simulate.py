@@ -507,7 +507,8 @@ class Simulator:
         if op.kind in ("put_signal", "signal_op"):
             word = self.sig_offset[op.signal.signal] + op.signal.index
             old = self.signals[target][word]
-            self.signals[target][word] = op.value if op.sig_op == "set" else old + op.value
+            # the checker's arithmetic: uint64 words, adds wrap modulo 2**64 (2**64 - 1 decrements)
+            self.signals[target][word] = op.value if op.sig_op == "set" else atomic_result("add", old, op.value)
             self._wake(target, word, delivery)
         elif op.kind == "atomic" and isinstance(op.target, ir.SignalRef):
             word = self.sig_offset[op.target.signal] + op.target.index
