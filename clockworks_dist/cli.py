@@ -45,7 +45,7 @@ MAX_WORLD = 65_536
 # A check whose loading and tracing used up --timeout still gets this long, for the static checks.
 MIN_CHECK_S = 0.01
 # The checker bounds itself; if a phase overruns --timeout by this much, the CLI stops it.
-CHECK_BACKSTOP_S = 2.0
+CHECK_BACKSTOP_S = 1.0
 # If code we run ignores the time bound this much longer (it swallows the timeout, or is stuck in C
 # code), the process ends: exit 3.
 STUCK_S = 5.0
@@ -223,7 +223,7 @@ def _topology_parser(sub) -> None:
 # ------------------------------------------------------------------------------------- output
 def _say(text: str) -> None:
     """A message on stderr; one that cannot be written (stderr closed or full) is dropped."""
-    with contextlib.suppress(OSError, ValueError):
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # AttributeError: no stderr at all (2>&-)
         sys.stderr.write(text)
         sys.stderr.flush()
 
@@ -247,17 +247,26 @@ class Output:
     def __init__(self) -> None:
         try:
             self.colour = sys.stdout.isatty()
-        except (OSError, ValueError):
+        except (OSError, ValueError, AttributeError):  # AttributeError: no stdout at all (>&-)
             self.colour = False
         self.closed = False  # the reader closed the pipe
 
     def write(self, text: str) -> None:
-        """Write `text` to stdout as it is."""
-        self._guarded(lambda: sys.stdout.write(text))
+        """Write `text` to stdout; what its encoding cannot hold (a file name that is not UTF-8) as
+        backslash escapes."""
+        self._guarded(lambda: self._write(text))
+
+    @staticmethod
+    def _write(text: str) -> None:
+        try:
+            sys.stdout.write(text)
+        except UnicodeEncodeError:
+            encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+            sys.stdout.write(text.encode(encoding, "backslashreplace").decode(encoding))
 
     def flush(self) -> None:
         """Flush stdout: a write error that the buffer held back surfaces here."""
-        self._guarded(sys.stdout.flush)
+        self._guarded(lambda: sys.stdout.flush())
 
     def _guarded(self, action: Callable[[], object]) -> None:
         if self.closed:
@@ -267,16 +276,17 @@ class Output:
         except BrokenPipeError:
             self.closed = True
             _silence_stdout()
-        except OSError as exc:
+        except (OSError, ValueError, AttributeError) as exc:  # ValueError: closed; AttributeError: no stdout
             self.closed = True
             _silence_stdout()
-            raise OutputError(f"cannot write the output: {exc.strerror or exc}") from None
+            reason = getattr(exc, "strerror", None) or ("stdout is closed" if sys.stdout is None else str(exc))
+            raise OutputError(f"cannot write the output: {reason}") from None
 
     def text(self, text: str) -> None:
         if not self.colour:
             self.write(text + "\n")
             return
-        self._guarded(lambda: self._rich(text))
+        self._guarded(lambda: self._rich(text.encode("utf-8", "backslashreplace").decode("utf-8")))
 
     @staticmethod
     def _rich(text: str) -> None:
@@ -312,7 +322,7 @@ class Progress:
         self.title = title
         try:
             self.enabled = enabled and sys.stderr.isatty()
-        except (OSError, ValueError):
+        except (OSError, ValueError, AttributeError):
             self.enabled = False
         self.status = None
 

@@ -18,10 +18,15 @@ def load_file(path: str) -> list[ScheduleDef]:
     `KeyboardInterrupt`), is a `ScheduleError` naming the file and line; `guard.TimeUp` (the time
     bound) and a real Ctrl-C pass through."""
     name = os.path.basename(path)
+    if not path:
+        raise ScheduleError("the file name is empty", hint="name a .py file that defines @cw.schedule functions")
     if os.path.isdir(path):
         raise ScheduleError("is a directory, not a schedule file", file=path, hint="name a .py file")
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise ScheduleError("no such file", file=path, hint="check the path")
+    if not os.path.isfile(path):
+        raise ScheduleError("is not a regular file (a device, a pipe or a socket)", file=path,
+                            hint="name a .py file")
     if not os.access(path, os.R_OK):
         raise ScheduleError("cannot be read (permission denied)", file=path, hint="check the file's permissions")
     module_name = "_cw_user_" + os.path.splitext(name)[0].replace("-", "_")
