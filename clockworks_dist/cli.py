@@ -395,7 +395,7 @@ def _too_late(exc: guard.TimeUp, what: str, args: argparse.Namespace) -> CheckIn
 def _load(args: argparse.Namespace) -> tuple[list[ScheduleDef], float]:
     """The selected schedules of FILE, and the seconds spent so far (the load is bounded by --timeout)."""
     try:
-        with _bound(args, _left(args, _elapsed(args)), f"loading {args.file}"), guard.user_code():
+        with _bound(args, _left(args, _elapsed(args)), f"loading {args.file}"):
             defs = load_file(args.file)
     except guard.TimeUp as exc:
         exc.where = exc.where or os.path.basename(args.file)
@@ -408,16 +408,15 @@ def _trace_all(args: argparse.Namespace, jobs: list[tuple[ScheduleDef, int]],
     """Trace each (schedule, world size), each within what `spent` left of --timeout; the schedules,
     and the seconds each trace took."""
     traced = []
-    with guard.user_code():
-        for defn, world in jobs:
-            started = time.monotonic()
-            try:
-                with _bound(args, _left(args, spent), f"tracing {defn.name} at {world} ranks"):
-                    sched = defn.trace(world, sizes=dict(args.size) or None)
-            except guard.TimeUp as exc:
-                exc.where = exc.where or f"{defn.loc.file}:{defn.loc.line}"
-                raise _too_late(exc, f"tracing {defn.name} at {world} ranks", args) from None
-            traced.append((sched, time.monotonic() - started))
+    for defn, world in jobs:
+        started = time.monotonic()
+        try:
+            with _bound(args, _left(args, spent), f"tracing {defn.name} at {world} ranks"):
+                sched = defn.trace(world, sizes=dict(args.size) or None)
+        except guard.TimeUp as exc:
+            exc.where = exc.where or f"{defn.loc.file}:{defn.loc.line}"
+            raise _too_late(exc, f"tracing {defn.name} at {world} ranks", args) from None
+        traced.append((sched, time.monotonic() - started))
     return traced
 
 

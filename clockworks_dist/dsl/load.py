@@ -16,7 +16,7 @@ def load_file(path: str) -> list[ScheduleDef]:
 
     Anything the file does wrong while it is imported, exiting included (`sys.exit`, a raised
     `KeyboardInterrupt`), is a `ScheduleError` naming the file and line; `guard.TimeUp` (the time
-    bound) and a real Ctrl-C pass through."""
+    bound) and a real Ctrl-C pass through. What the file prints goes to stderr (`guard.user_code`)."""
     name = os.path.basename(path)
     if not path:
         raise ScheduleError("the file name is empty", hint="name a .py file that defines @cw.schedule functions")
@@ -36,7 +36,8 @@ def load_file(path: str) -> list[ScheduleDef]:
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     try:
-        spec.loader.exec_module(module)
+        with guard.user_code():
+            spec.loader.exec_module(module)
     except ScheduleError as exc:
         sys.modules.pop(module_name, None)
         if not guard.raised_by_user(exc, _PACKAGE_DIR):

@@ -783,7 +783,8 @@ class ScheduleDef:
 
         token = _BINDINGS.set(bindings)
         try:
-            return _build(self, world, per_node)
+            with guard.user_code():  # what the function prints goes to stderr, and it cannot exit
+                return _build(self, world, per_node)
         except (ScheduleError, guard.TimeUp, Exception):
             raise
         except BaseException as exc:  # noqa: BLE001 (sys.exit in a postcondition's function, say)
