@@ -516,6 +516,9 @@ def cmd_topology(args: argparse.Namespace, out: Output) -> int:
         model = topology.ClusterTemplate if args.template else topology.Topology
         out.json(model.model_json_schema())
         return EXIT_VERIFIED
+    for option, value in (("--dot", args.dot), ("--png", args.png)):
+        if value is not None and not value.strip():
+            raise UsageError(f"{option} needs a file name, got {value!r}")
     topo = topology.load_topology(args.file, nodes=args.nodes)
     if args.dot:
         _write(args.dot, topology.to_dot(topo))

@@ -413,3 +413,9 @@ def test_unknown_schedule_names_the_file(capsys):
     code, report, err = run_json(capsys, ["show", RING, "--schedule", "nope"])
     assert code == 2 and "ring_allreduce.py: no schedule named 'nope'; it defines ring_allreduce" in err
     assert report["verdict"] == "error"
+
+
+@pytest.mark.parametrize("option", ["--dot", "--png"])
+def test_topology_show_empty_output_name(capsys, option):
+    code, report, err = run_json(capsys, ["topology", "show", "dgx-h100", f"{option}="])
+    assert code == 2 and f"{option} needs a file name" in err and report["verdict"] == "error"
