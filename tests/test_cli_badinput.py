@@ -419,3 +419,20 @@ def test_unknown_schedule_names_the_file(capsys):
 def test_topology_show_empty_output_name(capsys, option):
     code, report, err = run_json(capsys, ["topology", "show", "dgx-h100", f"{option}="])
     assert code == 2 and f"{option} needs a file name" in err and report["verdict"] == "error"
+
+
+def test_time_bound_puts_back_an_outer_timer():
+    from clockworks_dist.dsl import guard
+
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda signum, frame: fired.append(signum))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.6)
+        with guard.time_bound(5.0):
+            time.sleep(0.1)
+        assert 0.3 < signal.getitimer(signal.ITIMER_REAL)[0] <= 0.5
+        time.sleep(0.8)
+        assert fired == [signal.SIGALRM]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

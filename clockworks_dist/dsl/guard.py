@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from types import TracebackType
 
@@ -148,7 +149,8 @@ def time_bound(seconds: float | None, on_stuck: Callable[[], None] | None = None
             raise TimeUp(seconds)
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, max(seconds, SHORTEST_S), REFIRE_S)
+    started = time.monotonic()
+    earlier, _ = signal.setitimer(signal.ITIMER_REAL, max(seconds, SHORTEST_S), REFIRE_S)
     watchdog = None
     if on_stuck is not None:
         watchdog = threading.Timer(max(seconds, 0.0) + grace, on_stuck)
@@ -162,6 +164,8 @@ def time_bound(seconds: float | None, on_stuck: Callable[[], None] | None = None
         finally:  # even if the alarm fired on the line above
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
+            if earlier:  # someone else's timer (pytest-timeout, say) was running: put it back
+                signal.setitimer(signal.ITIMER_REAL, max(earlier - (time.monotonic() - started), SHORTEST_S))
             if watchdog is not None:
                 watchdog.cancel()
 
@@ -227,6 +231,7 @@ def user_code() -> Iterator[None]:
     saved_exit, saved_register = os._exit, atexit.register
     global _real_stdout
     _flush(sys.stdout)
+    _flush(sys.__stdout__)  # what was written before goes where it was meant to
     saved_fd = _redirect_fd(1, 2)
     _real_stdout = saved_fd
     sys.stdout = sys.stderr
