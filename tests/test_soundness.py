@@ -242,10 +242,11 @@ def test_the_timeout_bounds_every_phase_not_only_the_search():
     from clockworks_dist.check.symbolic import check_sizes
 
     sched = cw.load_file(str(PROTOCOLS / "ring_allreduce.py"))[0].trace(64)
-    result = check(sched, timeout=1e-9)  # already over when the model is compiled
+    result = check(sched, timeout=1e-9)  # already over when the first phase starts
     assert (result.verdict, result.complete, result.stopped_by) == ("incomplete", False, "timeout")
-    assert result.stopped_in == "compiling the model" and result.states == 0
-    assert "stopped by the timeout in compiling the model, before the search" in render_verdict(result)
+    assert result.stopped_in == "matching sends, receives and collectives" and result.states == 0
+    assert "stopped by the timeout in matching sends, receives and collectives, before the search" \
+        in render_verdict(result)
     with pytest.raises(OutOfTime):
         check_sizes(sched, deadline=Deadline(1e-9))
     # the 64-rank ring takes seconds to verify (scripts/results/bench_checker.md); half a second
@@ -294,3 +295,14 @@ def test_the_simulator_wraps_signal_adds_like_the_checker():
     # it reported a deadlock: its adds did not wrap
     timeline = simulate(sched, from_topology(topo, 2), Constants.from_topology(topo.constants))
     assert timeline.total_us > 0 and {record.rank for record in timeline.records} == {0, 1}
+
+
+def test_a_time_bound_is_a_number_of_seconds():
+    from clockworks_dist.check.budget import Deadline
+
+    sched = trace(_decrement_then_wait(2))
+    assert check(sched, timeout=float("inf")).verdict == "verified"  # no bound, not an overflow
+    assert Deadline(1e400).remaining() is None
+    for bad in (float("nan"), -1.0):
+        with pytest.raises(ValueError, match="non-negative number of seconds"):
+            check(sched, timeout=bad)

@@ -40,14 +40,14 @@ def check(schedule: ir.Schedule, *, strategy: str = "dfs", max_states: int | Non
     verified; errors found before that still make it violated."""
     started = time.perf_counter()
     deadline = Deadline(timeout)
-    matches, problems = match(schedule)
-    if problems:
-        return CheckResult(schedule=schedule, verdict="violated", violations=_sorted(problems), states=0,
-                           transitions=0, seconds=time.perf_counter() - started, complete=True,
-                           strategy=strategy, reduction=reduction)
     violations: list[Violation] = []
     outcome = None
     try:
+        matches, problems = match(schedule, deadline)
+        if problems:
+            return CheckResult(schedule=schedule, verdict="violated", violations=_sorted(problems), states=0,
+                               transitions=0, seconds=time.perf_counter() - started, complete=True,
+                               strategy=strategy, reduction=reduction)
         model = Model(schedule, matches, deadline)
         frontier = BreadthFirst() if strategy == "bfs" else DepthFirst()
         outcome = explore(model, frontier, reduction=reduction, max_states=max_states, progress=progress,

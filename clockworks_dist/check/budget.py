@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import time
 
+CENTURY_S = 100 * 365 * 86400.0
+
 
 class OutOfTime(Exception):
     """The deadline passed inside `phase` (a few words for the user: "the z3 size proofs")."""
@@ -20,7 +22,11 @@ class Deadline:
     """A wall-clock bound; `None` seconds means unbounded."""
 
     def __init__(self, seconds: float | None):
-        self.end = None if seconds is None else time.monotonic() + seconds
+        if seconds is not None and not seconds >= 0:  # nan too: it would switch the bound off
+            raise ValueError(f"a time bound is a non-negative number of seconds or None, got {seconds!r}")
+        # no bound: None, or a bound no run can reach (inf, 1e400, or anything past a century)
+        bounded = seconds is not None and seconds < CENTURY_S
+        self.end = time.monotonic() + seconds if bounded else None
 
     def remaining(self) -> float | None:
         """Seconds left (never negative), or None when unbounded."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import ir
+from .budget import UNBOUNDED, Deadline
 from .result import OpRef, Violation
 
 Key = tuple[int, int, int | None]  # (rank, op index, group member index or None)
@@ -59,7 +60,7 @@ def _dtype(sched: ir.Schedule, rank: int, region: ir.Region | None) -> str | Non
     return sched.programs[rank].buffer(region.buffer).dtype
 
 
-def match(sched: ir.Schedule) -> tuple[Matches, list[Violation]]:
+def match(sched: ir.Schedule, deadline: Deadline = UNBOUNDED) -> tuple[Matches, list[Violation]]:
     """Match sends with recvs and group collectives; report every mismatch."""
     out = Matches(sched=sched)
     problems: list[Violation] = []
@@ -67,6 +68,7 @@ def match(sched: ir.Schedule) -> tuple[Matches, list[Violation]]:
     recvs: dict[tuple[str, int, int], list[Key]] = {}
     colls: dict[tuple[str, tuple[int, ...]], dict[int, list[int]]] = {}
     for prog in sched.programs:
+        deadline.check("matching sends, receives and collectives")
         for index, op in enumerate(prog.ops):
             for sub, member in members_of(op):
                 if member.kind == "send":

@@ -110,8 +110,8 @@ class Model:
         self.sched = sched
         self.matches = matches
         self.world = sched.world
-        bounds, transfers = collect_alignments(sched, matches)
-        self.layout: Layout = make_layout(sched, split_atoms(bounds, transfers))
+        bounds, transfers = collect_alignments(sched, matches, deadline)
+        self.layout: Layout = make_layout(sched, split_atoms(bounds, transfers, deadline))
         self.values = Values()
         self.sig_offset: dict[str, int] = {}
         self.sig_count = 0

@@ -17,11 +17,13 @@ import bisect
 from dataclasses import dataclass
 
 from .. import ir
+from .budget import UNBOUNDED, Deadline
 
 # ------------------------------------------------------------------------------------- atoms
 
 
-def collect_alignments(sched: ir.Schedule, matches) -> tuple[dict[str, set[int]], list]:
+def collect_alignments(sched: ir.Schedule, matches, deadline: Deadline = UNBOUNDED
+                       ) -> tuple[dict[str, set[int]], list]:
     """Boundaries named by regions, and the transfers (bufA, offA, bufB, offB, len) that align them."""
     bounds: dict[str, set[int]] = {}
     transfers: list[tuple[str, int, str, int, int]] = []
@@ -36,6 +38,7 @@ def collect_alignments(sched: ir.Schedule, matches) -> tuple[dict[str, set[int]]
             transfers.append((a.buffer, a.start, b.buffer, b.start, a.count))
 
     for prog in sched.programs:
+        deadline.check("compiling the model")
         for decl in prog.buffers:
             bounds.setdefault(decl.name, set()).update((0, decl.count))
         for op in prog.ops:
@@ -94,12 +97,15 @@ def _align_collective(members: list, link) -> None:
                 link(chunk, _chunks(ops[j].dst, n)[i])
 
 
-def split_atoms(bounds: dict[str, set[int]], transfers: list) -> dict[str, list[int]]:
+def split_atoms(bounds: dict[str, set[int]], transfers: list, deadline: Deadline = UNBOUNDED
+                ) -> dict[str, list[int]]:
     """Propagate boundaries through transfers to a fixpoint; return sorted boundaries per buffer."""
     changed = True
     while changed:
         changed = False
-        for a, off_a, b, off_b, length in transfers:
+        for number, (a, off_a, b, off_b, length) in enumerate(transfers):
+            if number & 1023 == 0:
+                deadline.check("compiling the model")
             ba, bb = bounds[a], bounds[b]
             for src_set, src_off, dst_set, dst_off in ((ba, off_a, bb, off_b), (bb, off_b, ba, off_a)):
                 for p in list(src_set):
