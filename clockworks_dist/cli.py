@@ -192,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--no-reduction", dest="reduction", action="store_false",
                        help="explore every interleaving, without partial-order reduction")
     _topology_parser(sub)
-    cli_perf.add_parsers(sub, _positive, _size)
+    cli_perf.add_parsers(sub, _positive, _size, _seconds)
     return parser
 
 

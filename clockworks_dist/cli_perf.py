@@ -8,12 +8,16 @@ import json
 import os
 import sys
 
-from .errors import ClockworksError, MissingDependency, ScheduleError, TopologyError
+from .errors import CheckIncomplete, ClockworksError, MissingDependency, ScheduleError, TopologyError
 
-EXIT_OK, EXIT_BAD_INPUT = 0, 2
+EXIT_OK, EXIT_BAD_INPUT, EXIT_INCOMPLETE = 0, 2, 3
+# predict's default bound: a sweep of 21 sizes at 64 ranks takes minutes; a hang never ends
+PREDICT_TIMEOUT_S = 600.0
+# If the code running ignores the bound this much longer (it swallows the timeout), the process ends.
+STUCK_S = 5.0
 
 
-def add_parsers(sub, positive, size_arg) -> None:
+def add_parsers(sub, positive, size_arg, seconds) -> None:
     predict = sub.add_parser("predict", help="predict a schedule's runtime on a topology",
                              description="Simulate the schedule on a topology: time, algbw/busbw, the critical "
                                          "path, the busiest links, a size sweep and a scaling sweep.")
@@ -32,6 +36,9 @@ def add_parsers(sub, positive, size_arg) -> None:
     predict.add_argument("--scale-nodes", metavar="N", type=positive, nargs="+",
                          help="with a cluster template: also predict on N nodes (all their GPUs), at the "
                               "largest size")
+    predict.add_argument("--timeout", metavar="S", type=seconds, default=PREDICT_TIMEOUT_S,
+                         help="stop after S seconds (loading, tracing and simulating; exit 3), 0 or 'none' "
+                              f"for no bound (default: {PREDICT_TIMEOUT_S:g})")
     predict.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     predict.add_argument("--trace", metavar="OUT.json", help="write the timeline of the largest size "
                          "as a Chrome/Perfetto trace")
@@ -96,6 +103,28 @@ def _write_json(path: str, value, option: str) -> None:
 
 
 def cmd_predict(args: argparse.Namespace, out) -> int:
+    """`clockworks predict`, within `--timeout`: loading and tracing run the user's code, and a
+    large schedule simulates for minutes, so all of it is bounded (exit 3 when the bound passes)."""
+    from .dsl import guard
+
+    what = f"predicting {os.path.basename(args.file)}"
+
+    def stuck() -> None:
+        message = (f"{what} did not finish within {args.timeout:g} s (--timeout), and the code running does "
+                   "not let itself be stopped (it catches the timeout, or it is stuck in C code)")
+        text = json.dumps({"verdict": "incomplete", "error": {"type": "TimeUp", "message": message}}) + "\n"
+        guard.end_process(EXIT_INCOMPLETE, f"clockworks: error: {message}\n", text if args.json else None)
+
+    try:
+        with guard.time_bound(args.timeout, on_stuck=stuck, grace=STUCK_S):
+            return _predict(args, out)
+    except guard.TimeUp as exc:
+        where = f"{exc.where}: " if exc.where else ""
+        raise CheckIncomplete(f"{where}{what} did not finish within {args.timeout:g} s (--timeout; raise it, "
+                              "or 0 for no bound)") from None
+
+
+def _predict(args: argparse.Namespace, out) -> int:
     from .dsl import load_file
     from .perf.predict import (bound, chrome_trace, link_utilisation, parse_sizes, predict_sizes)
     from .topology import gpus, load_topology

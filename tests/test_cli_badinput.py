@@ -217,6 +217,20 @@ def test_endless_import_stops_at_the_timeout(tmp_path, capsys, statement):
     assert "slow.py:" in err and "loading the file did not finish within 0.5 s (--timeout" in err
 
 
+def test_predict_is_bounded_too(tmp_path, capsys):
+    path = schedule_file(tmp_path, "while True: pass")
+    started = time.monotonic()
+    code, out, err = run_cli(capsys, ["predict", path, "-t", "h200x2-nv18", "--ranks", "2", "--timeout", "0.5"])
+    assert time.monotonic() - started < 5
+    assert code == 3 and out == ""
+    assert "hostile.py:10: predicting hostile.py did not finish within 0.5 s (--timeout" in err
+    # a legal schedule whose simulation runs long: 64 ranks take seconds per size
+    code, report, _ = run_json(capsys, ["predict", RING, "-t", "dgx-h100-cluster", "--nodes", "8", "--ranks", "64",
+                                        "--timeout", "0.5"])
+    assert time.monotonic() - started < 10
+    assert code == 3 and report["verdict"] == "incomplete"
+
+
 def test_huge_legal_program_stops_at_the_timeout(tmp_path, capsys):
     path = write(tmp_path, "big.py", """
         import clockworks_dist as cw
