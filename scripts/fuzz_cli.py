@@ -1054,6 +1054,8 @@ def gen_options(ch: Chooser, kind: str, timeout: float) -> Case:
             value, verdict = ch.choice(pool)
             args = _option(ch, base, option, value)
             blame = (option,) + ((value,) if value else ()) + (("ring_allreduce.py",) if which == "schedule" else ())
+            if which in ("ranks", "scaling"):  # "the schedule has 10 ranks but h200x2-nv18 has 2 GPUs" is clear
+                blame += ("h200x2-nv18",)
         mutation.update(option=which, value=value)
         if ch.coin(30):
             args.append("--json")
@@ -1413,6 +1415,8 @@ def main(argv=None) -> int:
         for case in cases:
             print(f"{case.id}\t{case.kind}\t{_tail(case.command(), 200)}")
         return 0
+    commit = _git("rev-parse", "--short", "HEAD")
+    dirty = bool(_git("status", "--porcelain", "--untracked-files=no", "--", "clockworks_dist"))
     start = time.monotonic()
     results: list[Result] = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
@@ -1427,8 +1431,7 @@ def main(argv=None) -> int:
     meta = {"command": command.strip(), "cases": len(cases), "seed": args.seed, "families": list(families),
             "check_timeout": args.check_timeout, "case_timeout": args.case_timeout,
             "memory_limit_bytes": MEMORY_LIMIT, "seconds": round(time.monotonic() - start, 1),
-            "commit": _git("rev-parse", "--short", "HEAD"),
-            "dirty": bool(_git("status", "--porcelain", "--untracked-files=no", "--", "clockworks_dist")),
+            "commit": commit, "dirty": dirty,
             "python": sys.version.split()[0]}
     summary = summarise(results, families, meta)
     table = markdown(summary)
