@@ -199,9 +199,10 @@ def _schedule_args(ch: Chooser, name: str, timeout: float, commands) -> list[str
     if command.startswith("check"):
         args = ["check", name, "--timeout", _fmt(timeout)]
     elif command.startswith("show"):
-        args = ["show", name]
+        args = ["show", name, "--timeout", _fmt(timeout)]
     else:
-        args = ["predict", name, "-t", "h200x2-nv18", "--ranks", "2", "--sizes", "1KiB..64KiB"]
+        args = ["predict", name, "-t", "h200x2-nv18", "--ranks", "2", "--sizes", "1KiB..64KiB", "--timeout",
+                _fmt(timeout)]
     if command.endswith("json"):
         args.append("--json")
     return args
@@ -573,12 +574,12 @@ def gen_body(ch: Chooser, kind: str, timeout: float) -> Case:
     elif kind == "loop":
         stmt = ch.choice(LOOPS)
         where = ch.choice(("body", "rank1") if "r." in stmt else PLACES)
-        spec, expect, commands = _placed(stmt, where), BOUNDED, CHECK_COMMANDS
+        spec, expect = _placed(stmt, where), BOUNDED
         why = "a schedule that never returns must stop at the --timeout bound"
         mutation.update(where=where, statement=stmt)
     elif kind == "huge":
         variant = ch.choice(["ops", "buffers", "lines", "literal", "nesting", "world", "count"])
-        expect, commands = CONTRACT, CHECK_COMMANDS
+        expect = CONTRACT
         if variant == "ops":
             k = ch.choice([10**4, 10**5, 10**6, 10**7])
             spec = {"body": f"for _ in range({k}):\n    r.barrier()\nr.all_reduce(x)"}
@@ -735,12 +736,12 @@ def _number_verdict(path: tuple, cls: str) -> tuple[tuple[int, ...], str]:
     return CONTRACT, ""
 
 
-def _topology_args(ch: Chooser, name: str) -> tuple[list[str], dict[str, bytes]]:
+def _topology_args(ch: Chooser, name: str, timeout: float) -> tuple[list[str], dict[str, bytes]]:
     if ch.coin():
         args = ["topology", "show", name]
         files = {}
     else:
-        args = ["predict", "ring_allreduce.py", "-t", name, "--ranks", "2"]
+        args = ["predict", "ring_allreduce.py", "-t", name, "--ranks", "2", "--timeout", _fmt(timeout)]
         files = {"ring_allreduce.py": _ring()}
     if ch.coin(30):
         args.append("--json")
@@ -759,7 +760,7 @@ def gen_topology(ch: Chooser, kind: str, timeout: float) -> Case:
     name = _topology_name(rel)
     src = _read(REPO / rel)
     text = src.decode("utf-8")
-    args, files = _topology_args(ch, name)
+    args, files = _topology_args(ch, name, timeout)
     lines = src.split(b"\n")
     code_lines = [i for i, line in enumerate(lines) if line.strip() and not line.strip().startswith(b"#")]
     expect, why = CONTRACT, ""
@@ -987,10 +988,9 @@ def gen_options(ch: Chooser, kind: str, timeout: float) -> Case:
     mutation: dict = {"subcommand": kind}
     if kind in ("check", "show"):
         files["ring_allreduce.py"] = _ring()
-        base = ["check", "ring_allreduce.py", "--ranks", "2", "--timeout", _fmt(timeout)] if kind == "check" else \
-            ["show", "ring_allreduce.py", "--ranks", "2"]
-        which = ch.choice(["ranks", "size", "schedule", "file", "flags"]
-                          + (["timeout", "max_states"] if kind == "check" else []))
+        base = [kind, "ring_allreduce.py", "--ranks", "2", "--timeout", _fmt(timeout)]
+        which = ch.choice(["ranks", "size", "schedule", "file", "flags", "timeout"]
+                          + (["max_states"] if kind == "check" else []))
         if which == "file":
             value, verdict, blame = _file_value(ch, files, dirs)
             args = [base[0], value] + base[2:]
@@ -1017,9 +1017,10 @@ def gen_options(ch: Chooser, kind: str, timeout: float) -> Case:
             args.append("--json")
     elif kind == "predict":
         files["ring_allreduce.py"] = _ring()
-        base = ["predict", "ring_allreduce.py", "-t", "h200x2-nv18", "--ranks", "2", "--sizes", "1KiB..64KiB"]
+        base = ["predict", "ring_allreduce.py", "-t", "h200x2-nv18", "--ranks", "2", "--sizes", "1KiB..64KiB",
+                "--timeout", _fmt(timeout)]
         which = ch.choice(["topology", "ranks", "nodes", "sizes", "mode", "scaling", "scale_nodes", "trace", "plot",
-                           "schedule", "file"])
+                           "schedule", "file", "timeout"])
         blame = None
         if which == "file":
             value, verdict, blame = _file_value(ch, files, dirs)
@@ -1050,7 +1051,7 @@ def gen_options(ch: Chooser, kind: str, timeout: float) -> Case:
         else:
             option, pool = {"ranks": ("--ranks", POSITIVE_INTS), "sizes": ("--sizes", MESSAGE_SIZES),
                             "mode": ("--mode", MODES), "scaling": ("--scaling", SCALING),
-                            "schedule": ("--schedule", SCHEDULES)}[which]
+                            "schedule": ("--schedule", SCHEDULES), "timeout": ("--timeout", TIMEOUTS)}[which]
             value, verdict = ch.choice(pool)
             args = _option(ch, base, option, value)
             blame = (option,) + ((value,) if value else ()) + (("ring_allreduce.py",) if which == "schedule" else ())
