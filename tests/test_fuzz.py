@@ -35,7 +35,7 @@ def _load_fuzz_script():
 
 fuzz = _load_fuzz_script()
 
-EXAMPLES = int(os.environ.get("CLOCKWORKS_FUZZ_EXAMPLES", "4"))
+EXAMPLES = int(os.environ.get("CLOCKWORKS_FUZZ_EXAMPLES", "5"))
 CHECK_TIMEOUT = 3.0   # --timeout given to `clockworks check`
 CASE_TIMEOUT = 20.0   # a run still going after this is a hang
 
