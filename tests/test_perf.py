@@ -1078,3 +1078,17 @@ def test_slices_forwarded_cut_through_add_one_slice_time_per_later_hop():
         fixed += min((1 << 20) / send.detail["channels"], 128 * KiB) / (c.copy_channel_GBs * 1e3)
     assert send.end - send.start == pytest.approx(send.detail["flow_us"] + route_latency
                                                   + net.fill_us(0, 1, (1 << 20) / nccl.EFFICIENCY[proto]) + fixed)
+
+
+def test_a_collective_on_a_one_rank_communicator_is_a_local_copy():
+    # the shipped hierarchical all-reduce at 2 ranks, one node: its rail communicators have one rank
+    # each (NCCL's ncclLaunchOneRank); the predictor divided by zero ring steps
+    from clockworks_dist.perf import nccl
+    from clockworks_dist.perf.constants import Constants
+
+    consts = Constants.from_topology(load_topology("h200x2-nv18").constants)
+    plan = nccl.plan("all_reduce", 1, 4096, consts, 100.0)
+    assert (plan.algorithm, plan.transfers, plan.reduce_bytes) == ("one_rank", (), 8192.0)
+    defn = load_file(str(ROOT / "protocols" / "hierarchical_allreduce.py"))[0]
+    [prediction] = predict_sizes(defn, load_topology("h200x2-nv18"), 2, [4096])
+    assert prediction.time_us > 0

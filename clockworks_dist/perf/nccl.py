@@ -114,6 +114,11 @@ def plan(kind: str, n: int, nbytes: float, consts, link_GBs: float, view: View |
     kind's extra and one step latency per ring step; the bytes are flows at most `channels` times
     the per-channel rate. `nbytes` follows nccl-tests: all-gather output, reduce-scatter input."""
     view = view or default_view(consts)
+    if n == 1 and kind != "barrier":
+        # NCCL skips its algorithms on a one-rank communicator (ncclLaunchOneRank): out of place it
+        # copies the send buffer to the receive buffer, in place it does nothing. We charge the copy
+        # (one HBM read and write) either way: the plan does not know whether the call is in place.
+        return Plan("one_rank", "Simple", 1, (), 0.0, 0.0, 2.0 * nbytes)
     if kind == "barrier":
         return Plan("ring", "LL", 1, (), consts.proto_base_us["LL"] + (n - 1) * consts.proto_step_us["LL"],
                     0.0, 0.0)
