@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 
 from . import cli_perf, ir
 from .dsl import ScheduleDef, guard, load_file
-from .errors import CheckIncomplete, ClockworksError, ScheduleError
+from .errors import CheckIncomplete, ClockworksError, ScheduleError, TopologyError
 
 EXIT_VERIFIED, EXIT_VIOLATED, EXIT_BAD_INPUT, EXIT_INCOMPLETE, EXIT_INTERNAL = 0, 1, 2, 3, 4
 EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
@@ -530,8 +530,13 @@ def cmd_topology(args: argparse.Namespace, out: Output) -> int:
         _say(f"wrote {args.png}\n")
     if args.json:
         out.write(topo.model_dump_json(indent=2) + "\n")
-    else:
-        out.text(topology.summary(topo))
+        return EXIT_VERIFIED
+    try:
+        text = topology.summary(topo)
+    except TopologyError as exc:  # found while routing (two GPUs with no route): name the file
+        message = str(exc)
+        raise TopologyError(message if message.startswith(args.file) else f"{args.file}: {message}") from None
+    out.text(text)
     return EXIT_VERIFIED
 
 

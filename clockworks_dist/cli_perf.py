@@ -153,7 +153,11 @@ def _predict(args: argparse.Namespace, out) -> int:
             raise TopologyError(f"--scaling {n}: {n} ranks but {topo.name} has {available} GPUs (use a larger "
                                 "topology, or --nodes with a cluster template)")
     bigger_topologies = [load_topology(args.topology, nodes=nodes) for nodes in args.scale_nodes or ()]
-    results = predict_sizes(defn, topo, world, sizes, mode=args.mode, ranks_per_node=defn.ranks_per_node)
+    try:
+        results = predict_sizes(defn, topo, world, sizes, mode=args.mode, ranks_per_node=defn.ranks_per_node)
+    except TopologyError as exc:  # found while routing (no route between two GPUs): name the file
+        text = str(exc)
+        raise TopologyError(text if text.startswith(args.topology) else f"{args.topology}: {text}") from None
     last = results[-1]
     scaling = []
     for n in args.scaling or ():

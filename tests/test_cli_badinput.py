@@ -450,3 +450,46 @@ def test_time_bound_puts_back_an_outer_timer():
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+# ------------------------------------------- found by scripts/fuzz_cli.py: the file is always named
+def test_predict_names_the_line_of_a_mismatch_and_of_a_deadlock(tmp_path, capsys):
+    path = write(tmp_path, "lonely.py", """
+        import clockworks_dist as cw
+
+        N = cw.size("N", 4)
+
+        @cw.schedule(ranks=(2,))
+        def lonely(r):
+            x = r.buffer("x", N)
+            if r.rank == 1:
+                r.recv(0, x)
+    """)
+    code, _, err = run_cli(capsys, ["predict", path, "-t", "h200x2-nv18", "--ranks", "2", "--sizes", "1KiB"])
+    assert code == 2 and "lonely.py:9: the schedule does not match" in err
+    code, _, err = run_cli(capsys, ["predict", BUGGY, "-t", "h200x2-nv18", "--ranks", "2", "--sizes", "1KiB"])
+    assert code == 2 and "ring_allreduce_no_group.py:" in err and "the schedule deadlocks" in err
+
+
+def test_our_error_raised_in_a_custom_postcondition_names_the_users_line(tmp_path, capsys):
+    path = write(tmp_path, "post.py", """
+        import clockworks_dist as cw
+
+        def post(world):
+            raise cw.ScheduleError("impostor", file="elsewhere.py", line=1)
+
+        @cw.schedule(expect=cw.custom(post), ranks=(2,))
+        def f(r):
+            r.buffer("x", 4)
+    """)
+    code, _, err = run_cli(capsys, ["check", path])
+    assert code == 2 and err.startswith("clockworks: error: post.py:4: custom: the custom expectation raised")
+
+
+def test_a_topology_without_a_route_between_two_gpus_is_named(tmp_path, capsys):
+    source = (ROOT / "clockworks_dist" / "topology" / "data" / "h200x2-nv18.yaml").read_text()
+    head, _, _ = source.partition("links:")
+    path = tmp_path / "islands.yaml"
+    path.write_text(head + "links: []\n")
+    code, _, err = run_cli(capsys, ["topology", "show", str(path)])
+    assert code == 2 and f"{path}: no route from" in err

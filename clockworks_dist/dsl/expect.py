@@ -250,9 +250,11 @@ class custom(Spec):
                 raise _fail(self.loc, f"the custom expectation returned {type(found).__name__} {found!r}, "
                                       "not a list", "return a list of cw.equals(...)", op="custom")
             found = list(found)
-        except ScheduleError:
-            raise
         except Exception as exc:  # the user's function raised: point at its innermost line
+            from .guard import raised_by_user
+
+            if isinstance(exc, ScheduleError) and not raised_by_user(exc, _PACKAGE_DIR):
+                raise  # ours, about what the function returned: it names the place already
             file, line = self.loc.file, self.loc.line
             tb = exc.__traceback__
             while tb is not None:

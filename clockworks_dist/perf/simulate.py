@@ -80,7 +80,9 @@ class Simulator:
     def __init__(self, sched: ir.Schedule, network: Network, consts, mode: str = "graph", host_clock: bool = True):
         matches, problems = match(sched)
         if problems:
-            raise PredictError(f"the schedule does not match: {problems[0].message} (run `clockworks check`)")
+            first = problems[0]
+            where = first.ops[0].loc if first.ops and first.ops[0].loc else sched.loc
+            raise PredictError(f"{where}: the schedule does not match: {first.message} (run `clockworks check`)")
         self.sched, self.net, self.c, self.mode = sched, network, consts, mode
         self.matches = matches
         self.world = sched.world
@@ -228,8 +230,11 @@ class Simulator:
                                "(a bandwidth or rate of the topology is 0)")
         stuck = [r for r in range(self.world) if self.pc[r] < len(self.sched.programs[r].ops)]
         if stuck:
-            raise PredictError(f"the schedule deadlocks: rank(s) {', '.join(map(str, stuck))} never finish "
-                               "(run `clockworks check` for the counterexample)")
+            rank = stuck[0]
+            op = self.sched.programs[rank].ops[self.pc[rank]]
+            raise PredictError(f"{op.loc}: the schedule deadlocks: rank(s) {', '.join(map(str, stuck))} never finish "
+                               f"(rank {rank} blocks in {ir.describe(op)}; run `clockworks check` for the "
+                               "counterexample)")
         total = max([r.end for r in self.records], default=0.0)
         return Timeline(total_us=total, records=self.records, link_bytes=self.link_bytes, network=self.net,
                         critical=self._critical_path(), plans=self.plans)
