@@ -493,3 +493,19 @@ def test_a_topology_without_a_route_between_two_gpus_is_named(tmp_path, capsys):
     path.write_text(head + "links: []\n")
     code, _, err = run_cli(capsys, ["topology", "show", str(path)])
     assert code == 2 and f"{path}: no route from" in err
+
+
+def test_a_timeout_that_lands_in_a_finalizer_is_neither_printed_nor_lost(capsys):
+    # the alarm can fire inside a __del__, where Python drops the exception with a traceback
+    from clockworks_dist.dsl import guard
+
+    class Slow:
+        def __del__(self):
+            time.sleep(0.3)  # the bound passes in here
+
+    with pytest.raises(guard.TimeUp):
+        with guard.time_bound(0.05):
+            Slow()
+            time.sleep(0.01)  # the block itself ends before the alarm refires
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and "Exception ignored" not in captured.err

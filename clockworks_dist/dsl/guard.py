@@ -143,11 +143,24 @@ def time_bound(seconds: float | None, on_stuck: Callable[[], None] | None = None
         yield
         return
     active = True
+    fired = False
 
     def on_alarm(signum, frame):
+        nonlocal fired
         if active:
+            fired = True
             raise TimeUp(seconds)
 
+    # The alarm can land in a finalizer (`__del__`, a weakref callback), where Python prints the
+    # exception as "Exception ignored in ..." with a traceback and drops it. Keep that quiet: the
+    # block ends with TimeUp anyway (below), once the bound has passed.
+    previous_hook = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        if not isinstance(unraisable.exc_value, TimeUp):
+            previous_hook(unraisable)
+
+    sys.unraisablehook = hook
     previous = signal.signal(signal.SIGALRM, on_alarm)
     started = time.monotonic()
     earlier, _ = signal.setitimer(signal.ITIMER_REAL, max(seconds, SHORTEST_S), REFIRE_S)
@@ -158,12 +171,15 @@ def time_bound(seconds: float | None, on_stuck: Callable[[], None] | None = None
         watchdog.start()
     try:
         yield
+        if fired:  # the bound passed, but its TimeUp was dropped (in a finalizer): raise it now
+            raise TimeUp(seconds)
     finally:
         try:
             active = False
         finally:  # even if the alarm fired on the line above
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
+            sys.unraisablehook = previous_hook
             if earlier:  # someone else's timer (pytest-timeout, say) was running: put it back
                 signal.setitimer(signal.ITIMER_REAL, max(earlier - (time.monotonic() - started), SHORTEST_S))
             if watchdog is not None:
