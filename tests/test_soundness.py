@@ -85,8 +85,8 @@ def test_or_and_xor_leave_a_word_unproven():
     assert Model(sched, match(sched)[0]).may_wrap == {(1, 0)}
 
 
-def test_two_decrements_reach_the_wrapped_value_in_every_engine_of_the_checker():
-    # the architecture review's schedule: the state search and the z3 wait check now agree
+def _two_decrements(awaited: int):
+    """The architecture review's schedule: two adds of 2**64 - 1, and a wait for `awaited`."""
     def wrap(r):
         flag = r.signal("flag")
         if r.rank == 0:
@@ -94,21 +94,16 @@ def test_two_decrements_reach_the_wrapped_value_in_every_engine_of_the_checker()
             r.signal_op(1, flag, MASK64, op="add")
             r.quiet()
         else:
-            r.wait_until(flag, "eq", MASK64 - 1)
+            r.wait_until(flag, "eq", awaited)
+    return wrap
 
-    result = check(trace(wrap))
+
+def test_two_decrements_reach_the_wrapped_value_in_every_engine_of_the_checker():
+    # the state search and the z3 wait check now agree
+    result = check(trace(_two_decrements(MASK64 - 1)))
     assert result.verdict == "verified", [v.message for v in result.violations]
-
-    def off_by_one(r):
-        flag = r.signal("flag")
-        if r.rank == 0:
-            r.signal_op(1, flag, MASK64, op="add")
-            r.signal_op(1, flag, MASK64, op="add")
-            r.quiet()
-        else:
-            r.wait_until(flag, "eq", MASK64 - 2)  # BUG: two decrements from 0 give 2**64 - 2
-
-    result = check(trace(off_by_one))
+    # BUG in the twin: two decrements from 0 give 2**64 - 2, never 2**64 - 3
+    result = check(trace(_two_decrements(MASK64 - 2)))
     assert kinds(result) == {"deadlock", "unsatisfiable_wait"}
     wait = next(v for v in result.violations if v.kind == "unsatisfiable_wait")
     assert "never exceeds" not in wait.message  # the sum wraps: no upper bound to quote
@@ -280,16 +275,7 @@ def test_the_simulator_wraps_signal_adds_like_the_checker():
     from clockworks_dist.perf.predict import simulate
     from clockworks_dist.topology import load_topology
 
-    def wrap(r):
-        flag = r.signal("flag")
-        if r.rank == 0:
-            r.signal_op(1, flag, MASK64, op="add")
-            r.signal_op(1, flag, MASK64, op="add")
-            r.quiet()
-        else:
-            r.wait_until(flag, "eq", MASK64 - 1)
-
-    sched = trace(wrap)
+    sched = trace(_two_decrements(MASK64 - 1))
     assert check(sched).verdict == "verified"
     topo = load_topology("h200x2-nv18")
     # it reported a deadlock: its adds did not wrap
