@@ -342,15 +342,20 @@ class _Solver:
             return f" (it fails for every admissible {name} but the traced {traced[name]})"
         return f" (it fails for some admissible {span}, not all{tail})"
 
+    def _optimizer(self, negation):
+        """A z3 optimizer over the admissible valuations that satisfy `negation`."""
+        self.deadline.check("the z3 size proofs")
+        opt = self.z3.Optimize()
+        opt.set(timeout=_timeout_ms(self.deadline))
+        opt.add(*self.constraints)
+        opt.add(negation)
+        return opt
+
     def _extreme(self, negation, var, minimize: bool) -> int | None:
         """The least (or greatest) admissible value of `var` satisfying `negation`; None when
         unbounded or undecided."""
         z3 = self.z3
-        self.deadline.check("the z3 size proofs")
-        opt = z3.Optimize()
-        opt.set(timeout=_timeout_ms(self.deadline))
-        opt.add(*self.constraints)
-        opt.add(negation)
+        opt = self._optimizer(negation)
         handle = opt.minimize(var) if minimize else opt.maximize(var)
         if opt.check() != z3.sat:
             return None
@@ -366,11 +371,7 @@ class _Solver:
     def valuation(self, negation) -> dict[str, int]:
         """An admissible valuation satisfying `negation`, as close as z3 finds to the traced one."""
         z3 = self.z3
-        self.deadline.check("the z3 size proofs")
-        opt = z3.Optimize()
-        opt.set(timeout=_timeout_ms(self.deadline))
-        opt.add(*self.constraints)
-        opt.add(negation)
+        opt = self._optimizer(negation)
         distance = []
         for name, var in self.vars.items():
             if name in self.symbols:
