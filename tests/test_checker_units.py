@@ -596,3 +596,25 @@ def test_expected_values_of_allreduce():
     expected = expected_values(trace(split, expect=cw.allreduce("x")))
     assert expected == {(rank, "x", lo, hi): f"x@r0[{lo}:{hi}] + x@r1[{lo}:{hi}]"
                         for rank in range(2) for lo, hi in ((0, 1), (1, 4))}
+
+
+# ------------------------------------------------- the APIs that need one execution: bad input
+def test_the_execution_apis_name_the_users_line_for_a_mismatch_a_deadlock_and_a_bound():
+    from clockworks_dist.errors import CheckIncomplete, ScheduleError
+
+    def lonely(r):
+        x = r.buffer("x", 4)
+        if r.rank == 1:
+            r.recv(0, x)  # never matched
+
+    sched = cw.schedule(lonely).trace(2)
+    for api in (expected_values, happens_before, terminal_outcomes):
+        with pytest.raises(ScheduleError) as caught:
+            api(sched)
+        assert (caught.value.file, caught.value.rank) == (HERE, 1) and "never matched" in str(caught.value)
+    buggy = load_file(str(ROOT / "protocols" / "buggy" / "ring_allreduce_no_group.py"))[0].trace(2)
+    with pytest.raises(ScheduleError, match=r"ring_allreduce_no_group.py:\d+: rank 0: .*the schedule deadlocks"):
+        happens_before(buggy)
+    ring = load_file(str(ROOT / "protocols" / "ring_allreduce.py"))[0].trace(4)
+    with pytest.raises(CheckIncomplete, match="stopped at"):
+        terminal_outcomes(ring, max_states=5)

@@ -15,6 +15,7 @@ import time
 from typing import Callable
 
 from .. import ir
+from ..errors import CheckIncomplete, ScheduleError
 from .bfs import BreadthFirst
 from .budget import UNBOUNDED, Deadline, OutOfTime
 from .dfs import DepthFirst
@@ -119,15 +120,27 @@ def _first_execution(model: Model, outcome, deadline: Deadline = UNBOUNDED) -> H
     return None
 
 
+def compile_schedule(schedule: ir.Schedule) -> Model:
+    """The schedule's transition system, for the APIs that need one execution or the expected
+    values. A schedule that does not match statically (a send without its recv, collectives that
+    differ) raises `ScheduleError` at the first mismatch's file:line; `check` reports every
+    mismatch instead."""
+    matches, problems = match(schedule)
+    if problems:
+        first = problems[0]
+        ref = first.ops[0] if first.ops else None
+        loc = ref.loc if ref is not None and ref.loc is not None else schedule.loc
+        raise ScheduleError(first.message, file=loc.file, line=loc.line,
+                            rank=ref.rank if ref is not None else None,
+                            hint="run `clockworks check` for every mismatch")
+    return Model(schedule, matches)
+
+
 def run_to_end(schedule: ir.Schedule) -> tuple[Model, list[tuple]]:
     """One execution of a schedule that matches statically: the actions of a path to the end."""
-    from .match import match as _match
     from .por import Reducer
 
-    matches, problems = _match(schedule)
-    if problems:
-        raise ValueError(problems[0].message)
-    model = Model(schedule, matches)
+    model = compile_schedule(schedule)
     reducer = Reducer(model)
     state = model.initial()
     actions = []
@@ -139,7 +152,10 @@ def run_to_end(schedule: ir.Schedule) -> tuple[Model, list[tuple]]:
         actions.append(action)
         state = model.apply(state, action)
     if not model.done(state):
-        raise ValueError("the schedule deadlocks; run `clockworks check` for the counterexample")
+        stuck = next(r for r in range(model.world) if state[0][r] < model.nops[r])
+        op = schedule.programs[stuck].ops[state[0][stuck]]
+        raise ScheduleError("the schedule deadlocks", file=op.loc.file, line=op.loc.line, rank=stuck,
+                            op=ir.describe(op), hint="run `clockworks check` for the counterexample")
     return model, actions
 
 
@@ -154,13 +170,11 @@ def terminal_outcomes(schedule: ir.Schedule, *, reduction: bool = True, max_stat
                       ) -> frozenset[tuple]:
     """Every terminal state the search reaches, as (finished, positions, final values rendered as
     exact trees, signals): the reduced and the unreduced search must give the same set."""
-    matches, problems = match(schedule)
-    if problems:
-        raise ValueError(problems[0].message)
-    model = Model(schedule, matches)
+    model = compile_schedule(schedule)
     outcome = explore(model, DepthFirst(), reduction=reduction, max_states=max_states)
     if not outcome.complete:
-        raise ValueError(f"search incomplete after {outcome.states} states")
+        raise CheckIncomplete(f"the search stopped at {outcome.states:,} states (max_states), so the set of "
+                              "terminal states is not known")
     found = set()
     for state in outcome.parents:
         if not model.enabled(state):
@@ -171,10 +185,7 @@ def terminal_outcomes(schedule: ir.Schedule, *, reduction: bool = True, max_stat
 
 def expected_values(schedule: ir.Schedule) -> dict[tuple[int, str, int, int], str]:
     """The postcondition, atom by atom: (rank, buffer, start, stop) -> expected value, rendered."""
-    matches, problems = match(schedule)
-    if problems:
-        raise ValueError(problems[0].message)
-    model = Model(schedule, matches)
+    model = compile_schedule(schedule)
     out = {}
     for (rank, atom), (norm, _exp) in expected_atoms(model).items():
         buf, start, stop = model.layout.atom_names[rank][atom]
@@ -182,5 +193,5 @@ def expected_values(schedule: ir.Schedule) -> dict[tuple[int, str, int, int], st
     return out
 
 
-__all__ = ["CheckResult", "HappensBefore", "OpRef", "Step", "Violation", "check", "expected_values",
+__all__ = ["CheckResult", "HappensBefore", "OpRef", "Step", "Violation", "check", "compile_schedule", "expected_values",
            "happens_before", "run_to_end", "terminal_outcomes"]
