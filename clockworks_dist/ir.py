@@ -455,6 +455,9 @@ ONE_SIDED_KINDS = frozenset(
      "quiet", "barrier_all", "sync_all"}
 )
 LOCAL_KINDS = frozenset({"reduce", "copy", "fill", "compute"})
+# One-sided ops whose effect lands later, as a delivery of its own (DESIGN.md): ordered by fence,
+# completed by quiet and barrier_all. Gets and fetching atomics are one blocking transition instead.
+DELIVERY_KINDS = frozenset({"put", "put_signal", "signal_op", "atomic"})
 
 
 class Program(Frozen):

@@ -618,3 +618,17 @@ def test_the_execution_apis_name_the_users_line_for_a_mismatch_a_deadlock_and_a_
     ring = load_file(str(ROOT / "protocols" / "ring_allreduce.py"))[0].trace(4)
     with pytest.raises(CheckIncomplete, match="stopped at"):
         terminal_outcomes(ring, max_states=5)
+
+
+def test_deliveries_are_the_ops_of_the_ir_delivery_group():
+    # one declaration of which ops land later as a delivery (ir.DELIVERY_KINDS), read by the model,
+    # the symbolic checks and the simulator alike
+    sched = load_file(str(ROOT / "protocols" / "buggy" / "signal_without_fence.py"))[0].trace(2)
+    kinds = {op.kind for p in sched.programs for op in p.ops}
+    assert kinds & ir.DELIVERY_KINDS and kinds - ir.DELIVERY_KINDS
+    model = Model(sched, match(sched)[0])
+    for row in model.code:
+        for code in row:
+            assert (code.delivery is not None) == (code.kind in ir.DELIVERY_KINDS), code.kind
+    union = {cls.model_fields["kind"].default for cls in ir.Op.__args__[0].__args__}
+    assert ir.DELIVERY_KINDS <= union

@@ -204,7 +204,7 @@ class Model:
                 mem(region, READ)
             for region in op.writes:
                 mem(region, WRITE)
-        elif k in ("put", "put_signal", "signal_op", "atomic"):
+        elif k in ir.DELIVERY_KINDS:
             c.delivery = self._delivery(rank, index, op)
             if k in ("put", "put_signal") and not op.nbi:
                 mem(op.src, READ)

@@ -542,7 +542,6 @@ def _counts(schedule: ir.Schedule, ops: list[tuple[OpKey, ir.OpBase]], need) -> 
                       ("pair", lkey, lead, "src", lead.src, key, op, "src", op.src))
 
 
-_DELIVERY_KINDS = ("put", "put_signal", "signal_op", "atomic")
 
 
 class _StaticOrder:
@@ -617,7 +616,7 @@ class _StaticOrder:
                         self._edge(fence_seen[pe], node)
                     fence_seen[pe] = node
                 pending = defaultdict(list)
-            if op.kind in _DELIVERY_KINDS:
+            if op.kind in ir.DELIVERY_KINDS:
                 delivery = ("delivery", rank, index)
                 self._edge(here, delivery)
                 if op.pe in fence_seen:
@@ -1150,14 +1149,14 @@ def unfinished_deliveries(schedule: ir.Schedule, deadline: Deadline = UNBOUNDED)
     and no rank whose progress depends on them). Decided on the static order, so the answer does
     not depend on which interleavings a search visits; the order can miss a chain an execution
     would give, which makes this a warning, never an error."""
-    if not any(op.kind in _DELIVERY_KINDS for p in schedule.programs for op in p.ops):
+    if not any(op.kind in ir.DELIVERY_KINDS for p in schedule.programs for op in p.ops):
         return []
     order = _StaticOrder(_z3(), schedule, deadline)
     ends = [order.ids[("op", p.rank, len(p.ops))] for p in schedule.programs if p.ops]
     refs = []
     for program in schedule.programs:
         for index, op in enumerate(program.ops):
-            if op.kind not in _DELIVERY_KINDS:
+            if op.kind not in ir.DELIVERY_KINDS:
                 continue
             node = order.ids[("delivery", program.rank, index)]
             if not any(order.pre[end] >> node & 1 for end in ends):

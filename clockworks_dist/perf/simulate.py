@@ -301,7 +301,7 @@ class Simulator:
                 self.quiet_waiter[rank] = rec
                 return
             self._arrive(rank, pc, rec)
-        elif k in ("put", "put_signal", "signal_op", "atomic"):
+        elif k in ir.DELIVERY_KINDS:
             rec = self._record(rank, pc, None, op, start)
             issue = start + self.c.nvshmem_issue_us
             self.outstanding[rank] += 1
