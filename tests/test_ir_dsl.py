@@ -446,3 +446,15 @@ def test_postcondition_on_an_undeclared_buffer():
 def test_postcondition_chunks_must_divide():
     with pytest.raises(ScheduleError, match="not a multiple of 3"):
         cw.schedule(_declare("x"), expect=cw.allgather("x")).trace(3)
+
+
+def test_every_op_a_user_calls_explains_itself():
+    # help(r.put_signal) is where a user looks first: every public Rank method has a docstring
+    import inspect
+
+    from clockworks_dist.dsl.trace import Rank
+
+    public = {name: fn for name, fn in inspect.getmembers(Rank, inspect.isfunction) if not name.startswith("_")}
+    assert {"send", "recv", "put", "put_signal", "wait_until", "fetch_add"} <= set(public)
+    assert [name for name, fn in public.items() if not inspect.getdoc(fn)] == []
+    assert "fence" in inspect.getdoc(Rank.put_signal) and "2**64" in inspect.getdoc(Rank.atomic_add)

@@ -492,6 +492,12 @@ class Rank:
             self._st.ops.append(ir.Group(ops=tuple(ops), loc=loc))
 
     def send(self, peer, src, comm=None) -> None:
+        """ncclSend of local `src` to `peer` (on `comm`, default the world).
+
+        Rendezvous: it completes only together with its matching `recv` on `peer` (the k-th send
+        from this rank to `peer` on a communicator matches the k-th recv there, first in first out),
+        in one step that reads `src` here and writes the receiver's `dst`; there is no eager
+        buffering. Sizes and dtypes must match. Inside `group()` it is posted with the others."""
         loc = user_loc()
         peer = self._peer(peer, "send")
         src = self._local(src, "send", "src")
@@ -501,6 +507,9 @@ class Rank:
         self._append(ir.Send(peer=peer, src=src.to_ir(), comm=name, loc=loc))
 
     def recv(self, peer, dst, reduce: str | None = None, comm=None) -> None:
+        """ncclRecv from `peer` into local `dst`, matched first in first out with `peer`'s sends to
+        this rank on `comm`. `reduce="sum"` (or prod, max, min) combines the incoming data with
+        what `dst` holds instead of overwriting it. Completes together with its send."""
         loc = user_loc()
         peer = self._peer(peer, "recv")
         dst = self._local(dst, "recv", "dst")
@@ -516,6 +525,9 @@ class Rank:
         return _one_of(op, _REDUCE_OPS, "reduction", kind, self)
 
     def all_reduce(self, src, dst=None, op: str = "sum", comm=None) -> None:
+        """ncclAllReduce: every member's `dst` (default: `src`, in place) gets the element-wise
+        `op` of all members' `src`. The k-th collective of each member of `comm` must match in
+        kind, count, dtype and op; it completes in one step once every member has reached it."""
         loc = user_loc()
         src = self._local(src, "all_reduce", "src")
         dst = src if dst is None else self._local(dst, "all_reduce", "dst")
@@ -524,6 +536,8 @@ class Rank:
                                   comm=self._comm(comm, "all_reduce"), loc=loc))
 
     def all_gather(self, src, dst, comm=None) -> None:
+        """ncclAllGather: `dst` (members x the count of `src`) gets every member's `src`, in member
+        order. Completes in one step once every member of `comm` has reached it."""
         loc = user_loc()
         name = self._comm(comm, "all_gather")
         src, dst = self._local(src, "all_gather", "src"), self._local(dst, "all_gather", "dst")
@@ -531,6 +545,8 @@ class Rank:
         self._append(ir.AllGather(src=src.to_ir(), dst=dst.to_ir(), comm=name, loc=loc))
 
     def reduce_scatter(self, src, dst, op: str = "sum", comm=None) -> None:
+        """ncclReduceScatter: `src` splits into one chunk per member; member i's `dst` gets the
+        element-wise `op` of every member's chunk i. Completes once every member has reached it."""
         loc = user_loc()
         name = self._comm(comm, "reduce_scatter")
         src, dst = self._local(src, "reduce_scatter", "src"), self._local(dst, "reduce_scatter", "dst")
@@ -545,6 +561,8 @@ class Rank:
         return root
 
     def broadcast(self, src, dst=None, root: int = 0, comm=None) -> None:
+        """ncclBroadcast: every member's `dst` (default: `src`) gets the `src` of `root` (a world
+        rank, a member of `comm`). Completes once every member has reached it."""
         loc = user_loc()
         name = self._comm(comm, "broadcast")
         src = self._local(src, "broadcast", "src")
@@ -568,6 +586,9 @@ class Rank:
                                  op=self._reduce_op(op, "reduce_to"), comm=name, loc=loc))
 
     def all_to_all(self, src, dst, comm=None) -> None:
+        """All-to-all: `src` and `dst` split into one chunk per member; chunk j of this member's
+        `src` lands in chunk i (this member's index) of member j's `dst`. Completes once every
+        member has reached it."""
         loc = user_loc()
         name = self._comm(comm, "all_to_all")
         src, dst = self._local(src, "all_to_all", "src"), self._local(dst, "all_to_all", "dst")
@@ -578,11 +599,19 @@ class Rank:
         self._append(ir.AllToAll(src=src.to_ir(), dst=dst.to_ir(), comm=name, loc=loc))
 
     def barrier(self, comm=None) -> None:
+        """Every member of `comm` meets (a collective with no data); orders nothing one-sided."""
         self._append(ir.Barrier(comm=self._comm(comm, "barrier"), loc=user_loc()))
 
     # -- one-sided ----------------------------------------------------------------------------
     def put(self, pe, dst, src, nbi: bool = False) -> None:
-        """Write local `src` into symmetric `dst` on `pe`; nbi: src is read when delivered."""
+        """nvshmem_put: write local `src` into symmetric `dst` on `pe`.
+
+        Blocking (the default): `src` is read now, so it may be reused at once; the write lands on
+        `pe` later, as a delivery of its own. `nbi=True`: `src` is read when the delivery lands, so
+        writing `src` before a `quiet()` is a race. Deliveries are unordered, to one PE and to
+        several, unless a `fence()` separates them (per target PE) or a `quiet()` completes them;
+        neither orders the target's own accesses: it observes through `wait_until`, a barrier or a
+        collective."""
         loc = user_loc()
         pe = self._peer(pe, "put", "pe")
         dst, src = self._symmetric(dst, "put", "dst"), self._local(src, "put", "src")
@@ -601,7 +630,12 @@ class Rank:
         return _one_of(op, ("set", "add"), "signal op", kind, self)
 
     def put_signal(self, pe, dst, src, sig, value: int = 1, op: str = "set", nbi: bool = False) -> None:
-        """Put, then update `sig` on `pe` once the data is there (nvshmem_putmem_signal)."""
+        """nvshmem_putmem_signal: a put of `src` into `dst` on `pe`, then `sig` on `pe` updated
+        (`op="set"` to `value`, or `"add"`, modulo 2**64) in the same delivery, after the data.
+
+        A `wait_until` on `sig` therefore implies this call's data has landed, and only this call's:
+        an earlier plain put to the same PE may still be in flight unless a `fence()` separates
+        them. `sig` must not overlap `dst`. `nbi` as for `put`."""
         loc = user_loc()
         pe = self._peer(pe, "put_signal", "pe")
         dst, src = self._symmetric(dst, "put_signal", "dst"), self._local(src, "put_signal", "src")
@@ -628,12 +662,17 @@ class Rank:
                                value=_u64(self, value, name), loc=loc))
 
     def atomic_add(self, pe, target, value: int = 1) -> None:
+        """Atomically add `value` to one word on `pe` (a signal word or one element of a symmetric
+        integer buffer): a delivery like a put, modulo 2**64 on uint64 words (2**64 - 1 subtracts
+        one). Atomic adds to one word never race with each other."""
         self._atomic(pe, target, "add", value, "atomic_add")
 
     def atomic_set(self, pe, target, value: int) -> None:
+        """Atomically set one word on `pe` to `value` (a delivery, like a put)."""
         self._atomic(pe, target, "set", value, "atomic_set")
 
     def atomic_inc(self, pe, target) -> None:
+        """Atomically add 1 to one word on `pe` (a delivery, like a put)."""
         self._atomic(pe, target, "inc", 1, "atomic_inc")
 
     def _fetch(self, pe, target, op: str, into, value: int = 0, cond: int = 0, name: str | None = None) -> None:
@@ -648,18 +687,27 @@ class Rank:
                                     cond=_u64(self, cond, name, "cond"), into=into.to_ir(), loc=loc))
 
     def fetch_add(self, pe, target, value: int, into) -> None:
+        """Atomically add `value` to one word on `pe` and write its old value to local `into`: one
+        blocking step (not a delivery), modulo 2**64 on uint64 words."""
         self._fetch(pe, target, "fetch_add", into, value)
 
     def fetch_inc(self, pe, target, into) -> None:
+        """Atomically add 1 to one word on `pe`; its old value goes to local `into` (blocking)."""
         self._fetch(pe, target, "fetch_inc", into, 1)
 
     def atomic_fetch(self, pe, target, into) -> None:
+        """Atomically read one word on `pe` into local `into` (blocking). A read: it changes
+        nothing, and it does not race with other reads, a plain load included."""
         self._fetch(pe, target, "fetch", into, name="atomic_fetch")
 
     def swap(self, pe, target, value: int, into) -> None:
+        """Atomically set one word on `pe` to `value`; its old value goes to local `into`
+        (blocking)."""
         self._fetch(pe, target, "swap", into, value)
 
     def compare_swap(self, pe, target, cond: int, value: int, into) -> None:
+        """Atomically set one word on `pe` to `value` if it equals `cond`; its old value goes to
+        local `into` either way (blocking)."""
         self._fetch(pe, target, "compare_swap", into, value, cond)
 
     def wait_until(self, sig, cmp: str, value: int) -> None:
