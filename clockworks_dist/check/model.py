@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import ir
+from ..semantics.arithmetic import COMPARE, MASK64, atomic_result, fetch_result, signal_effect
 from .budget import UNBOUNDED, Deadline
 from .match import Key, Matches, members_of
 from .values import Layout, Values, collect_alignments, make_layout, split_atoms
@@ -65,11 +66,6 @@ def dependent(space: int, m1: str, m2: str) -> bool:
     return not (pair == {SIG_ADD} or pair == {SIG_ADD, SIG_READ_MONOTONE})
 
 
-COMPARE = {
-    "eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "gt": lambda a, b: a > b,
-    "ge": lambda a, b: a >= b, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b,
-}
-MASK64 = (1 << 64) - 1
 
 
 @dataclass
@@ -577,55 +573,3 @@ class Model:
 
     def done(self, state: State) -> bool:
         return all(pc >= n for pc, n in zip(state[0], self.nops))
-
-
-def signal_effect(op) -> tuple[ir.SignalRef, str, int] | None:
-    """What a one-sided op does to a signal word at `op.pe`: (word, effect, value). Effects: `add`;
-    `set` (compare_swap may also leave the word as it was); `read`, no change (fetch); `clear`,
-    bits only cleared (and); `any`, any value (or, xor). None for ops that touch no signal word."""
-    if op.kind in ("put_signal", "signal_op"):
-        return op.signal, op.sig_op, op.value
-    if op.kind not in ("atomic", "fetch_atomic") or not isinstance(op.target, ir.SignalRef):
-        return None
-    name = op.op.removeprefix("fetch_") if op.kind == "fetch_atomic" and op.op != "fetch" else op.op
-    if name == "add":
-        return op.target, "add", op.value
-    if name == "inc":
-        return op.target, "add", 1
-    if name in ("set", "swap", "compare_swap"):
-        return op.target, "set", op.value
-    if name == "fetch":
-        return op.target, "read", 0
-    if name == "and":
-        return op.target, "clear", op.value
-    return op.target, "any", op.value
-
-
-def atomic_result(op: str, old: int, value: int) -> int:
-    """The new value of a uint64 word after a non-fetching atomic."""
-    if op == "add":
-        return (old + value) & MASK64
-    if op == "inc":
-        return (old + 1) & MASK64
-    if op == "set":
-        return value
-    if op == "and":
-        return old & value
-    if op == "or":
-        return old | value
-    return old ^ value
-
-
-def fetch_result(op: str, old: int, value: int, cond: int) -> int:
-    """The new value of a uint64 word after a fetching atomic (which returns `old`)."""
-    if op == "fetch_add":
-        return (old + value) & MASK64
-    if op == "fetch_inc":
-        return (old + 1) & MASK64
-    if op == "fetch":
-        return old
-    if op == "swap":
-        return value
-    if op == "compare_swap":
-        return value if old == cond else old
-    return atomic_result(op.removeprefix("fetch_"), old, value)

@@ -29,6 +29,7 @@ from typing import Callable, Iterable, Iterator
 
 from .. import ir
 from ..errors import MissingDependency
+from ..semantics.arithmetic import MASK64, signal_effect
 from .budget import UNBOUNDED, Deadline
 from .result import OpRef, Violation
 
@@ -38,7 +39,6 @@ OpKey = tuple[int, int, int | None]  # (rank, index in the program, member of a 
 Form = tuple[int, tuple[tuple[str, int], ...]]
 
 SOLVER_TIMEOUT_MS = 10_000
-MASK64 = (1 << 64) - 1
 _CMP_TEXT = {"eq": "==", "ne": "!=", "gt": ">", "ge": ">=", "lt": "<", "le": "<="}
 
 
@@ -770,11 +770,8 @@ class _StaticOrder:
 
 
 def _signal_word(op: ir.OpBase) -> tuple | None:
-    if op.kind in ("put_signal", "signal_op"):
-        return (op.signal.signal, op.signal.index)
-    if op.kind in ("atomic", "fetch_atomic") and isinstance(op.target, ir.SignalRef):
-        return (op.target.signal, op.target.index)
-    return None
+    effect = signal_effect(op)
+    return None if effect is None else (effect[0].signal, effect[0].index)
 
 
 def _overlaps(z3, schedule: ir.Schedule, accesses: list[_Access],
@@ -971,14 +968,14 @@ class _Update:
 
 
 def _effect(op: ir.OpBase) -> tuple[str, int]:
-    if op.kind in ("put_signal", "signal_op"):
-        return op.sig_op, op.value
-    if op.kind == "atomic":
-        return {"add": ("add", op.value), "inc": ("add", 1), "set": ("set", op.value)}.get(op.op, ("any", 0))
-    table = {"fetch_add": ("add", op.value), "fetch_inc": ("add", 1), "swap": ("set", op.value),
-             # compare_swap may or may not write: an optional set, which is what every set is here.
-             "compare_swap": ("set", op.value), "fetch": ("none", 0)}
-    return table.get(op.op, ("any", 0))
+    """(add | set | none | any, value): `semantics.signal_effect`, with `and` taken as any value
+    (it can reach values below the word's), which keeps the wait check sound."""
+    _, how, value = signal_effect(op)
+    if how == "read":
+        return "none", 0
+    if how in ("clear", "any"):
+        return "any", 0
+    return how, value
 
 
 class _Waits:

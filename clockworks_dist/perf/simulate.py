@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from .. import ir
 from ..check.match import match
-from ..check.model import atomic_result, fetch_result
+from ..semantics.arithmetic import atomic_result, compare, fetch_result
 from ..errors import ClockworksError
 from . import nccl
 from .flows import Flow, max_min_rates
@@ -322,7 +322,7 @@ class Simulator:
             self.at(start + 2 * self.c.nvshmem_latency_us, lambda: self.finish(rank, rec))
         elif k == "wait_until":
             word = self.sig_offset[op.signal.signal] + op.signal.index
-            if _compare(op.cmp, self.signals[rank][word], op.value):
+            if compare(op.cmp, self.signals[rank][word], op.value):
                 writer = self.sig_writer.get((rank, word))
                 rec = self._record(rank, pc, None, op, start)
                 if writer is not None and writer.end >= (self.last[rank].end if self.last[rank] else 0.0):
@@ -524,7 +524,7 @@ class Simulator:
         self.sig_writer[(rank, word)] = writer
         if (rank, word) in self.waiting:
             op = self.sched.programs[rank].ops[self.pc[rank]]
-            if _compare(op.cmp, self.signals[rank][word], op.value):
+            if compare(op.cmp, self.signals[rank][word], op.value):
                 del self.waiting[(rank, word)]
                 rec = self._record(rank, self.pc[rank], None, op, self.now, cause=writer, cause_kind="signal")
                 self.finish(rank, rec, self.now)
@@ -577,7 +577,3 @@ def host_cost(op, consts) -> float:
     if not is_launch(op):
         return 0.0
     return consts.host_issue_p2p_us if op.kind in ("send", "recv", "group") else consts.host_issue_us
-
-
-def _compare(cmp: str, a: int, b: int) -> bool:
-    return {"eq": a == b, "ne": a != b, "gt": a > b, "ge": a >= b, "lt": a < b, "le": a <= b}[cmp]
