@@ -65,11 +65,8 @@ def atomic_result(op: str, old: int, value: int) -> int:
 
 
 def fetch_result(op: str, old: int, value: int, cond: int) -> int:
-    """The new value of a uint64 word after a fetching atomic (which returns `old`)."""
-    if op == "fetch_add":
-        return (old + value) & MASK64
-    if op == "fetch_inc":
-        return (old + 1) & MASK64
+    """The new value of a uint64 word after a fetching atomic (which returns `old`); fetch_add,
+    fetch_inc, fetch_and ... update it as their non-fetching atomic does."""
     if op == "fetch":
         return old
     if op == "swap":
