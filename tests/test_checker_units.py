@@ -13,9 +13,10 @@ import pytest
 import clockworks_dist as cw
 from clockworks_dist import ir, load_file
 from clockworks_dist.check import check, expected_values, happens_before, terminal_outcomes
-from clockworks_dist.check.match import match
-from clockworks_dist.check.model import Model
-from clockworks_dist.check.values import Values, collect_alignments, split_atoms
+from clockworks_dist.semantics.match import match
+from clockworks_dist.semantics.machine import Model
+from clockworks_dist.semantics.atoms import collect_alignments, split_atoms
+from clockworks_dist.semantics.values import Values
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = os.path.basename(__file__)

@@ -12,8 +12,8 @@ import pytest
 
 import clockworks_dist as cw
 from clockworks_dist.check.actions import ReplayError, replay
-from clockworks_dist.check.match import match
-from clockworks_dist.check.model import Model
+from clockworks_dist.semantics.match import match
+from clockworks_dist.semantics.machine import Model
 from clockworks_dist.report.text import render_violation
 
 ROOT = Path(__file__).resolve().parent.parent

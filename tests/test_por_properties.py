@@ -19,7 +19,7 @@ from hypothesis.control import currently_in_test_context
 import clockworks_dist as cw
 from clockworks_dist import ir
 from clockworks_dist.check import check, terminal_outcomes
-from clockworks_dist.check.match import match
+from clockworks_dist.semantics.match import match
 from clockworks_dist.check.properties import MAX_PER_KIND
 from clockworks_dist.report.text import render_listing
 

@@ -9,8 +9,8 @@ import pytest
 
 import clockworks_dist as cw
 from clockworks_dist.check import check
-from clockworks_dist.check.match import match
-from clockworks_dist.check.model import Model
+from clockworks_dist.semantics.match import match
+from clockworks_dist.semantics.machine import Model
 from clockworks_dist.report.text import render_verdict, render_violation
 
 PROTOCOLS = Path(__file__).resolve().parents[1] / "protocols"
@@ -233,7 +233,7 @@ def test_a_delivery_is_drawn_in_its_target_column():
 
 # --------------------------------------------------------- one time bound for every phase
 def test_the_timeout_bounds_every_phase_not_only_the_search():
-    from clockworks_dist.check.budget import Deadline, OutOfTime
+    from clockworks_dist.semantics.budget import Deadline, OutOfTime
     from clockworks_dist.check.symbolic import check_sizes
 
     sched = cw.load_file(str(PROTOCOLS / "ring_allreduce.py"))[0].trace(64)
@@ -284,7 +284,7 @@ def test_the_simulator_wraps_signal_adds_like_the_checker():
 
 
 def test_a_time_bound_is_a_number_of_seconds():
-    from clockworks_dist.check.budget import Deadline
+    from clockworks_dist.semantics.budget import Deadline
 
     sched = trace(_decrement_then_wait(2))
     assert check(sched, timeout=float("inf")).verdict == "verified"  # no bound, not an overflow

@@ -17,12 +17,12 @@ from typing import Callable
 from .. import ir
 from ..errors import CheckIncomplete, ScheduleError
 from .bfs import BreadthFirst
-from .budget import UNBOUNDED, Deadline, OutOfTime
+from ..semantics.budget import UNBOUNDED, Deadline, OutOfTime
 from .dfs import DepthFirst
 from .explore import explore
 from .hb import HappensBefore, happens_before as _stamp
-from .match import match
-from .model import Model
+from ..semantics.match import match
+from ..semantics.machine import Model
 from .properties import expected_atoms
 from .result import CheckResult, OpRef, Step, Violation
 
@@ -46,7 +46,7 @@ def check(schedule: ir.Schedule, *, strategy: str = "dfs", max_states: int | Non
     try:
         matches, problems = match(schedule, deadline)
         if problems:
-            return CheckResult(schedule=schedule, verdict="violated", violations=_sorted(problems), states=0,
+            return CheckResult(schedule=schedule, verdict="violated", violations=_sorted([Violation.of(p) for p in problems]), states=0,
                                transitions=0, seconds=time.perf_counter() - started, complete=True,
                                strategy=strategy, reduction=reduction)
         model = Model(schedule, matches, deadline)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from .. import ir
-from .match import Key, op_ref
-from .model import MEM, SIG, WRITE, ATOMIC_ADD, ATOMIC_OTHER, SIG_ADD, SIG_SET, Model, State
+from ..semantics.match import Key, op_ref
+from ..semantics.machine import MEM, SIG, WRITE, ATOMIC_ADD, ATOMIC_OTHER, SIG_ADD, SIG_SET, Model, State
 from .result import OpRef, Step
 
 

@@ -7,8 +7,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from .budget import Deadline
-from .model import Model, State
+from ..semantics.budget import Deadline
+from ..semantics.machine import Model, State
 from .por import Reducer
 from .properties import Observer
 

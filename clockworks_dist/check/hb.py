@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .budget import UNBOUNDED, Deadline
-from .match import Key
-from .model import SIG, SIG_READ, Model, State
+from ..semantics.budget import UNBOUNDED, Deadline
+from ..semantics.match import Key
+from ..semantics.machine import SIG, SIG_READ, Model, State
 
 Clock = dict
 

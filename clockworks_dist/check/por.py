@@ -45,7 +45,7 @@ from __future__ import annotations
 import bisect
 
 from ..semantics.arithmetic import COMPARE
-from .model import MEM, SIG, SIG_ADD, SIG_SET, Model, State, dependent
+from ..semantics.machine import MEM, SIG, SIG_ADD, SIG_SET, Model, State, dependent
 
 MAX_SEEDS = 6
 _ORDER = {"step": 0, "p2p": 1, "coll": 2, "deliver": 3}

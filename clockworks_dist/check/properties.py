@@ -10,9 +10,9 @@ from .. import ir
 from .actions import (
     blocked_ops, describe_action, future_signal_writers, key_on, make_step, region_text, replay, signal_text,
 )
-from .budget import UNBOUNDED, Deadline
-from .match import op_ref
-from .model import MEM, Model, State, conflicting
+from ..semantics.budget import UNBOUNDED, Deadline
+from ..semantics.match import op_ref
+from ..semantics.machine import MEM, Model, State, conflicting
 from .result import OpRef, Violation
 
 MAX_PER_KIND = 3

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .. import ir
+from ..semantics.match import Mismatch, OpRef
 
 Verdict = Literal["verified", "violated", "incomplete"]
 # Errors make the verdict "violated"; warnings are reported but do not.
@@ -15,27 +16,6 @@ ERROR_KINDS = (
     "nondeterministic_result", "unsatisfiable_wait", "symbolic_size",
 )
 WARNING_KINDS = ("not_bitwise_reproducible", "unfinished_deliveries", "symbolic_unproven")
-
-
-@dataclass(frozen=True)
-class OpRef:
-    """One op of the schedule: rank, index in the rank's program, member of a group (or None)."""
-
-    rank: int
-    index: int
-    sub: int | None = None
-    kind: str = ""
-    loc: ir.SourceLoc | None = None
-    text: str = ""
-
-    def to_json(self) -> dict:
-        return {"rank": self.rank, "index": self.index, "sub": self.sub, "kind": self.kind,
-                "file": self.loc.file if self.loc else None, "line": self.loc.line if self.loc else None,
-                "op": self.text}
-
-    def __str__(self) -> str:
-        where = f"{self.loc} " if self.loc else ""
-        return f"{where}rank {self.rank}: {self.text or self.kind}"
 
 
 @dataclass(frozen=True)
@@ -66,6 +46,11 @@ class Violation:
     @property
     def severity(self) -> str:
         return "warning" if self.kind in WARNING_KINDS else "error"
+
+    @classmethod
+    def of(cls, mismatch: Mismatch) -> "Violation":
+        """A static mismatch found by `semantics.match`, as the checker reports it."""
+        return cls(kind=mismatch.kind, message=mismatch.message, ranks=mismatch.ranks, ops=mismatch.ops)
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "severity": self.severity, "message": self.message,

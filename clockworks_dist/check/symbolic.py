@@ -30,7 +30,7 @@ from typing import Callable, Iterable, Iterator
 from .. import ir
 from ..errors import MissingDependency
 from ..semantics.arithmetic import MASK64, signal_effect
-from .budget import UNBOUNDED, Deadline
+from ..semantics.budget import UNBOUNDED, Deadline
 from .result import OpRef, Violation
 
 OpKey = tuple[int, int, int | None]  # (rank, index in the program, member of a group or None)

@@ -1,6 +1,6 @@
 """The runtime simulator: the checker's semantics, executed in time on a network model.
 
-Ranks run their programs in order, exactly as in `check.model`: sends and recvs meet first-in-
+Ranks run their programs in order, exactly as in `semantics.machine`: sends and recvs meet first-in-
 first-out (rendezvous), collectives start when every member has arrived, one-sided puts are
 deliveries that land later (ordered only by fence and quiet), waits block until the simulated
 signal word satisfies them. What the checker leaves abstract gets a cost:
@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass, field
 
 from .. import ir
-from ..check.match import match
+from ..semantics.match import match
 from ..semantics.arithmetic import atomic_result, compare, fetch_result
 from ..errors import ClockworksError
 from . import nccl

@@ -3,7 +3,7 @@
 Signal words are uint64, and so are the words atomics act on here: every add is modulo 2**64, as on
 the GPU, so an add of 2**64 - 1 is a decrement and a sum can wrap around to a small value. No engine
 may assume a word never wraps unless it proves it for the schedule at hand (the checker's
-reduction does, per word: `check.model.Model._may_wrap`). A `wait_until` compares the word with its
+reduction does, per word: `semantics.machine.Model._may_wrap`). A `wait_until` compares the word with its
 value as unsigned integers. The checker, the z3 wait check and the simulator all read this module.
 
 This package imports only `ir`: it is the start of the one semantics layer (`semantics/`) that the

@@ -12,9 +12,40 @@ from dataclasses import dataclass, field
 
 from .. import ir
 from .budget import UNBOUNDED, Deadline
-from .result import OpRef, Violation
 
 Key = tuple[int, int, int | None]  # (rank, op index, group member index or None)
+
+
+@dataclass(frozen=True)
+class OpRef:
+    """One op of the schedule: rank, index in the rank's program, member of a group (or None)."""
+
+    rank: int
+    index: int
+    sub: int | None = None
+    kind: str = ""
+    loc: ir.SourceLoc | None = None
+    text: str = ""
+
+    def to_json(self) -> dict:
+        return {"rank": self.rank, "index": self.index, "sub": self.sub, "kind": self.kind,
+                "file": self.loc.file if self.loc else None, "line": self.loc.line if self.loc else None,
+                "op": self.text}
+
+    def __str__(self) -> str:
+        where = f"{self.loc} " if self.loc else ""
+        return f"{where}rank {self.rank}: {self.text or self.kind}"
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """A static mismatch: ops that can never match (`kind` is the checker's violation kind,
+    "send_recv_mismatch" or "collective_mismatch")."""
+
+    kind: str
+    message: str
+    ranks: tuple[int, ...]
+    ops: tuple[OpRef, ...]
 
 
 def op_ref(sched: ir.Schedule, key: Key) -> OpRef:
@@ -60,10 +91,10 @@ def _dtype(sched: ir.Schedule, rank: int, region: ir.Region | None) -> str | Non
     return sched.programs[rank].buffer(region.buffer).dtype
 
 
-def match(sched: ir.Schedule, deadline: Deadline = UNBOUNDED) -> tuple[Matches, list[Violation]]:
+def match(sched: ir.Schedule, deadline: Deadline = UNBOUNDED) -> tuple[Matches, list[Mismatch]]:
     """Match sends with recvs and group collectives; report every mismatch."""
     out = Matches(sched=sched)
-    problems: list[Violation] = []
+    problems: list[Mismatch] = []
     sends: dict[tuple[str, int, int], list[Key]] = {}
     recvs: dict[tuple[str, int, int], list[Key]] = {}
     colls: dict[tuple[str, tuple[int, ...]], dict[int, list[int]]] = {}
@@ -86,7 +117,7 @@ def match(sched: ir.Schedule, deadline: Deadline = UNBOUNDED) -> tuple[Matches, 
     return out, problems
 
 
-def _match_p2p(sched, sends, recvs, out: Matches, problems: list[Violation]) -> None:
+def _match_p2p(sched, sends, recvs, out: Matches, problems: list[Mismatch]) -> None:
     for channel in sorted(set(sends) | set(recvs)):
         comm, src, dst = channel
         ss, rr = sends.get(channel, []), recvs.get(channel, [])
@@ -100,18 +131,18 @@ def _match_p2p(sched, sends, recvs, out: Matches, problems: list[Violation]) -> 
                 why = (f"the {_nth(k)} send from rank {src} to rank {dst} is {_dtype(sched, src, send.src)} but "
                        f"the matching recv is {_dtype(sched, dst, recv.dst)}")
             if why:
-                problems.append(Violation(
+                problems.append(Mismatch(
                     kind="send_recv_mismatch", message=why + " (sends and recvs match in order per peer pair)",
                     ranks=(src, dst), ops=(op_ref(sched, skey), op_ref(sched, rkey))))
             out.recv_of[skey] = rkey
             out.send_of[rkey] = skey
         for key in ss[len(rr):]:
-            problems.append(Violation(
+            problems.append(Mismatch(
                 kind="send_recv_mismatch", ranks=(src, dst), ops=(op_ref(sched, key),),
                 message=f"rank {src} sends {len(ss)} message(s) to rank {dst} on {comm}, but rank {dst} posts only "
                         f"{len(rr)} recv(s) from rank {src}: this send is never matched"))
         for key in rr[len(ss):]:
-            problems.append(Violation(
+            problems.append(Mismatch(
                 kind="send_recv_mismatch", ranks=(src, dst), ops=(op_ref(sched, key),),
                 message=f"rank {dst} posts {len(rr)} recv(s) from rank {src} on {comm}, but rank {src} sends only "
                         f"{len(ss)}: this recv is never matched"))
@@ -130,7 +161,7 @@ def _signature(sched: ir.Schedule, rank: int, op) -> dict:
     return sig
 
 
-def _match_collectives(sched, colls, out: Matches, problems: list[Violation]) -> None:
+def _match_collectives(sched, colls, out: Matches, problems: list[Mismatch]) -> None:
     for (comm, group), per_rank in colls.items():
         longest = max(len(v) for v in per_rank.values())
         for k in range(longest):
@@ -139,7 +170,7 @@ def _match_collectives(sched, colls, out: Matches, problems: list[Violation]) ->
             refs = tuple(op_ref(sched, (rank, index, None)) for rank, index in present)
             if missing:
                 first = refs[0]
-                problems.append(Violation(
+                problems.append(Mismatch(
                     kind="collective_mismatch", ranks=tuple(missing) + tuple(r for r, _ in present), ops=refs,
                     message=f"the {_nth(k)} collective on {_team(comm)} ({first.text}) is reached by rank(s) "
                             f"{_ranks([r for r, _ in present])} but never by rank(s) {_ranks(missing)}"))
@@ -149,7 +180,7 @@ def _match_collectives(sched, colls, out: Matches, problems: list[Violation]) ->
             for (rank, index), sig, ref in zip(present, sigs, refs):
                 if sig != base:
                     field_name = next(f for f in ("kind", "count", "dtype", "op", "root") if sig.get(f) != base.get(f))
-                    problems.append(Violation(
+                    problems.append(Mismatch(
                         kind="collective_mismatch", ranks=(present[0][0], rank), ops=(refs[0], ref),
                         message=f"the {_nth(k)} collective on {_team(comm)} differs in {field_name}: rank "
                                 f"{present[0][0]} calls {refs[0].text}, rank {rank} calls {ref.text} "

@@ -22,10 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import ir
-from ..semantics.arithmetic import COMPARE, MASK64, atomic_result, fetch_result, signal_effect
+from .arithmetic import COMPARE, MASK64, atomic_result, fetch_result, signal_effect
 from .budget import UNBOUNDED, Deadline
 from .match import Key, Matches, members_of
-from .values import Layout, Values, collect_alignments, make_layout, split_atoms
+from .atoms import Layout, collect_alignments, make_layout, split_atoms
+from .values import Values
 
 # footprint: (owner rank, space, lo, hi, mode); space MEM: atoms, SIG: signal words
 MEM, SIG = 0, 1
