@@ -336,7 +336,18 @@ class Put(OpBase):
 
 
 class Get(OpBase):
+    """Blocking get: read `src` on `pe` into local `dst`; done when the call returns."""
+
     kind: Literal["get"] = "get"
+    pe: int
+    dst: Region
+    src: Region
+
+
+class GetNbi(OpBase):
+    """Non-blocking get: `dst` holds `src` of `pe` only after the rank's next quiet or barrier_all."""
+
+    kind: Literal["get_nbi"] = "get_nbi"
     pe: int
     dst: Region
     src: Region
@@ -392,6 +403,24 @@ class WaitUntil(OpBase):
     value: int
 
 
+class WaitUntilAll(OpBase):
+    """Block until every listed signal word of this rank compares true with `value`."""
+
+    kind: Literal["wait_until_all"] = "wait_until_all"
+    signals: tuple[SignalRef, ...]
+    cmp: Compare
+    value: int
+
+
+class WaitUntilAny(OpBase):
+    """Block until at least one listed signal word of this rank compares true with `value`."""
+
+    kind: Literal["wait_until_any"] = "wait_until_any"
+    signals: tuple[SignalRef, ...]
+    cmp: Compare
+    value: int
+
+
 class Fence(OpBase):
     kind: Literal["fence"] = "fence"
 
@@ -441,23 +470,37 @@ class Compute(OpBase):
 Op = Annotated[
     Union[
         Send, Recv, Group, AllReduce, AllGather, ReduceScatter, Broadcast, ReduceTo, AllToAll,
-        Barrier, Put, Get, PutSignal, SignalUpdate, Atomic, FetchAtomic, WaitUntil, Fence, Quiet,
-        BarrierAll, SyncAll, LocalReduce, Copy, Fill, Compute,
+        Barrier, Put, Get, GetNbi, PutSignal, SignalUpdate, Atomic, FetchAtomic, WaitUntil, WaitUntilAll,
+        WaitUntilAny, Fence, Quiet, BarrierAll, SyncAll, LocalReduce, Copy, Fill, Compute,
     ],
     Field(discriminator="kind"),
 ]
+OP_CLASSES: tuple[type[OpBase], ...] = (
+    Send, Recv, Group, AllReduce, AllGather, ReduceScatter, Broadcast, ReduceTo, AllToAll, Barrier, Put, Get,
+    GetNbi, PutSignal, SignalUpdate, Atomic, FetchAtomic, WaitUntil, WaitUntilAll, WaitUntilAny, Fence, Quiet,
+    BarrierAll, SyncAll, LocalReduce, Copy, Fill, Compute)
+KINDS: tuple[str, ...] = tuple(cls.model_fields["kind"].default for cls in OP_CLASSES)
 
 COLLECTIVE_KINDS = frozenset(
     {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to", "all_to_all", "barrier"}
 )
 ONE_SIDED_KINDS = frozenset(
-    {"put", "get", "put_signal", "signal_op", "atomic", "fetch_atomic", "wait_until", "fence",
-     "quiet", "barrier_all", "sync_all"}
+    {"put", "get", "get_nbi", "put_signal", "signal_op", "atomic", "fetch_atomic", "wait_until", "wait_until_all",
+     "wait_until_any", "fence", "quiet", "barrier_all", "sync_all"}
 )
 LOCAL_KINDS = frozenset({"reduce", "copy", "fill", "compute"})
-# One-sided ops whose effect lands later, as a delivery of its own (DESIGN.md): ordered by fence,
-# completed by quiet and barrier_all. Gets and fetching atomics are one blocking transition instead.
-DELIVERY_KINDS = frozenset({"put", "put_signal", "signal_op", "atomic"})
+# One-sided ops whose effect lands later, as a delivery of its own (DESIGN.md): completed by quiet
+# and barrier_all. Blocking gets and fetching atomics are one blocking transition instead.
+DELIVERY_KINDS = frozenset({"put", "put_signal", "signal_op", "atomic", "get_nbi"})
+# ... of which those a fence orders (per target PE): NVSHMEM's fence orders puts, atomics and
+# signals, not gets.
+FENCED_KINDS = DELIVERY_KINDS - {"get_nbi"}
+# Ops that complete together with ops of other ranks (FIFO-matched sends and recvs, the k-th
+# collective of a communicator, the PE-wide barriers).
+JOINT_KINDS = frozenset({"send", "recv", "group", "barrier_all", "sync_all"}) | COLLECTIVE_KINDS
+# Ops of one rank that block until a condition on the state holds.
+WAIT_KINDS = frozenset({"wait_until", "wait_until_all", "wait_until_any"})
+BLOCKING_KINDS = WAIT_KINDS | {"quiet"}
 
 
 class Program(Frozen):

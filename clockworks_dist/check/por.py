@@ -44,8 +44,8 @@ from __future__ import annotations
 
 import bisect
 
-from ..semantics.arithmetic import COMPARE
 from ..semantics.machine import MEM, SIG, SIG_ADD, SIG_SET, Model, State, dependent
+from ..semantics.rules import Sync
 
 MAX_SEEDS = 6
 _ORDER = {"step": 0, "p2p": 1, "coll": 2, "deliver": 3}
@@ -71,7 +71,7 @@ class Reducer:
         self._keys = {(o, s, a): [e[0] for e in entries]
                       for o in range(model.world) for s in (MEM, SIG) for a, entries in self.by_actor[o][s].items()}
         self.joint_index = [[j[0] for j in joints] for joints in model.joints]
-        self.has_waits = any(c.kind == "wait_until" for row in model.code for c in row)
+        self.has_waits = any(c.sync is Sync.WAIT for row in model.code for c in row)
         self._flight_state, self._flight_table = None, {}
 
     def choose(self, state: State, enabled: list[tuple]) -> list[tuple]:
@@ -114,7 +114,7 @@ class Reducer:
         model = self.model
         rank, index, sub = key
         c = model.code[rank][index]
-        if c.kind in ("group", "send", "recv"):
+        if c.sync is Sync.P2P:
             op = c.op if sub is None else c.op.ops[sub]
             skey = key if op.kind == "send" else model.matches.send_of.get(key)
             return ("p2p", *skey) if skey is not None and skey in model.matches.recv_of else None
@@ -152,30 +152,33 @@ class Reducer:
         elif kind == "deliver":
             d = model.deliveries[(action[1], action[2])]
             for i, j, _ in state[4]:
-                if i == action[1] and j != action[2]:
-                    e = model.deliveries[(i, j)]
-                    if e.target == d.target and e.epoch < d.epoch:
-                        out.append(("a", ("deliver", i, j)))
+                if i == action[1] and j != action[2] and model.orders_before(model.deliveries[(i, j)], d):
+                    out.append(("a", ("deliver", i, j)))
         else:
             rank = action[1]
             c = model.code[rank][action[2]]
-            if c.kind == "quiet":
+            if c.sync is Sync.QUIET:
                 out.extend(("a", ("deliver", i, j)) for i, j, _ in state[4] if i == rank)
-            elif c.kind == "wait_until":
-                word = model.sig_word(c.op.signal)
-                for i, j, _ in state[4]:
-                    if any(o == rank and s == SIG and lo == word for o, s, lo, _h, _m in model.deliveries[(i, j)].footprint):
-                        out.append(("a", ("deliver", i, j)))
-                for actor, entries in self.by_actor[rank][SIG].items():
-                    pc = state[0][actor]
-                    start = bisect.bisect_left(self._keys[(rank, SIG, actor)], pc)
-                    for index, sub, lo, _hi, mode, _others in entries[start:]:
-                        if lo == word and mode in (SIG_ADD, SIG_SET):
-                            current = self.action_of((actor, index, sub)) if index == pc else None
-                            out.append(("a", current) if current else ("r", actor))
-                            if index > pc:
-                                break
+            elif c.sync is Sync.WAIT:
+                for word in c.awaits[0]:
+                    self._word_enablers(state, rank, word, out)
         return out
+
+    def _word_enablers(self, state: State, rank: int, word: int, out: list) -> None:
+        """What may still change signal word `word` of `rank`: in-flight deliveries, and the next
+        update op of each rank that has one (or the rank, when that op is not current)."""
+        for i, j, _ in state[4]:
+            if any(o == rank and s == SIG and lo == word for o, s, lo, _h, _m in self.model.deliveries[(i, j)].footprint):
+                out.append(("a", ("deliver", i, j)))
+        for actor, entries in self.by_actor[rank][SIG].items():
+            pc = state[0][actor]
+            start = bisect.bisect_left(self._keys[(rank, SIG, actor)], pc)
+            for index, sub, lo, _hi, mode, _others in entries[start:]:
+                if lo == word and mode in (SIG_ADD, SIG_SET):
+                    current = self.action_of((actor, index, sub)) if index == pc else None
+                    out.append(("a", current) if current else ("r", actor))
+                    if index > pc:
+                        break
 
     def _horizon(self, state: State, actor: int, frozen: set[int], actions: set[tuple]) -> int:
         """The last op index the actor may still execute on a path that avoids T (cheap bound:
@@ -234,7 +237,7 @@ class Reducer:
             for action in self._current(state, rank):
                 if action in actions:
                     return False
-        if c.kind in ("group", "send", "recv"):
+        if c.sync is Sync.P2P:
             subs = [sub for sub, _ in c.members] if c.kind == "group" else [None]
             for sub in subs:
                 key = (rank, index, sub)
@@ -246,27 +249,31 @@ class Reducer:
             for r, i in model.coll_members[c.cid]:
                 if r in frozen or i > limit[r]:
                     return False
-            return not (c.kind == "barrier_all" and held)
-        if c.kind == "quiet":
+            return not (c.sync is Sync.BARRIER_ALL and held)
+        if c.sync is Sync.QUIET:
             return rank not in held
-        if c.kind == "wait_until":
-            op = c.op
-            word = model.sig_word(op.signal)
-            if COMPARE[op.cmp](state[3][rank][word], op.value):
-                return True
-            if (rank, word) in updates:
-                return True
-            for actor, entries in self.by_actor[rank][SIG].items():
-                if actor in frozen:
-                    continue
-                start = bisect.bisect_left(self._keys[(rank, SIG, actor)], pcs[actor])
-                for e_index, sub, lo, _hi, mode, _others in entries[start:]:
-                    if lo == word and mode in (SIG_ADD, SIG_SET) and e_index <= limit[actor]:
-                        if e_index == pcs[actor] and self.action_of((actor, e_index, sub)) in actions:
-                            continue
-                        return True
-            return False
+        if c.sync is Sync.WAIT:
+            # conservative for several words: a word that may still change lets the wait complete
+            return model.waiting_holds(state, c) or any(
+                self._may_update(state, rank, word, limit, frozen, actions, updates) for word in c.awaits[0])
         return True
+
+    def _may_update(self, state: State, rank: int, word: int, limit: list[int], frozen: set[int],
+                    actions: set[tuple], updates: set) -> bool:
+        """Whether signal word `word` of `rank` may still be updated on a path that avoids T."""
+        if (rank, word) in updates:
+            return True
+        pcs = state[0]
+        for actor, entries in self.by_actor[rank][SIG].items():
+            if actor in frozen:
+                continue
+            start = bisect.bisect_left(self._keys[(rank, SIG, actor)], pcs[actor])
+            for e_index, sub, lo, _hi, mode, _others in entries[start:]:
+                if lo == word and mode in (SIG_ADD, SIG_SET) and e_index <= limit[actor]:
+                    if e_index == pcs[actor] and self.action_of((actor, e_index, sub)) in actions:
+                        continue
+                    return True
+        return False
 
     def _needs(self, action: tuple, frozen: set[int], actor: int) -> bool:
         if action[0] == "p2p":

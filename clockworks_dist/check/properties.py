@@ -13,6 +13,7 @@ from .actions import (
 from ..semantics.budget import UNBOUNDED, Deadline
 from ..semantics.match import op_ref
 from ..semantics.machine import MEM, Model, State, conflicting
+from ..semantics.rules import Sync
 from .result import OpRef, Violation
 
 MAX_PER_KIND = 3
@@ -117,8 +118,7 @@ class Observer:
         for lo, hi, mode, action, key in (first, second):
             ref = op_ref(sched, key)
             refs.append(ref)
-            verb = {"r": "reads", "w": "writes", "aa": "atomically updates", "ax": "atomically updates",
-                    "ar": "atomically reads"}[mode]
+            verb = mode.verb
             who = describe_action(model, action) if action[0] == "deliver" else f"{ref.loc} rank {ref.rank}: {ref.text}"
             parts.append(f"{who} {verb} {region_text(model, owner, lo, hi)}")
         lo = max(first[0], second[0])
@@ -140,7 +140,7 @@ class Observer:
         model = self.model
         pc = state[0][rank]
         c = model.code[rank][pc]
-        if c.kind in ("group", "send", "recv"):
+        if c.sync is Sync.P2P:
             peers = []
             for sub, m in (c.members if c.kind == "group" else [(None, c.op)]):
                 if sub is not None and (state[1][rank] >> sub) & 1:
@@ -153,12 +153,12 @@ class Observer:
         if c.cid is not None:
             missing = [r for r, i in model.coll_members[c.cid] if state[0][r] != i]
             return missing, "the other members to arrive"
-        if c.kind == "wait_until":
-            word = model.sig_word(c.op.signal)
-            writers = future_signal_writers(model, state, rank, word)
-            value = state[3][rank][word]
-            return writers, f"{signal_text(model, word)} is {value}" + (
-                "" if writers else ", and no rank can still change it")
+        if c.sync is Sync.WAIT:
+            words = c.awaits[0]
+            writers = sorted({w for word in words for w in future_signal_writers(model, state, rank, word)})
+            shown = ", ".join(f"{signal_text(model, word)} is {state[3][rank][word]}" for word in words)
+            return writers, shown + ("" if writers else ", and no rank can still change " +
+                                     ("it" if len(words) == 1 else "them"))
         return [], "nothing"
 
     def _deadlock_violation(self, state: State, blocked: dict[int, list[OpRef]]) -> Violation:

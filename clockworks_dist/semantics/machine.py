@@ -1,87 +1,134 @@
 """The transition system of a schedule: states, enabled actions, and their effects.
 
-This is DESIGN.md's semantics, executable. A state is
-`(pcs, group_done, memory, signals, in_flight)`: each rank's position, the completed members of the
-group it is in, one value id per atom per rank, one uint64 per signal word per rank, and the sorted
-tuple of in-flight deliveries `(issuer, op index, payload)`.
+This is DESIGN.md's semantics, executable, and the one machine every engine runs: the checker
+searches it, the simulator (`perf.simulate`) times it. Each op's meaning comes from its rule in
+`rules` (accesses, data flow, synchronisation); this module compiles the rules of a schedule into
+atom spans and dispatches on `rule.sync`, never on an op's kind.
 
-Actions (all replayable, all named by the program text, never by the state):
-- `("step", rank, index)`: a rank executes its current op alone (local ops, put/put_signal/signal_op
-  and atomic issue, get, fetching atomics, wait_until, fence, quiet);
-- `("p2p", rank, index, sub)`: the send at that key and its matched recv complete together;
-- `("coll", cid)`: every member of collective instance `cid` completes it together (also
-  barrier_all, which also needs every delivery done, and sync_all);
-- `("deliver", rank, index)`: the delivery issued by that op lands at its target.
+A `State` is `(pcs, group_done, memory, signals, in_flight)`: each rank's position, the completed
+members of the group it is in, one value id per atom per rank, one uint64 per signal word per rank,
+and the sorted tuple of in-flight deliveries `(issuer, op index, payload)`.
 
-Each action has a static footprint: the atoms and signal words it reads and writes, with a mode.
+Actions (all replayable, all named by the program text, never by the state), tuples whose first
+field names their type:
+- `Step(rank, index)` = `("step", rank, index)`: a rank executes its current op alone (local ops,
+  the issue of a delivery, blocking gets and fetching atomics, waits, fence, quiet);
+- `P2P(rank, index, sub)` = `("p2p", rank, index, sub)`: the send at that key and its matched recv
+  complete together;
+- `Coll(cid)` = `("coll", cid)`: every member of collective instance `cid` completes it together
+  (also barrier_all, which also needs every delivery done, and sync_all);
+- `Deliver(issuer, index)` = `("deliver", issuer, index)`: the delivery issued by that op lands.
+
+Each action has a static footprint: the atoms and signal words it reads and writes, with a `Mode`.
 The checker's race detection and partial-order reduction both work on footprints.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .. import ir
 from .arithmetic import COMPARE, MASK64, atomic_result, fetch_result, signal_effect
+from .atoms import Layout, collect_alignments, make_layout, split_atoms
 from .budget import UNBOUNDED, Deadline
 from .match import Key, Matches, members_of
-from .atoms import Layout, collect_alignments, make_layout, split_atoms
+from .rules import (ATOMIC_MODES, MEM, SIG, SIG_READS, WRITE_MODES, Access as RuleAccess, Mode, Move, Rule, Sync,
+                    When, collective_flows, conflicting, dependent, p2p_flow, rule)
 from .values import Values
 
-# footprint: (owner rank, space, lo, hi, mode); space MEM: atoms, SIG: signal words
-MEM, SIG = 0, 1
-# memory modes: a plain read or write, an atomic add, another atomic update (set, and, or, xor,
-# swap, compare-swap), an atomic read (a fetch that writes nothing back)
-READ, WRITE, ATOMIC_ADD, ATOMIC_OTHER, ATOMIC_READ = "r", "w", "aa", "ax", "ar"
-# signal modes: a read (wait_until, fetch), a read by a `ge`/`gt` wait on a word whose adds are
-# proven not to wrap (see `Model._may_wrap`), an add, any other update
-SIG_READ, SIG_READ_MONOTONE, SIG_ADD, SIG_SET = "sr", "sm", "sa", "ss"
-SIG_READS = frozenset({SIG_READ, SIG_READ_MONOTONE})
-ATOMIC_MODES = frozenset({ATOMIC_ADD, ATOMIC_OTHER, ATOMIC_READ})
-WRITE_MODES = frozenset({WRITE, ATOMIC_ADD, ATOMIC_OTHER})
-
-Access = tuple[int, int, int, int, str]
-State = tuple
+# The modes under their short names (por, properties and actions read them).
+READ, WRITE, ATOMIC_ADD, ATOMIC_OTHER, ATOMIC_READ = (Mode.READ, Mode.WRITE, Mode.ATOMIC_ADD, Mode.ATOMIC_OTHER,
+                                                      Mode.ATOMIC_READ)
+SIG_READ, SIG_READ_MONOTONE, SIG_ADD, SIG_SET = Mode.SIG_READ, Mode.SIG_READ_MONOTONE, Mode.SIG_ADD, Mode.SIG_SET
 
 
-def conflicting(m1: str, m2: str) -> bool:
-    """Two overlapping memory accesses race (DESIGN.md): at least one writes, and they are not both
-    atomic. Two reads never race, an atomic fetch beside a plain load included."""
-    if m1 not in WRITE_MODES and m2 not in WRITE_MODES:
-        return False
-    return not (m1 in ATOMIC_MODES and m2 in ATOMIC_MODES)
+class Access(NamedTuple):
+    """A compiled access: atoms (MEM) or signal words (SIG) [lo, hi) of `owner`, with a mode."""
+
+    owner: int
+    space: int
+    lo: int
+    hi: int
+    mode: Mode
 
 
-def dependent(space: int, m1: str, m2: str) -> bool:
-    """Overlapping accesses whose order can matter. Reads commute with reads, and adds with adds
-    (addition modulo 2**64 is commutative, wrapping or not). A `ge`/`gt` wait commutes with an add
-    only when it reads with SIG_READ_MONOTONE, which `Model` grants just for words whose adds can
-    never wrap (then adding never makes the condition false again)."""
-    if space == MEM:
-        if m1 not in WRITE_MODES and m2 not in WRITE_MODES:
-            return False
-        return not (m1 == ATOMIC_ADD and m2 == ATOMIC_ADD)
-    if m1 in SIG_READS and m2 in SIG_READS:
-        return False
-    pair = {m1, m2}
-    return not (pair == {SIG_ADD} or pair == {SIG_ADD, SIG_READ_MONOTONE})
+class State(NamedTuple):
+    pcs: tuple[int, ...]
+    group_done: tuple[int, ...]  # per rank: bit i set when member i of its current group completed
+    memory: tuple[tuple[int, ...], ...]  # per rank: one value id per atom
+    signals: tuple[tuple[int, ...], ...]  # per rank: one uint64 per signal word
+    in_flight: tuple[tuple, ...]  # sorted (issuer, op index, payload)
 
 
+class Step(NamedTuple):
+    kind: str
+    rank: int
+    index: int
+
+    @classmethod
+    def of(cls, rank: int, index: int) -> "Step":
+        return cls("step", rank, index)
+
+
+class P2P(NamedTuple):
+    kind: str
+    rank: int
+    index: int
+    sub: int | None
+
+    @classmethod
+    def of(cls, rank: int, index: int, sub: int | None) -> "P2P":
+        return cls("p2p", rank, index, sub)
+
+
+class Coll(NamedTuple):
+    kind: str
+    cid: int
+
+    @classmethod
+    def of(cls, cid: int) -> "Coll":
+        return cls("coll", cid)
+
+
+class Deliver(NamedTuple):
+    kind: str
+    issuer: int
+    index: int
+
+    @classmethod
+    def of(cls, issuer: int, index: int) -> "Deliver":
+        return cls("deliver", issuer, index)
+
+
+Action = Step | P2P | Coll | Deliver
+Span = tuple[int, int, int]  # (rank, first atom, end atom)
+
+
+@dataclass(frozen=True)
+class AtomMove:
+    """A `rules.Move` on atoms: each destination span receives the combine of the source spans."""
+
+    dsts: tuple[Span, ...]
+    srcs: tuple[Span, ...]
+    combine: str | None = None
+    value: float | None = None
+    opaque: str | None = None
 
 
 @dataclass
 class Delivery:
-    """What the delivery of a one-sided op does at its target."""
+    """What the delivery of a one-sided op does when it lands."""
 
     issuer: int
     index: int
-    target: int
-    epoch: int  # fences issued before it: orders deliveries to the same target
-    dst: tuple[int, int] | None = None  # atom span at the target
-    src: tuple[int, int] | None = None  # atom span at the issuer, read now if nbi
-    nbi: bool = False
-    signal: tuple[int, str, int] | None = None  # (word, set|add, value)
-    atomic: tuple[str, str, int, int] | None = None  # (space, op, word or atom, value)
+    target: int  # the rank whose memory it writes (the PE of a put, the issuer of a non-blocking get)
+    pe: int  # the remote PE: fence orders the issuer's deliveries per PE
+    epoch: int  # fences issued before it
+    fenced: bool  # whether fences order it at all
+    moves: tuple[AtomMove, ...] = ()
+    capture: Span | None = None  # read at issue (a blocking put's src): its values travel as the payload
+    update: tuple[int, str, int, int] | None = None  # (space, word or atom, op, value) at the target
     footprint: tuple[Access, ...] = ()
 
 
@@ -93,15 +140,21 @@ class Code:
     index: int
     op: object
     kind: str
+    rule: Rule
+    sync: Sync
     footprint: tuple[Access, ...] = ()
     members: list = field(default_factory=list)  # group: [(sub, op)]
     cid: int | None = None
     delivery: Delivery | None = None
     partners: frozenset = frozenset()  # other ranks that must take part
+    moves: tuple[AtomMove, ...] = ()  # the data an op of one rank moves when it executes
+    awaits: tuple[tuple[int, ...], str, int, bool] | None = None  # a wait: (words, cmp, value, all)
 
 
 class Model:
-    """A schedule compiled for exploration."""
+    """A schedule compiled into a transition system: `initial()`, `enabled(state)`,
+    `apply(state, action)`, `footprint(action)` and `done(state)`, in the manner of stateright's
+    `Model`. Build it from a schedule that matches statically (`match.match` found no problem)."""
 
     def __init__(self, sched: ir.Schedule, matches: Matches, deadline: Deadline = UNBOUNDED):
         self.sched = sched
@@ -123,25 +176,31 @@ class Model:
             deadline.check("compiling the model")
         self.nops = tuple(len(p.ops) for p in sched.programs)
         self.coll_members: list[list[tuple[int, int]]] = matches.collectives
-        self.coll_footprint = [self._coll_footprint(cid) for cid in range(len(matches.collectives))]
         self.coll_kind = [sched.programs[m[0][0]].ops[m[0][1]].kind for m in matches.collectives]
+        self.coll_sync = [rule(kind).sync for kind in self.coll_kind]
+        self.coll_footprint: list[tuple[Access, ...]] = []
+        self.coll_moves: list[tuple[AtomMove, ...]] = []
+        for cid in range(len(matches.collectives)):
+            self.coll_footprint.append(self._coll_footprint(cid))
+            self.coll_moves.append(self._coll_moves(cid))
         self.p2p_footprint: dict[Key, tuple[Access, ...]] = {}
+        self.p2p_moves: dict[Key, AtomMove] = {}
         for skey, rkey in matches.recv_of.items():
             send, recv = matches._op(skey), matches._op(rkey)
-            fp = [(skey[0], MEM, *self.span(skey[0], send.src), READ),
-                  (rkey[0], MEM, *self.span(rkey[0], recv.dst), WRITE)]
-            if recv.reduce:
-                fp.append((rkey[0], MEM, *self.span(rkey[0], recv.dst), READ))
-            self.p2p_footprint[skey] = tuple(a for a in fp if a[2] < a[3])
+            found = self._accesses(skey[0], send, When.JOINT) + self._accesses(rkey[0], recv, When.JOINT)
+            self.p2p_footprint[skey] = found
+            self.p2p_moves[skey] = self._atoms(p2p_flow(send, skey[0], recv, rkey[0]))
         self.deliveries: dict[tuple[int, int], Delivery] = {
             (c.rank, c.index): c.delivery for row in self.code for c in row if c.delivery is not None}
         self._build_por_index()
 
     # -- compilation --------------------------------------------------------------------------
     def span(self, rank: int, region: ir.Region) -> tuple[int, int]:
+        """The atoms [lo, hi) of `region` in `rank`'s memory."""
         return self.layout.span(rank, region)
 
     def sig_word(self, ref: ir.SignalRef) -> int:
+        """The index of a signal word in a rank's signal array."""
         return self.sig_offset[ref.signal] + ref.index
 
     def _may_wrap(self) -> frozenset[tuple[int, int]]:
@@ -173,95 +232,77 @@ class Model:
         over = {word for word in set(sets) | set(adds) if sets.get(word, 0) + adds.get(word, 0) > MASK64}
         return frozenset(unbounded | over)
 
+    def _access(self, a: RuleAccess) -> Access:
+        if isinstance(a.where, ir.SignalRef):
+            word = self.sig_word(a.where)
+            return Access(a.owner, SIG, word, word + 1, a.mode)
+        return Access(a.owner, MEM, *self.span(a.owner, a.where), a.mode)
+
+    def _accesses(self, rank: int, op, when: When) -> tuple[Access, ...]:
+        """The non-empty compiled accesses of `op` on `rank` that happen `when`."""
+        found = (self._access(a) for a in rule(op).accesses(op, rank) if a.when is when)
+        return tuple(a for a in found if a.lo < a.hi)
+
+    def _atoms(self, move: Move) -> AtomMove:
+        spans = lambda places: tuple((r, *self.span(r, region)) for r, region in places)  # noqa: E731
+        return AtomMove(dsts=spans(move.dsts), srcs=spans(move.srcs), combine=move.combine, value=move.value,
+                        opaque=move.opaque)
+
     def _compile(self, rank: int, index: int, op) -> Code:
-        c = Code(rank=rank, index=index, op=op, kind=op.kind)
-        k = op.kind
-        fp: list[Access] = []
-        mem = lambda region, mode, who=rank: fp.append((who, MEM, *self.span(who, region), mode))  # noqa: E731
-        if k == "group":
+        r = rule(op)
+        c = Code(rank=rank, index=index, op=op, kind=op.kind, rule=r, sync=r.sync)
+        if c.sync is Sync.P2P:
             c.members = members_of(op)
             c.partners = frozenset(m.peer for _, m in c.members) - {rank}
-        elif k in ("send", "recv"):
-            c.partners = frozenset({op.peer}) - {rank}
-        elif k in ir.COLLECTIVE_KINDS or k in ("barrier_all", "sync_all"):
+            return c
+        if c.sync in (Sync.COLLECTIVE, Sync.BARRIER_ALL, Sync.SYNC_ALL):
             c.cid = self.matches.cid_of.get((rank, index))
             if c.cid is not None:
-                c.partners = frozenset(r for r, _ in self.matches.collectives[c.cid]) - {rank}
-        elif k == "reduce":
-            for src in op.srcs:
-                mem(src, READ)
-            mem(op.dst, WRITE)
-        elif k == "copy":
-            mem(op.src, READ)
-            mem(op.dst, WRITE)
-        elif k == "fill":
-            mem(op.dst, WRITE)
-        elif k == "compute":
-            for region in op.reads:
-                mem(region, READ)
-            for region in op.writes:
-                mem(region, WRITE)
-        elif k in ir.DELIVERY_KINDS:
+                c.partners = frozenset(q for q, _ in self.matches.collectives[c.cid]) - {rank}
+            return c
+        fp = list(self._accesses(rank, op, When.ISSUE))
+        awaits = r.awaits(op, rank)
+        if awaits is not None:
+            words = tuple(self.sig_word(ref) for ref in awaits.words)
+            c.awaits = (words, awaits.cmp, awaits.value, awaits.all)
+            if awaits.cmp in ("ge", "gt"):  # see `_may_wrap`: adds never make such a wait false again
+                fp = [a._replace(mode=SIG_READ_MONOTONE) if a.space == SIG and a.mode == SIG_READ
+                      and (rank, a.lo) not in self.may_wrap else a for a in fp]
+        if c.sync is Sync.DELIVERY:
             c.delivery = self._delivery(rank, index, op)
-            if k in ("put", "put_signal") and not op.nbi:
-                mem(op.src, READ)
-        elif k == "get":
-            mem(op.src, READ, op.pe)
-            mem(op.dst, WRITE)
-        elif k == "fetch_atomic":
-            reads_only = op.op == "fetch"
-            if isinstance(op.target, ir.SignalRef):
-                word = self.sig_word(op.target)
-                fp.append((op.pe, SIG, word, word + 1, SIG_READ if reads_only else SIG_SET))
-            else:
-                mem(op.target, ATOMIC_READ if reads_only else ATOMIC_OTHER, op.pe)
-            mem(op.into, WRITE)
-        elif k == "wait_until":
-            word = self.sig_word(op.signal)
-            monotone = op.cmp in ("ge", "gt") and (rank, word) not in self.may_wrap
-            fp.append((rank, SIG, word, word + 1, SIG_READ_MONOTONE if monotone else SIG_READ))
-        c.footprint = tuple(a for a in fp if a[2] < a[3])
+        else:
+            c.moves = tuple(self._atoms(m) for m in r.flows(op, rank))
+        c.footprint = tuple(fp)
         return c
 
     def _delivery(self, rank: int, index: int, op) -> Delivery:
+        r = rule(op)
         ops = self.sched.programs[rank].ops
-        epoch = sum(1 for o in ops[:index] if o.kind == "fence")
-        d = Delivery(issuer=rank, index=index, target=op.pe, epoch=epoch)
-        fp: list[Access] = []
-        if op.kind in ("put", "put_signal"):
-            d.dst = self.span(op.pe, op.dst)
-            d.src = self.span(rank, op.src)
-            d.nbi = op.nbi
-            fp.append((op.pe, MEM, *d.dst, WRITE))
-            if op.nbi:
-                fp.append((rank, MEM, *d.src, READ))
-        if op.kind in ("put_signal", "signal_op"):
-            word = self.sig_word(op.signal)
-            d.signal = (word, op.sig_op, op.value)
-            fp.append((op.pe, SIG, word, word + 1, SIG_ADD if op.sig_op == "add" else SIG_SET))
-        if op.kind == "atomic":
-            commutes = op.op in ("add", "inc")
-            if isinstance(op.target, ir.SignalRef):
-                word = self.sig_word(op.target)
-                d.atomic = ("sig", op.op, word, op.value)
-                fp.append((op.pe, SIG, word, word + 1, SIG_ADD if commutes else SIG_SET))
+        moves = tuple(self._atoms(m) for m in r.flows(op, rank))
+        target = moves[0].dsts[0][0] if moves else op.pe
+        d = Delivery(issuer=rank, index=index, target=target, pe=op.pe, fenced=op.kind in ir.FENCED_KINDS,
+                     epoch=sum(1 for o in ops[:index] if o.kind == "fence"), moves=moves)
+        at_issue = [a for a in r.accesses(op, rank) if a.when is When.ISSUE and a.mode == READ]
+        if at_issue and moves:  # a blocking put: the data leaves with the issue
+            d.capture = moves[0].srcs[0]
+        update = r.word_update(op)
+        if update is not None:
+            ref, how, value = update
+            if isinstance(ref, ir.SignalRef):
+                d.update = (SIG, self.sig_word(ref), how, value)
             else:
-                lo, hi = self.span(op.pe, op.target)
-                d.atomic = ("mem", op.op, lo, op.value)
-                fp.append((op.pe, MEM, lo, hi, ATOMIC_ADD if commutes else ATOMIC_OTHER))
-        d.footprint = tuple(a for a in fp if a[2] < a[3])
+                d.update = (MEM, self.span(op.pe, ref)[0], how, value)
+        d.footprint = self._accesses(rank, op, When.DELIVERY)
         return d
 
     def _coll_footprint(self, cid: int) -> tuple[Access, ...]:
-        fp: list[Access] = []
-        for rank, index in self.matches.collectives[cid]:
-            op = self.sched.programs[rank].ops[index]
-            src, dst = getattr(op, "src", None), getattr(op, "dst", None)
-            if src is not None:
-                fp.append((rank, MEM, *self.span(rank, src), READ))
-            if dst is not None:
-                fp.append((rank, MEM, *self.span(rank, dst), WRITE))
-        return tuple(a for a in fp if a[2] < a[3])
+        return tuple(a for rank, index in self.matches.collectives[cid]
+                     for a in self._accesses(rank, self.sched.programs[rank].ops[index], When.JOINT))
+
+    def _coll_moves(self, cid: int) -> tuple[AtomMove, ...]:
+        members = self.matches.collectives[cid]
+        ops = [self.sched.programs[r].ops[i] for r, i in members]
+        return tuple(self._atoms(m) for m in collective_flows(ops, [r for r, _ in members]))
 
     # -- partial-order reduction index --------------------------------------------------------
     def _build_por_index(self) -> None:
@@ -272,13 +313,11 @@ class Model:
         for row in self.code:
             for c in row:
                 entries: list[tuple[Access, int | None, frozenset]] = []
-                if c.kind == "group":
+                if c.sync is Sync.P2P:
                     for sub, m in c.members:
+                        others = frozenset({m.peer}) - {c.rank} if c.kind == "group" else c.partners
                         for acc in self._member_footprint(c.rank, c.index, sub, m):
-                            entries.append((acc, sub, frozenset({m.peer}) - {c.rank}))
-                elif c.kind in ("send", "recv"):
-                    for acc in self._member_footprint(c.rank, c.index, None, c.op):
-                        entries.append((acc, None, c.partners))
+                            entries.append((acc, sub, others))
                 elif c.cid is not None:
                     for acc in self.coll_footprint[c.cid]:
                         if acc[0] == c.rank:
@@ -302,78 +341,89 @@ class Model:
 
     # -- states -------------------------------------------------------------------------------
     def initial(self) -> State:
+        """Every rank at its first op, buffers holding their initial values, signal words 0."""
         mem = tuple(tuple(self.values.initial(rank, *atom) for atom in self.layout.atom_names[rank])
                     for rank in range(self.world))
         sigs = tuple((0,) * self.sig_count for _ in range(self.world))
-        return (tuple([0] * self.world), tuple([0] * self.world), mem, sigs, ())
+        return State(tuple([0] * self.world), tuple([0] * self.world), mem, sigs, ())
 
     def posted(self, state: State, key: Key) -> bool:
+        """Whether the send or recv at `key` = (rank, index, sub) is posted and not yet complete."""
         rank, index, sub = key
         if state[0][rank] != index:
             return False
         return sub is None or not (state[1][rank] >> sub) & 1
 
     def in_flight_from(self, state: State, rank: int) -> bool:
+        """Whether a delivery `rank` issued has yet to land."""
         return any(d[0] == rank for d in state[4])
 
+    def orders_before(self, first: Delivery, then: Delivery) -> bool:
+        """Whether a fence makes `first` land before `then`: same issuer and PE, an earlier epoch."""
+        return (first.fenced and then.fenced and first.issuer == then.issuer and first.pe == then.pe
+                and first.epoch < then.epoch)
+
     def delivery_blocked(self, state: State, issuer: int, index: int) -> bool:
+        """Whether a delivery in flight must wait for another one (fence order)."""
         d = self.deliveries[(issuer, index)]
-        if d.epoch == 0:  # no fence before it: nothing can be ordered ahead of it
+        if d.epoch == 0 or not d.fenced:  # no fence before it: nothing can be ordered ahead of it
             return False
         for other_issuer, other_index, _ in state[4]:
             if other_issuer == issuer and other_index != index:
-                e = self.deliveries[(other_issuer, other_index)]
-                if e.target == d.target and e.epoch < d.epoch:
+                if self.orders_before(self.deliveries[(other_issuer, other_index)], d):
                     return True
         return False
 
-    def enabled(self, state: State) -> list[tuple]:
-        pcs, done, _mem, sigs, infl = state
-        acts: list[tuple] = []
+    def waiting_holds(self, state: State, c: Code) -> bool:
+        """Whether the comparison of the wait `c` holds in `state`."""
+        words, cmp, value, every = c.awaits
+        row, test = state[3][c.rank], COMPARE[cmp]
+        if every:
+            return all(test(row[w], value) for w in words)
+        return any(test(row[w], value) for w in words)
+
+    def enabled(self, state: State) -> list[Action]:
+        """The actions that can fire in `state`, in a fixed order (rank by rank, then deliveries)."""
+        pcs, done, _mem, _sigs, infl = state
+        acts: list[Action] = []
         recv_of = self.matches.recv_of
         for rank in range(self.world):
             pc = pcs[rank]
             if pc >= self.nops[rank]:
                 continue
             c = self.code[rank][pc]
-            k = c.kind
-            if k == "group":
+            sync = c.sync
+            if sync is Sync.P2P:
                 for sub, m in c.members:
-                    if m.kind == "send" and not (done[rank] >> sub) & 1:
+                    if m.kind == "send" and not (sub is not None and (done[rank] >> sub) & 1):
                         peer = recv_of.get((rank, pc, sub))
                         if peer is not None and self.posted(state, peer):
-                            acts.append(("p2p", rank, pc, sub))
-            elif k == "send":
-                peer = recv_of.get((rank, pc, None))
-                if peer is not None and self.posted(state, peer):
-                    acts.append(("p2p", rank, pc, None))
-            elif k == "recv":
-                continue
-            elif c.cid is not None or k in ir.COLLECTIVE_KINDS or k in ("barrier_all", "sync_all"):
+                            acts.append(P2P("p2p", rank, pc, sub))
+            elif c.cid is not None or sync in (Sync.COLLECTIVE, Sync.BARRIER_ALL, Sync.SYNC_ALL):
                 if c.cid is None:
                     continue
                 members = self.coll_members[c.cid]
                 if members[0][0] != rank:
                     continue
                 if all(pcs[r] == i for r, i in members):
-                    if k == "barrier_all" and infl:
+                    if sync is Sync.BARRIER_ALL and infl:
                         continue
-                    acts.append(("coll", c.cid))
-            elif k == "wait_until":
-                op = c.op
-                if COMPARE[op.cmp](sigs[rank][self.sig_word(op.signal)], op.value):
-                    acts.append(("step", rank, pc))
-            elif k == "quiet":
+                    acts.append(Coll("coll", c.cid))
+            elif sync is Sync.WAIT:
+                if self.waiting_holds(state, c):
+                    acts.append(Step("step", rank, pc))
+            elif sync is Sync.QUIET:
                 if not self.in_flight_from(state, rank):
-                    acts.append(("step", rank, pc))
+                    acts.append(Step("step", rank, pc))
             else:
-                acts.append(("step", rank, pc))
+                acts.append(Step("step", rank, pc))
         for issuer, index, _ in infl:
             if not self.delivery_blocked(state, issuer, index):
-                acts.append(("deliver", issuer, index))
+                acts.append(Deliver("deliver", issuer, index))
         return acts
 
-    def footprint(self, action: tuple) -> tuple[Access, ...]:
+    def footprint(self, action: Action) -> tuple[Access, ...]:
+        """The atoms and signal words `action` touches, with their modes."""
         kind = action[0]
         if kind == "step":
             return self.code[action[1]][action[2]].footprint
@@ -384,10 +434,11 @@ class Model:
         return self.deliveries[(action[1], action[2])].footprint
 
     # -- effects ------------------------------------------------------------------------------
-    def apply(self, state: State, action: tuple) -> State:
+    def apply(self, state: State, action: Action) -> State:
+        """The state after `action` (which must be enabled in `state`)."""
         pcs, done, mem, sigs, infl = state
         kind = action[0]
-        pcs, done, mem, sigs = list(pcs), list(done), list(mem), list(sigs)
+        pcs, done, sigs = list(pcs), list(done), list(sigs)
         writes: dict[int, list[int]] = {}
 
         def mut(rank: int) -> list[int]:
@@ -402,77 +453,69 @@ class Model:
             pcs[rank] += 1
         elif kind == "p2p":
             skey = (action[1], action[2], action[3])
-            rkey = self.matches.recv_of[skey]
-            send, recv = self.matches._op(skey), self.matches._op(rkey)
-            s_lo, s_hi = self.span(skey[0], send.src)
-            d_lo, _ = self.span(rkey[0], recv.dst)
-            incoming = mem[skey[0]][s_lo:s_hi]
-            out = mut(rkey[0])
-            for i, v in enumerate(incoming):
-                out[d_lo + i] = v if recv.reduce is None else self.values.combine(recv.reduce, (out[d_lo + i], v))
-            for rank, index, sub in (skey, rkey):
+            self._move(self.p2p_moves[skey], mem, mut)
+            for rank, index, sub in (skey, self.matches.recv_of[skey]):
                 if sub is None:
                     pcs[rank] += 1
                 else:
                     done[rank] |= 1 << sub
-                    group = self.code[rank][index]
-                    if done[rank] == (1 << len(group.members)) - 1:
+                    if done[rank] == (1 << len(self.code[rank][index].members)) - 1:
                         done[rank] = 0
                         pcs[rank] += 1
         elif kind == "coll":
-            self._collective(action[1], mem, mut)
+            for move in self.coll_moves[action[1]]:
+                self._move(move, mem, mut)
             for rank, _ in self.coll_members[action[1]]:
                 pcs[rank] += 1
         else:
             key = (action[1], action[2])
-            d = self.deliveries[key]
             payload = next(p for i, j, p in infl if (i, j) == key)
             infl = tuple(x for x in infl if (x[0], x[1]) != key)
-            self._deliver(d, payload, mem, sigs, mut)
-        for rank, cells in writes.items():
-            mem[rank] = tuple(cells)
-        return (tuple(pcs), tuple(done), tuple(mem), tuple(sigs), infl)
+            self._deliver(self.deliveries[key], payload, mem, sigs, mut)
+        if writes:
+            mem = list(mem)
+            for rank, cells in writes.items():
+                mem[rank] = tuple(cells)
+            mem = tuple(mem)
+        return State(tuple(pcs), tuple(done), mem, tuple(sigs), infl)
+
+    def _move(self, move: AtomMove, mem, mut, values: tuple | None = None, rank: int = 0, index: int = 0) -> None:
+        """Apply one data move: sources read in the state before the action (or `values`, a
+        payload read at issue), then every destination written."""
+        vals = self.values
+        if move.value is not None:
+            const = vals.const(move.value)
+            for r, lo, hi in move.dsts:
+                mut(r)[lo:hi] = [const] * (hi - lo)
+            return
+        if move.opaque is not None:  # every output depends on everything the kernel read
+            reads = tuple(v for r, lo, hi in move.srcs for v in mem[r][lo:hi])
+            n = 0
+            for r, lo, hi in move.dsts:
+                out = mut(r)
+                for a in range(lo, hi):
+                    out[a] = vals.intern(("opaque", move.opaque, rank, index, n, reads))
+                    n += 1
+            return
+        if values is None:
+            columns = [mem[r][lo:hi] for r, lo, hi in move.srcs]
+            if len(columns) == 1:
+                values = columns[0]
+            else:
+                values = tuple(vals.combine(move.combine, tuple(col[i] for col in columns))
+                               for i in range(len(columns[0])))
+        for r, lo, _hi in move.dsts:
+            mut(r)[lo:lo + len(values)] = values
 
     def _step(self, rank: int, c: Code, mem, sigs, mut, infl):
-        op, k, vals = c.op, c.kind, self.values
-        if k == "reduce":
-            d_lo, d_hi = self.span(rank, op.dst)
-            spans = [self.span(rank, s) for s in op.srcs]
-            old = mem[rank]
-            out = mut(rank)
-            for i in range(d_hi - d_lo):
-                children = tuple(old[lo + i] for lo, _ in spans)
-                out[d_lo + i] = children[0] if len(children) == 1 else vals.combine(op.op, children)
-        elif k == "copy":
-            s_lo, s_hi = self.span(rank, op.src)
-            d_lo, _ = self.span(rank, op.dst)
-            src = mem[rank][s_lo:s_hi]
-            mut(rank)[d_lo:d_lo + len(src)] = src
-        elif k == "fill":
-            d_lo, d_hi = self.span(rank, op.dst)
-            mut(rank)[d_lo:d_hi] = [vals.const(op.value)] * (d_hi - d_lo)
-        elif k == "compute":
-            reads = tuple(v for region in op.reads for v in mem[rank][slice(*self.span(rank, region))])
-            out = mut(rank)
-            n = 0
-            for region in op.writes:
-                lo, hi = self.span(rank, region)
-                for a in range(lo, hi):
-                    out[a] = vals.intern(("opaque", op.name, rank, c.index, n, reads))
-                    n += 1
-        elif c.delivery is not None:
+        if c.delivery is not None:
             d = c.delivery
-            payload = None
-            if k in ("put", "put_signal") and not op.nbi:
-                payload = mem[rank][d.src[0]:d.src[1]]
-            infl = tuple(sorted(infl + ((rank, c.index, payload),), key=lambda x: (x[0], x[1])))
-        elif k == "get":
-            s_lo, s_hi = self.span(op.pe, op.src)
-            d_lo, _ = self.span(rank, op.dst)
-            src = mem[op.pe][s_lo:s_hi]
-            mut(rank)[d_lo:d_lo + len(src)] = src
-        elif k == "fetch_atomic":
-            self._fetch(rank, op, mem, sigs, mut)
+            payload = mem[d.capture[0]][d.capture[1]:d.capture[2]] if d.capture is not None else None
+            return tuple(sorted(infl + ((rank, c.index, payload),), key=lambda x: (x[0], x[1])))
+        if c.rule.fetches:
+            self._fetch(rank, c.op, mem, sigs, mut)
+        for move in c.moves:
+            self._move(move, mem, mut, rank=rank, index=c.index)
         return infl
 
     def _fetch(self, rank: int, op, mem, sigs, mut) -> None:
@@ -498,23 +541,17 @@ class Model:
             mut(rank)[i_lo] = old
 
     def _deliver(self, d: Delivery, payload, mem, sigs, mut) -> None:
-        if d.dst is not None:
-            data = payload if payload is not None else mem[d.issuer][d.src[0]:d.src[1]]
-            mut(d.target)[d.dst[0]:d.dst[0] + len(data)] = data
-        if d.signal is not None:
-            word, how, value = d.signal
-            row = list(sigs[d.target])
-            row[word] = value if how == "set" else (row[word] + value) & MASK64
-            sigs[d.target] = tuple(row)
-        if d.atomic is not None:
-            space, op, where, value = d.atomic
-            if space == "sig":
+        for move in d.moves:
+            self._move(move, mem, mut, values=payload)
+        if d.update is not None:
+            space, where, how, value = d.update
+            if space == SIG:
                 row = list(sigs[d.target])
-                row[where] = atomic_result(op, row[where], value)
+                row[where] = atomic_result(how, row[where], value)
                 sigs[d.target] = tuple(row)
             else:
                 cells = mut(d.target)
-                cells[where] = self._atomic_term(op, value, cells[where])
+                cells[where] = self._atomic_term(how, value, cells[where])
 
     def _atomic_term(self, op: str, value: int, old: int) -> int:
         """The value of a data word after an atomic. Integer adds commute, so consecutive adds fold
@@ -527,50 +564,6 @@ class Model:
             return self.values.intern(("atomic", "add", value, (old,)))
         return self.values.intern(("atomic", op, value, (old,)))
 
-    def _collective(self, cid: int, mem, mut) -> None:
-        vals = self.values
-        members = self.coll_members[cid]
-        ops = [self.sched.programs[r].ops[i] for r, i in members]
-        ranks = [r for r, _ in members]
-        n = len(members)
-        k = ops[0].kind
-        srcs = [mem[r][slice(*self.span(r, op.src))] if getattr(op, "src", None) is not None else ()
-                for r, op in zip(ranks, ops)]
-
-        def chunks(seq, parts):
-            size = len(seq) // parts
-            return [seq[i * size:(i + 1) * size] for i in range(parts)]
-
-        def write(rank, region, data):
-            lo, _ = self.span(rank, region)
-            mut(rank)[lo:lo + len(data)] = data
-
-        if k == "all_reduce":
-            total = tuple(vals.combine(ops[0].op, tuple(s[i] for s in srcs)) for i in range(len(srcs[0])))
-            for r, op in zip(ranks, ops):
-                write(r, op.dst, total)
-        elif k == "broadcast":
-            root = ranks.index(ops[0].root)
-            for r, op in zip(ranks, ops):
-                write(r, op.dst, srcs[root])
-        elif k == "reduce_to":
-            total = tuple(vals.combine(ops[0].op, tuple(s[i] for s in srcs)) for i in range(len(srcs[0])))
-            for r, op in zip(ranks, ops):
-                if op.dst is not None:
-                    write(r, op.dst, total)
-        elif k == "all_gather":
-            gathered = tuple(v for s in srcs for v in s)
-            for r, op in zip(ranks, ops):
-                write(r, op.dst, gathered)
-        elif k == "reduce_scatter":
-            parts = [chunks(s, n) for s in srcs]
-            for i, (r, op) in enumerate(zip(ranks, ops)):
-                write(r, op.dst, tuple(vals.combine(op.op, tuple(p[i][j] for p in parts))
-                                       for j in range(len(parts[0][i]))))
-        elif k == "all_to_all":
-            parts = [chunks(s, n) for s in srcs]
-            for i, (r, op) in enumerate(zip(ranks, ops)):
-                write(r, op.dst, tuple(v for j in range(n) for v in parts[j][i]))
-
     def done(self, state: State) -> bool:
+        """Whether every rank has executed its whole program (deliveries may still be in flight)."""
         return all(pc >= n for pc, n in zip(state[0], self.nops))

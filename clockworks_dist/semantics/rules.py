@@ -1,0 +1,683 @@
+"""One rule per op class: what each op of the IR means, written once for every engine.
+
+A rule states, for its op class:
+- `sync`: how the op synchronises (`Sync`): alone on its rank, with its matched peer, with the
+  members of a communicator, as a delivery that lands later, as a blocking remote access, or as a
+  block until a comparison, a quiet or a barrier holds;
+- `accesses(op, rank)`: every region and signal word it touches, whose memory (a world rank), with
+  which `Mode`, and when (`When`: at issue, at delivery, or jointly with the ops it matches);
+- `flows(op, rank)` (ops of one rank) or `collective_flows(ops, ranks)` (one collective instance):
+  the data movement as `Move`s, region to region with an optional combine. The chunk maps of the
+  collectives exist here and nowhere else; the machine applies them to symbolic values, the atom
+  layout aligns on them, the simulator and the DSL's shape checks size them;
+- `awaits(op, rank)`: the signal words a wait reads and how it combines their comparisons;
+- `describe(op)`: one code-like line, as the user wrote it.
+
+The signal and atomic arithmetic (uint64, modulo 2**64) is in `arithmetic`; DESIGN.md's terms for
+each op are the docstrings of its rule below. The machine (`machine.Model`) dispatches on
+`rule.sync`, never on an op's kind.
+
+## Adding an op (the checklist)
+1. `ir.py`: a frozen class (fields `src`, `dst`, `peer` or `pe`, `signal`), its place in the `Op`
+   union and in the op groups (`DELIVERY_KINDS`, `JOINT_KINDS`, `BLOCKING_KINDS`, ...).
+2. Here: its rule (accesses, flows, sync, awaits, describe) in one block, registered in `RULES`.
+   `tests/test_semantics.py` fails until every `ir.Op` class has a rule.
+3. `dsl/trace.py`: the `Rank` method, validating its arguments (file, line, rank, op) and with a
+   docstring that states the semantics (`help(r.put_signal)`).
+4. `perf/costs.py`: its cost (launch or not, fixed latencies; bytes come from `flows`).
+5. Every backend table (`semantics.backends`): an implementation, or an `UNSUPPORTED` entry with
+   its reason; `tests/test_semantics.py` checks every table covers every op class.
+6. If it waits or delivers, the z3 wait check (`check/symbolic`) reads `awaits` / `signal_effect`.
+7. Tests: a unit test per DESIGN.md sentence about the op (a correct schedule that verifies and a
+   buggy twin), the op in the hypothesis strategy of `tests/test_por_properties.py`, and a seeded
+   bug in `protocols/buggy/` with `EXPECT` and a `# BUG` line where it makes sense.
+8. DESIGN.md: the op's paragraph in "Semantics", the source of truth this rule implements.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from .. import ir
+
+
+class Sync(enum.Enum):
+    """How an op synchronises with the rest of the schedule (DESIGN.md, "Semantics")."""
+
+    LOCAL = "local"  # runs alone on its rank (local kernels; fence, whose effect is on deliveries)
+    P2P = "p2p"  # a send or recv (or a group of them) completes with its FIFO-matched partner
+    COLLECTIVE = "collective"  # the k-th collective of every member of a communicator, together
+    DELIVERY = "delivery"  # issued now, lands later as an action of its own (ordered by fence)
+    REMOTE = "remote"  # one blocking transition that touches another PE's memory (get, fetch atomics)
+    WAIT = "wait"  # blocks until a comparison on signal words of its own rank holds
+    QUIET = "quiet"  # blocks until every delivery the rank issued has landed
+    BARRIER_ALL = "barrier_all"  # quiet, then a barrier over every PE
+    SYNC_ALL = "sync_all"  # a barrier over every PE that does not wait for deliveries
+
+
+class When(enum.Enum):
+    """When an access happens: as the op executes on its rank, when its delivery lands, or in the
+    joint transition of a matched send/recv or collective."""
+
+    ISSUE = "issue"
+    DELIVERY = "delivery"
+    JOINT = "joint"
+
+
+class Mode(str, enum.Enum):
+    """How an access touches memory (`MEM`) or a signal word (`SIG`). Two overlapping accesses race
+    when one writes and they are not both atomic (`conflicting`)."""
+
+    READ = "r"
+    WRITE = "w"
+    ATOMIC_ADD = "aa"  # an atomic add or inc on a data word
+    ATOMIC_OTHER = "ax"  # another atomic update: set, and, or, xor, swap, compare-swap
+    ATOMIC_READ = "ar"  # an atomic fetch that writes nothing back
+    SIG_READ = "sr"  # a wait or a fetch reads the word
+    SIG_READ_MONOTONE = "sm"  # a ge/gt wait on a word whose adds are proven never to wrap
+    SIG_ADD = "sa"
+    SIG_SET = "ss"  # any other signal update
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __hash__(self) -> int:  # equal to its code, so it hashes as its code does
+        return str.__hash__(self)
+
+    @property
+    def verb(self) -> str:
+        """What an access of this mode does, in a race report."""
+        return _VERBS[self]
+
+
+_VERBS = {Mode.READ: "reads", Mode.WRITE: "writes", Mode.ATOMIC_ADD: "atomically updates",
+          Mode.ATOMIC_OTHER: "atomically updates", Mode.ATOMIC_READ: "atomically reads",
+          Mode.SIG_READ: "reads", Mode.SIG_READ_MONOTONE: "reads", Mode.SIG_ADD: "adds to", Mode.SIG_SET: "sets"}
+MEM, SIG = 0, 1  # the two spaces of an access: buffer elements (as atoms), signal words
+SIG_READS = frozenset({Mode.SIG_READ, Mode.SIG_READ_MONOTONE})
+ATOMIC_MODES = frozenset({Mode.ATOMIC_ADD, Mode.ATOMIC_OTHER, Mode.ATOMIC_READ})
+WRITE_MODES = frozenset({Mode.WRITE, Mode.ATOMIC_ADD, Mode.ATOMIC_OTHER})
+
+
+def conflicting(m1: Mode, m2: Mode) -> bool:
+    """Two overlapping memory accesses race (DESIGN.md): at least one writes, and they are not both
+    atomic. Two reads never race, an atomic fetch beside a plain load included."""
+    if m1 not in WRITE_MODES and m2 not in WRITE_MODES:
+        return False
+    return not (m1 in ATOMIC_MODES and m2 in ATOMIC_MODES)
+
+
+def dependent(space: int, m1: Mode, m2: Mode) -> bool:
+    """Overlapping accesses whose order can matter. Reads commute with reads, and adds with adds
+    (addition modulo 2**64 is commutative, wrapping or not). A `ge`/`gt` wait commutes with an add
+    only when it reads with SIG_READ_MONOTONE, which the machine grants just for words whose adds
+    can never wrap (then adding never makes the condition false again)."""
+    if space == MEM:
+        if m1 not in WRITE_MODES and m2 not in WRITE_MODES:
+            return False
+        return not (m1 == Mode.ATOMIC_ADD and m2 == Mode.ATOMIC_ADD)
+    if m1 in SIG_READS and m2 in SIG_READS:
+        return False
+    pair = {m1, m2}
+    return not (pair == {Mode.SIG_ADD} or pair == {Mode.SIG_ADD, Mode.SIG_READ_MONOTONE})
+
+
+@dataclass(frozen=True)
+class Access:
+    """`op.<field>` touches `where` (a region or a signal word) in `owner`'s memory."""
+
+    field: str
+    owner: int
+    where: ir.Region | ir.SignalRef
+    mode: Mode
+    when: When
+
+    @property
+    def space(self) -> int:
+        return SIG if isinstance(self.where, ir.SignalRef) else MEM
+
+
+Place = tuple[int, ir.Region]  # (world rank, region of that rank's buffer)
+
+
+@dataclass(frozen=True)
+class Move:
+    """Data flow: every place in `dsts` receives, element by element, the combine (`combine`, a
+    reduction op) of the places in `srcs` in their order, or a copy of `srcs[0]` when `combine` is
+    None. `fill` writes the constant `value` instead (no srcs); `opaque` names a compute kernel
+    whose every output is an unknown function of all it reads. Sources are read before any
+    destination is written (in-place collectives are well defined)."""
+
+    dsts: tuple[Place, ...]
+    srcs: tuple[Place, ...] = ()
+    combine: str | None = None
+    value: float | None = None
+    opaque: str | None = None
+
+
+@dataclass(frozen=True)
+class Awaits:
+    """A wait: the words of its own rank it compares with `cmp value`, all of them or any one."""
+
+    words: tuple[ir.SignalRef, ...]
+    cmp: str
+    value: int
+    all: bool = True
+
+
+class Rule:
+    """The meaning of one op class. Subclasses override what their op does."""
+
+    op_class: type
+    sync: Sync = Sync.LOCAL
+    fetches = False  # a fetching atomic: updates a word on `pe` and returns its old value
+
+    def accesses(self, op, rank: int) -> tuple[Access, ...]:
+        return ()
+
+    def word_update(self, op) -> tuple[ir.SignalRef | ir.Region, str, int] | None:
+        """A delivery's update of one word at `op.pe`: (word, op for `arithmetic.atomic_result`,
+        operand), applied when it lands, after its data."""
+        return None
+
+    def flows(self, op, rank: int) -> tuple[Move, ...]:
+        """The data an op of one rank moves (joint ops: see `collective_flows`, `p2p_flow`)."""
+        return ()
+
+    def awaits(self, op, rank: int) -> Awaits | None:
+        return None
+
+    def describe(self, op) -> str:
+        return f"{op.kind}()"
+
+
+def _on(comm: str) -> str:
+    return "" if comm == "world" else f", comm={comm}"
+
+
+def chunks(region: ir.Region, parts: int) -> list[ir.Region]:
+    """`region` cut into `parts` equal consecutive chunks (the collectives' chunk maps)."""
+    size = region.count // parts
+    return [ir.Region(buffer=region.buffer, start=region.start + i * size, stop=region.start + (i + 1) * size)
+            for i in range(parts)]
+
+
+# ------------------------------------------------------------------------------ point to point
+class SendRule(Rule):
+    """Rendezvous (NCCL semantics): the send completes only together with the recv it matches,
+    first-in-first-out per (communicator, sender, receiver); `src` is read then."""
+
+    op_class, sync = ir.Send, Sync.P2P
+
+    def accesses(self, op, rank):
+        return (Access("src", rank, op.src, Mode.READ, When.JOINT),)
+
+    def describe(self, op):
+        return f"send(peer={op.peer}, {op.src}{_on(op.comm)})"
+
+
+class RecvRule(Rule):
+    """Completes with its matched send: `dst` receives the send's `src`, or `dst reduce src` (the
+    received data on the right)."""
+
+    op_class, sync = ir.Recv, Sync.P2P
+
+    def accesses(self, op, rank):
+        found = (Access("dst", rank, op.dst, Mode.WRITE, When.JOINT),)
+        if op.reduce:
+            found += (Access("dst", rank, op.dst, Mode.READ, When.JOINT),)
+        return found
+
+    def describe(self, op):
+        red = f", reduce={op.reduce}" if op.reduce else ""
+        return f"recv(peer={op.peer}, {op.dst}{red}{_on(op.comm)})"
+
+
+def p2p_flow(send: ir.Send, send_rank: int, recv: ir.Recv, recv_rank: int) -> Move:
+    """What a matched send and recv move."""
+    if recv.reduce is None:
+        return Move(dsts=((recv_rank, recv.dst),), srcs=((send_rank, send.src),))
+    return Move(dsts=((recv_rank, recv.dst),), srcs=((recv_rank, recv.dst), (send_rank, send.src)),
+                combine=recv.reduce)
+
+
+class GroupRule(Rule):
+    """ncclGroupStart/End: every member is posted at once; each completes with its own partner, in
+    any order, and the group ends when all have."""
+
+    op_class, sync = ir.Group, Sync.P2P
+
+    def accesses(self, op, rank):
+        return tuple(a for member in op.ops for a in rule(member).accesses(member, rank))
+
+    def describe(self, op):
+        return "group(" + "; ".join(describe(m) for m in op.ops) + ")"
+
+
+# -------------------------------------------------------------------------------- collectives
+class CollectiveRule(Rule):
+    """A collective: every member's k-th collective on the communicator completes together, reading
+    each member's `src` and writing its `dst` in one joint transition."""
+
+    sync = Sync.COLLECTIVE
+
+    def accesses(self, op, rank):
+        found = []
+        if getattr(op, "src", None) is not None:
+            found.append(Access("src", rank, op.src, Mode.READ, When.JOINT))
+        if getattr(op, "dst", None) is not None:
+            found.append(Access("dst", rank, op.dst, Mode.WRITE, When.JOINT))
+        return tuple(found)
+
+    def collective_flows(self, ops: list, ranks: list[int]) -> list[Move]:
+        """The moves of one instance; `ops[i]` is the op of member `ranks[i]` (communicator order)."""
+        return []
+
+    def scale(self, members: int) -> tuple[int, int]:
+        """(src elements, dst elements) per unit: all_gather's dst is `members` times its src."""
+        return 1, 1
+
+
+class AllReduceRule(CollectiveRule):
+    """Every member's dst = the reduction of every member's src, in communicator order."""
+
+    op_class = ir.AllReduce
+
+    def collective_flows(self, ops, ranks):
+        return [Move(dsts=tuple((r, op.dst) for r, op in zip(ranks, ops)),
+                     srcs=tuple((r, op.src) for r, op in zip(ranks, ops)), combine=ops[0].op)]
+
+    def describe(self, op):
+        return f"all_reduce({op.src} -> {op.dst}, {op.op}{_on(op.comm)})"
+
+
+class AllGatherRule(CollectiveRule):
+    """Chunk j of every member's dst = member j's src."""
+
+    op_class = ir.AllGather
+
+    def collective_flows(self, ops, ranks):
+        n = len(ops)
+        cut = [chunks(op.dst, n) for op in ops]
+        return [Move(dsts=tuple((r, cut[i][j]) for i, r in enumerate(ranks)), srcs=((ranks[j], ops[j].src),))
+                for j in range(n)]
+
+    def scale(self, members):
+        return 1, members
+
+    def describe(self, op):
+        return f"all_gather({op.src} -> {op.dst}{_on(op.comm)})"
+
+
+class ReduceScatterRule(CollectiveRule):
+    """Member i's dst = the reduction over members of chunk i of their src."""
+
+    op_class = ir.ReduceScatter
+
+    def collective_flows(self, ops, ranks):
+        n = len(ops)
+        cut = [chunks(op.src, n) for op in ops]
+        return [Move(dsts=((r, op.dst),), srcs=tuple((ranks[j], cut[j][i]) for j in range(n)), combine=op.op)
+                for i, (r, op) in enumerate(zip(ranks, ops))]
+
+    def scale(self, members):
+        return members, 1
+
+    def describe(self, op):
+        return f"reduce_scatter({op.src} -> {op.dst}, {op.op}{_on(op.comm)})"
+
+
+class BroadcastRule(CollectiveRule):
+    """Every member's dst = the root's src."""
+
+    op_class = ir.Broadcast
+
+    def collective_flows(self, ops, ranks):
+        root = ranks.index(ops[0].root)
+        return [Move(dsts=tuple((r, op.dst) for r, op in zip(ranks, ops)), srcs=((ranks[root], ops[root].src),))]
+
+    def describe(self, op):
+        return f"broadcast({op.src} -> {op.dst}, root={op.root}{_on(op.comm)})"
+
+
+class ReduceToRule(CollectiveRule):
+    """NCCL reduce: the root's dst = the reduction of every member's src (no dst elsewhere)."""
+
+    op_class = ir.ReduceTo
+
+    def collective_flows(self, ops, ranks):
+        dsts = tuple((r, op.dst) for r, op in zip(ranks, ops) if op.dst is not None)
+        return [Move(dsts=dsts, srcs=tuple((r, op.src) for r, op in zip(ranks, ops)), combine=ops[0].op)]
+
+    def describe(self, op):
+        return f"reduce_to(root={op.root}, {op.src} -> {op.dst}, {op.op}{_on(op.comm)})"
+
+
+class AllToAllRule(CollectiveRule):
+    """Chunk j of member i's src lands in chunk i of member j's dst."""
+
+    op_class = ir.AllToAll
+
+    def collective_flows(self, ops, ranks):
+        n = len(ops)
+        src_cut = [chunks(op.src, n) for op in ops]
+        dst_cut = [chunks(op.dst, n) for op in ops]
+        return [Move(dsts=((ranks[j], dst_cut[j][i]),), srcs=((ranks[i], src_cut[i][j]),))
+                for i in range(n) for j in range(n)]
+
+    def describe(self, op):
+        return f"all_to_all({op.src} -> {op.dst}{_on(op.comm)})"
+
+
+class BarrierRule(CollectiveRule):
+    """Every member of the communicator arrives before any leaves; moves no data."""
+
+    op_class = ir.Barrier
+
+    def describe(self, op):
+        return f"barrier({op.comm})"
+
+
+# ---------------------------------------------------------------------------------- one-sided
+def _signal_mode(how: str) -> Mode:
+    return Mode.SIG_ADD if how == "add" else Mode.SIG_SET
+
+
+class PutRule(Rule):
+    """Writes local `src` into `dst` on `pe` as a delivery that lands later, ordered only by fence
+    (same PE) and completed by quiet or barrier_all. Blocking: `src` is read at issue (reusable once
+    the call returns); nbi: `src` is read when the delivery lands."""
+
+    op_class, sync = ir.Put, Sync.DELIVERY
+
+    def accesses(self, op, rank):
+        src_when = When.DELIVERY if op.nbi else When.ISSUE
+        return (Access("dst", op.pe, op.dst, Mode.WRITE, When.DELIVERY),
+                Access("src", rank, op.src, Mode.READ, src_when))
+
+    def flows(self, op, rank):
+        return (Move(dsts=((op.pe, op.dst),), srcs=((rank, op.src),)),)
+
+    def describe(self, op):
+        return f"put(pe={op.pe}, {op.dst} <- {op.src}{', nbi' if op.nbi else ''})"
+
+
+class PutSignalRule(PutRule):
+    """A put whose delivery also updates `signal` on `pe` (set or add), after the data: one
+    delivery, so a reader that sees the signal sees the data."""
+
+    op_class = ir.PutSignal
+
+    def accesses(self, op, rank):
+        return super().accesses(op, rank) + (
+            Access("signal", op.pe, op.signal, _signal_mode(op.sig_op), When.DELIVERY),)
+
+    def word_update(self, op):
+        return op.signal, op.sig_op, op.value
+
+    def describe(self, op):
+        return (f"put_signal(pe={op.pe}, {op.dst} <- {op.src}, {op.signal} {op.sig_op} {op.value}"
+                f"{', nbi' if op.nbi else ''})")
+
+
+class SignalUpdateRule(Rule):
+    """Updates `signal` on `pe` (set, or add modulo 2**64) as a delivery."""
+
+    op_class, sync = ir.SignalUpdate, Sync.DELIVERY
+
+    def accesses(self, op, rank):
+        return (Access("signal", op.pe, op.signal, _signal_mode(op.sig_op), When.DELIVERY),)
+
+    def word_update(self, op):
+        return op.signal, op.sig_op, op.value
+
+    def describe(self, op):
+        return f"signal_op(pe={op.pe}, {op.signal} {op.sig_op} {op.value})"
+
+
+class AtomicRule(Rule):
+    """A non-fetching atomic on one word on `pe` (a signal word or a data element), as a delivery.
+    Adds and incs commute with each other; the arithmetic is `arithmetic.atomic_result`."""
+
+    op_class, sync = ir.Atomic, Sync.DELIVERY
+
+    def accesses(self, op, rank):
+        commutes = op.op in ("add", "inc")
+        if isinstance(op.target, ir.SignalRef):
+            mode = Mode.SIG_ADD if commutes else Mode.SIG_SET
+        else:
+            mode = Mode.ATOMIC_ADD if commutes else Mode.ATOMIC_OTHER
+        return (Access("target", op.pe, op.target, mode, When.DELIVERY),)
+
+    def word_update(self, op):
+        return op.target, op.op, op.value
+
+    def describe(self, op):
+        return f"atomic_{op.op}(pe={op.pe}, {op.target}, {op.value})"
+
+
+class GetRule(Rule):
+    """Blocking get: one transition that reads `src` on `pe` and writes local `dst`."""
+
+    op_class, sync = ir.Get, Sync.REMOTE
+
+    def accesses(self, op, rank):
+        return (Access("src", op.pe, op.src, Mode.READ, When.ISSUE),
+                Access("dst", rank, op.dst, Mode.WRITE, When.ISSUE))
+
+    def flows(self, op, rank):
+        return (Move(dsts=((rank, op.dst),), srcs=((op.pe, op.src),)),)
+
+    def describe(self, op):
+        return f"get(pe={op.pe}, {op.dst} <- {op.src})"
+
+
+class GetNbiRule(GetRule):
+    """Non-blocking get (nvshmem_get_nbi): returns at once; the data is read on `pe` and lands in
+    local `dst` as a delivery of its own, complete only after the rank's next quiet (or
+    barrier_all). Fence does not order it (NVSHMEM's fence orders puts, atomics and signals only);
+    reading `dst` before the quiet races with the delivery."""
+
+    op_class, sync = ir.GetNbi, Sync.DELIVERY
+
+    def accesses(self, op, rank):
+        return (Access("src", op.pe, op.src, Mode.READ, When.DELIVERY),
+                Access("dst", rank, op.dst, Mode.WRITE, When.DELIVERY))
+
+    def describe(self, op):
+        return f"get_nbi(pe={op.pe}, {op.dst} <- {op.src})"
+
+
+class FetchAtomicRule(Rule):
+    """A fetching atomic: one blocking transition that updates the word on `pe`
+    (`arithmetic.fetch_result`) and writes its old value into local `into`. `fetch` only reads."""
+
+    op_class, sync = ir.FetchAtomic, Sync.REMOTE
+    fetches = True
+
+    def accesses(self, op, rank):
+        reads_only = op.op == "fetch"
+        if isinstance(op.target, ir.SignalRef):
+            mode = Mode.SIG_READ if reads_only else Mode.SIG_SET
+        else:
+            mode = Mode.ATOMIC_READ if reads_only else Mode.ATOMIC_OTHER
+        return (Access("target", op.pe, op.target, mode, When.ISSUE),
+                Access("into", rank, op.into, Mode.WRITE, When.ISSUE))
+
+    def describe(self, op):
+        extra = f", cond={op.cond}" if op.op == "compare_swap" else ""
+        return f"{op.op}(pe={op.pe}, {op.target}, {op.value}{extra} -> {op.into})"
+
+
+class WaitRule(Rule):
+    """Blocks until the rank's own signal word compares true (unsigned) with `value`. The write that
+    satisfied it happens before everything after the wait."""
+
+    op_class, sync = ir.WaitUntil, Sync.WAIT
+
+    def accesses(self, op, rank):
+        return tuple(Access("signal", rank, word, Mode.SIG_READ, When.ISSUE)
+                     for word in self.awaits(op, rank).words)
+
+    def awaits(self, op, rank):
+        return Awaits(words=(op.signal,), cmp=op.cmp, value=op.value)
+
+    def describe(self, op):
+        return f"wait_until({op.signal} {op.cmp} {op.value})"
+
+
+class WaitAllRule(WaitRule):
+    """nvshmem_wait_until_all: blocks until every listed word compares true at once."""
+
+    op_class = ir.WaitUntilAll
+
+    def awaits(self, op, rank):
+        return Awaits(words=op.signals, cmp=op.cmp, value=op.value, all=True)
+
+    def describe(self, op):
+        return f"wait_until_all([{', '.join(map(str, op.signals))}] {op.cmp} {op.value})"
+
+
+class WaitAnyRule(WaitRule):
+    """nvshmem_wait_until_any: blocks until at least one listed word compares true; only a write
+    that made one true orders what follows."""
+
+    op_class = ir.WaitUntilAny
+
+    def awaits(self, op, rank):
+        return Awaits(words=op.signals, cmp=op.cmp, value=op.value, all=False)
+
+    def describe(self, op):
+        return f"wait_until_any([{', '.join(map(str, op.signals))}] {op.cmp} {op.value})"
+
+
+class FenceRule(Rule):
+    """Orders the rank's deliveries to each PE: those issued before it land before those issued
+    after it, per target PE. It does not wait, and does not order gets."""
+
+    op_class = ir.Fence
+
+
+class QuietRule(Rule):
+    """Blocks until every delivery the rank issued has landed."""
+
+    op_class, sync = ir.Quiet, Sync.QUIET
+
+
+class BarrierAllRule(CollectiveRule):
+    """nvshmem_barrier_all: a quiet on every PE, then a barrier over every PE."""
+
+    op_class, sync = ir.BarrierAll, Sync.BARRIER_ALL
+
+    def describe(self, op):
+        return "barrier_all()"
+
+
+class SyncAllRule(CollectiveRule):
+    """nvshmem_sync_all: a barrier over every PE; deliveries in flight stay in flight."""
+
+    op_class, sync = ir.SyncAll, Sync.SYNC_ALL
+
+    def describe(self, op):
+        return "sync_all()"
+
+
+# -------------------------------------------------------------------------------------- local
+class LocalReduceRule(Rule):
+    """dst = srcs[0] op srcs[1] op ..., left to right, element by element."""
+
+    op_class = ir.LocalReduce
+
+    def accesses(self, op, rank):
+        return tuple(Access("srcs", rank, src, Mode.READ, When.ISSUE) for src in op.srcs) + (
+            Access("dst", rank, op.dst, Mode.WRITE, When.ISSUE),)
+
+    def flows(self, op, rank):
+        return (Move(dsts=((rank, op.dst),), srcs=tuple((rank, s) for s in op.srcs), combine=op.op),)
+
+    def describe(self, op):
+        sym = {"sum": " + ", "prod": " * "}.get(op.op)
+        body = sym.join(map(str, op.srcs)) if sym else f"{op.op}({', '.join(map(str, op.srcs))})"
+        return f"{op.dst} = {body}"
+
+
+class CopyRule(Rule):
+    """dst = src on the rank."""
+
+    op_class = ir.Copy
+
+    def accesses(self, op, rank):
+        return (Access("src", rank, op.src, Mode.READ, When.ISSUE), Access("dst", rank, op.dst, Mode.WRITE, When.ISSUE))
+
+    def flows(self, op, rank):
+        return (Move(dsts=((rank, op.dst),), srcs=((rank, op.src),)),)
+
+    def describe(self, op):
+        return f"{op.dst} = {op.src}"
+
+
+class FillRule(Rule):
+    """Every element of dst = value."""
+
+    op_class = ir.Fill
+
+    def accesses(self, op, rank):
+        return (Access("dst", rank, op.dst, Mode.WRITE, When.ISSUE),)
+
+    def flows(self, op, rank):
+        return (Move(dsts=((rank, op.dst),), value=op.value),)
+
+    def describe(self, op):
+        return f"{op.dst} = {op.value:g}"
+
+
+class ComputeRule(Rule):
+    """An opaque kernel: reads every region of `reads`, then writes every element of `writes` with
+    an unknown function of all it read."""
+
+    op_class = ir.Compute
+
+    def accesses(self, op, rank):
+        return tuple(Access("reads", rank, r, Mode.READ, When.ISSUE) for r in op.reads) + tuple(
+            Access("writes", rank, w, Mode.WRITE, When.ISSUE) for w in op.writes)
+
+    def flows(self, op, rank):
+        return (Move(dsts=tuple((rank, w) for w in op.writes), srcs=tuple((rank, r) for r in op.reads),
+                     opaque=op.name),)
+
+    def describe(self, op):
+        reads = ", ".join(map(str, op.reads)) or "-"
+        writes = ", ".join(map(str, op.writes)) or "-"
+        return f"compute {op.name}(reads {reads}; writes {writes})"
+
+
+def _registry() -> dict[type, Rule]:
+    found: dict[type, Rule] = {}
+    stack = list(Rule.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        stack.extend(cls.__subclasses__())
+        if "op_class" in cls.__dict__:
+            found[cls.op_class] = cls()
+    return found
+
+
+RULES: dict[type, Rule] = _registry()
+
+_BY_KIND: dict[str, Rule] = {cls.model_fields["kind"].default: r for cls, r in RULES.items()}
+
+
+def rule(op) -> Rule:
+    """The rule of an op (or of an op kind)."""
+    return _BY_KIND[op if isinstance(op, str) else op.kind]
+
+
+def describe(op) -> str:
+    """A one-line, code-like rendering of an op, as the user would have written it."""
+    return rule(op).describe(op)
+
+
+def collective_flows(ops: list, ranks: list[int]) -> list[Move]:
+    """The moves of one collective instance (`ops[i]` on member `ranks[i]`, communicator order)."""
+    return rule(ops[0]).collective_flows(ops, ranks)
