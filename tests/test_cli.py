@@ -10,6 +10,7 @@ import pytest
 
 from clockworks_dist import cli, ir, load_file
 from clockworks_dist.check.result import CheckResult, OpRef, Violation
+from clockworks_dist.semantics.rules import describe
 
 ROOT = Path(__file__).resolve().parent.parent
 RING = str(ROOT / "protocols" / "ring_allreduce.py")
@@ -162,7 +163,7 @@ def fake_checker(verdict_of):
         violations = []
         if verdict == "violated":
             op = sched.programs[0].ops[0].ops[0]
-            ref = OpRef(rank=0, index=0, sub=0, kind=op.kind, loc=op.loc, text=ir.describe(op))
+            ref = OpRef(rank=0, index=0, sub=0, kind=op.kind, loc=op.loc, text=describe(op))
             violations.append(Violation(kind="deadlock", message="stuck", ranks=(0,), ops=(ref,)))
         return CheckResult(schedule=sched, verdict=verdict, violations=violations, states=100, transitions=150,
                            seconds=0.5, complete=verdict != "incomplete",

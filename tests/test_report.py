@@ -5,6 +5,7 @@ from __future__ import annotations
 from clockworks_dist import ir
 from clockworks_dist.check.result import CheckResult, OpRef, Step, Violation
 from clockworks_dist.report import render_listing, render_result, render_violation
+from clockworks_dist.semantics.rules import describe
 
 FILE = "pingpong.py"
 
@@ -31,7 +32,7 @@ def ref(sched: ir.Schedule, rank: int, index: int, sub: int | None = None) -> Op
     op = sched.programs[rank].ops[index]
     if sub is not None:
         op = op.ops[sub]
-    return OpRef(rank=rank, index=index, sub=sub, kind=op.kind, loc=op.loc, text=ir.describe(op))
+    return OpRef(rank=rank, index=index, sub=sub, kind=op.kind, loc=op.loc, text=describe(op))
 
 
 def head_to_head(world: int = 2) -> ir.Schedule:

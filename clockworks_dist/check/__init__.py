@@ -25,6 +25,7 @@ from ..semantics.match import match
 from ..semantics.machine import Model
 from .properties import expected_atoms
 from .result import CheckResult, OpRef, Step, Violation
+from ..semantics.rules import describe
 
 _ORDER = {"collective_mismatch": 0, "send_recv_mismatch": 1, "symbolic_size": 2, "deadlock": 3,
           "unsatisfiable_wait": 4, "data_race": 5, "wrong_result": 6, "nondeterministic_result": 7,
@@ -155,7 +156,7 @@ def run_to_end(schedule: ir.Schedule) -> tuple[Model, list[tuple]]:
         stuck = next(r for r in range(model.world) if state[0][r] < model.nops[r])
         op = schedule.programs[stuck].ops[state[0][stuck]]
         raise ScheduleError("the schedule deadlocks", file=op.loc.file, line=op.loc.line, rank=stuck,
-                            op=ir.describe(op), hint="run `clockworks check` for the counterexample")
+                            op=describe(op), hint="run `clockworks check` for the counterexample")
     return model, actions
 
 

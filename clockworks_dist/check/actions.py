@@ -42,6 +42,8 @@ def describe_action(model: Model, action: tuple) -> str:
     if kind == "coll":
         return f"ranks {', '.join(str(r.rank) for r in refs)}: {refs[0].text}"
     d = model.deliveries[(action[1], action[2])]
+    if d.target == d.issuer:  # a non-blocking get lands in the issuer's own memory
+        return f"rank {refs[0].rank}'s {refs[0].text} landing"
     return f"delivery to rank {d.target} of rank {refs[0].rank}'s {refs[0].text}"
 
 

@@ -25,6 +25,7 @@ from .. import ir
 from ..errors import ScheduleError
 from .expect import check_specs, resolve_all
 from .sizes import _BINDINGS, Size, SymInt, as_affine, as_int
+from ..semantics.rules import rule
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -330,8 +331,11 @@ class Rank:
                               "would read elements other threads are writing", op,
                               hint="copy through a scratch buffer, or use the same region for an in-place op")
 
-    def _same_shape(self, a: RegionRef, b: RegionRef, op: str, scale: int = 1) -> None:
-        if a.count * scale != b.count:
+    def _same_shape(self, a: RegionRef, b: RegionRef, op: str, members: int = 1) -> None:
+        """`a` (the source) and `b` (the destination) of `op` have the shapes its data flow needs
+        (`rules.Rule.scale`: all_gather's destination is `members` times its source)."""
+        src_units, dst_units = rule(op).scale(members)
+        if a.count * dst_units != b.count * src_units:
             raise self._error(f"size mismatch: {a} has {a.count} elements, {b} has {b.count}", op)
         if a.buf.dtype != b.buf.dtype:
             raise self._error(f"dtype mismatch: {a} is {a.buf.dtype}, {b} is {b.buf.dtype}", op)
@@ -541,7 +545,7 @@ class Rank:
         loc = user_loc()
         name = self._comm(comm, "all_gather")
         src, dst = self._local(src, "all_gather", "src"), self._local(dst, "all_gather", "dst")
-        self._same_shape(src, dst, "all_gather", scale=len(self._members(name)))
+        self._same_shape(src, dst, "all_gather", members=len(self._members(name)))
         self._append(ir.AllGather(src=src.to_ir(), dst=dst.to_ir(), comm=name, loc=loc))
 
     def reduce_scatter(self, src, dst, op: str = "sum", comm=None) -> None:
@@ -550,7 +554,7 @@ class Rank:
         loc = user_loc()
         name = self._comm(comm, "reduce_scatter")
         src, dst = self._local(src, "reduce_scatter", "src"), self._local(dst, "reduce_scatter", "dst")
-        self._same_shape(dst, src, "reduce_scatter", scale=len(self._members(name)))
+        self._same_shape(src, dst, "reduce_scatter", members=len(self._members(name)))
         self._append(ir.ReduceScatter(src=src.to_ir(), dst=dst.to_ir(), op=self._reduce_op(op, "reduce_scatter"),
                                       comm=name, loc=loc))
 
@@ -618,13 +622,26 @@ class Rank:
         self._same_shape(src, dst, "put")
         self._append(ir.Put(pe=pe, dst=dst.to_ir(), src=src.to_ir(), nbi=self._flag(nbi, "nbi", "put"), loc=loc))
 
-    def get(self, pe, dst, src) -> None:
-        """Read symmetric `src` on `pe` into local `dst` (blocking)."""
+    def get(self, pe, dst, src, nbi: bool = False) -> None:
+        """nvshmem_get: read symmetric `src` on `pe` into local `dst`.
+
+        Blocking (the default): `dst` holds the data when the call returns. `nbi=True`
+        (nvshmem_get_nbi): the call returns at once and the data lands later, as a delivery of its
+        own; `dst` holds it only after this PE's next `quiet()` or `barrier_all()`, so reading or
+        writing `dst` before then is a race, and so is `pe` writing `src` before the delivery. A
+        `fence()` does not order gets."""
         loc = user_loc()
-        pe = self._peer(pe, "get", "pe")
-        dst, src = self._local(dst, "get", "dst"), self._symmetric(src, "get", "src")
-        self._same_shape(src, dst, "get")
-        self._append(ir.Get(pe=pe, dst=dst.to_ir(), src=src.to_ir(), loc=loc))
+        kind = "get_nbi" if self._flag(nbi, "nbi", "get") else "get"
+        pe = self._peer(pe, kind, "pe")
+        dst, src = self._local(dst, kind, "dst"), self._symmetric(src, kind, "src")
+        self._same_shape(src, dst, kind)
+        make = ir.GetNbi if kind == "get_nbi" else ir.Get
+        self._append(make(pe=pe, dst=dst.to_ir(), src=src.to_ir(), loc=loc))
+
+    def get_nbi(self, pe, dst, src) -> None:
+        """nvshmem_get_nbi: `get(pe, dst, src, nbi=True)`; `dst` holds the data after the next
+        `quiet()`."""
+        self.get(pe, dst, src, nbi=True)
 
     def _sig_op(self, op: str, kind: str) -> str:
         return _one_of(op, ("set", "add"), "signal op", kind, self)
@@ -716,6 +733,37 @@ class Rank:
         cmp = _one_of(cmp, _COMPARES, "comparison", "wait_until", self)
         self._append(ir.WaitUntil(signal=self._signal(sig, "wait_until"), cmp=cmp,
                                   value=_u64(self, value, "wait_until"), loc=loc))
+
+    def wait_until_all(self, sigs, cmp: str, value: int) -> None:
+        """nvshmem_wait_until_all: block until every listed local signal word satisfies
+        `word cmp value` (at the same moment). `sigs` is a list of words (`[flag[0], flag[2]]`) or a
+        whole signal array (`flag`: each of its words). Comparisons are unsigned, on uint64 words."""
+        self._wait_many(sigs, cmp, value, "wait_until_all", ir.WaitUntilAll)
+
+    def wait_until_any(self, sigs, cmp: str, value: int) -> None:
+        """nvshmem_wait_until_any: block until at least one listed local signal word satisfies
+        `word cmp value`; what follows is ordered after the write that satisfied it, not after the
+        others. `sigs` as for `wait_until_all`. (Which word satisfied it is not returned: the
+        schedule's later ops cannot depend on it.)"""
+        self._wait_many(sigs, cmp, value, "wait_until_any", ir.WaitUntilAny)
+
+    def _wait_many(self, sigs, cmp: str, value: int, kind: str, make) -> None:
+        loc = user_loc()
+        cmp = _one_of(cmp, _COMPARES, "comparison", kind, self)
+        if isinstance(sigs, Signal):
+            words = [sigs[i] for i in range(sigs.count)]
+        elif isinstance(sigs, (list, tuple)):
+            words = list(sigs)
+        else:
+            raise self._error(f"expected a list of signal words or a signal array, got {type(sigs).__name__}", kind,
+                              hint="pass [flag[0], flag[1]] or the whole array flag")
+        if not words:
+            raise self._error("the list of signal words is empty", kind, hint="name at least one word")
+        refs = tuple(self._signal(word, kind) for word in words)
+        if len(set(refs)) != len(refs):
+            twice = next(str(ref) for ref in refs if refs.count(ref) > 1)
+            raise self._error(f"{twice} is listed twice", kind, hint="list each word once")
+        self._append(make(signals=refs, cmp=cmp, value=_u64(self, value, kind), loc=loc))
 
     def fence(self) -> None:
         """Order this PE's deliveries to each PE: those before the fence arrive first."""

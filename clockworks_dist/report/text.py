@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 
 from .. import ir
 from ..check.result import CheckResult, OpRef, Step, Violation
+from ..semantics.rules import describe
 
 # Above this many ranks, a counterexample timeline shows only the ranks the violation involves.
 MAX_TIMELINE_RANKS = 4
@@ -172,9 +173,9 @@ def _program(program: ir.Program, loc_width: int) -> list[str]:
             out.append(f"  {str(index):<{index_width}} {str(op.loc):<{loc_width}}  group:")
             for sub, member in enumerate(op.ops):
                 out.append(f"  {f'{index}.{sub}':<{index_width}} {str(member.loc):<{loc_width}}"
-                           f"    {ir.describe(member)}")
+                           f"    {describe(member)}")
         else:
-            out.append(f"  {str(index):<{index_width}} {str(op.loc):<{loc_width}}  {ir.describe(op)}")
+            out.append(f"  {str(index):<{index_width}} {str(op.loc):<{loc_width}}  {describe(op)}")
     return out
 
 

@@ -11,13 +11,16 @@ from dataclasses import dataclass
 
 from .. import ir
 from .budget import UNBOUNDED, Deadline
+from .rules import Move, collective_flows, p2p_flow, rule
 
 # ------------------------------------------------------------------------------------- atoms
 
 
 def collect_alignments(sched: ir.Schedule, matches, deadline: Deadline = UNBOUNDED
                        ) -> tuple[dict[str, set[int]], list]:
-    """Boundaries named by regions, and the transfers (bufA, offA, bufB, offB, len) that align them."""
+    """Boundaries named by regions, and the transfers (bufA, offA, bufB, offB, len) that align them:
+    every data flow of the rules (`rules.Move`: local ops, one-sided ops, matched sends and recvs,
+    collective instances) and every expectation."""
     bounds: dict[str, set[int]] = {}
     transfers: list[tuple[str, int, str, int, int]] = []
 
@@ -30,6 +33,17 @@ def collect_alignments(sched: ir.Schedule, matches, deadline: Deadline = UNBOUND
         if a.count == b.count and a.count > 0:
             transfers.append((a.buffer, a.start, b.buffer, b.start, a.count))
 
+    def align(move: Move) -> None:
+        """Every place of a move holds the same elements in the same order (an opaque kernel's do
+        not), so linking each to the first aligns them all: boundaries propagate along chains."""
+        places = [region for _, region in move.srcs + move.dsts]
+        if move.opaque is not None or move.value is not None:
+            for region in places:
+                add(region)
+            return
+        for region in places[1:]:
+            link(places[0], region)
+
     for prog in sched.programs:
         deadline.check("compiling the model")
         for decl in prog.buffers:
@@ -38,56 +52,19 @@ def collect_alignments(sched: ir.Schedule, matches, deadline: Deadline = UNBOUND
             for member in (op.ops if op.kind == "group" else (op,)):
                 for _, region in ir.op_regions(member):
                     add(region)
-                k = member.kind
-                if k in ("copy", "put", "get", "put_signal"):
-                    link(member.src, member.dst)
-                elif k == "reduce":
-                    for src in member.srcs:
-                        link(src, member.dst)
-    for send, recv in matches.p2p_pairs():
-        link(send.src, recv.dst)
+                for move in rule(member).flows(member, prog.rank):
+                    align(move)
+    for send_key, recv_key in matches.recv_of.items():
+        align(p2p_flow(matches._op(send_key), send_key[0], matches._op(recv_key), recv_key[0]))
     for members in matches.collective_ops():
-        _align_collective(members, link)
+        for move in collective_flows([op for _, op in members], [rank for rank, _ in members]):
+            align(move)
     for exp in sched.expect:
         add(exp.region)
         for contrib in exp.contributions:
             add(contrib.region)
             link(contrib.region, exp.region)
     return bounds, transfers
-
-
-def _chunks(region: ir.Region, parts: int) -> list[ir.Region]:
-    size = region.count // parts
-    return [ir.Region(buffer=region.buffer, start=region.start + i * size, stop=region.start + (i + 1) * size)
-            for i in range(parts)]
-
-
-def _align_collective(members: list, link) -> None:
-    """Collective ops of one instance: align their regions as the data flows."""
-    ops = [op for _, op in members]
-    n = len(ops)
-    k = ops[0].kind
-    if k in ("all_reduce", "broadcast"):
-        for op in ops:
-            link(op.src, op.dst)
-            link(ops[0].src, op.src)
-    elif k == "reduce_to":
-        for op in ops:
-            link(ops[0].src, op.src)
-            if op.dst is not None:
-                link(op.src, op.dst)
-    elif k == "all_gather":
-        for op in ops:
-            for i, chunk in enumerate(_chunks(op.dst, n)):
-                link(ops[i].src, chunk)
-    elif k == "reduce_scatter":
-        for op in ops:
-            for i, chunk in enumerate(_chunks(op.src, n)):
-                link(chunk, ops[i].dst)
-    elif k == "all_to_all":
-        for i, op in enumerate(ops):
-            for j, chunk in enumerate(_chunks(op.src, n)):
-                link(chunk, _chunks(ops[j].dst, n)[i])
 
 
 def split_atoms(bounds: dict[str, set[int]], transfers: list, deadline: Deadline = UNBOUNDED

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from .. import ir
 from .budget import UNBOUNDED, Deadline
+from .rules import describe
 
 Key = tuple[int, int, int | None]  # (rank, op index, group member index or None)
 
@@ -53,7 +54,7 @@ def op_ref(sched: ir.Schedule, key: Key) -> OpRef:
     op = sched.programs[rank].ops[index]
     if sub is not None:
         op = op.ops[sub]
-    return OpRef(rank=rank, index=index, sub=sub, kind=op.kind, loc=op.loc, text=ir.describe(op))
+    return OpRef(rank=rank, index=index, sub=sub, kind=op.kind, loc=op.loc, text=describe(op))
 
 
 def members_of(op) -> list[tuple[int | None, object]]:

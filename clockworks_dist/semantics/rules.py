@@ -188,6 +188,11 @@ class Rule:
     def awaits(self, op, rank: int) -> Awaits | None:
         return None
 
+    def scale(self, members: int) -> tuple[int, int]:
+        """(source elements, destination elements) per unit of its data flow, for shape checks:
+        1 to 1 but for all_gather (1 to `members`) and reduce_scatter (`members` to 1)."""
+        return 1, 1
+
     def describe(self, op) -> str:
         return f"{op.kind}()"
 
@@ -273,10 +278,6 @@ class CollectiveRule(Rule):
     def collective_flows(self, ops: list, ranks: list[int]) -> list[Move]:
         """The moves of one instance; `ops[i]` is the op of member `ranks[i]` (communicator order)."""
         return []
-
-    def scale(self, members: int) -> tuple[int, int]:
-        """(src elements, dst elements) per unit: all_gather's dst is `members` times its src."""
-        return 1, 1
 
 
 class AllReduceRule(CollectiveRule):
