@@ -40,6 +40,7 @@ import enum
 from dataclasses import dataclass
 
 from .. import ir
+from .backends import Backend, register
 
 
 class Sync(enum.Enum):
@@ -665,6 +666,7 @@ def _registry() -> dict[type, Rule]:
 
 
 RULES: dict[type, Rule] = _registry()
+register(Backend("semantics", table=RULES))  # the rules themselves: the checker's machine runs them all
 
 _BY_KIND: dict[str, Rule] = {cls.model_fields["kind"].default: r for cls, r in RULES.items()}
 
