@@ -94,7 +94,8 @@ def one_sided(draw, count: int, pe: int, what: str):
                 draw(st.sampled_from([0, 1, 2, MASK64])))
     if what == "get":
         length = draw(st.integers(1, count))
-        return ("get", pe, draw(regions(count, length)), draw(regions(count, length, ("s",))))
+        return ("get", pe, draw(regions(count, length)), draw(regions(count, length, ("s",))),
+                draw(st.sampled_from([False, False, True])))  # True: get_nbi, a delivery completed by quiet
     if what == "put_counter":  # a plain write of the word others update atomically
         return ("put_counter", pe)
     return (what,)
@@ -225,11 +226,16 @@ def plans(draw, max_events: int = 10):
         if draw(st.integers(0, 4)) == 0:
             value = (value + draw(st.sampled_from([1, MASK64]))) & MASK64
         position = draw(st.integers(0, len(programs[rank])))
-        programs[rank].insert(position, ("wait", word, cmp, value))
+        how = draw(st.sampled_from(["wait", "wait", "wait_all", "wait_any"]))
+        if how == "wait":
+            programs[rank].insert(position, ("wait", word, cmp, value))
+        else:  # the drawn word and another one, compared with the same value
+            words = draw(st.permutations(range(SIGNAL_WORDS)))
+            programs[rank].insert(position, (how, tuple(words), cmp, value))
     # keep the unreduced search small: deliveries in flight multiply the interleavings
     flat = [d for ops in programs for d in ops]
     assume(len(flat) <= 16 and all(len(ops) <= 8 for ops in programs))
-    assume(sum(d[0] in DELIVERIES for d in flat) <= 5)
+    assume(sum(d[0] in DELIVERIES or (d[0] == "get" and d[4]) for d in flat) <= 5)
     return world, count, tuple(tuple(ops) for ops in programs), draw(st.booleans())
 
 
@@ -282,11 +288,15 @@ def _emit(r, bufs: dict, sig, d) -> None:
         else:
             r.fetch_inc(d[1], word(d[2]), bufs["tick"])
     elif k == "get":
-        r.get(d[1], reg(d[2]), reg(d[3]))
+        r.get(d[1], reg(d[2]), reg(d[3]), nbi=d[4])
     elif k == "put_counter":
         r.put(d[1], bufs["ctr"], bufs["tick"])
     elif k == "wait":
         r.wait_until(sig[d[1]], d[2], d[3])
+    elif k == "wait_all":
+        r.wait_until_all([sig[w] for w in d[1]], d[2], d[3])
+    elif k == "wait_any":
+        r.wait_until_any([sig[w] for w in d[1]], d[2], d[3])
     elif k == "all_reduce":
         r.all_reduce(reg(d[1]), reg(d[2]))
     elif k == "fence":
@@ -357,14 +367,16 @@ def test_the_strategy_builds_every_kind_of_op():
         ("wait", 1, "ge", 0), ("atomic_other", 0, 1, "xor", MASK64), ("fetch_other", 2, "ctr", "fetch", 0),
         ("barrier",), ("barrier_all",), ("sync_all",), ("all_reduce", ("b", 0, 4), ("s", 0, 4)))
     rank2 = (
-        ("send", 0, ("a", 0, 4)), ("fetch_add", 0, 1, 2), ("get", 1, ("a", 0, 2), ("s", 2, 4)), ("put_counter", 0),
+        ("send", 0, ("a", 0, 4)), ("fetch_add", 0, 1, 2), ("get", 1, ("a", 0, 2), ("s", 2, 4), False), ("put_counter", 0),
+        ("get", 0, ("b", 0, 1), ("s", 0, 1), True), ("quiet",), ("wait_all", (0, 1), "ge", 0),
+        ("wait_any", (1, 0), "eq", 0),
         ("barrier",), ("barrier_all",), ("sync_all",), ("all_reduce", ("a", 0, 4), ("b", 0, 4)))
     plan = (3, 4, (rank0, rank1, rank2), True)
     sched = build(plan)
     kinds = {op.kind for p in sched.programs for op in p.ops}
     assert kinds >= {"fill", "copy", "reduce", "group", "put", "put_signal", "fence", "all_reduce", "recv",
                      "signal_op", "atomic", "quiet", "wait_until", "send", "fetch_atomic", "get", "barrier",
-                     "barrier_all", "sync_all"}
+                     "barrier_all", "sync_all", "get_nbi", "wait_until_all", "wait_until_any"}
     assert {op.loc.file for p in sched.programs for op in p.ops} == {"test_por_properties.py"}
     assert matched(sched)
     assert terminal_outcomes(sched, reduction=True) == terminal_outcomes(sched, reduction=False)
