@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol
 
 from ..semantics.budget import Deadline
 from ..semantics.machine import Model, State
@@ -13,8 +13,23 @@ from .por import Reducer
 from .properties import Observer
 
 
+class Frontier(Protocol):
+    """The states still to visit: `DepthFirst` (a stack) or `BreadthFirst` (a queue)."""
+
+    name: str
+
+    def push(self, state: State) -> None: ...
+
+    def pop(self) -> State: ...
+
+    def __len__(self) -> int: ...
+
+
 @dataclass
 class Outcome:
+    """What a search found: counts, whether it covered every reachable state (`complete`) or what
+    stopped it, the properties' observer (its violations) and the parent of each visited state."""
+
     states: int
     transitions: int
     seconds: float
@@ -39,7 +54,7 @@ def path_to(parents: dict, state: State) -> list[tuple]:
     return actions[::-1]
 
 
-def explore(model: Model, frontier, *, reduction: bool = True, max_states: int | None = None,
+def explore(model: Model, frontier: Frontier, *, reduction: bool = True, max_states: int | None = None,
             timeout: float | None = None, progress: Callable[[int, int, float], None] | None = None,
             deadline: Deadline | None = None) -> Outcome:
     """Search the state space from `model.initial()`; stop at `max_states` states or when
