@@ -1,10 +1,11 @@
 """The happens-before order of one execution, by vector clocks.
 
-Events: each rank's execution of each op; joint ops (send/recv pairs, collectives) are one event
-shared by the participants; each delivery of a one-sided op is an event of its own. Edges: program
-order; joint completion; issue -> delivery; delivery -> a wait_until or fetching atomic that reads
-the signal it updated; delivery -> the issuer's quiet or barrier_all; every member's prior deliveries
--> barrier_all; fence order between deliveries to the same PE.
+The events and edges are those of `semantics.order`: each op a rank executes, each joint completion
+(one event shared by its participants), each delivery; every event is stamped with the join of its
+predecessors' clocks there. A junction (a fence line, the post of an op that completes jointly, a
+group's start) is no one's event: its clock is the join of its predecessors' when first needed. The
+signal rule is applied as the execution says: every update of a word that has landed happens before
+an op that then reads the word.
 
 Clock components: `("r", rank)` for a rank's own events, `("m", rank, index, sub)` for one member
 of a group (members run concurrently: each starts from the rank's clock at the group), and
@@ -20,8 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..semantics.budget import UNBOUNDED, Deadline
+from ..semantics.machine import Model
 from ..semantics.match import Key
-from ..semantics.machine import SIG, SIG_READ, Model, State
+from ..semantics.order import (Event, Word, delivery_event, joints, op_event, predecessors, signal_reads,
+                               signal_writes)
+from ..semantics.rules import When
 
 Clock = dict
 
@@ -69,10 +73,14 @@ class HappensBefore:
 
 
 class _Stamper:
+    """Clocks of the events stamped so far and of the junctions computed from them."""
+
     def __init__(self, model: Model, hb: HappensBefore):
         self.model, self.hb = model, hb
-        self.clocks: list[Clock] = [{} for _ in range(model.world)]
-        self.groups: dict[int, list] = {}  # rank -> [index, clock at start, joined clock, members left]
+        self.before = predecessors(model.sched, model.matches)
+        self.participants = dict(joints(model.matches))
+        self.clocks: dict[Event, Clock] = {}
+        self.updates: dict[Word, Clock] = {}  # signal word -> the join of its updates landed so far
 
     def join(self, a: Clock, b: Clock) -> Clock:
         out = dict(a)
@@ -89,100 +97,90 @@ class _Stamper:
         clock[component] = clock.get(component, 0) + 1
         return component, clock[component]
 
-    def stamp(self, own: list, clock: Clock, keys, action) -> int:
+    def clock(self, event: Event) -> Clock:
+        """The clock of a stamped event, or of a junction: the join of its predecessors'."""
+        if event not in self.clocks:
+            self.clocks[event] = self.arrive(event)
+        return self.clocks[event]
+
+    def arrive(self, event: Event) -> Clock:
+        """The join of an event's predecessors' clocks. An op that follows a group ends the group:
+        the rank ticks, and the members' components fold into that tick."""
+        clock: Clock = {}
+        for earlier in self.before.get(event, ()):
+            clock = self.join(clock, self.clock(earlier))
+        if self._after_group(event):
+            _, tick = self.tick(clock, ("r", event[1]))
+            self.hb.group_end[(event[1], event[2] - 1)] = tick
+            clock = self.join(clock, {})
+        return clock
+
+    def _after_group(self, event: Event) -> bool:
+        """Is `event` the op that follows a group on its rank?"""
+        if event[0] != "op" or event[2] == 0:
+            return False
+        return self.model.sched.programs[event[1]].ops[event[2] - 1].kind == "group"
+
+    def stamp(self, event: Event, own: list, clock: Clock, keys, action) -> int:
+        self.clocks[event] = clock
         index = len(self.hb.events)
         self.hb.events.append((index, tuple(own), dict(clock), tuple(keys), action))
         return index
 
-    def base(self, rank: int, index: int) -> Clock:
-        entry = self.groups.get(rank)
-        if entry is None or entry[0] != index:
-            members = len(self.model.code[rank][index].members)
-            entry = self.groups[rank] = [index, dict(self.clocks[rank]), dict(self.clocks[rank]), members]
-        return entry[1]
+    def step(self, action, rank: int, index: int) -> None:
+        """A rank executes an op alone: after the updates of the signal words it reads, and, if it
+        updates one as it executes (a fetching atomic), before what later reads it."""
+        op = self.model.sched.programs[rank].ops[index]
+        clock = self.arrive(op_event(rank, index))
+        for word in signal_reads(rank, op):
+            clock = self.join(clock, self.updates.get(word, {}))
+        own = [self.tick(clock, ("r", rank))]
+        event = self.stamp(op_event(rank, index), own, clock, [(rank, index, None)], action)
+        self.hb.op_event[(rank, index, None)] = event
+        self.hb.effect_event[(rank, index, None)] = event
+        self.update(signal_writes(rank, op, When.ISSUE), clock)
 
-    def member_done(self, rank: int, index: int, clock: Clock) -> None:
-        entry = self.groups[rank]
-        entry[2] = self.join(entry[2], clock)
-        entry[3] -= 1
-        if entry[3] == 0:
-            done = entry[2]
-            _, tick = self.tick(done, ("r", rank))
-            self.hb.group_end[(rank, index)] = tick
-            self.clocks[rank] = self.join(done, {})
-            del self.groups[rank]
+    def update(self, words: tuple[Word, ...], clock: Clock) -> None:
+        """Later readers of `words` follow the event whose clock is `clock`."""
+        for word in words:
+            self.updates[word] = self.join(self.updates.get(word, {}), clock)
+
+    def joint(self, action, joint: Event) -> None:
+        """One event for every participant of a joint completion."""
+        keys = self.participants[joint]
+        clock: Clock = {}
+        for rank, index, _ in keys:
+            clock = self.join(clock, self.clock(op_event(rank, index)))
+        own = [self.tick(clock, ("r", rank) if sub is None else ("m", rank, index, sub)) for rank, index, sub in keys]
+        event = self.stamp(joint, own, clock, keys, action)
+        for key in keys:
+            self.hb.op_event[key] = event
+            self.hb.effect_event[key] = event
+
+    def deliver(self, action, issuer: int, index: int) -> None:
+        """A delivery lands: after its issue and the fences before it; before what later reads the
+        signal word it updates."""
+        clock = self.arrive(delivery_event(issuer, index))
+        own = [self.tick(clock, ("d", issuer, index))]
+        event = self.stamp(delivery_event(issuer, index), own, clock, [(issuer, index, None)], action)
+        self.hb.effect_event[(issuer, index, None)] = event
+        self.update(signal_writes(issuer, self.model.sched.programs[issuer].ops[index], When.DELIVERY), clock)
 
 
 def happens_before(model: Model, actions: list[tuple], deadline: Deadline = UNBOUNDED) -> HappensBefore:
     """Stamp the events of the execution `actions` (a path from the initial state)."""
     hb = HappensBefore(actions=list(actions))
-    st = _Stamper(model, hb)
-    clocks = st.clocks
-    issue_clock: dict[tuple[int, int], Clock] = {}
-    delivered: dict[int, Clock] = {r: {} for r in range(model.world)}
-    sig_clock: dict[tuple[int, int], Clock] = {}
-    landed: dict[tuple[int, int], Clock] = {}
+    stamper = _Stamper(model, hb)
     for number, action in enumerate(actions):
         if number & 255 == 0:
             deadline.check("the happens-before order")
         kind = action[0]
         if kind == "step":
-            rank, index = action[1], action[2]
-            c = model.code[rank][index]
-            clock = clocks[rank]
-            for owner, space, lo, _hi, _mode in c.footprint:
-                if space == SIG:
-                    clock = st.join(clock, sig_clock.get((owner, lo), {}))
-            if c.kind == "quiet":
-                clock = st.join(clock, delivered[rank])
-            clock = dict(clock)
-            own = [st.tick(clock, ("r", rank))]
-            clocks[rank] = clock
-            event = st.stamp(own, clock, [(rank, index, None)], action)
-            if c.kind == "fetch_atomic":  # an update of the word: later readers see it
-                for owner, space, lo, _hi, mode in c.footprint:
-                    if space == SIG and mode != SIG_READ:
-                        sig_clock[(owner, lo)] = st.join(sig_clock.get((owner, lo), {}), clock)
-            hb.op_event[(rank, index, None)] = event
-            hb.effect_event[(rank, index, None)] = event
-            if c.delivery is not None:
-                issue_clock[(rank, index)] = dict(clock)
-        elif kind in ("p2p", "coll"):
-            if kind == "p2p":
-                skey = (action[1], action[2], action[3])
-                keys = [skey, model.matches.recv_of[skey]]
-            else:
-                keys = [(r, i, None) for r, i in model.coll_members[action[1]]]
-            clock: Clock = {}
-            for rank, index, sub in keys:
-                clock = st.join(clock, st.base(rank, index) if sub is not None else clocks[rank])
-                if kind == "coll" and model.coll_kind[action[1]] == "barrier_all":
-                    clock = st.join(clock, delivered[rank])
-            own = [st.tick(clock, ("r", rank) if sub is None else ("m", rank, index, sub))
-                   for rank, index, sub in keys]
-            event = st.stamp(own, clock, keys, action)  # one joint event for every participant
-            for key in keys:
-                rank, index, sub = key
-                hb.op_event[key] = event
-                hb.effect_event[key] = event
-                if sub is None:
-                    clocks[rank] = dict(clock)
-                else:
-                    st.member_done(rank, index, clock)
+            stamper.step(action, action[1], action[2])
+        elif kind == "p2p":
+            stamper.joint(action, ("p2p", (action[1], action[2], action[3])))
+        elif kind == "coll":
+            stamper.joint(action, ("coll", action[1]))
         else:
-            issuer, index = action[1], action[2]
-            d = model.deliveries[(issuer, index)]
-            clock = dict(issue_clock[(issuer, index)])
-            for (i, j), other in landed.items():
-                e = model.deliveries[(i, j)]
-                if i == issuer and e.target == d.target and e.epoch < d.epoch:
-                    clock = st.join(clock, other)
-            own = [st.tick(clock, ("d", issuer, index))]
-            event = st.stamp(own, clock, [(issuer, index, None)], action)
-            hb.effect_event[(issuer, index, None)] = event
-            landed[(issuer, index)] = clock
-            delivered[issuer] = st.join(delivered[issuer], clock)
-            for target, space, lo, _hi, _mode in d.footprint:
-                if space == SIG:
-                    sig_clock[(target, lo)] = st.join(sig_clock.get((target, lo), {}), clock)
+            stamper.deliver(action, action[1], action[2])
     return hb
