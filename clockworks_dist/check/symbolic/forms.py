@@ -1,0 +1,159 @@
+"""Affine forms over the size symbols: of numbers, of regions, of the regions each op accesses.
+
+A form is `(const, ((symbol, coeff), ...))` with sorted, non-zero terms; hashable, so obligations
+over the same forms are proven once. `show_form` writes one as the user would (`4*CHUNK - 2`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+from ... import ir
+from ...semantics.match import Key, members_of
+
+Form = tuple[int, tuple[tuple[str, int], ...]]
+
+
+def form(affine: ir.Affine | None, concrete: int) -> Form:
+    """The form of a traced number: its affine form if it has one, else the constant."""
+    if affine is None:
+        return (concrete, ())
+    merged: dict[str, int] = defaultdict(int)
+    for name, coeff in affine.terms:
+        merged[name] += coeff
+    return (affine.const, tuple(sorted((n, c) for n, c in merged.items() if c)))
+
+
+def combine(a: Form, b: Form, sign: int = 1, scale: int = 1) -> Form:
+    """a + sign * scale * b."""
+    merged: dict[str, int] = defaultdict(int)
+    for name, coeff in a[1]:
+        merged[name] += coeff
+    for name, coeff in b[1]:
+        merged[name] += sign * scale * coeff
+    return (a[0] + sign * scale * b[0], tuple(sorted((n, c) for n, c in merged.items() if c)))
+
+
+def scaled(a: Form, k: int) -> Form:
+    """k * a."""
+    return (a[0] * k, tuple((n, c * k) for n, c in a[1] if c * k))
+
+
+def is_symbolic(*forms: Form) -> bool:
+    """True if some form depends on a symbol."""
+    return any(f[1] for f in forms)
+
+
+def value_at(f: Form, valuation: dict[str, int]) -> int:
+    """The form's value under a valuation of its symbols."""
+    return f[0] + sum(coeff * valuation[name] for name, coeff in f[1])
+
+
+def names(*forms: Form) -> set[str]:
+    """The symbols the forms use."""
+    return {name for f in forms for name, _ in f[1]}
+
+
+def show_form(f: Form) -> str:
+    """`4*CHUNK - 2`: a form as the user would write it."""
+    parts: list[tuple[str, str]] = []
+    for name, coeff in f[1]:
+        parts.append(("-" if coeff < 0 else "+", name if abs(coeff) == 1 else f"{abs(coeff)}*{name}"))
+    if f[0] or not parts:
+        parts.append(("-" if f[0] < 0 else "+", str(abs(f[0]))))
+    text = ("-" if parts[0][0] == "-" else "") + parts[0][1]
+    for sign, term in parts[1:]:
+        text += f" {sign} {term}"
+    return text
+
+
+def show_valuation(valuation: dict[str, int], shown: Iterable[str]) -> str:
+    """`CHUNK = 5, EVEN = 6`: the named symbols' values."""
+    return ", ".join(f"{name} = {valuation[name]}" for name in sorted(set(shown)))
+
+
+# ------------------------------------------------------------------------------------ regions
+def region_start(region: ir.Region) -> Form:
+    """The form of a region's first element."""
+    return form(region.start_sym, region.start)
+
+
+def region_stop(region: ir.Region) -> Form:
+    """The form of the element after a region's last."""
+    return form(region.stop_sym, region.stop)
+
+
+def region_count(region: ir.Region) -> Form:
+    """The form of a region's element count."""
+    return combine(region_stop(region), region_start(region), -1)
+
+
+def buffer_count(decl: ir.BufferDecl) -> Form:
+    """The form of a buffer's element count."""
+    return form(decl.count_sym, decl.count)
+
+
+def show_region(region: ir.Region) -> str:
+    """`x[CHUNK:2*CHUNK]`."""
+    return f"{region.buffer}[{show_form(region_start(region))}:{show_form(region_stop(region))}]"
+
+
+def show_op_region(op: ir.OpBase, field: str, region: ir.Region) -> str:
+    """`send x[CHUNK:2*CHUNK]`, `copy dst y[0:CHUNK]`: the field is named when the op has several."""
+    if len(ir.op_regions(op)) == 1:
+        return f"{op.kind} {show_region(region)}"
+    return f"{op.kind} {field} {show_region(region)}"
+
+
+# -------------------------------------------------------------------------------- op accesses
+def walk(schedule: ir.Schedule) -> Iterator[tuple[Key, ir.OpBase]]:
+    """Every op as (key, op), group members one by one with their member index as `sub`."""
+    for program in schedule.programs:
+        for index, op in enumerate(program.ops):
+            for sub, member in members_of(op):
+                yield (program.rank, index, sub), member
+
+
+_REMOTE_FIELDS = {"put": "dst", "put_signal": "dst", "get": "src", "atomic": "target", "fetch_atomic": "target"}
+
+
+@dataclass(frozen=True)
+class Access:
+    """One region an op touches: on whose memory, read or write, and when."""
+
+    key: Key
+    op: ir.OpBase
+    field: str
+    region: ir.Region
+    memory: int  # the rank whose memory holds the region
+    write: bool
+    atomic: bool
+    deferred: bool  # happens at delivery, after the op is issued (puts, non-fetching atomics)
+    forms: tuple[Form, Form]  # start, stop
+    symbolic: bool
+
+    def describe(self) -> str:
+        """`send x[CHUNK:2*CHUNK]`, `put dst x[0:CHUNK] on rank 2`."""
+        text = show_op_region(self.op, self.field, self.region)
+        if self.memory != self.key[0]:
+            text += f" on rank {self.memory}"
+        return text
+
+
+def accesses(key: Key, op: ir.OpBase) -> list[Access]:
+    """The regions op `key` touches, with their forms."""
+    rank = key[0]
+    found = []
+    remote = _REMOTE_FIELDS.get(op.kind)
+    for name, region in ir.op_regions(op):
+        memory = op.pe if name == remote else rank
+        # an atomic fetch reads its target and writes nothing back
+        write = name in ("dst", "into", "writes") or (name == "target" and op.op != "fetch")
+        atomic = name == "target"
+        deferred = (op.kind in ("put", "put_signal") and (name == "dst" or op.nbi)) or \
+            (op.kind == "atomic" and name == "target")
+        forms = (region_start(region), region_stop(region))
+        found.append(Access(key, op, name, region, memory, write, atomic, deferred, forms, is_symbolic(*forms)))
+    return found
