@@ -246,8 +246,9 @@ class StaticOrder:
         return node, node
 
     def ordered(self, a: Key, b: Key, a_at_delivery: bool = True, b_at_delivery: bool = True) -> bool:
-        """True if op a's effect completes before op b's starts (the same question as
-        `check.hb.HappensBefore.ordered`, answered for every execution)."""
+        """True if op a's effect completes before op b's starts, in every execution. An effect at
+        delivery spans the op's issue to its landing, so this asks more than
+        `check.hb.HappensBefore.ordered`, which compares the landings themselves."""
         _, done = self._ends(a, a_at_delivery)
         start, _ = self._ends(b, b_at_delivery)
         return bool(self.pre[start] >> done & 1)
