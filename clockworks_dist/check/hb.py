@@ -82,16 +82,22 @@ class _Stamper:
         self.clocks: dict[Event, Clock] = {}
         self.updates: dict[Word, Clock] = {}  # signal word -> the join of its updates landed so far
 
-    def join(self, a: Clock, b: Clock) -> Clock:
-        out = dict(a)
-        for k, v in b.items():
-            if out.get(k, 0) < v:
-                out[k] = v
-        for k in [k for k in out if k[0] == "m"]:
-            end = self.hb.group_end.get((k[1], k[2]))
-            if end is not None and out.get(("r", k[1]), 0) >= end:
-                del out[k]
+    def join(self, *clocks: Clock) -> Clock:
+        """The componentwise maximum of `clocks` (the first copied whole: pass the largest first)."""
+        out = dict(clocks[0]) if clocks else {}
+        for clock in clocks[1:]:
+            for k, v in clock.items():
+                if out.get(k, 0) < v:
+                    out[k] = v
+        self.fold(out)
         return out
+
+    def fold(self, clock: Clock) -> None:
+        """Drop the member components of groups that `clock` has seen end."""
+        for k in [k for k in clock if k[0] == "m"]:
+            end = self.hb.group_end.get((k[1], k[2]))
+            if end is not None and clock.get(("r", k[1]), 0) >= end:
+                del clock[k]
 
     def tick(self, clock: Clock, component: tuple) -> tuple:
         clock[component] = clock.get(component, 0) + 1
@@ -103,16 +109,14 @@ class _Stamper:
             self.clocks[event] = self.arrive(event)
         return self.clocks[event]
 
-    def arrive(self, event: Event) -> Clock:
-        """The join of an event's predecessors' clocks. An op that follows a group ends the group:
-        the rank ticks, and the members' components fold into that tick."""
-        clock: Clock = {}
-        for earlier in self.before.get(event, ()):
-            clock = self.join(clock, self.clock(earlier))
+    def arrive(self, event: Event, *extra: Clock) -> Clock:
+        """The join of an event's predecessors' clocks (and of `extra`). An op that follows a group
+        ends the group: the rank ticks, and the members' components fold into that tick."""
+        clock = self.join(*(self.clock(earlier) for earlier in self.before.get(event, ())), *extra)
         if self._after_group(event):
             _, tick = self.tick(clock, ("r", event[1]))
             self.hb.group_end[(event[1], event[2] - 1)] = tick
-            clock = self.join(clock, {})
+            self.fold(clock)
         return clock
 
     def _after_group(self, event: Event) -> bool:
@@ -131,9 +135,7 @@ class _Stamper:
         """A rank executes an op alone: after the updates of the signal words it reads, and, if it
         updates one as it executes (a fetching atomic), before what later reads it."""
         op = self.model.sched.programs[rank].ops[index]
-        clock = self.arrive(op_event(rank, index))
-        for word in signal_reads(rank, op):
-            clock = self.join(clock, self.updates.get(word, {}))
+        clock = self.arrive(op_event(rank, index), *(self.updates.get(word, {}) for word in signal_reads(rank, op)))
         own = [self.tick(clock, ("r", rank))]
         event = self.stamp(op_event(rank, index), own, clock, [(rank, index, None)], action)
         self.hb.op_event[(rank, index, None)] = event
@@ -148,9 +150,7 @@ class _Stamper:
     def joint(self, action, joint: Event) -> None:
         """One event for every participant of a joint completion."""
         keys = self.participants[joint]
-        clock: Clock = {}
-        for rank, index, _ in keys:
-            clock = self.join(clock, self.clock(op_event(rank, index)))
+        clock = self.join(*(self.clock(op_event(rank, index)) for rank, index, _ in keys))
         own = [self.tick(clock, ("r", rank) if sub is None else ("m", rank, index, sub)) for rank, index, sub in keys]
         event = self.stamp(joint, own, clock, keys, action)
         for key in keys:
