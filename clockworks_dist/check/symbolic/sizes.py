@@ -15,6 +15,7 @@ from typing import Callable, NamedTuple
 from ... import ir
 from ...semantics.budget import UNBOUNDED, Deadline
 from ...semantics.match import Key, Matches, match, op_ref
+from ...semantics.order import StaticOrder
 from ..result import OpRef, Violation
 from .forms import (Access, Form, accesses, buffer_count, combine, is_symbolic, names, region_count, scaled,
                     show_form, show_op_region, show_region, show_valuation, value_at, walk)
@@ -229,15 +230,17 @@ def _counts(schedule: ir.Schedule, matches: Matches, ops: list[tuple[Key, ir.OpB
 def _overlaps(schedule: ir.Schedule, matches: Matches, found: list[Access], unordered: Unordered | None, need,
               deadline: Deadline = UNBOUNDED) -> None:
     """Concurrent accesses to one rank's buffer, one a write, are disjoint for every valuation."""
-    relation: list[Unordered] = []  # the static order is built on first use: most schedules never need it
+    default: list[StaticOrder] = []  # built on first use: most schedules never need it
     decided: dict[tuple, bool] = {}
 
     def concurrent(a: Access, b: Access) -> bool:
-        if not relation:
-            relation.append(unordered or static_order(schedule, deadline, matches).unordered)
+        if unordered is None:
+            if not default:
+                default.append(static_order(schedule, deadline, matches))
+            return default[0].unordered(a.key, b.key, a.deferred, b.deferred)
         pair = (a.key, a.deferred, b.key, b.deferred)
         if pair not in decided:
-            decided[pair] = bool(relation[0](a.key, b.key, a.deferred, b.deferred))
+            decided[pair] = bool(unordered(a.key, b.key, a.deferred, b.deferred))
         return decided[pair]
 
     symbols = {sym.name: sym for sym in schedule.symbols}
