@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from .errors import CheckIncomplete, ClockworksError, MissingDependency, ScheduleError, TopologyError
+from .errors import CheckIncomplete, ClockworksError, ScheduleError, TopologyError
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_INCOMPLETE = 0, 2, 3
 # predict's default bound: a sweep of 21 sizes at 64 ranks takes minutes; a hang never ends
@@ -126,7 +126,8 @@ def cmd_predict(args: argparse.Namespace, out) -> int:
 
 def _predict(args: argparse.Namespace, out) -> int:
     from .dsl import load_file
-    from .perf.predict import (bound, chrome_trace, link_utilisation, parse_sizes, predict_sizes)
+    from .perf.predict import parse_sizes, predict_sizes
+    from .report import perf as report
     from .topology import gpus, load_topology
 
     # Everything that can be wrong with the command line is found before the first simulation.
@@ -136,7 +137,8 @@ def _predict(args: argparse.Namespace, out) -> int:
     if args.trace:
         check_writable(args.trace, "--trace")
     if args.plot:
-        _check_plot(args.plot)
+        report.check_plot_format(args.plot)
+        check_writable(args.plot, "--plot")
     try:
         sizes = parse_sizes(args.sizes)
     except ValueError as exc:
@@ -145,106 +147,40 @@ def _predict(args: argparse.Namespace, out) -> int:
     defn = _pick(load_file(args.file), args.schedule)
     world = args.ranks or (defn.ranks[-1] if defn.ranks else len(gpus(topo)))
     available = len(gpus(topo))
-    if world > available:
-        raise TopologyError(f"the schedule has {world} ranks but {topo.name} has {available} GPUs (use a larger "
-                            "topology, or --nodes with a cluster template)")
-    for n in args.scaling or ():
+    for n, option in [(world, None)] + [(n, "--scaling") for n in args.scaling or ()]:
         if n > available:
-            raise TopologyError(f"--scaling {n}: {n} ranks but {topo.name} has {available} GPUs (use a larger "
-                                "topology, or --nodes with a cluster template)")
+            what = f"{option} {n}: {n} ranks" if option else f"the schedule has {n} ranks"
+            raise TopologyError(f"{what} but {topo.name} has {available} GPUs (use a larger topology, or --nodes "
+                                "with a cluster template)")
     bigger_topologies = [load_topology(args.topology, nodes=nodes) for nodes in args.scale_nodes or ()]
     try:
         results = predict_sizes(defn, topo, world, sizes, mode=args.mode, ranks_per_node=defn.ranks_per_node)
     except TopologyError as exc:  # found while routing (no route between two GPUs): name the file
         text = str(exc)
         raise TopologyError(text if text.startswith(args.topology) else f"{args.topology}: {text}") from None
-    last = results[-1]
-    scaling = []
+    found = report.PredictionReport(defn.name, topo.name, world, args.mode, results)
+    largest = [results[-1].nbytes]
     for n in args.scaling or ():
-        scaling.append((n, predict_sizes(defn, topo, n, [last.nbytes], mode=args.mode,
-                                         ranks_per_node=defn.ranks_per_node)[0]))
+        found.scaling.append((n, predict_sizes(defn, topo, n, largest, mode=args.mode,
+                                               ranks_per_node=defn.ranks_per_node)[0]))
     for bigger in bigger_topologies:
-        per_node = len(gpus(bigger)) // max(bigger.nodes, 1)
-        scaling.append((len(gpus(bigger)), predict_sizes(defn, bigger, len(gpus(bigger)), [last.nbytes],
-                                                         mode=args.mode, ranks_per_node=per_node)[0]))
-    critical = [{"rank": r.rank, "op": r.text, "file": r.loc.file, "line": r.loc.line,
-                 "start_us": round(r.start, 3), "end_us": round(r.end, 3), "waited_for": r.cause_kind}
-                for r in last.timeline.critical]
-    links = [{"link": name, "GB": round(moved, 4), "utilisation": round(util, 4)}
-             for name, moved, util in link_utilisation(last.timeline)]
+        count = len(gpus(bigger))
+        found.scaling.append((count, predict_sizes(defn, bigger, count, largest, mode=args.mode,
+                                                   ranks_per_node=count // max(bigger.nodes, 1))[0]))
     if args.trace:
-        _write_json(args.trace, chrome_trace(last.timeline), "--trace")
+        _write_json(args.trace, report.chrome_trace(found.last.timeline), "--trace")
         sys.stderr.write(f"wrote {args.trace}\n")
     if args.plot:
-        _plot(results, args.plot, defn.name, topo.name)
+        try:
+            report.plot(found, args.plot)
+        except OSError as exc:
+            raise ClockworksError(_cannot_write(args.plot, "--plot", exc)) from None
         sys.stderr.write(f"wrote {args.plot}\n")
     if args.json:
-        out.json({"schedule": defn.name, "topology": topo.name, "ranks": world, "mode": args.mode,
-                  "predictions": [p.to_json() for p in results], "bound": bound(last.timeline),
-                  "critical_path": critical, "links": links,
-                  "scaling": [{"ranks": n, **p.to_json()} for n, p in scaling]})
-        return EXIT_OK
-    lines = [f"{defn.name} on {topo.name}, {world} ranks, {args.mode} launches: predicted", "",
-             f"  {'bytes':>12}  {'time (us)':>11}  {'algbw (GB/s)':>12}  {'busbw (GB/s)':>12}"]
-    for p in results:
-        lines.append(f"  {p.nbytes:>12}  {p.time_us:>11.2f}  {p.algbw_GBs:>12.2f}  {p.busbw_GBs:>12.2f}")
-    lines += ["", f"at {last.nbytes} bytes: {last.time_us:.2f} us; bound by {bound(last.timeline)}",
-              "critical path (last ops):"]
-    for step in critical[-8:]:
-        lines.append(f"  {step['file']}:{step['line']}  rank {step['rank']}  {step['op'][:60]}  "
-                     f"{step['start_us']:.2f} -> {step['end_us']:.2f} us  (waited for {step['waited_for']})")
-    lines.append("busiest links:")
-    for link in links:
-        lines.append(f"  {link['link']}: {link['GB']:.3f} GB moved, busy {link['utilisation']:.0%}")
-    if scaling:
-        lines += ["", f"scaling at {last.nbytes} bytes:"]
-        lines += [f"  {n:>4} ranks: {p.time_us:10.2f} us  busbw {p.busbw_GBs:8.2f} GB/s" for n, p in scaling]
-    out.text("\n".join(lines))
+        out.json(report.to_json(found))
+    else:
+        out.text(report.render_text(found))
     return EXIT_OK
-
-
-def _pyplot():
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise MissingDependency("plotting needs matplotlib: pip install 'clockworks-dist[plot]'") from exc
-    return plt
-
-
-def _check_plot(path: str) -> None:
-    """matplotlib is there, it can write the format the name asks for, and the file can be written."""
-    _pyplot()
-    from matplotlib.backend_bases import FigureCanvasBase
-
-    formats = FigureCanvasBase.get_supported_filetypes()
-    extension = os.path.splitext(path)[1].lstrip(".").lower()
-    if extension not in formats:
-        raise ClockworksError(f"--plot {path}: cannot tell the image format from the name; end it in .png "
-                              f"(or one of .{', .'.join(sorted(formats))})")
-    check_writable(path, "--plot")
-
-
-def _plot(results, path: str, name: str, topo: str) -> None:
-    plt = _pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    sizes = [p.nbytes for p in results]
-    left.loglog(sizes, [p.time_us for p in results], marker="o")
-    left.set_xlabel("bytes per rank")
-    left.set_ylabel("predicted time (us)")
-    right.semilogx(sizes, [p.busbw_GBs for p in results], marker="o")
-    right.set_xlabel("bytes per rank")
-    right.set_ylabel("busbw (GB/s)")
-    fig.suptitle(f"{name} on {topo} (predicted)")
-    fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=120)
-    except OSError as exc:
-        raise ClockworksError(_cannot_write(path, "--plot", exc)) from None
-    finally:
-        plt.close(fig)
 
 
 def cmd_calibrate(args: argparse.Namespace, out) -> int:

@@ -22,7 +22,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from clockworks_dist.perf.constants import Constants  # noqa: E402
 from clockworks_dist.perf.fit import held_out, load_cells, predict_cell  # noqa: E402
 from clockworks_dist.topology import load_topology  # noqa: E402
 
@@ -54,7 +53,7 @@ def other_runs(folder: str, fitted_cells, topo, consts) -> list[dict]:
             chosen = [c for c in cells if c.mode == mode and held_out(c)]
             if not chosen:
                 continue
-            ours = [(predict_cell(c, topo, Constants.from_dict(consts.to_dict())), c.measured_us) for c in chosen]
+            ours = [(predict_cell(c, topo, consts), c.measured_us) for c in chosen]
             again = [(c.measured_us, fitted[c.key]) for c in chosen if c.key in fitted]
             rows.append({"run": path.name, "mode": mode, "ours": stats(ours), "run_to_run": stats(again)})
     return rows
@@ -70,10 +69,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     cells, provenance = load_cells(args.raw)
     topo = load_topology(args.topology)
-    consts = Constants.from_topology(topo.constants)
+    consts = topo.constants
     rows = []
     for cell in cells:
-        predicted = predict_cell(cell, topo, Constants.from_dict(consts.to_dict()))
+        predicted = predict_cell(cell, topo, consts)
         rows.append({"op": cell.op, "bytes": cell.nbytes, "mode": cell.mode, "blocks": cell.blocks,
                      "measured_us": cell.measured_us, "predicted_us": round(predicted, 3),
                      "nccl_est_us": cell.nccl_est_us, "max_channels": cell.max_channels,

@@ -14,7 +14,6 @@ from hypothesis.control import currently_in_test_context
 
 from clockworks_dist import load_file
 from clockworks_dist.check import terminal_outcomes
-from clockworks_dist.perf.constants import Constants
 from clockworks_dist.perf.network import from_topology
 from clockworks_dist.perf.simulate import PredictError, Simulator
 from clockworks_dist.topology import load_topology
@@ -23,7 +22,7 @@ from test_por_properties import SETTINGS, build, matched, plans
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPOLOGY = load_topology("dgx-h100")  # 8 GPUs on NVSwitch: every corpus schedule fits
-CONSTANTS = Constants.from_topology(TOPOLOGY.constants)
+CONSTANTS = TOPOLOGY.constants
 CORRECT = sorted((ROOT / "protocols").glob("*.py"))
 BUGGY = sorted((ROOT / "protocols" / "buggy").glob("*.py"))
 

@@ -16,16 +16,16 @@ import clockworks_dist as cw
 from clockworks_dist import cli, load_file
 from clockworks_dist.errors import ScheduleError, TopologyError
 from clockworks_dist.perf import fit, nccl, nccl_tuning
-from clockworks_dist.perf.constants import Constants
+from clockworks_dist.perf.costs import RunConditions
 from clockworks_dist.perf.flows import Flow, max_min_rates
 from clockworks_dist.perf.microbench import MICROBENCHMARKS, broadcast_op
 from clockworks_dist.perf.network import Network, from_topology
 from clockworks_dist.perf.predict import (
-    bound, busbw_factor, chrome_trace, link_utilisation, parse_size, parse_sizes, predict_sizes, size_binding,
-    steady_state_us,
+    bound, busbw_factor, link_utilisation, parse_size, parse_sizes, predict_sizes, size_binding, steady_state_us,
 )
 from clockworks_dist.perf.simulate import PredictError, Simulator
-from clockworks_dist.topology import load_topology
+from clockworks_dist.report.perf import chrome_trace
+from clockworks_dist.topology import Constants, load_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTOCOLS = ROOT / "protocols"
@@ -153,14 +153,14 @@ def two_ranks(link_GBs: float = 100.0, latency_us: float = 0.5, hbm_GBs: float =
 
 
 # Distinct, made-up constants, so that every term of the expected time is visible.
-CONSTS = dict(launch_us=1.5, proto_base_us={"LL": 2.0, "LL128": 3.0, "Simple": 4.0},
-              channel_GBs={"LL": 5.0, "LL128": 10.0, "Simple": 20.0}, p2p_max_channels=16,
-              p2p_base_us={"LL": 2.0, "LL128": 3.0, "Simple": 4.0}, nvshmem_issue_us=1.0, nvshmem_latency_us=0.7,
-              nvshmem_signal_us=0.3, nvshmem_block_GBs=40.0)
+CONSTS = dict(graph_launch_us=1.5, nccl_base_latency_us={"LL": 2.0, "LL128": 3.0, "Simple": 4.0},
+              nccl_channel_GBs={"LL": 5.0, "LL128": 10.0, "Simple": 20.0}, nccl_p2p_max_channels=16,
+              nccl_p2p_base_latency_us={"LL": 2.0, "LL128": 3.0, "Simple": 4.0}, nvshmem_put_latency_us=1.0,
+              nvshmem_signal_latency_us=0.7, nvshmem_block_GBs=40.0)
 
 
-def consts() -> Constants:
-    return Constants(**{k: (dict(v) if isinstance(v, dict) else v) for k, v in CONSTS.items()})
+def consts(**changes) -> Constants:
+    return Constants(**{**CONSTS, **changes})
 
 
 N = cw.size("N", 256)
@@ -246,8 +246,9 @@ def p2p_time(c: Constants, nbytes: float, link_GBs: float, latency_us: float) ->
     proto, channels, ceiling = nccl.p2p_choice(c, nbytes, link_GBs)
     rate = min(link_GBs, ceiling) * 1e3
     # Simple: the receiver then copies its last chunk (at most 512 KiB on NVLink) out of the staging buffer
-    staging = min(nbytes / channels, 512 * KiB) / (c.copy_channel_GBs * 1e3) if proto == "Simple" else 0.0
-    return proto, c.launch_us + c.p2p_base_us[proto] + latency_us + nbytes / nccl.EFFICIENCY[proto] / rate + staging
+    staging = min(nbytes / channels, 512 * KiB) / (c.nccl_copy_channel_GBs * 1e3) if proto == "Simple" else 0.0
+    fixed = c.graph_launch_us + c.nccl_p2p_base_latency_us[proto] + latency_us
+    return proto, fixed + nbytes / nccl.EFFICIENCY[proto] / rate + staging
 
 
 @pytest.mark.parametrize("nbytes, link_GBs, proto, limited_by", [
@@ -288,8 +289,8 @@ def test_same_direction_transfers_share_the_link():
     one = run(ping, c=c, N=nbytes // 4).total_us
     two = run(two_sends_same_way, c=c, N=nbytes // 4)  # two sends of nbytes each, at once
     channels = nccl.p2p_choice(c, nbytes, 100.0)[1]
-    staging = min(nbytes / channels, 512 * KiB) / (c.copy_channel_GBs * 1e3)
-    fixed = c.launch_us + c.p2p_base_us["Simple"] + 0.5 + staging
+    staging = min(nbytes / channels, 512 * KiB) / (c.nccl_copy_channel_GBs * 1e3)
+    fixed = c.graph_launch_us + c.nccl_p2p_base_latency_us["Simple"] + 0.5 + staging
     assert one - fixed == pytest.approx(nbytes / 100e3)
     assert two.total_us - fixed == pytest.approx(2 * (one - fixed), rel=1e-6)
     assert two.link_bytes[LINK_01] == pytest.approx(2 * nbytes)
@@ -318,7 +319,7 @@ def test_local_reduce_is_bounded_by_hbm():
     c, nbytes = consts(), 1 * MiB
     tl = run(local_reduce, two_ranks(hbm_GBs=2000.0), c, N=nbytes // 4)
     # reads x and t, writes x: three times the buffer over HBM, after the launch
-    assert tl.total_us == pytest.approx(c.launch_us + 3 * nbytes / 2000e3)
+    assert tl.total_us == pytest.approx(c.graph_launch_us + 3 * nbytes / 2000e3)
     assert tl.link_bytes[HBM0] == pytest.approx(3 * nbytes)
     assert tl.link_bytes[HBM1] == pytest.approx(3 * nbytes)
 
@@ -333,8 +334,23 @@ def test_put_signal_wakes_the_waiter_after_delivery():
     assert waiter.end == pytest.approx(signal_delivery.end)
     assert waiter.cause is signal_delivery and waiter.cause_kind == "signal"
     # put_signal issued at 1 (after the put's issue) + 1 issue, then 64 bytes at 40 GB/s + route + signal
-    issued = 2 * c.nvshmem_issue_us
-    assert signal_delivery.end == pytest.approx(issued + 64 / 40e3 + 0.5 + c.nvshmem_latency_us + c.nvshmem_signal_us)
+    issued = 2 * c.nvshmem_put_latency_us
+    assert signal_delivery.end == pytest.approx(issued + 64 / 40e3 + 0.5 + c.nvshmem_signal_latency_us)
+
+
+def test_run_conditions_set_put_blocks_and_nccl_channels():
+    """What calibration varies per measured cell is an argument of the run, not a constant."""
+    c, net = consts(), two_ranks(link_GBs=400.0)
+    sched = PUT_NOFENCE.trace(2, sizes={"N": 1 << 20, "M": 16})
+    one = Simulator(sched, net, c).run().total_us
+    four = Simulator(sched, net, c, conditions=RunConditions(nvshmem_blocks=4)).run().total_us
+    moved = 4 * MiB / 40e3  # the big put: one block at 40 GB/s, or four at 160
+    assert one - four == pytest.approx(moved - moved / 4, rel=1e-6)
+    full = run(ping, c=c, N=1 << 20)
+    capped = Simulator(ping.trace(2, sizes={"N": 1 << 20}), two_ranks(), c,
+                       conditions=RunConditions(channel_cap=1)).run()
+    assert [r.detail["channels"] for r in capped.records if "channels" in r.detail] == [1]
+    assert capped.total_us > full.total_us
 
 
 def test_fence_orders_deliveries_to_the_same_pe():
@@ -635,10 +651,9 @@ def test_nccl_choice_and_channels_follow_nccls_printout(kind):
 
 
 def test_channel_cap_limits_channels_not_the_protocol():
-    c = Constants(max_channels=24)
+    c = Constants(nccl_max_channels=24)
     full = nccl.plan("all_reduce", 2, 1 * MiB, c, LINK)
-    c.channel_cap = 1
-    capped = nccl.plan("all_reduce", 2, 1 * MiB, c, LINK)
+    capped = nccl.plan("all_reduce", 2, 1 * MiB, c, LINK, cap=1)
     assert (full.protocol, full.channels) == ("LL", 24)
     assert (capped.protocol, capped.channels) == ("LL", 1)
     assert capped.ceiling_GBs == pytest.approx(full.ceiling_GBs / 24)
@@ -678,8 +693,8 @@ def test_plan_ring_wire_bytes_are_divided_by_protocol_efficiency(nbytes):
         assert t.nbytes * nccl.EFFICIENCY[p.protocol] == pytest.approx(2 * (2 - 1) / 2 * nbytes)
     assert p.reduce_bytes == pytest.approx(3 * nbytes * (2 - 1) / 2)
     steps = 2 * (2 - 1)
-    assert p.fixed_us == pytest.approx(c.proto_base_us[p.protocol] + c.kind_base_us["all_reduce"]
-                                       + steps * c.proto_step_us[p.protocol])
+    assert p.fixed_us == pytest.approx(c.nccl_base_latency_us[p.protocol] + c.nccl_kind_base_us["all_reduce"]
+                                       + steps * c.step_us("nvlink", p.protocol))
     gather = nccl.plan("all_gather", 4, nbytes, c, LINK)
     assert all(t.nbytes * nccl.EFFICIENCY[gather.protocol] == pytest.approx(3 / 4 * nbytes)
                for t in gather.transfers)
@@ -704,7 +719,7 @@ def test_tree_is_considered_for_all_reduce_above_two_ranks():
 def test_plan_ceiling_is_channels_times_rate_at_most_the_link():
     c = Constants()
     p = nccl.plan("all_reduce", 2, 64 * KiB, c, LINK)
-    assert p.ceiling_GBs == pytest.approx(min(p.channels * c.channel_GBs[p.protocol], LINK))
+    assert p.ceiling_GBs == pytest.approx(min(p.channels * c.nccl_channel_GBs[p.protocol], LINK))
     big = nccl.plan("all_reduce", 2, 1 << 30, c, 100.0)
     assert big.ceiling_GBs == pytest.approx(100.0)
 
@@ -713,7 +728,9 @@ def test_plan_barrier_and_all_to_all():
     c = Constants()
     barrier = nccl.plan("barrier", 4, 0, c, LINK)
     assert barrier.transfers == ()
-    assert barrier.fixed_us == pytest.approx(c.proto_base_us["LL"] + 3 * c.proto_step_us["LL"])
+    assert barrier.fixed_us == pytest.approx(c.nccl_base_latency_us["LL"] + 3 * c.step_us("nvlink", "LL"))
+    over_pcie = nccl.plan("barrier", 4, 0, c, LINK, transport="pcie")
+    assert over_pcie.fixed_us == pytest.approx(c.nccl_base_latency_us["LL"] + 3 * c.step_us("pcie", "LL"))
     a2a = nccl.plan("all_to_all", 4, 64 * KiB, c, LINK)
     assert len(a2a.transfers) == 4 * 3
     assert a2a.algorithm == "p2p"
@@ -874,35 +891,50 @@ def test_calibrated_topology_has_provenance():
 
 
 def test_calibrated_constants_differ_from_the_defaults():
-    fitted = Constants.from_topology(load_topology(MEASURED).constants)
-    default = Constants.from_topology(load_topology("h200x2-nv18").constants)
-    for name in ("launch_us", "proto_base_us", "channel_GBs", "nvshmem_block_GBs", "kind_efficiency",
-                 "kind_link_efficiency", "kind_base_us", "p2p_base_us"):
+    fitted = load_topology(MEASURED).constants
+    default = load_topology("h200x2-nv18").constants
+    for name in ("graph_launch_us", "nccl_base_latency_us", "nccl_channel_GBs", "nvshmem_block_GBs",
+                 "nccl_kind_efficiency", "nccl_kind_link_efficiency", "nccl_kind_base_us", "nccl_p2p_base_latency_us"):
         assert getattr(fitted, name) != getattr(default, name), name
-    # fitted values stay inside the fit's bounds (parameters added after this fit are absent)
-    checked = 0
-    for path, lo, hi in fit.PARAMETERS:
-        try:
-            value = fit._get(fitted, path)
-        except KeyError:
-            continue
-        checked += 1
-        assert lo * 0.999 <= value <= hi * 1.001, path
-    assert checked >= 20
+    # every fitted parameter names a field of the file, and its value stays inside the fit's bounds
+    for path, lo, hi in fit.PARAMETERS + fit.EAGER:
+        assert lo * 0.999 <= fit.get_value(fitted, path) <= hi * 1.001, path
 
 
 def test_calibrated_file_round_trips_through_constants():
-    fitted = Constants.from_topology(load_topology(MEASURED).constants)
-    fields = fitted.topology_fields()
-    assert fields["graph_launch_us"] == fitted.launch_us
-    assert fields["nccl_channel_GBs"] == fitted.channel_GBs
-    again = Constants.from_dict(fitted.to_dict())
-    for name, value in fitted.to_dict().items():
-        if isinstance(value, dict):  # merged into the defaults: every fitted entry survives
-            assert getattr(again, name).items() >= value.items(), name
-        else:
-            assert getattr(again, name) == value, name
-    assert Constants.from_dict(again.to_dict()) == again
+    fitted = load_topology(MEASURED).constants
+    assert Constants.model_validate(fitted.model_dump()) == fitted
+    changed = fit.with_values(fitted, {"nccl_step_latency_us.nvlink.LL": 0.5, "graph_launch_us": 2.0})
+    assert (changed.step_us("nvlink", "LL"), changed.graph_launch_us) == (0.5, 2.0)
+    assert changed.step_us("pcie", "LL") == fitted.step_us("pcie", "LL")
+
+
+def test_per_kind_constants_a_file_leaves_out_keep_their_default():
+    partial = Constants(nccl_kind_efficiency={"p2p": 0.5}, nccl_kind_base_us={"all_reduce": 2.0})
+    assert partial.nccl_kind_efficiency == {**Constants().nccl_kind_efficiency, "p2p": 0.5}
+    assert partial.nccl_kind_base_us["broadcast"] == 0.0 and partial.nccl_kind_base_us["all_reduce"] == 2.0
+
+
+def test_calibrate_writes_the_fitted_constants_under_their_own_names(tmp_path, monkeypatch):
+    from clockworks_dist.perf import calibration
+
+    raw = tmp_path / "calibration_raw.jsonl"
+    raw.write_text("\n".join([line for line in RAW.read_text().splitlines() if '"allreduce"' in line][:20]))
+    log = tmp_path / "run.log"
+    log.write_text("NCCL INFO 20 coll channels, 20 collnet channels, 0 nvls channels, 16 p2p channels per peer\n")
+    seen = {}
+
+    def fake_fit(cells, topo, start):
+        seen["start"] = start
+        return fit.with_values(start, {"graph_launch_us": 1.25, "nccl_step_latency_us.nvlink.LL": 0.25}), {}
+
+    monkeypatch.setattr(calibration, "fit", fake_fit)
+    base = load_topology("h200x2-nv18")
+    out = tmp_path / "calibrated.yaml"
+    calibration.calibrate(str(raw), base, str(ROOT / "topologies" / "h200x2-nv18.yaml"), str(out), str(log))
+    assert (seen["start"].nccl_max_channels, seen["start"].nccl_p2p_max_channels) == (20, 16)
+    written = load_topology(str(out)).constants
+    assert written == fit.with_values(seen["start"], {"graph_launch_us": 1.25, "nccl_step_latency_us.nvlink.LL": 0.25})
 
 
 @pytest.fixture(scope="module")
@@ -942,7 +974,7 @@ def test_calibrated_model_predicts_held_out_cells(raw_cells):
         errors = []
         for c in cells:
             if c.op == op and c.mode == "graph" and fit.held_out(c):
-                predicted = fit.predict_cell(c, topo, Constants.from_topology(topo.constants))
+                predicted = fit.predict_cell(c, topo, topo.constants)
                 errors.append(abs(predicted - c.measured_us) / c.measured_us)
         errors.sort()
         assert errors and errors[len(errors) // 2] < tolerance, (op, errors)
@@ -955,10 +987,10 @@ def test_fit_on_a_tiny_subset_lowers_the_cost(raw_cells, monkeypatch):
               and not fit.held_out(c)][:6]
     assert len(subset) == 6
     topo = load_topology("h200x2-nv18")
-    start = Constants.from_topology(topo.constants)
+    start = topo.constants
 
     def cost(c: Constants) -> float:
-        return 0.5 * sum((math.log(fit.predict_cell(cell, topo, Constants.from_dict(c.to_dict())))
+        return 0.5 * sum((math.log(fit.predict_cell(cell, topo, c))
                           - math.log(cell.measured_us)) ** 2 for cell in subset)
 
     real = optimize.least_squares
@@ -972,18 +1004,18 @@ def test_fit_on_a_tiny_subset_lowers_the_cost(raw_cells, monkeypatch):
 
     monkeypatch.setattr(optimize, "least_squares", few_evaluations)
     before = cost(start)
-    fitted, summary = fit.fit(subset, topo, Constants.from_dict(start.to_dict()))
+    fitted, summary = fit.fit(subset, topo, start)
     assert len(calls) == 1  # only graph cells: no eager fit
     assert set(summary) == {"graph"}
     assert summary["graph"]["cells"] == 6
     assert summary["graph"]["evaluations"] <= 3
     assert summary["graph"]["cost"] < before
     assert cost(fitted) < before
-    assert fitted.nvshmem_blocks == 1
+    assert start == topo.constants  # the starting point is not changed
     # the Jacobian's columns computed in worker processes give the very same fit
-    serial, serial_summary = fit.fit(subset, topo, Constants.from_dict(start.to_dict()), workers=1)
-    parallel, parallel_summary = fit.fit(subset, topo, Constants.from_dict(start.to_dict()), workers=2)
-    assert serial.to_dict() == parallel.to_dict() == fitted.to_dict()
+    serial, serial_summary = fit.fit(subset, topo, start, workers=1)
+    parallel, parallel_summary = fit.fit(subset, topo, start, workers=2)
+    assert serial == parallel == fitted
     assert serial_summary == parallel_summary
 
 
@@ -996,8 +1028,7 @@ def three_fills(r):
 
 
 def test_eager_launches_wait_for_the_host_and_overlap_with_the_gpu():
-    c = consts()
-    c.host_issue_us, c.eager_launch_us = 10.0, 0.5
+    c = consts(kernel_launch_us=10.0, eager_launch_us=0.5)
     net = two_ranks(hbm_GBs=1000.0)
     small = three_fills.trace(2, sizes={"N": 1})  # 4 bytes a fill: nothing but fixed costs
     graph = Simulator(small, net, c, "graph").run()
@@ -1029,12 +1060,12 @@ def test_a_send_to_itself_is_a_copy_in_hbm():
 
 def test_nvlink_acknowledgements_slow_traffic_both_ways():
     topo = load_topology("h200x2-nv18")
-    c = Constants.from_topology(topo.constants)
-    c.channel_GBs["Simple"] = 100.0  # channels fast enough that the link is the limit
+    # channels fast enough that the link is the limit
+    c = fit.with_values(topo.constants, {"nccl_channel_GBs.Simple": 100.0})
     one_way = predict_sizes(MICROBENCHMARKS["sendrecv"], topo, 2, [256 * MiB], c)[0].time_us
     both = predict_sizes(MICROBENCHMARKS["sendrecv_bidir"], topo, 2, [256 * MiB], c)[0].time_us
     assert both == pytest.approx(one_way, rel=0.02)  # without acknowledgements: independent directions
-    c.nvlink_reverse_share = 0.25
+    c = c.model_copy(update={"nvlink_reverse_share": 0.25})
     one_way_acks = predict_sizes(MICROBENCHMARKS["sendrecv"], topo, 2, [256 * MiB], c)[0].time_us
     both_acks = predict_sizes(MICROBENCHMARKS["sendrecv_bidir"], topo, 2, [256 * MiB], c)[0].time_us
     assert one_way_acks == pytest.approx(one_way, rel=0.02)
@@ -1073,9 +1104,9 @@ def test_slices_forwarded_cut_through_add_one_slice_time_per_later_hop():
     send = [r for r in tl.records if r.kind == "send" and r.detail.get("flow_us")][0]
     _, route_latency = net.route(0, 1)
     proto = send.detail["protocol"]
-    fixed = c.launch_us + c.p2p_base_us[proto]
+    fixed = c.graph_launch_us + c.nccl_p2p_base_latency_us[proto]
     if proto == "Simple":  # the staging copy of the last chunk (128 KiB off NVLink)
-        fixed += min((1 << 20) / send.detail["channels"], 128 * KiB) / (c.copy_channel_GBs * 1e3)
+        fixed += min((1 << 20) / send.detail["channels"], 128 * KiB) / (c.nccl_copy_channel_GBs * 1e3)
     assert send.end - send.start == pytest.approx(send.detail["flow_us"] + route_latency
                                                   + net.fill_us(0, 1, (1 << 20) / nccl.EFFICIENCY[proto]) + fixed)
 
@@ -1083,11 +1114,7 @@ def test_slices_forwarded_cut_through_add_one_slice_time_per_later_hop():
 def test_a_collective_on_a_one_rank_communicator_is_a_local_copy():
     # the shipped hierarchical all-reduce at 2 ranks, one node: its rail communicators have one rank
     # each (NCCL's ncclLaunchOneRank); the predictor divided by zero ring steps
-    from clockworks_dist.perf import nccl
-    from clockworks_dist.perf.constants import Constants
-
-    consts = Constants.from_topology(load_topology("h200x2-nv18").constants)
-    plan = nccl.plan("all_reduce", 1, 4096, consts, 100.0)
+    plan = nccl.plan("all_reduce", 1, 4096, load_topology("h200x2-nv18").constants, 100.0)
     assert (plan.algorithm, plan.transfers, plan.reduce_bytes) == ("one_rank", (), 8192.0)
     defn = load_file(str(ROOT / "protocols" / "hierarchical_allreduce.py"))[0]
     [prediction] = predict_sizes(defn, load_topology("h200x2-nv18"), 2, [4096])

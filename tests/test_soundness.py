@@ -270,7 +270,6 @@ def test_a_local_kernel_whose_source_is_shifted_over_its_destination_is_rejected
 
 
 def test_the_simulator_wraps_signal_adds_like_the_checker():
-    from clockworks_dist.perf.constants import Constants
     from clockworks_dist.perf.network import from_topology
     from clockworks_dist.perf.predict import simulate
     from clockworks_dist.topology import load_topology
@@ -279,7 +278,7 @@ def test_the_simulator_wraps_signal_adds_like_the_checker():
     assert check(sched).verdict == "verified"
     topo = load_topology("h200x2-nv18")
     # it reported a deadlock: its adds did not wrap
-    timeline = simulate(sched, from_topology(topo, 2), Constants.from_topology(topo.constants))
+    timeline = simulate(sched, from_topology(topo, 2), topo.constants)
     assert timeline.total_us > 0 and {record.rank for record in timeline.records} == {0, 1}
 
 

@@ -13,7 +13,6 @@ import yaml
 
 from ..errors import ClockworksError
 from ..topology.model import MAX_CHANNELS
-from .constants import Constants
 from .fit import channels_from_log, fit, load_cells
 
 RUNNER = Path(__file__).resolve().parent.parent / "calibrate" / "runner.py"
@@ -41,17 +40,17 @@ def calibrate(raw: str, base_topology, base_file: str, out_path: str, run_log: s
     cells, provenance = load_cells(raw)
     if not cells:
         raise ClockworksError(f"{raw}: no microbenchmark results in it")
-    start = Constants.from_topology((start or base_topology).constants)
+    consts = (start or base_topology).constants
     channels = channels_from_log(run_log) if run_log else None
     if channels:
         if not all(1 <= count <= MAX_CHANNELS for count in channels):
             raise ClockworksError(f"{run_log}: NCCL's init line gives {channels[0]} coll and {channels[1]} p2p "
                                   f"channels; a communicator has 1 to {MAX_CHANNELS} (is this an NCCL log?)")
-        start.max_channels, start.p2p_max_channels = channels
-    consts, summary = fit(cells, base_topology, start)
+        consts = consts.model_copy(update={"nccl_max_channels": channels[0], "nccl_p2p_max_channels": channels[1]})
+    consts, summary = fit(cells, base_topology, consts)
     document = yaml.safe_load(Path(base_file).read_text())
     document["name"] = base_topology.name
-    document["constants"] = {**(document.get("constants") or {}), **consts.topology_fields()}
+    document["constants"] = {**(document.get("constants") or {}), **consts.model_dump()}
     document["provenance"] = {
         "date": datetime.date.today().isoformat(),
         "gpu": provenance.get("gpu"), "driver": provenance.get("driver"),

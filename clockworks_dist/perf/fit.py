@@ -13,47 +13,37 @@ import math
 from dataclasses import dataclass
 
 from ..errors import ClockworksError, MissingDependency
-from .constants import Constants
+from ..topology.model import Constants
+from .costs import RunConditions
 from .microbench import MICROBENCHMARKS
 from .predict import predict_sizes
 
-# (path in Constants, lower bound, upper bound). LL128 is absent: NCCL's model never picks it on the
-# machines measured so far (NVLink, 2 ranks), so no measurement could tell its constants.
+# The kinds whose per-kind constants the measurements tell apart (reduce_to is not measured).
+_FITTED_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "p2p", "all_to_all")
+# (dotted path of a field of topology.Constants, lower bound, upper bound). LL128 is absent: NCCL's
+# model never picks it on the machines measured so far (NVLink, 2 ranks), so no measurement could
+# tell its constants.
 PARAMETERS = [
-    ("launch_us", 0.5, 20.0),
-    ("proto_base_us.LL", 0.01, 30.0),
-    ("proto_base_us.Simple", 0.01, 40.0),
-    ("proto_step_us.LL", 0.01, 10.0),
-    ("proto_step_us.Simple", 0.01, 10.0),
-    ("channel_GBs.LL", 0.5, 60.0),
-    ("channel_GBs.Simple", 0.5, 60.0),
-    ("kind_efficiency.all_reduce", 0.2, 1.5),
-    ("kind_efficiency.all_gather", 0.2, 1.5),
-    ("kind_efficiency.reduce_scatter", 0.2, 1.5),
-    ("kind_efficiency.broadcast", 0.2, 1.5),
-    ("kind_efficiency.p2p", 0.2, 1.5),
-    ("kind_efficiency.all_to_all", 0.2, 1.5),
-    ("p2p_base_us.LL", 0.01, 30.0),
-    ("p2p_base_us.Simple", 0.01, 30.0),
-    ("kind_base_us.all_reduce", 0.01, 15.0),
-    ("kind_base_us.all_gather", 0.01, 15.0),
-    ("kind_base_us.reduce_scatter", 0.01, 15.0),
-    ("kind_base_us.broadcast", 0.01, 15.0),
-    ("kind_base_us.all_to_all", 0.01, 15.0),
-    ("kind_link_efficiency.all_reduce", 0.2, 1.0),
-    ("kind_link_efficiency.all_gather", 0.2, 1.0),
-    ("kind_link_efficiency.reduce_scatter", 0.2, 1.0),
-    ("kind_link_efficiency.broadcast", 0.2, 1.0),
-    ("kind_link_efficiency.p2p", 0.2, 1.0),
-    ("kind_link_efficiency.all_to_all", 0.2, 1.0),
+    ("graph_launch_us", 0.5, 20.0),
+    ("nccl_base_latency_us.LL", 0.01, 30.0),
+    ("nccl_base_latency_us.Simple", 0.01, 40.0),
+    ("nccl_step_latency_us.nvlink.LL", 0.01, 10.0),
+    ("nccl_step_latency_us.nvlink.Simple", 0.01, 10.0),
+    ("nccl_channel_GBs.LL", 0.5, 60.0),
+    ("nccl_channel_GBs.Simple", 0.5, 60.0),
+    *((f"nccl_kind_efficiency.{kind}", 0.2, 1.5) for kind in _FITTED_KINDS),
+    ("nccl_p2p_base_latency_us.LL", 0.01, 30.0),
+    ("nccl_p2p_base_latency_us.Simple", 0.01, 30.0),
+    *((f"nccl_kind_base_us.{kind}", 0.01, 15.0) for kind in _FITTED_KINDS if kind != "p2p"),
+    *((f"nccl_kind_link_efficiency.{kind}", 0.2, 1.0) for kind in _FITTED_KINDS),
     ("nvlink_reverse_share", 0.001, 1.0),
-    ("copy_channel_GBs", 1.0, 1000.0),
-    ("proto_link_efficiency.LL", 0.05, 1.0),
-    ("nvshmem_latency_us", 0.1, 20.0),
+    ("nccl_copy_channel_GBs", 1.0, 1000.0),
+    ("nccl_protocol_link_efficiency.LL", 0.05, 1.0),
+    ("nvshmem_signal_latency_us", 0.1, 20.0),
     ("nvshmem_block_GBs", 1.0, 200.0),
     ("nvshmem_link_efficiency", 0.2, 1.0),
 ]
-EAGER = [("host_issue_us", 1.0, 60.0), ("host_issue_p2p_us", 1.0, 60.0), ("eager_launch_us", 0.01, 10.0)]
+EAGER = [("kernel_launch_us", 1.0, 60.0), ("p2p_launch_us", 1.0, 60.0), ("eager_launch_us", 0.01, 10.0)]
 
 
 @dataclass(frozen=True)
@@ -152,25 +142,36 @@ def held_out(cell: Cell) -> bool:
     return int(round(math.log2(max(cell.nbytes, 1)))) % 2 == 1
 
 
-def _get(consts: Constants, path: str) -> float:
-    head, _, tail = path.partition(".")
-    value = getattr(consts, head)
-    return value[tail] if tail else value
+def get_value(consts: Constants, path: str) -> float:
+    """The value of the field at a dotted path (`nccl_step_latency_us.nvlink.LL`)."""
+    value = consts
+    for name in path.split("."):
+        value = value[name] if isinstance(value, dict) else getattr(value, name)
+    return value
 
 
-def _set(consts: Constants, path: str, value: float) -> None:
-    head, _, tail = path.partition(".")
-    if tail:
-        getattr(consts, head)[tail] = value
-    else:
-        setattr(consts, head, value)
+def with_values(consts: Constants, values: dict[str, float]) -> Constants:
+    """A copy of `consts` with the fields at these dotted paths set (validated like a file's)."""
+    data = consts.model_dump()
+    for path, value in values.items():
+        *parents, name = path.split(".")
+        node = data
+        for parent in parents:
+            node = node[parent]
+        node[name] = value
+    return Constants.model_validate(data)
+
+
+def conditions_of(cell: Cell) -> RunConditions:
+    """How the cell's measurement was run: NVSHMEM thread blocks, NCCL's channel cap."""
+    return RunConditions(nvshmem_blocks=cell.blocks, channel_cap=cell.max_channels or None)
 
 
 def predict_cell(cell: Cell, topo, consts: Constants, world: int = 2) -> float:
-    consts.nvshmem_blocks = cell.blocks
-    consts.channel_cap = cell.max_channels or None
+    """The predicted time of one measured cell."""
     defn = MICROBENCHMARKS[cell.op]
-    return predict_sizes(defn, topo, world, [cell.nbytes], consts, mode=cell.mode)[0].time_us
+    return predict_sizes(defn, topo, world, [cell.nbytes], consts, mode=cell.mode,
+                         conditions=conditions_of(cell))[0].time_us
 
 
 # What the worker processes of one fit evaluate (set before the pool forks; read-only after).
@@ -180,9 +181,7 @@ _JOB: dict = {}
 def _residuals(x) -> list[float]:
     """log(predicted) - log(measured) over the job's cells, with the parameters set to exp(x)."""
     base, params, subset, topo = _JOB["base"], _JOB["params"], _JOB["subset"], _JOB["topo"]
-    consts = Constants.from_dict(base.to_dict())
-    for (path, _, _), value in zip(params, x):
-        _set(consts, path, math.exp(value))
+    consts = with_values(base, {path: math.exp(value) for (path, _, _), value in zip(params, x)})
     return [math.log(predict_cell(c, topo, consts)) - math.log(c.measured_us) for c in subset]
 
 
@@ -218,10 +217,10 @@ def fit(cells: list[Cell], topo, start: Constants | None = None, workers: int | 
         subset = [c for c in train if c.mode == mode]
         if not subset:
             continue
-        x0 = np.array([math.log(min(max(_get(base, p), lo * 1.01), hi * 0.99)) for p, lo, hi in params])
+        x0 = np.array([math.log(min(max(get_value(base, p), lo * 1.01), hi * 0.99)) for p, lo, hi in params])
         lower = np.array([math.log(lo) for _, lo, _ in params])
         upper = np.array([math.log(hi) for _, _, hi in params])
-        _JOB.update(base=Constants.from_dict(base.to_dict()), params=params, subset=subset, topo=topo)
+        _JOB.update(base=base, params=params, subset=subset, topo=topo)
         pool = _pool(workers if workers is not None else (os.cpu_count() or 1))
         try:
             def evaluate(points):
@@ -243,9 +242,7 @@ def fit(cells: list[Cell], topo, start: Constants | None = None, workers: int | 
             if pool:
                 pool.shutdown()
             _JOB.clear()
-        for (path, _, _), value in zip(params, result.x):
-            _set(base, path, round(math.exp(value), 4))
+        base = with_values(base, {path: round(math.exp(value), 4) for (path, _, _), value in zip(params, result.x)})
         summary[mode] = {"cells": len(subset), "cost": float(result.cost), "evaluations": int(result.nfev),
                          "jacobians": int(result.njev)}
-    base.nvshmem_blocks = 1
     return base, summary

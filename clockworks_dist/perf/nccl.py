@@ -66,19 +66,19 @@ def tree_transfers(n: int, nbytes: float) -> tuple[list[Transfer], int]:
 
 
 def p2p_choice(consts, nbytes: float, link_GBs: float = float("inf"), kind: str = "p2p", view: View | None = None,
-               n: int = 2, self_send: bool = False) -> tuple[str, int, float]:
+               n: int = 2, self_send: bool = False, cap: int | None = None) -> tuple[str, int, float]:
     """NCCL send/recv: the protocol and channels NCCL picks (`nccl_tuning.p2p_plan`) and the rate
     ceiling they give. `kind` is "all_to_all" when the send is one of a grouped exchange with
-    every peer."""
+    every peer; `cap` is the run's channel cap (`RunConditions.channel_cap`)."""
     view = view or default_view(consts)
-    proto, ch = nccl_tuning.p2p_plan(nbytes, n, view, consts.channel_cap, self_send)
+    proto, ch = nccl_tuning.p2p_plan(nbytes, n, view, cap, self_send)
     return proto, ch, ceiling_for(consts, kind, proto, ch, link_GBs)
 
 
 def p2p_fixed_us(consts, proto: str, kind: str = "p2p", own: bool = False) -> float:
     """A send/recv's fixed cost past its launch: the protocol's p2p base and the kind's extra. A
     send to itself has no protocol between two sides: the kernel copies one buffer to the other."""
-    return (0.0 if own else consts.p2p_base_us[proto]) + consts.kind_base_us.get(kind, 0.0)
+    return (0.0 if own else consts.nccl_p2p_base_latency_us[proto]) + consts.nccl_kind_base_us[kind]
 
 
 def p2p_staging_us(consts, proto: str, nbytes: float, channels: int, transport: str) -> float:
@@ -87,32 +87,34 @@ def p2p_staging_us(consts, proto: str, nbytes: float, channels: int, transport: 
     if proto != "Simple":
         return 0.0
     chunk = nccl_tuning.P2P_STEP_BYTES["nvlink" if transport == "nvlink" else "pcie"]
-    return min(nbytes / channels, chunk) / (consts.copy_channel_GBs * 1e3)
+    return min(nbytes / channels, chunk) / (consts.nccl_copy_channel_GBs * 1e3)
 
 
 def ceiling_for(consts, kind: str, proto: str, channels: int, link_GBs: float) -> float:
     """A transfer's rate ceiling: its channels at the kernel's per-channel rate, and no more than
     the fraction of the route's bandwidth that kind of kernel reaches with that protocol (LL's
     8-byte stores carry more packet overhead per byte than Simple's bulk writes)."""
-    per_channel = channels * consts.channel_GBs[proto] * consts.kind_efficiency.get(kind, 1.0)
-    return min(per_channel, link_GBs * consts.kind_link_efficiency.get(kind, 1.0)
-               * consts.proto_link_efficiency.get(proto, 1.0))
+    per_channel = channels * consts.nccl_channel_GBs[proto] * consts.nccl_kind_efficiency[kind]
+    return min(per_channel, link_GBs * consts.nccl_kind_link_efficiency[kind]
+               * consts.nccl_protocol_link_efficiency[proto])
 
 
 def default_view(consts, n_nodes: int = 1) -> View:
     """NCCL's view of a single NVLink node with the constants' channel counts (for callers that
     have no topology at hand)."""
-    return View(channels=int(consts.max_channels), p2p_channels=int(consts.p2p_max_channels), nodes=n_nodes)
+    return View(channels=consts.nccl_max_channels, p2p_channels=consts.nccl_p2p_max_channels, nodes=n_nodes)
 
 
-def plan(kind: str, n: int, nbytes: float, consts, link_GBs: float, view: View | None = None) -> Plan:
+def plan(kind: str, n: int, nbytes: float, consts, link_GBs: float, view: View | None = None,
+         transport: str = "nvlink", cap: int | None = None) -> Plan:
     """The plan NCCL runs for one collective, timed with the calibrated constants.
 
     The algorithm, protocol and channel count are NCCL's own decisions (`nccl_tuning`: its cost
-    model picks them for the communicator's full channel count; a cap such as NCCL_MAX_NCHANNELS
-    only limits the channels the call then runs on). The fixed cost is the protocol's base, the
-    kind's extra and one step latency per ring step; the bytes are flows at most `channels` times
-    the per-channel rate. `nbytes` follows nccl-tests: all-gather output, reduce-scatter input."""
+    model picks them for the communicator's full channel count; a cap such as NCCL_MAX_NCHANNELS,
+    `cap`, only limits the channels the call then runs on). The fixed cost is the protocol's base,
+    the kind's extra and one step latency per ring step over `transport` (the slowest hardware the
+    ring crosses); the bytes are flows at most `channels` times the per-channel rate. `nbytes`
+    follows nccl-tests: all-gather output, reduce-scatter input."""
     view = view or default_view(consts)
     if n == 1 and kind != "barrier":
         # NCCL skips its algorithms on a one-rank communicator (ncclLaunchOneRank): out of place it
@@ -120,18 +122,19 @@ def plan(kind: str, n: int, nbytes: float, consts, link_GBs: float, view: View |
         # (one HBM read and write) either way: the plan does not know whether the call is in place.
         return Plan("one_rank", "Simple", 1, (), 0.0, 0.0, 2.0 * nbytes)
     if kind == "barrier":
-        return Plan("ring", "LL", 1, (), consts.proto_base_us["LL"] + (n - 1) * consts.proto_step_us["LL"],
+        return Plan("ring", "LL", 1, (), consts.nccl_base_latency_us["LL"] + (n - 1) * consts.step_us(transport, "LL"),
                     0.0, 0.0)
     if kind == "all_to_all":
         per = nbytes / n
-        proto, ch, ceiling = p2p_choice(consts, per, link_GBs, "all_to_all", view, n)
+        proto, ch, ceiling = p2p_choice(consts, per, link_GBs, "all_to_all", view, n, cap=cap)
         transfers = tuple(Transfer(i, j, per / EFFICIENCY[proto]) for i in range(n) for j in range(n) if i != j)
         return Plan("p2p", proto, ch, transfers, p2p_fixed_us(consts, proto, "all_to_all"), ceiling, 0.0)
     algorithm, proto, _ = nccl_tuning.choose(kind, n, nbytes, view)
-    ch = nccl_tuning.collective_channels(kind, n, nbytes, algorithm, proto, view, consts.channel_cap)
+    ch = nccl_tuning.collective_channels(kind, n, nbytes, algorithm, proto, view, cap)
     transfers, steps = ring_transfers(kind, n, nbytes) if algorithm == "ring" else tree_transfers(n, nbytes)
     ceiling = ceiling_for(consts, kind, proto, ch, link_GBs)
-    fixed = consts.proto_base_us[proto] + consts.kind_base_us.get(kind, 0.0) + steps * consts.proto_step_us[proto]
+    fixed = (consts.nccl_base_latency_us[proto] + consts.nccl_kind_base_us[kind]
+             + steps * consts.step_us(transport, proto))
     reduce_bytes = 3 * nbytes * (n - 1) / n if kind in ("all_reduce", "reduce_scatter", "reduce_to") else 0.0
     return Plan(algorithm, proto, ch, tuple(Transfer(t.src, t.dst, t.nbytes / EFFICIENCY[proto]) for t in transfers),
                 fixed, ceiling, reduce_bytes)

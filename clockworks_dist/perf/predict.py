@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 
 from .. import ir
 from ..errors import ScheduleError
-from .constants import Constants
+from ..topology.model import Constants
+from .costs import RunConditions, host_cost, launches_kernel
 from .network import GB, Network, from_topology
-from .simulate import Simulator, Timeline, host_cost, is_launch
+from .simulate import Simulator, Timeline
 
 _UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1000, "KIB": 1024, "M": 1024**2, "MB": 1000**2, "MIB": 1024**2,
           "G": 1024**3, "GB": 1000**3, "GIB": 1024**3, "T": 1024**4, "TB": 1000**4, "TIB": 1024**4}
@@ -125,39 +126,45 @@ class Prediction:
                 "busbw_GBs": round(self.busbw_GBs, 3), "mode": self.mode}
 
 
-def simulate(sched: ir.Schedule, network: Network, consts: Constants, mode: str = "graph") -> Timeline:
-    return Simulator(sched, network, consts, mode).run()
+def simulate(sched: ir.Schedule, network: Network, consts: Constants, mode: str = "graph",
+             conditions: RunConditions = RunConditions()) -> Timeline:
+    """The schedule's run on `network` with `consts`, under `conditions`."""
+    return Simulator(sched, network, consts, mode, conditions=conditions).run()
 
 
 def host_us(sched: ir.Schedule, consts: Constants) -> float:
     """The host's issue time per iteration on the busiest rank (its NVSHMEM ops share one kernel)."""
     return max(sum(host_cost(op, consts) for op in p.ops)
-               + (consts.host_issue_us if any(not is_launch(op) for op in p.ops) else 0.0)
+               + (consts.kernel_launch_us if any(not launches_kernel(op) for op in p.ops) else 0.0)
                for p in sched.programs)
 
 
 def steady_state_us(sched: ir.Schedule, timeline: Timeline, consts: Constants, mode: str,
-                    network: Network | None = None) -> float:
+                    network: Network | None = None, conditions: RunConditions = RunConditions()) -> float:
     """Per-iteration time of the schedule run back to back. CUDA-graph launched, that is one run.
     Eagerly launched, the host issues every launch of an iteration while the GPU runs the previous
     one: an iteration takes the longer of the host's issue time and the GPU's own time."""
     if mode != "eager":
         return timeline.total_us
-    gpu = Simulator(sched, network or timeline.network, consts, mode, host_clock=False).run().total_us
+    gpu = Simulator(sched, network or timeline.network, consts, mode, host_clock=False,
+                    conditions=conditions).run().total_us
     return max(gpu, host_us(sched, consts))
 
 
 def predict_sizes(defn, topo, world: int, sizes: list[int], consts: Constants | None = None,
-                  mode: str = "graph", ranks_per_node: int | None = None) -> list[Prediction]:
-    consts = consts or Constants.from_topology(topo.constants)
+                  mode: str = "graph", ranks_per_node: int | None = None,
+                  conditions: RunConditions = RunConditions()) -> list[Prediction]:
+    """The schedule traced at each size and simulated on `topo` (with its constants unless `consts`
+    is given), under `conditions`."""
+    consts = consts or topo.constants
     out = []
     network = from_topology(topo, world)
     base = defn.trace(world, ranks_per_node)
     for nbytes in sizes:
         sched = defn.trace(world, ranks_per_node, sizes=size_binding(defn, world, nbytes, ranks_per_node, base))
         network._routes.clear()
-        timeline = simulate(sched, network, consts, mode)
-        time_us = steady_state_us(sched, timeline, consts, mode, network)
+        timeline = simulate(sched, network, consts, mode, conditions)
+        time_us = steady_state_us(sched, timeline, consts, mode, network, conditions)
         factor, _ = busbw_factor(sched)
         algbw = nbytes / time_us / GB if time_us > 0 else 0.0
         out.append(Prediction(nbytes=nbytes, time_us=time_us, algbw_GBs=algbw, busbw_GBs=algbw * factor,
@@ -193,18 +200,3 @@ def bound(timeline: Timeline) -> str:
                 f"{longest.loc} {longest.text[:50]} moves its bytes in {longest.detail['flow_us']:.1f} us")
     return "latency: fixed per-op costs dominate (launch, protocol steps, signals)"
 
-
-def chrome_trace(timeline: Timeline) -> dict:
-    """The predicted timeline in the Chrome trace-event format (loads in Perfetto)."""
-    events = []
-    for rec in timeline.records:
-        tid = 1 if rec.kind == "delivery" else 0
-        events.append({"name": rec.text, "cat": rec.kind, "ph": "X", "ts": round(rec.start, 3),
-                       "dur": round(max(rec.end - rec.start, 0.0), 3), "pid": 0, "tid": rec.rank * 2 + tid,
-                       "args": {"file": rec.loc.file, "line": rec.loc.line, "waited_for": rec.cause_kind,
-                                **rec.detail}})
-    ranks = sorted({rec.rank for rec in timeline.records})
-    for rank in ranks:
-        for tid, label in ((rank * 2, f"rank {rank}"), (rank * 2 + 1, f"rank {rank} deliveries")):
-            events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "args": {"name": label}})
-    return {"traceEvents": events, "displayTimeUnit": "ns"}

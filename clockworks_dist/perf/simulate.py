@@ -23,7 +23,6 @@ waited for last), per-link bytes, and the total time.
 
 from __future__ import annotations
 
-import copy
 import heapq
 import itertools
 import math
@@ -34,6 +33,7 @@ from ..semantics.match import match
 from ..semantics.arithmetic import atomic_result, compare, fetch_result
 from ..errors import ClockworksError
 from . import nccl
+from .costs import COSTS, RunConditions, fixed_us, host_cost, launch_us
 from .flows import Flow, max_min_rates
 from .network import Network
 
@@ -77,13 +77,15 @@ class Timeline:
 
 
 class Simulator:
-    def __init__(self, sched: ir.Schedule, network: Network, consts, mode: str = "graph", host_clock: bool = True):
+    def __init__(self, sched: ir.Schedule, network: Network, consts, mode: str = "graph", host_clock: bool = True,
+                 conditions: RunConditions = RunConditions()):
         matches, problems = match(sched)
         if problems:
             first = problems[0]
             where = first.ops[0].loc if first.ops and first.ops[0].loc else sched.loc
             raise PredictError(f"{where}: the schedule does not match: {first.message} (run `clockworks check`)")
         self.sched, self.net, self.c, self.mode = sched, network, consts, mode
+        self.conditions = conditions
         self.matches = matches
         self.world = sched.world
         self.now = 0.0
@@ -119,7 +121,7 @@ class Simulator:
         self.views: dict[tuple[int, ...], nccl.View] = {}
         self.fences = [[sum(1 for o in p.ops[:i] if o.kind == "fence") for i in range(len(p.ops))]
                        for p in sched.programs]
-        # Eager mode: the host issues the launches one after another, host_issue_us each; a kernel
+        # Eager mode: the host issues the launches one after another (`costs.host_cost`); a kernel
         # cannot start before the host has issued it (it can start later, when the GPU is busy).
         self.host_ready = [[0.0] * len(p.ops) for p in sched.programs]
         if mode == "eager" and host_clock:
@@ -253,7 +255,7 @@ class Simulator:
 
     def _launch(self) -> float:
         """GPU-side cost of starting a kernel (the host's issue cost is the host clock's)."""
-        return self.c.launch_us + (self.c.eager_launch_us if self.mode == "eager" else 0.0)
+        return launch_us(self.c, self.mode)
 
     def finish(self, rank: int, rec: OpRecord, end: float | None = None) -> None:
         rec.end = self.now if end is None else end
@@ -275,11 +277,12 @@ class Simulator:
         op = prog.ops[pc]
         k = op.kind
         start = max(self.now, self.free_at[rank])
-        if k in ("reduce", "copy", "fill", "compute"):
+        rule = COSTS[k]
+        if rule.timing == "local":
             rec = self._record(rank, pc, None, op, start)
             self.posted[(rank, pc)] = rec
-            nbytes = self._local_bytes(rank, op)
-            launch = self._launch() + (self.c.compute_us if k == "compute" else 0.0)
+            nbytes = rule.nbytes(op, lambda region: self._bytes(rank, region))
+            launch = self._launch() + fixed_us(self.c, rule.issue)
 
             def done(rec=rec):
                 self.posted.pop((rank, pc), None)
@@ -294,24 +297,25 @@ class Simulator:
                 key = (rank, pc, sub if k == "group" else None)
                 self.posted[key] = head
                 self._try_p2p(key, member)
-        elif k in ir.COLLECTIVE_KINDS or k in ("barrier_all", "sync_all"):
+        elif rule.timing in ("collective", "barrier"):
             rec = self._record(rank, pc, None, op, start)
             self.posted[(rank, pc)] = rec
             if k == "barrier_all" and self.outstanding[rank]:
                 self.quiet_waiter[rank] = rec
                 return
             self._arrive(rank, pc, rec)
-        elif k in ir.DELIVERY_KINDS:
+        elif rule.timing == "delivery":
             rec = self._record(rank, pc, None, op, start)
-            issue = start + self.c.nvshmem_issue_us
+            issue = start + fixed_us(self.c, rule.issue)
             self.outstanding[rank] += 1
             self.at(issue, lambda: self._issue_delivery(rank, pc, op, rec))
             self.finish(rank, rec, issue)
-        elif k == "get":
+        elif rule.timing == "get":
             rec = self._record(rank, pc, None, op, start)
-            nbytes = self._bytes(rank, op.dst)
-            self.at(start + self.c.nvshmem_issue_us, lambda: self.transfer(
-                op.pe, rank, nbytes, self._block_ceiling(), self.c.nvshmem_latency_us, lambda: self.finish(rank, rec)))
+            nbytes = rule.nbytes(op, lambda region: self._bytes(rank, region))
+            self.at(start + fixed_us(self.c, rule.issue), lambda: self.transfer(
+                op.pe, rank, nbytes, self._block_ceiling(), fixed_us(self.c, rule.latency),
+                lambda: self.finish(rank, rec)))
         elif k == "fetch_atomic":
             rec = self._record(rank, pc, None, op, start)
             if isinstance(op.target, ir.SignalRef):
@@ -319,7 +323,7 @@ class Simulator:
                 old = self.signals[op.pe][word]
                 self.signals[op.pe][word] = fetch_result(op.op, old, op.value, op.cond)
                 self._wake(op.pe, word, rec)
-            self.at(start + 2 * self.c.nvshmem_latency_us, lambda: self.finish(rank, rec))
+            self.at(start + fixed_us(self.c, rule.latency), lambda: self.finish(rank, rec))
         elif k == "wait_until":
             word = self.sig_offset[op.signal.signal] + op.signal.index
             if compare(op.cmp, self.signals[rank][word], op.value):
@@ -362,7 +366,8 @@ class Simulator:
         own = skey[0] == rkey[0]  # a send to itself: a copy inside the kernel
         proto, ch, ceiling = nccl.p2p_choice(self.c, nbytes, self.net.bottleneck(skey[0], rkey[0]),
                                              "all_to_all" if exchange else "p2p",
-                                             self._view(tuple(range(self.world))), self.world, own)
+                                             self._view(tuple(range(self.world))), self.world, own,
+                                             cap=self.conditions.channel_cap)
         fixed = self._launch() + nccl.p2p_fixed_us(self.c, proto, "all_to_all" if exchange else "p2p", own)
         if not own:
             fixed += nccl.p2p_staging_us(self.c, proto, nbytes, ch, self.net.transport(skey[0], rkey[0]))
@@ -375,7 +380,7 @@ class Simulator:
                 self._member_done(k, rec)
         wire = 2 * nbytes if own else nbytes / nccl.EFFICIENCY[proto]  # a copy reads and writes HBM
         if own:  # the send's channels copy at their own rate
-            ceiling = ch * self.c.copy_channel_GBs
+            ceiling = ch * self.c.nccl_copy_channel_GBs
         self.transfer(skey[0], rkey[0], wire, ceiling, fixed, done, record=rec)
 
     def _member_done(self, key: tuple, rec: OpRecord) -> None:
@@ -401,21 +406,19 @@ class Simulator:
                 r.cause, r.cause_kind = last, "collective: last member to arrive"
         op = self.sched.programs[members[0][0]].ops[members[0][1]]
         ranks = [r for r, _ in members]
-        if op.kind in ("barrier_all", "sync_all"):
-            end = self.now + self._launch() + self.c.barrier_us * max(1, (len(ranks) - 1).bit_length())
+        rule = COSTS[op.kind]
+        if rule.timing == "barrier":  # a dissemination barrier: one round per doubling
+            end = self.now + self._launch() + fixed_us(self.c, rule.issue) * max(1, (len(ranks) - 1).bit_length())
             for r, i in members:
                 self.posted.pop((r, i), None)
                 self.finish(r, arrived[r], end)
             return
-        nbytes = self._collective_bytes(members)
+        nbytes = rule.nbytes(op, lambda region: self._bytes(members[0][0], region))
         link = min(self.net.bottleneck(a, b) for a in ranks for b in ranks if a != b) if len(ranks) > 1 else 1e9
         transports = {self.net.transport(a, b) for a in ranks for b in ranks if a != b}
         worst = next((t for t in ("net", "pcie", "nvlink") if t in transports), "nvlink")
-        consts = self.c
-        if consts.step_by_transport.get(worst) and worst != "nvlink":
-            consts = copy.copy(consts)
-            consts.proto_step_us = consts.step_by_transport[worst]
-        p = nccl.plan(op.kind, len(ranks), nbytes, consts, link, self._view(tuple(ranks)))
+        p = nccl.plan(op.kind, len(ranks), nbytes, self.c, link, self._view(tuple(ranks)), worst,
+                      self.conditions.channel_cap)
         self.plans.append((last, p))
         left = [len(p.transfers) + (len(ranks) if p.reduce_bytes else 0)]
         start = self.now + self._launch()
@@ -457,7 +460,7 @@ class Simulator:
             found = nccl.View(gpu=self.net.gpu_generation, intra="pcie" if "pcie" in intra else "nvlink",
                               nodes=len(nodes), route_GBs=min((self.net.nominal_GBs(a, b) for a, b in pairs),
                                                               default=370.8),
-                              channels=int(self.c.max_channels), p2p_channels=int(self.c.p2p_max_channels))
+                              channels=self.c.nccl_max_channels, p2p_channels=self.c.nccl_p2p_max_channels)
             self.views[ranks] = found
         return found
 
@@ -468,11 +471,12 @@ class Simulator:
         epochs = self.in_flight_epochs.setdefault(key, [])
 
         flow_note = OpRecord(rank=rank, index=index, sub=None, kind="delivery", text="", loc=op.loc)
+        rule = COSTS[op.kind]
 
         def start():
             epochs.append(epoch)
-            nbytes = self._bytes(rank, op.src) if op.kind in ("put", "put_signal") else 8.0
-            latency = self.c.nvshmem_latency_us + (self.c.nvshmem_signal_us if op.kind != "put" else 0.0)
+            nbytes = rule.nbytes(op, lambda region: self._bytes(rank, region))
+            latency = fixed_us(self.c, rule.latency)
             ceiling = min(self._block_ceiling(), self.net.bottleneck(rank, op.pe) * self.c.nvshmem_link_efficiency)
             self.transfer(rank, op.pe, nbytes, ceiling, latency, lambda: land(), record=flow_note)
 
@@ -533,26 +537,8 @@ class Simulator:
     def _bytes(self, rank: int, region: ir.Region) -> float:
         return region.count * ir.DTYPE_BYTES[self.sched.programs[rank].buffer(region.buffer).dtype]
 
-    def _local_bytes(self, rank: int, op) -> float:
-        if op.kind == "reduce":
-            return self._bytes(rank, op.dst) * (len(op.srcs) + 1)
-        if op.kind == "copy":
-            return 2 * self._bytes(rank, op.dst)
-        if op.kind == "fill":
-            return self._bytes(rank, op.dst)
-        return sum(self._bytes(rank, r) for r in op.reads) + sum(self._bytes(rank, r) for r in op.writes)
-
-    def _collective_bytes(self, members) -> float:
-        rank, index = members[0]
-        op = self.sched.programs[rank].ops[index]
-        if op.kind == "barrier":
-            return 0.0
-        if op.kind == "all_gather":
-            return self._bytes(rank, op.dst)
-        return self._bytes(rank, op.src)
-
     def _block_ceiling(self) -> float:
-        return self.c.nvshmem_block_GBs * self.c.nvshmem_blocks
+        return self.c.nvshmem_block_GBs * self.conditions.nvshmem_blocks
 
     def _critical_path(self) -> list[OpRecord]:
         if not self.records:
@@ -565,15 +551,3 @@ class Simulator:
             node = node.cause
         return path[::-1]
 
-
-def is_launch(op) -> bool:
-    """Whether the host launches a kernel for this op (one-sided ops run inside a kernel)."""
-    return op.kind not in ir.ONE_SIDED_KINDS
-
-
-def host_cost(op, consts) -> float:
-    """The host's time to issue this op eagerly: a collective (NCCL tunes it on the host) or other
-    kernel, a send/recv group, or nothing (one-sided ops run inside a kernel)."""
-    if not is_launch(op):
-        return 0.0
-    return consts.host_issue_p2p_us if op.kind in ("send", "recv", "group") else consts.host_issue_us

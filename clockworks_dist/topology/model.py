@@ -171,7 +171,36 @@ class Link(LinkSpec):
 
 
 # ----------------------------------------------------------------------------------- constants
-class PerProtocol(_Frozen):
+# The kinds of NCCL call that per-kind constants are keyed by: the collectives and point-to-point.
+NCCL_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to", "all_to_all", "p2p")
+NcclKind = Literal[NCCL_KINDS]
+
+
+def _every_kind(default: float) -> dict[str, float]:
+    """A per-kind table with one value for every kind."""
+    return dict.fromkeys(NCCL_KINDS, default)
+
+
+def _kinds_default_to(default: float):
+    """A validator for a per-kind table: the kinds a file leaves out take the field's default, so a
+    reader finds every kind (and the default lives here only)."""
+
+    def fill(table: dict[str, float]) -> dict[str, float]:
+        return {**_every_kind(default), **table}
+
+    return fill
+
+
+class _ByName(_Frozen):
+    """A table with one field per name (protocol or transport), read as `table[name]`."""
+
+    def __getitem__(self, name: str):
+        if name not in type(self).model_fields:
+            raise KeyError(name)
+        return getattr(self, name)
+
+
+class PerProtocol(_ByName):
     """One latency per NCCL protocol, us."""
 
     LL: Latency
@@ -179,7 +208,7 @@ class PerProtocol(_Frozen):
     Simple: Latency
 
 
-class PerProtocolRate(_Frozen):
+class PerProtocolRate(_ByName):
     """One rate per NCCL protocol, GB/s."""
 
     LL: Rate
@@ -187,7 +216,7 @@ class PerProtocolRate(_Frozen):
     Simple: Rate
 
 
-class PerProtocolFraction(_Frozen):
+class PerProtocolFraction(_ByName):
     """One fraction per NCCL protocol, 0.01 to 1."""
 
     LL: Fraction
@@ -195,8 +224,8 @@ class PerProtocolFraction(_Frozen):
     Simple: Fraction
 
 
-class StepLatency(_Frozen):
-    """NCCL's latency per ring step, by the hardware the step crosses."""
+class StepLatency(_ByName):
+    """NCCL's latency per ring step, by the hardware the step crosses (`steps["pcie"]["LL"]`)."""
 
     nvlink: PerProtocol
     pcie: PerProtocol
@@ -204,8 +233,9 @@ class StepLatency(_Frozen):
 
 
 class Constants(_Frozen):
-    """Per-op constants of the simulator. Defaults are public figures (sources in the comments);
-    the calibration step measures them on a real machine and writes them into a topology file."""
+    """Per-op constants of the simulator, under the names it reads them by. Defaults are public
+    figures (sources in the comments); the calibration step measures them on a real machine and
+    writes them into a topology file (`model_dump()`)."""
 
     # The host's time to issue one kernel launch eagerly (not in a CUDA graph): launches issued back
     # to back go no faster than one per this; a few us on Hopper with a recent driver, and the
@@ -260,21 +290,19 @@ class Constants(_Frozen):
     nccl_p2p_max_channels: Channels = 32
     # How much of the per-channel rate each kind of NCCL kernel reaches (they do different work per
     # byte: a reduction, a copy, a forward); 1.0 until calibrated.
-    nccl_kind_efficiency: dict[Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to",
-                                       "all_to_all", "p2p"],
-                               _real(ge=MIN_FRACTION, le=10)] = Field(default_factory=lambda: {
-        "all_reduce": 1.0, "all_gather": 1.0, "reduce_scatter": 1.0, "broadcast": 1.0, "reduce_to": 1.0, "all_to_all": 1.0, "p2p": 1.0})
+    # (A file may list some kinds only: the others keep the default.)
+    nccl_kind_efficiency: Annotated[dict[NcclKind, _real(ge=MIN_FRACTION, le=10)],
+                                    AfterValidator(_kinds_default_to(1.0))] = Field(
+        default_factory=lambda: _every_kind(1.0))
     # The fraction of a route's raw link bandwidth each kind reaches with all its channels (NVLink
     # packet overheads, synchronisation between steps); 1.0 until calibrated.
-    nccl_kind_link_efficiency: dict[Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to",
-                                            "all_to_all", "p2p"], Fraction] = Field(default_factory=lambda: {
-        "all_reduce": 1.0, "all_gather": 1.0, "reduce_scatter": 1.0, "broadcast": 1.0, "reduce_to": 1.0, "all_to_all": 1.0, "p2p": 1.0})
+    nccl_kind_link_efficiency: Annotated[dict[NcclKind, Fraction], AfterValidator(_kinds_default_to(1.0))] = Field(
+        default_factory=lambda: _every_kind(1.0))
     # Fixed cost each kind of NCCL kernel adds to its protocol's base latency (a broadcast's root
     # only sends; an all-reduce also reduces; an all-to-all also copies its own chunk); 0 until
     # calibrated.
-    nccl_kind_base_us: dict[Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to",
-                                    "all_to_all", "p2p"], Latency] = Field(default_factory=lambda: {
-        "all_reduce": 0.0, "all_gather": 0.0, "reduce_scatter": 0.0, "broadcast": 0.0, "reduce_to": 0.0, "all_to_all": 0.0, "p2p": 0.0})
+    nccl_kind_base_us: Annotated[dict[NcclKind, Latency], AfterValidator(_kinds_default_to(0.0))] = Field(
+        default_factory=lambda: _every_kind(0.0))
     # Data one way over an NVLink draws acknowledgements the other way: the fraction of a flow's
     # rate they take from the opposite direction (traffic both ways runs slower than one way);
     # 0 until calibrated.
@@ -287,6 +315,10 @@ class Constants(_Frozen):
     nccl_copy_channel_GBs: Rate = 100.0
     # Send/recv has no ring steps: its fixed cost per protocol, apart from the collectives' base.
     nccl_p2p_base_latency_us: PerProtocol = PerProtocol(LL=6.6, LL128=14.0, Simple=8.4)
+
+    def step_us(self, transport: str, protocol: str) -> float:
+        """NCCL's latency per ring step of `protocol` over `transport` (nvlink, pcie or net)."""
+        return self.nccl_step_latency_us[transport][protocol]
 
 
 class Provenance(_Frozen):

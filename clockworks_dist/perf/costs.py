@@ -1,0 +1,162 @@
+"""What each op costs in time: one rule per op kind, as the semantics has one rule per op.
+
+`COSTS[kind]` (the `kind` strings of `ir`'s op classes) says, for an op of that kind:
+
+- `host`: the constant the host spends issuing it when launches are eager, or None when the host
+  launches no kernel for it (NVSHMEM calls run inside a kernel that is already running);
+- `launch`: whether the GPU pays a kernel's start for it (`graph_launch_us`, plus `eager_launch_us`
+  when launched eagerly);
+- `issue`: constants the rank spends on the op before its bytes move (a put's issue);
+- `latency`: constants paid after its bytes have moved (a put's signal reaching the target);
+- `nbytes(op, size)`: the bytes it moves, `size(region)` giving a region's bytes on its rank;
+- `pulls`: its bytes flow from the peer (`op.pe`) to this rank, as a get's do;
+- `timing`: which of the simulator's processes times it: `local` (a kernel over the GPU's HBM),
+  `p2p` (NCCL send/recv, per matched pair), `collective` (an NCCL collective, `nccl.plan`),
+  `barrier` (a PE-wide barrier: `issue` once per dissemination round), `delivery` (issued on the
+  rank, lands later), `get` (a blocking transfer from the peer), `fixed` (latencies only), `instant`
+  (no time of its own: waits, fence, quiet end when what they wait for has happened).
+
+Names in `issue` and `latency` are fields of `topology.Constants`. Adding an op to `ir.Op` means
+adding its entry here (tests/test_costs.py fails until then).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .. import ir
+
+Size = Callable[[ir.Region], float]
+SIGNAL_BYTES = 8.0  # a signal or atomic update carries one 64-bit word
+
+
+@dataclass(frozen=True)
+class RunConditions:
+    """How a run is set up, apart from the machine it runs on (what calibration varies per
+    measured cell)."""
+
+    nvshmem_blocks: int = 1  # thread blocks issuing each NVSHMEM put or get
+    # NCCL_MAX_NCHANNELS of the run: it caps the channels a call uses, not NCCL's choice of protocol
+    # (NCCL builds its tuning tables for the full channel count).
+    channel_cap: int | None = None
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The cost rule of one op kind (fields: the module docstring)."""
+
+    timing: str
+    host: str | None = None
+    launch: bool = False
+    issue: tuple[str, ...] = ()
+    latency: tuple[str, ...] = ()
+    nbytes: Callable[[object, Size], float] | None = None
+    pulls: bool = False
+
+    @property
+    def launches_kernel(self) -> bool:
+        """Whether the host launches a kernel for the op."""
+        return self.host is not None
+
+
+def fixed_us(consts, names: tuple[str, ...]) -> float:
+    """The sum of the named constants."""
+    return sum(getattr(consts, name) for name in names)
+
+
+def _reduce_bytes(op, size: Size) -> float:
+    return size(op.dst) * (len(op.srcs) + 1)  # every source read, the destination written
+
+
+def _copy_bytes(op, size: Size) -> float:
+    return 2 * size(op.dst)  # read and written
+
+
+def _compute_bytes(op, size: Size) -> float:
+    return sum(size(region) for region in op.reads) + sum(size(region) for region in op.writes)
+
+
+def _src_bytes(op, size: Size) -> float:
+    return size(op.src)
+
+
+def _dst_bytes(op, size: Size) -> float:
+    return size(op.dst)
+
+
+def _signal_bytes(op, size: Size) -> float:
+    return SIGNAL_BYTES
+
+
+def _no_bytes(op, size: Size) -> float:
+    return 0.0
+
+
+_LOCAL = dict(timing="local", host="kernel_launch_us", launch=True)
+_NCCL_P2P = dict(timing="p2p", host="p2p_launch_us", launch=True)  # the host skips NCCL's tuning
+_NCCL = dict(timing="collective", host="kernel_launch_us", launch=True)
+_PUT = dict(timing="delivery", issue=("nvshmem_put_latency_us",), latency=("nvshmem_signal_latency_us",))
+# A PE-wide barrier runs in the NVSHMEM kernel (no launch on the host), but its own start on the
+# GPU is a kernel's.
+_PE_BARRIER = dict(timing="barrier", launch=True, issue=("barrier_us",))
+_WAIT = dict(timing="instant")
+
+COSTS: dict[str, Cost] = {
+    "reduce": Cost(**_LOCAL, nbytes=_reduce_bytes),
+    "copy": Cost(**_LOCAL, nbytes=_copy_bytes),
+    "fill": Cost(**_LOCAL, nbytes=_dst_bytes),
+    "compute": Cost(**_LOCAL, issue=("compute_us",), nbytes=_compute_bytes),
+    # A send/recv's bytes are its send's, timed per matched pair; a group's are its members'.
+    "send": Cost(**_NCCL_P2P, nbytes=_src_bytes),
+    "recv": Cost(**_NCCL_P2P, nbytes=_dst_bytes),
+    "group": Cost(**_NCCL_P2P),
+    # nccl-tests' byte conventions: all-gather counts its output, the others their input.
+    "all_reduce": Cost(**_NCCL, nbytes=_src_bytes),
+    "all_gather": Cost(**_NCCL, nbytes=_dst_bytes),
+    "reduce_scatter": Cost(**_NCCL, nbytes=_src_bytes),
+    "broadcast": Cost(**_NCCL, nbytes=_src_bytes),
+    "reduce_to": Cost(**_NCCL, nbytes=_src_bytes),
+    "all_to_all": Cost(**_NCCL, nbytes=_src_bytes),
+    "barrier": Cost(**_NCCL, nbytes=_no_bytes),
+    "barrier_all": Cost(**_PE_BARRIER),
+    "sync_all": Cost(**_PE_BARRIER),
+    "put": Cost(**_PUT, nbytes=_src_bytes),
+    "put_signal": Cost(**_PUT, nbytes=_src_bytes),
+    "signal_op": Cost(**_PUT, nbytes=_signal_bytes),
+    "atomic": Cost(**_PUT, nbytes=_signal_bytes),
+    # A get's bytes come from the peer, at the rate of the blocks that issue it; a non-blocking get
+    # costs the same but the rank goes on once it is issued (its data lands as a delivery).
+    "get": Cost(timing="get", issue=("nvshmem_put_latency_us",), latency=("nvshmem_signal_latency_us",),
+                nbytes=_dst_bytes, pulls=True),
+    "get_nbi": Cost(**_PUT, nbytes=_dst_bytes, pulls=True),
+    # A fetching atomic is a round trip to the target and back.
+    "fetch_atomic": Cost(timing="fixed", latency=("nvshmem_signal_latency_us", "nvshmem_signal_latency_us")),
+    "wait_until": Cost(**_WAIT),
+    "wait_until_all": Cost(**_WAIT),
+    "wait_until_any": Cost(**_WAIT),
+    "fence": Cost(**_WAIT),  # it orders deliveries (the machine holds them back), costing nothing itself
+    "quiet": Cost(**_WAIT),
+}
+
+
+def cost(op) -> Cost:
+    """The cost rule of `op`."""
+    return COSTS[op.kind]
+
+
+def launches_kernel(op) -> bool:
+    """Whether the host launches a kernel for this op (one-sided ops run inside a kernel)."""
+    return COSTS[op.kind].launches_kernel
+
+
+def host_cost(op, consts) -> float:
+    """The host's time to issue this op eagerly: a collective (NCCL tunes it on the host) or other
+    kernel, a send/recv group, or nothing (one-sided ops run inside a kernel)."""
+    rule = COSTS[op.kind]
+    return getattr(consts, rule.host) if rule.host is not None else 0.0
+
+
+def launch_us(consts, mode: str) -> float:
+    """The GPU-side start of a kernel (the host's issue cost is counted by the host clock)."""
+    return consts.graph_launch_us + (consts.eager_launch_us if mode == "eager" else 0.0)

@@ -1,0 +1,135 @@
+"""Renderings of predictions: the text table, the JSON object, the Chrome trace and the plot.
+
+`clockworks predict` builds a `PredictionReport` and asks for one of these; nothing here simulates.
+matplotlib is imported only by the plot, and only when asked for.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from ..errors import ClockworksError, MissingDependency
+from ..perf.predict import Prediction, bound, link_utilisation
+from ..perf.simulate import Timeline
+
+CRITICAL_ROWS = 8  # the last steps of the critical path shown in text (JSON has them all)
+OP_WIDTH = 60  # widest op text on a critical-path line
+
+
+@dataclass
+class PredictionReport:
+    """One `clockworks predict` run: the size sweep, and the world-size sweep at its largest size."""
+
+    schedule: str
+    topology: str
+    ranks: int
+    mode: str
+    predictions: list[Prediction]
+    scaling: list[tuple[int, Prediction]] = field(default_factory=list)
+
+    @property
+    def last(self) -> Prediction:
+        return self.predictions[-1]
+
+
+def critical_path(timeline: Timeline) -> list[dict]:
+    """The critical path, op by op, with the user's file and line and what each op waited for."""
+    return [{"rank": r.rank, "op": r.text, "file": r.loc.file, "line": r.loc.line,
+             "start_us": round(r.start, 3), "end_us": round(r.end, 3), "waited_for": r.cause_kind}
+            for r in timeline.critical]
+
+
+def busiest_links(timeline: Timeline) -> list[dict]:
+    """The busiest links: bytes moved and utilisation over the run."""
+    return [{"link": name, "GB": round(moved, 4), "utilisation": round(util, 4)}
+            for name, moved, util in link_utilisation(timeline)]
+
+
+def to_json(report: PredictionReport) -> dict:
+    """The report as `clockworks predict --json` prints it."""
+    timeline = report.last.timeline
+    return {"schedule": report.schedule, "topology": report.topology, "ranks": report.ranks, "mode": report.mode,
+            "predictions": [p.to_json() for p in report.predictions], "bound": bound(timeline),
+            "critical_path": critical_path(timeline), "links": busiest_links(timeline),
+            "scaling": [{"ranks": n, **p.to_json()} for n, p in report.scaling]}
+
+
+def render_text(report: PredictionReport) -> str:
+    """The report as a table of sizes, the critical path's last steps, the busiest links and the
+    scaling sweep."""
+    last = report.last
+    lines = [f"{report.schedule} on {report.topology}, {report.ranks} ranks, {report.mode} launches: predicted", "",
+             f"  {'bytes':>12}  {'time (us)':>11}  {'algbw (GB/s)':>12}  {'busbw (GB/s)':>12}"]
+    for p in report.predictions:
+        lines.append(f"  {p.nbytes:>12}  {p.time_us:>11.2f}  {p.algbw_GBs:>12.2f}  {p.busbw_GBs:>12.2f}")
+    lines += ["", f"at {last.nbytes} bytes: {last.time_us:.2f} us; bound by {bound(last.timeline)}",
+              "critical path (last ops):"]
+    for step in critical_path(last.timeline)[-CRITICAL_ROWS:]:
+        lines.append(f"  {step['file']}:{step['line']}  rank {step['rank']}  {step['op'][:OP_WIDTH]}  "
+                     f"{step['start_us']:.2f} -> {step['end_us']:.2f} us  (waited for {step['waited_for']})")
+    lines.append("busiest links:")
+    for link in busiest_links(last.timeline):
+        lines.append(f"  {link['link']}: {link['GB']:.3f} GB moved, busy {link['utilisation']:.0%}")
+    if report.scaling:
+        lines += ["", f"scaling at {last.nbytes} bytes:"]
+        lines += [f"  {n:>4} ranks: {p.time_us:10.2f} us  busbw {p.busbw_GBs:8.2f} GB/s" for n, p in report.scaling]
+    return "\n".join(lines)
+
+
+def chrome_trace(timeline: Timeline) -> dict:
+    """The predicted timeline in the Chrome trace-event format (loads in Perfetto)."""
+    events = []
+    for rec in timeline.records:
+        tid = 1 if rec.kind == "delivery" else 0
+        events.append({"name": rec.text, "cat": rec.kind, "ph": "X", "ts": round(rec.start, 3),
+                       "dur": round(max(rec.end - rec.start, 0.0), 3), "pid": 0, "tid": rec.rank * 2 + tid,
+                       "args": {"file": rec.loc.file, "line": rec.loc.line, "waited_for": rec.cause_kind,
+                                **rec.detail}})
+    ranks = sorted({rec.rank for rec in timeline.records})
+    for rank in ranks:
+        for tid, label in ((rank * 2, f"rank {rank}"), (rank * 2 + 1, f"rank {rank} deliveries")):
+            events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "args": {"name": label}})
+    return {"traceEvents": events, "displayTimeUnit": "ns"}
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise MissingDependency("plotting needs matplotlib: pip install 'clockworks-dist[plot]'") from exc
+    return plt
+
+
+def check_plot_format(path: str) -> None:
+    """matplotlib is there and can write the format the file name asks for."""
+    _pyplot()
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    extension = os.path.splitext(path)[1].lstrip(".").lower()
+    if extension not in formats:
+        raise ClockworksError(f"--plot {path}: cannot tell the image format from the name; end it in .png "
+                              f"(or one of .{', '.join(sorted(formats))})")
+
+
+def plot(report: PredictionReport, path: str) -> None:
+    """Time and busbw against size, side by side (OSError if `path` cannot be written)."""
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    sizes = [p.nbytes for p in report.predictions]
+    left.loglog(sizes, [p.time_us for p in report.predictions], marker="o")
+    left.set_xlabel("bytes per rank")
+    left.set_ylabel("predicted time (us)")
+    right.semilogx(sizes, [p.busbw_GBs for p in report.predictions], marker="o")
+    right.set_xlabel("bytes per rank")
+    right.set_ylabel("busbw (GB/s)")
+    fig.suptitle(f"{report.schedule} on {report.topology} (predicted)")
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)

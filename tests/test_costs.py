@@ -1,0 +1,47 @@
+"""The cost rules (`perf/costs.py`): one entry per op kind of `ir.Op`, naming constants that exist."""
+
+from __future__ import annotations
+
+import typing
+
+import pytest
+
+from clockworks_dist import ir
+from clockworks_dist.perf.costs import COSTS, RunConditions, host_cost, launches_kernel
+from clockworks_dist.topology import Constants
+
+TIMINGS = {"local", "p2p", "collective", "barrier", "delivery", "get", "fixed", "instant"}
+
+
+def op_kinds() -> set[str]:
+    """Every `kind` of the `ir.Op` union."""
+    union, *_ = typing.get_args(ir.Op)
+    return {cls.model_fields["kind"].default for cls in typing.get_args(union)}
+
+
+def test_every_op_kind_has_a_cost_rule():
+    missing = op_kinds() - set(COSTS)
+    assert not missing, f"add a cost rule to clockworks_dist/perf/costs.py COSTS for: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("kind", sorted(COSTS))
+def test_a_cost_rule_names_fields_of_the_constants(kind):
+    rule = COSTS[kind]
+    assert rule.timing in TIMINGS
+    for name in (rule.host,) * (rule.host is not None) + rule.issue + rule.latency:
+        assert name in Constants.model_fields, (kind, name)
+
+
+def test_the_host_launches_kernels_for_nccl_and_local_ops_only():
+    c = Constants(kernel_launch_us=7.0, p2p_launch_us=4.0)
+    loc = ir.SourceLoc(file="x.py", line=1)
+    region = ir.Region(buffer="x", start=0, stop=4)
+    assert host_cost(ir.AllReduce(loc=loc, src=region, dst=region), c) == 7.0
+    assert host_cost(ir.Send(loc=loc, peer=1, src=region), c) == 4.0
+    put = ir.Put(loc=loc, pe=1, dst=region, src=region)
+    assert host_cost(put, c) == 0.0 and not launches_kernel(put)
+    assert not launches_kernel(ir.BarrierAll(loc=loc)) and COSTS["barrier_all"].launch
+
+
+def test_run_conditions_default_to_one_block_and_no_cap():
+    assert RunConditions() == RunConditions(nvshmem_blocks=1, channel_cap=None)
