@@ -131,6 +131,22 @@ def test_send_and_matched_recv_must_agree_for_every_chunk():
                          f"({chunk} vs 4) (it fails for every admissible CHUNK but the traced 4)")
 
 
+def test_a_send_left_unproven_keeps_its_place_in_the_fifo_matching():
+    def body(r):
+        x = r.buffer("x", count=CHUNK)
+        if r.rank == 0:
+            r.send(1, x.region(0, CHUNK // 2))  # not affine: checked at the traced size only
+            r.send(1, x.region(0, CHUNK))
+        else:
+            r.recv(0, x.region(0, 2))
+            r.recv(0, x.region(0, CHUNK))
+
+    violations = check_sizes(cw.schedule(body).trace(2))
+    # the second send meets the second recv (match's pairing), never the first
+    assert [v.details.get("check") for v in violations if v.kind == "symbolic_size"] == ["bounds"]
+    assert [v.kind for v in violations if v.kind != "symbolic_size"] == ["symbolic_unproven"]
+
+
 def test_multiple_of_makes_the_split_exact():
     def even(r):
         src = r.buffer("src", count=EVEN)
