@@ -12,6 +12,7 @@ from typing import Iterable, Iterator
 
 from ... import ir
 from ...semantics.match import Key, members_of
+from ...semantics.rules import ATOMIC_MODES, WRITE_MODES, When, rule
 
 Form = tuple[int, tuple[tuple[str, int], ...]]
 
@@ -116,9 +117,6 @@ def walk(schedule: ir.Schedule) -> Iterator[tuple[Key, ir.OpBase]]:
                 yield (program.rank, index, sub), member
 
 
-_REMOTE_FIELDS = {"put": "dst", "put_signal": "dst", "get": "src", "atomic": "target", "fetch_atomic": "target"}
-
-
 @dataclass(frozen=True)
 class Access:
     """One region an op touches: on whose memory, read or write, and when."""
@@ -143,17 +141,20 @@ class Access:
 
 
 def accesses(key: Key, op: ir.OpBase) -> list[Access]:
-    """The regions op `key` touches, with their forms."""
+    """The regions op `key` touches, with their forms; whose memory, whether it writes or is
+    atomic, and whether it happens at delivery come from the op's rule (`semantics.rules`)."""
     rank = key[0]
+    ruled: dict[tuple[str, ir.Region], list] = {}
+    for a in rule(op).accesses(op, rank):
+        if isinstance(a.where, ir.Region):
+            ruled.setdefault((a.field, a.where), []).append(a)
     found = []
-    remote = _REMOTE_FIELDS.get(op.kind)
     for name, region in ir.op_regions(op):
-        memory = op.pe if name == remote else rank
-        # an atomic fetch reads its target and writes nothing back
-        write = name in ("dst", "into", "writes") or (name == "target" and op.op != "fetch")
-        atomic = name == "target"
-        deferred = (op.kind in ("put", "put_signal") and (name == "dst" or op.nbi)) or \
-            (op.kind == "atomic" and name == "target")
+        these = ruled[(name, region)]
+        write = any(a.mode in WRITE_MODES for a in these)  # an atomic fetch writes nothing back
+        atomic = any(a.mode in ATOMIC_MODES for a in these)
+        deferred = any(a.when is When.DELIVERY for a in these)
         forms = (region_start(region), region_stop(region))
-        found.append(Access(key, op, name, region, memory, write, atomic, deferred, forms, is_symbolic(*forms)))
+        found.append(Access(key, op, name, region, these[0].owner, write, atomic, deferred, forms,
+                            is_symbolic(*forms)))
     return found
