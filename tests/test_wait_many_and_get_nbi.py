@@ -181,3 +181,26 @@ def test_the_new_ops_round_trip_through_json():
     assert ir.Schedule.from_json(sched.to_json()) == sched
     sched = cw.schedule(_fetch("late")).trace(2)
     assert ir.Schedule.from_json(sched.to_json()) == sched
+
+
+def test_the_z3_wait_check_reports_a_wait_until_all_with_one_impossible_word_and_an_any_with_none():
+    def waits(kind: str, values: tuple[int, int]):
+        def fn(r):
+            flag = r.signal("flag", count=2)
+            if r.rank == 1:
+                r.signal_op(0, flag[0], 1, op="add")
+                r.signal_op(0, flag[1], 1, op="add")
+                r.quiet()
+            elif r.rank == 0:
+                getattr(r, kind)([flag[0], flag[1]], "eq", values[0])
+            r.barrier_all()
+        return fn
+    def unsatisfiable(kind, values):
+        result = check(cw.schedule(waits(kind, values)).trace(2))
+        return [v.message for v in result.violations if v.kind == "unsatisfiable_wait"]
+    (message,) = unsatisfiable("wait_until_all", (2, 0))
+    assert "waits for flag[0] == 2 (one of the words of its wait_until_all)" in message
+    (message,) = unsatisfiable("wait_until_any", (3, 0))
+    assert "(wait_until_any: its other word cannot hold either)" in message
+    assert unsatisfiable("wait_until_any", (1, 0)) == []
+    assert unsatisfiable("wait_until_all", (1, 0)) == []

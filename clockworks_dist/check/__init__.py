@@ -97,7 +97,7 @@ def _sorted(violations: list[Violation]) -> list[Violation]:
 
 
 def _has_waits(schedule: ir.Schedule) -> bool:
-    return any(op.kind == "wait_until" for p in schedule.programs for op in p.ops)
+    return any(op.kind in ir.WAIT_KINDS for p in schedule.programs for op in p.ops)
 
 
 def _symbolic(schedule: ir.Schedule, model: Model, outcome, deadline: Deadline) -> list[Violation]:

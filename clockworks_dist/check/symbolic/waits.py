@@ -1,5 +1,6 @@
-"""The wait check: a wait_until that no subset and order of the signal updates able to reach it can
-satisfy never returns (`unsatisfiable_wait`). The same question, asked with z3, orders the static
+"""The wait check: a wait that no subset and order of the signal updates able to reach it can
+satisfy never returns (`unsatisfiable_wait`): a wait_until, a wait_until_all one of whose words
+cannot hold, a wait_until_any none of whose words can. The same question, asked with z3, orders the static
 happens-before order's waits by value (`static_order`)."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from ...semantics.arithmetic import MASK64, signal_effect
 from ...semantics.budget import UNBOUNDED, Deadline
 from ...semantics.match import Key, Matches, op_ref
 from ...semantics.order import StaticOrder
+from ...semantics.rules import Awaits, describe, rule
 from ..result import Violation
 from .forms import walk
 from .solver import timeout_ms, z3_module
@@ -58,19 +60,21 @@ class _Waits:
         self.solver = z3.Solver()
         self.decided: dict[tuple, bool | None] = {}
         updates: dict[tuple[int, str, int], list[_Update]] = defaultdict(list)
-        waits: list[tuple[Key, ir.WaitUntil]] = []
+        waits: list[tuple[Key, ir.OpBase, Awaits]] = []
         for key, op in walk(schedule):
             word = _target_word(op)
             if word is not None:
                 updates[word].append(_Update(key, op, *_effect(op)))
-            elif op.kind == "wait_until":
-                waits.append((key, op))
+            elif op.kind in ir.WAIT_KINDS:
+                waits.append((key, op, rule(op).awaits(op, key[0])))
         after = ordered if ordered is not None else _default_ordered(schedule)
-        # (wait key, wait, every update of its word on its rank, those that can reach it)
+        # one entry per awaited word: (wait key, wait, how it combines its words, the word, every
+        # update of the word on the wait's rank, those that can reach it)
         self.waits = []
-        for key, wait in waits:
-            found = updates.get((key[0], wait.signal.signal, wait.signal.index), [])
-            self.waits.append((key, wait, found, [u for u in found if not after(key, u.key)]))
+        for key, wait, awaits in waits:
+            for ref in awaits.words:
+                found = updates.get((key[0], ref.signal, ref.index), [])
+                self.waits.append((key, wait, awaits, ref, found, [u for u in found if not after(key, u.key)]))
 
     def satisfiable(self, wait: ir.WaitUntil, reachable: list[_Update]) -> bool | None:
         """Can some subset and order of `reachable` make the wait's condition true? (None: z3
@@ -99,8 +103,11 @@ def static_order(schedule: ir.Schedule, deadline: Deadline = UNBOUNDED, matches:
     default concurrency relation when the caller has no execution's."""
     order = StaticOrder(schedule, deadline, matches)
     waits = _Waits(z3_module(), schedule, None, deadline)
-    order.order_waits([(key, reachable) for key, _, _, reachable in waits.waits],
-                      lambda number, updates: waits.satisfiable(waits.waits[number][1], updates))
+    # A wait on all its words returns only once each holds, so each word orders it by value; a
+    # wait on any word is ordered by none of them in particular (only by the write that won).
+    entries = [entry for entry in waits.waits if entry[2].all]
+    order.order_waits([(entry[0], entry[5]) for entry in entries],
+                      lambda number, updates: waits.satisfiable(entries[number][1], updates))
     return order
 
 
@@ -117,12 +124,18 @@ def check_waits(schedule: ir.Schedule, ordered: Callable[[Key, Key], bool] | Non
     Signals start at 0, a set overwrites, adds accumulate after the last set, modulo 2**64 (words are
     uint64, DESIGN.md: an add of 2**64 - 1 is a decrement)."""
     waits = _Waits(z3_module(), schedule, ordered, deadline)
+    by_wait: dict[Key, list] = defaultdict(list)
+    for entry in waits.waits:
+        by_wait[entry[0]].append(entry)
     violations = []
-    for key, wait, found, reachable in waits.waits:
-        if waits.satisfiable(wait, reachable) is False:
+    for key, entries in by_wait.items():
+        never = [entry for entry in entries if waits.satisfiable(entry[1], entry[5]) is False]
+        # a wait on all its words never returns if one of them cannot hold; on any, if none can
+        if never and (entries[0][2].all or len(never) == len(entries)):
+            _, wait, awaits, ref, found, reachable = never[0]
             adds, sets = _summary(reachable)
-            violations.append(_wait_violation(schedule, key, wait, reachable, len(found) - len(reachable),
-                                              Counter(dict(adds)), list(sets)))
+            violations.append(_wait_violation(schedule, key, wait, ref, reachable, len(found) - len(reachable),
+                                              Counter(dict(adds)), list(sets), others=len(entries) - 1))
     return violations
 
 
@@ -184,10 +197,14 @@ def _reachable_values(adds: Counter, sets: list[int], limit: int = 12) -> list[i
     return values if len(values) <= limit else None
 
 
-def _wait_violation(schedule: ir.Schedule, key: Key, wait: ir.WaitUntil, reachable: list[_Update], later: int,
-                    adds: Counter, sets: list[int]) -> Violation:
-    word = f"{wait.signal.signal}[{wait.signal.index}]"
+def _wait_violation(schedule: ir.Schedule, key: Key, wait, ref: ir.SignalRef, reachable: list[_Update],
+                    later: int, adds: Counter, sets: list[int], others: int = 0) -> Violation:
+    word = str(ref)
     head = f"{wait.loc}: rank {key[0]} waits for {word} {_CMP_TEXT[wait.cmp]} {wait.value}"
+    if others:  # wait_until_all: this word never holds; wait_until_any: neither do the others
+        head += (f" (one of the words of its {wait.kind})" if wait.kind == "wait_until_all"
+                 else f" ({wait.kind}: " + ("its other word cannot" if others == 1
+                                            else f"none of its {others} other words can") + " hold either)")
     pieces = [_plural(n, "add") + f" of {amount}" for amount, n in sorted(adds.items())]
     if sets:
         pieces.append(_plural(len(sets), "set") + " to " + ", ".join(map(str, sets)))
@@ -202,7 +219,7 @@ def _wait_violation(schedule: ir.Schedule, key: Key, wait: ir.WaitUntil, reachab
             values = _reachable_values(adds, sets)
             can_be = f" (it can only be {', '.join(map(str, values))})" if values is not None else ""
             message = f"{head}, but no combination of the {summary} that can reach it makes that true{can_be}"
-    shown = [f"rank {u.key[0]} {ir.describe(u.op)} at {u.op.loc}" for u in reachable[:4]]
+    shown = [f"rank {u.key[0]} {describe(u.op)} at {u.op.loc}" for u in reachable[:4]]
     if len(reachable) > 4:
         shown.append(f"and {len(reachable) - 4} more")
     if shown:
