@@ -10,6 +10,7 @@ import clockworks_dist as cw
 from clockworks_dist import ir
 from clockworks_dist.check.symbolic import check_sizes, check_waits, show_form
 from clockworks_dist.errors import MissingDependency
+from clockworks_dist.semantics.rules import describe
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.basename(__file__)
@@ -60,7 +61,7 @@ def test_region_in_bounds_at_the_traced_value_but_not_for_every_chunk():
                          f"(it fails for every admissible CHUNK >= 5; the traced CHUNK = 4 is fine)")
     [ref] = v.ops
     assert (ref.rank, ref.index, ref.sub, ref.kind) == (0, 0, None, "copy")
-    assert ref.text == ir.describe(sched.programs[0].ops[0])
+    assert ref.text == describe(sched.programs[0].ops[0])
     assert v.ranks == (0,)
 
 

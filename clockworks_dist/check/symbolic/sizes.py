@@ -16,6 +16,7 @@ from ... import ir
 from ...semantics.budget import UNBOUNDED, Deadline
 from ...semantics.match import Key, Matches, match, op_ref
 from ...semantics.order import StaticOrder
+from ...semantics.rules import describe, rule
 from ..result import OpRef, Violation
 from .forms import (Access, Form, accesses, buffer_count, combine, is_symbolic, names, region_count, scaled,
                     show_form, show_op_region, show_region, show_valuation, value_at, walk)
@@ -144,7 +145,7 @@ def _split_affine(schedule: ir.Schedule, ops: list) -> tuple[list, list[Violatio
         notes.append(Violation(
             kind="symbolic_unproven", ranks=tuple(sorted({k[0] for k, _ in group})),
             ops=tuple(op_ref(schedule, k) for k, _ in group),
-            message=f"{op.loc}: rank {key[0]}: {ir.describe(op)} has a bound that is not affine in the sizes "
+            message=f"{op.loc}: rank {key[0]}: {describe(op)} has a bound that is not affine in the sizes "
                     "(it uses //, % or a product of sizes), so it is checked at the traced size only "
                     "(write it as a multiple of a size to have it proven for every size)"))
     return kept, notes
@@ -198,20 +199,22 @@ def _counts(schedule: ir.Schedule, matches: Matches, ops: list[tuple[Key, ir.OpB
             need("count", tuple(sorted((a_count, b_count))), _CountSite(a, b, members))
 
     for key, op in ops:
-        src, dst = _Side(key, op, "src", getattr(op, "src", None)), _Side(key, op, "dst", getattr(op, "dst", None))
-        if op.kind in ("put", "put_signal", "get", "copy"):
-            equal(src, dst)
-        elif op.kind == "reduce":
-            for region in op.srcs:
-                equal(src._replace(region=region), dst)
-        if op.kind in ir.COLLECTIVE_KINDS and op.kind != "barrier":
+        op_rule = rule(op)
+        for move in op_rule.flows(op, key[0]):  # the data flow of the rule: each source as long as its destination
+            if move.opaque is None and move.value is None:
+                dst = _Side(key, op, "dst", move.dsts[0][1])
+                for _, region in move.srcs:
+                    equal(_Side(key, op, "src", region), dst)
+        if op.kind in ir.COLLECTIVE_KINDS and op.kind != "barrier" and op.dst is not None:
             members = len(schedule.members(op.comm, key[0]))
-            if op.kind in ("all_reduce", "broadcast", "all_to_all") or (op.kind == "reduce_to" and op.dst):
+            src, dst = _Side(key, op, "src", op.src), _Side(key, op, "dst", op.dst)
+            src_units, dst_units = op_rule.scale(members)  # all_gather's dst is members times its src ...
+            if dst_units > 1:
+                equal(src, dst, dst_units)
+            elif src_units > 1:  # ... reduce_scatter's src members times its dst
+                equal(dst, src, src_units)
+            else:
                 equal(src, dst)
-            elif op.kind == "all_gather":
-                equal(src, dst, members)
-            elif op.kind == "reduce_scatter":
-                equal(dst, src, members)
             if op.kind == "all_to_all" and members > 1 and is_symbolic(region_count(op.src)):
                 need("divides", (region_count(op.src), members), _DividesSite(key, op, op.src, members))
     kept = dict(ops)
