@@ -1,0 +1,195 @@
+"""The launcher: start `mpiexec` on a job, watch it, stop it, collect what every rank wrote.
+
+`run(job)` writes the job into a private directory, starts
+
+    mpiexec -disable-auto-cleanup -n N python -m clockworks_dist.runtime.worker DIR
+
+in a process group of its own, and polls (every `POLL_S`) the ranks' result lines, their progress
+words and whether each rank's process is alive. It stops the job, killing the whole group, so no
+process is left behind:
+- when every rank has finished;
+- when a rank stopped (timeout, error) or died without a line: after `GRACE_S`, the time the
+  other ranks need to notice (mpiexec signals them) and write their own lines;
+- at the job's deadline (`timeout`), or when no rank has moved for `stall` seconds: the ranks
+  that never wrote a line are stuck (in C code, or a hang the rank cannot see); their progress
+  words say in which op.
+
+`-disable-auto-cleanup` keeps mpiexec from killing every rank the moment one dies, so the others
+can report where they were; the launcher kills them itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from ..errors import MissingDependency
+from . import job as job_mod
+from . import progress as progress_mod
+
+POLL_S = 0.05
+GRACE_S = 2.0  # after a rank stops or dies, how long the others get to write their lines
+EXIT_WAIT_S = 5.0  # after every rank finished, how long mpiexec gets to exit by itself
+STDERR_TAIL = 4000
+MPI_HINT = "pip install mpi4py mpich (or: pip install 'clockworks-dist[mpi]')"
+
+
+def find_mpiexec() -> str:
+    """The `mpiexec` on PATH, or `MissingDependency` naming the package that provides one."""
+    found = shutil.which("mpiexec")
+    if found is None:
+        raise MissingDependency(f"no mpiexec on PATH: the mpich package provides one ({MPI_HINT})")
+    return found
+
+
+def require_mpi4py() -> None:
+    """`MissingDependency` unless mpi4py is importable."""
+    if importlib.util.find_spec("mpi4py") is None:
+        raise MissingDependency(f"the mpi-cpu backend needs mpi4py ({MPI_HINT})")
+
+
+def inside_mpi_job() -> bool:
+    """Whether this process was started by an MPI launcher (MPICH/Hydra, Open MPI, PMIx, Slurm)."""
+    return any(name in os.environ for name in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK"))
+
+
+@dataclass
+class Outcome:
+    """What a job left: every line each rank wrote, the last progress rows, which ranks died."""
+
+    lines: list[dict]
+    rows: list[dict]
+    dead: list[int] = field(default_factory=list)  # ranks whose process ended without a line
+    stopped_by: str | None = None  # "deadline" or "stall" when the launcher had to stop the job
+    returncode: int | None = None
+    stderr: str = ""
+    seconds: float = 0.0
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
+def _read_lines(directory: str, ranks: int) -> list[dict]:
+    lines = []
+    for rank in range(ranks):
+        path = job_mod.results_file(directory, rank)
+        if not os.path.exists(path):
+            continue
+        with open(path, encoding="utf-8") as handle:
+            for text in handle:
+                if text.endswith("\n"):  # a line still being written is read next time
+                    lines.append(json.loads(text))
+    return lines
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL mpiexec's process group (every rank with it) and reap mpiexec."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=EXIT_WAIT_S)
+
+
+class _Watch:
+    """The launcher's view of a running job, updated every poll."""
+
+    def __init__(self, job: job_mod.Job, directory: str, timeout: float | None, stall: float | None):
+        self.job, self.directory = job, directory
+        self.started = time.monotonic()
+        self.deadline = None if timeout is None else self.started + timeout
+        self.stall = stall
+        self.progress = progress_mod.Progress(os.path.join(directory, job_mod.PROGRESS_FILE))
+        self.last_rows: list[dict] = []
+        self.moved = self.started
+        self.stop_at: float | None = None
+        self.dead: list[int] = []
+        self.lines: list[dict] = []
+        self.stopped_by: str | None = None
+
+    def poll(self) -> bool:
+        """Update; True when the job should end now."""
+        now = time.monotonic()
+        rows = self.progress.read()
+        if rows != self.last_rows:
+            self.last_rows, self.moved = rows, now
+        gone = [rank for rank, row in enumerate(rows)
+                if row["pid"] and rank not in self.dead and row["phase"] != "finished" and not _alive(row["pid"])]
+        # read after looking at the processes: a rank writes its line before it exits
+        self.lines = _read_lines(self.directory, self.job.ranks)
+        stopped = {line["rank"] for line in self.lines if line["status"] not in ("match", "mismatch", "ran")}
+        self.dead += [rank for rank in gone if rank not in stopped]
+        if (stopped or self.dead) and self.stop_at is None:
+            self.stop_at = now + GRACE_S
+        if stopped and set(range(self.job.ranks)) <= stopped | set(self.dead):
+            return True  # every rank has said where it stopped, or died
+        if all(row["phase"] == "finished" for row in rows) and self.stop_at is None:
+            self.stop_at = now + EXIT_WAIT_S  # mpiexec exits by itself, unless finalising hangs
+        if self.stop_at is not None and now >= self.stop_at:
+            return True
+        if self.deadline is not None and now >= self.deadline:
+            self.stopped_by = "deadline"
+            return True
+        if self.stall is not None and now - self.moved >= self.stall:
+            self.stopped_by = "stall"
+            return True
+        return False
+
+
+def run(job: job_mod.Job, timeout: float | None, stall: float | None = None, mpiexec: str | None = None,
+        env: dict | None = None) -> Outcome:
+    """Run `job` under mpiexec with `job.ranks` processes; see the module docstring."""
+    mpiexec = mpiexec or find_mpiexec()
+    require_mpi4py()
+    directory = tempfile.mkdtemp(prefix="clockworks-run-")
+    try:
+        return _run_in(job, directory, timeout, stall, mpiexec, env)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _run_in(job, directory, timeout, stall, mpiexec, env) -> Outcome:
+    job_mod.write(directory, job)
+    progress_mod.create(os.path.join(directory, job_mod.PROGRESS_FILE), job.ranks)
+    command = [mpiexec, "-disable-auto-cleanup", "-n", str(job.ranks), sys.executable, "-m",
+               "clockworks_dist.runtime.worker", directory]
+    errors_path = os.path.join(directory, "stderr.txt")
+    watch = _Watch(job, directory, timeout, stall)
+    with open(errors_path, "wb") as errors, open(os.path.join(directory, "stdout.txt"), "wb") as output:
+        proc = subprocess.Popen(command, stdout=output, stderr=errors, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=env)
+        try:
+            while True:
+                if proc.poll() is not None:  # mpiexec ended by itself: one last look at who died
+                    watch.poll()
+                    break
+                if watch.poll():
+                    break
+                time.sleep(POLL_S)
+        finally:
+            _kill_group(proc)
+    watch.lines = _read_lines(directory, job.ranks)
+    with open(errors_path, "rb") as handle:
+        stderr = handle.read()[-STDERR_TAIL:].decode("utf-8", "replace")
+    return Outcome(lines=watch.lines, rows=watch.last_rows, dead=watch.dead, stopped_by=watch.stopped_by,
+                   returncode=proc.returncode, stderr=stderr, seconds=time.monotonic() - watch.started)

@@ -1,0 +1,557 @@
+"""The `mpi-cpu` executor: a schedule run by numpy and MPI (mpi4py), one process per rank.
+
+A table keyed by op class (`semantics.backends`), each entry implementing its op's rule in
+`semantics.rules`: the data flow of local ops is the rule's `Move`s, a wait reads the rule's
+`awaits`, a delivery's word update is the rule's `word_update`, a put reads its source at issue or
+at delivery as the rule's accesses say. mpi4py is imported when an executor starts, so this module
+(and its table, which the coverage test walks) loads without it.
+
+How each part of the semantics (DESIGN.md) maps onto MPI, and why the MPI rule is at least as
+strong (it may forbid executions the checker allows, never allow one it forbids):
+- send/recv: `Issend`/`Irecv`. A synchronous send completes only once its receive has matched, so
+  no send completes alone (rendezvous, no eager buffering). One tag per communicator: MPI's
+  non-overtaking rule matches sends and receives first-in-first-out per (communicator, sender,
+  receiver), exactly the checker's FIFO matching. A group posts every member, then waits for all
+  (`Testall` in a loop bounded by the timeout), completing in any order.
+- collectives: the MPI collective of the same name on a communicator split as the schedule declares
+  (`Comm.Split(color, key)` orders members by (key, world rank), as `ir.Communicator.members`
+  does), so chunk i of a gather or scatter is communicator member i, as the rules' chunk maps say.
+- one-sided: one RMA window per symmetric buffer and one of uint64 signal words, passive target
+  (`Lock_all` once). Each NVSHMEM rule, next to its op below, names the MPI rule it maps to.
+- local reduce, copy, fill, compute: numpy, through the rules' data flow and `numeric`'s arithmetic.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import ir
+from ..semantics.arithmetic import compare
+from ..semantics.backends import Backend, register
+from ..semantics.match import members_of
+from ..semantics.rules import When, rule
+from . import numeric
+from .progress import Phase, Progress
+
+NAME = "mpi-cpu"
+TAG = 7  # one tag for every send and recv: FIFO per (communicator, sender, receiver)
+SPIN = 32  # tests of a request before a wait starts to sleep between tests
+NAP_S = (2e-5, 1e-3)  # first and longest sleep between tests: ranks may outnumber the cores
+JITTER_S = 2e-3  # --jitter: up to this long before an op, for half the ops
+
+
+class Stopped(Exception):
+    """The run of a rank stopped before the end of its program; `detail` says what it waited for."""
+
+    status = "error"
+
+    def __init__(self, message: str, detail: str = ""):
+        super().__init__(message)
+        self.detail = detail
+
+
+class Hang(Stopped):
+    """A wait passed the deadline."""
+
+    status = "timeout"
+
+
+class PeerFailed(Stopped):
+    """Another rank of the job died (the launcher's mpiexec signalled it)."""
+
+    status = "stopped"
+
+
+def _mpi():
+    from mpi4py import MPI
+
+    return MPI
+
+
+@dataclass
+class Executor:
+    """One rank of one schedule: its buffers, windows and communicators, and the ops' implementations.
+
+    `comm` holds exactly the schedule's ranks (world rank = rank in `comm`); `deadline` is a
+    `time.time()` after which every wait raises `Hang`; `jitter` seeds the random delays (None:
+    none); `failed` is a callable telling whether the launcher reported a dead peer."""
+
+    sched: ir.Schedule
+    rank: int
+    comm: object
+    deadline: float
+    progress: Progress
+    jitter: int | None = None
+    failed: object = None
+    hook: object = None  # called with each op's index before it runs (fault injection in tests)
+    buffers: dict[str, np.ndarray] = field(default_factory=dict)
+    windows: dict[str, object] = field(default_factory=dict)
+    comms: dict[str, tuple[object, tuple[int, ...]]] = field(default_factory=dict)
+    signal_offset: dict[str, int] = field(default_factory=dict)
+
+    # -- setup and teardown -------------------------------------------------------------------
+    def setup(self) -> None:
+        """Create the communicators, buffers and windows (collective over the schedule's ranks)."""
+        MPI = _mpi()
+        self.MPI = MPI
+        self.program = self.sched.programs[self.rank]
+        for comm in self.sched.comms:  # the same order on every rank: Split is collective
+            color = comm.color[self.rank]
+            split = self.comm.Split(MPI.UNDEFINED if color is None else color, comm.key[self.rank])
+            self.comms[comm.name] = (split, comm.members(self.rank))
+        self.comms["world"] = (self.comm, tuple(range(self.sched.world)))
+        decls = {b.name: b for b in self.program.buffers}
+        for name in sorted(n for n, b in decls.items() if b.symmetric):  # collective: one order everywhere
+            nbytes = decls[name].count * numeric.storage(decls[name].dtype).itemsize
+            win = MPI.Win.Allocate(nbytes, 1, comm=self.comm)
+            self.windows[name] = win
+            self.buffers[name] = np.frombuffer(win.tomemory(), dtype=numeric.storage(decls[name].dtype))
+        for name, decl in decls.items():
+            if not decl.symmetric:
+                self.buffers[name] = np.zeros(decl.count, dtype=numeric.storage(decl.dtype))
+        words = 0
+        for decl in self.sched.programs[0].signals:  # the machine's word layout (`Model.sig_word`)
+            self.signal_offset[decl.name] = words
+            words += decl.count
+        self.signal_win = MPI.Win.Allocate(max(words, 1) * 8, 1, comm=self.comm)
+        self.signals = np.frombuffer(self.signal_win.tomemory(), dtype=np.uint64)[:words]
+        self.all_windows = list(self.windows.values()) + [self.signal_win]
+        for win in self.all_windows:
+            win.Lock_all(MPI.MODE_NOCHECK)
+        self.rng = random.Random(self.jitter * 1_000_003 + self.rank) if self.jitter is not None else None
+
+    def close(self) -> None:
+        """Release the windows and communicators (collective)."""
+        for win in self.all_windows:
+            win.Unlock_all()
+            win.Free()
+        for name, (comm, _members) in self.comms.items():
+            if name != "world" and comm != self.MPI.COMM_NULL:
+                comm.Free()
+
+    # -- one iteration ------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Inputs by the formula of `numeric`, signal words 0, then every rank meets."""
+        for decl in self.program.buffers:
+            self.buffers[decl.name][:] = numeric.input_values(self.rank, decl.name, decl.dtype, 0, decl.count)
+        self.signals[:] = 0
+        self.sync_windows()
+        self.meet(self.comm, "the barrier before the run")
+
+    def run(self) -> None:
+        """Execute the rank's program, op by op."""
+        for index, op in enumerate(self.program.ops):
+            self.progress.op(index)
+            self.index = index
+            if self.hook is not None:
+                self.hook(self, index)
+            if self.rng is not None and self.rng.random() < 0.5:
+                time.sleep(self.rng.uniform(0, JITTER_S))
+            MPI_CPU.lookup(op)(self, op)
+
+    def settle(self) -> None:
+        """After the last op: complete every delivery, meet, and make remote writes visible, so the
+        memory is the checker's terminal state (no delivery in flight)."""
+        self.progress.set(Phase.SETTLING)
+        self.flush_all()
+        self.meet(self.comm, "the barrier after the run")
+        self.sync_windows()
+
+    def memory(self) -> dict[str, np.ndarray]:
+        return {name: array.copy() for name, array in self.buffers.items()}
+
+    # -- helpers ------------------------------------------------------------------------------
+    def view(self, region: ir.Region) -> np.ndarray:
+        """The elements of a region of this rank (a view: writes land in the buffer)."""
+        return self.buffers[region.buffer][region.start:region.stop]
+
+    def dtype(self, region: ir.Region) -> str:
+        return self.program.buffer(region.buffer).dtype
+
+    def peer(self, comm: str, world_rank: int) -> tuple[object, int]:
+        """The MPI communicator of `comm` and the rank of `world_rank` in it."""
+        mpi_comm, members = self.comms[comm]
+        return mpi_comm, members.index(world_rank)
+
+    def sync_windows(self) -> None:
+        """`MPI_Win_sync` on every window: local loads see remote writes that completed, and remote
+        accesses see local stores (the unified model's memory barrier)."""
+        for win in self.all_windows:
+            win.Sync()
+
+    def flush_all(self) -> None:
+        """Complete every RMA operation this rank issued, at origin and target."""
+        for win in self.all_windows:
+            win.Flush_all()
+
+    def expired(self) -> bool:
+        return time.time() > self.deadline
+
+    def wait(self, test, waiting) -> None:
+        """Call `test()` until it returns True; raise `Hang(waiting())` at the deadline and
+        `PeerFailed` when a rank of the job died. Sleeps between tests once it has spun a while."""
+        tries = 0
+        while not test():
+            tries += 1
+            if self.failed is not None and self.failed():
+                raise PeerFailed("another rank of the job died", waiting())
+            if self.expired():
+                raise Hang("the deadline passed", waiting())
+            if tries > SPIN:
+                time.sleep(min(NAP_S[1], NAP_S[0] * 2 ** min(tries - SPIN, 10)))
+            else:
+                os.sched_yield()
+
+    def wait_requests(self, requests: list, waiting) -> None:
+        """Complete every request (a group's members, a collective), bounded by the deadline."""
+        Request = self.MPI.Request
+        self.wait(lambda: Request.Testall(requests), waiting)
+
+    def meet(self, comm, what: str) -> None:
+        """A barrier with a timeout."""
+        request = comm.Ibarrier()
+        self.wait_requests([request], lambda: f"{what}: the other ranks to arrive")
+
+
+# ----------------------------------------------------------------------------- two-sided ops
+def _bytes(array: np.ndarray) -> np.ndarray:
+    return array.view(np.uint8)
+
+
+def p2p(ex: Executor, op) -> None:
+    """Send, recv or a group: every member posted at once (`Issend`, `Irecv`), then all completed.
+    A recv with `reduce` receives into scratch and then computes `dst reduce received` (RecvRule:
+    the received data on the right)."""
+    MPI = ex.MPI
+    requests, pending, reductions = [], [], []
+    for sub, member in members_of(op):
+        mpi_comm, peer = ex.peer(member.comm, member.peer)
+        if member.kind == "send":
+            requests.append(mpi_comm.Issend([_bytes(ex.view(member.src)), MPI.BYTE], dest=peer, tag=TAG))
+        else:
+            into = ex.view(member.dst)
+            if member.reduce is not None:
+                into = np.empty_like(into)
+                reductions.append((member, into))
+            requests.append(mpi_comm.Irecv([_bytes(into), MPI.BYTE], source=peer, tag=TAG))
+        pending.append((sub, member))
+    done = [False] * len(requests)
+
+    def test() -> bool:
+        for i, request in enumerate(requests):
+            if not done[i]:
+                done[i] = request.Test()
+        first = next((i for i, d in enumerate(done) if not d), None)
+        if first is not None and pending[first][0] is not None:
+            ex.progress.member(pending[first][0])
+        return first is None
+
+    def waiting() -> str:
+        left = [m for (_sub, m), d in zip(pending, done) if not d]
+        return " and ".join(f"{'its matching recv on' if m.kind == 'send' else 'the matching send from'} "
+                            f"rank {m.peer}" for m in left)
+
+    ex.wait(test, waiting)
+    for member, received in reductions:
+        dst = ex.view(member.dst)
+        dst[:] = numeric.combine(member.reduce, dst, received, ex.dtype(member.dst))
+
+
+# ------------------------------------------------------------------------------- collectives
+REDUCE_OPS = {"sum": "SUM", "prod": "PROD", "max": "MAX", "min": "MIN"}
+
+
+def _wire(array: np.ndarray, dtype: str) -> np.ndarray:
+    """A copy of `array` in the dtype a reduction travels in (`numeric.WIRE`)."""
+    return np.array(array, dtype=numeric.WIRE[dtype])
+
+
+def _members_waiting(ex: Executor, op) -> str:
+    _comm, members = ex.comms[getattr(op, "comm", "world")]
+    return f"the other members of {getattr(op, 'comm', 'world')} (ranks {', '.join(map(str, members))})"
+
+
+def _collective(ex: Executor, op, start) -> None:
+    """Start a nonblocking collective on the op's communicator and wait for it."""
+    mpi_comm, members = ex.comms[op.comm]
+    request = start(mpi_comm, members)
+    ex.wait_requests([request], lambda: _members_waiting(ex, op))
+
+
+def all_reduce(ex: Executor, op: ir.AllReduce) -> None:
+    """AllReduceRule: every member's dst = the reduction of every src (MPI_Iallreduce)."""
+    dtype = ex.dtype(op.src)
+    send, received = _wire(ex.view(op.src), dtype), _wire(ex.view(op.dst), dtype)
+    _collective(ex, op, lambda c, _m: c.Iallreduce(send, received, op=getattr(ex.MPI, REDUCE_OPS[op.op])))
+    ex.view(op.dst)[:] = numeric.to_dtype(received, dtype)
+
+
+def all_gather(ex: Executor, op: ir.AllGather) -> None:
+    """AllGatherRule: chunk j of dst = member j's src (MPI_Iallgather, member j = comm rank j)."""
+    send = ex.view(op.src).copy()  # sources are read before any destination is written
+    _collective(ex, op, lambda c, _m: c.Iallgather([_bytes(send), ex.MPI.BYTE],
+                                                   [_bytes(ex.view(op.dst)), ex.MPI.BYTE]))
+
+
+def reduce_scatter(ex: Executor, op: ir.ReduceScatter) -> None:
+    """ReduceScatterRule: member i's dst = the reduction of chunk i of every src
+    (MPI_Ireduce_scatter_block)."""
+    dtype = ex.dtype(op.src)
+    send, received = _wire(ex.view(op.src), dtype), _wire(ex.view(op.dst), dtype)
+    _collective(ex, op, lambda c, _m: c.Ireduce_scatter_block(send, received,
+                                                              op=getattr(ex.MPI, REDUCE_OPS[op.op])))
+    ex.view(op.dst)[:] = numeric.to_dtype(received, dtype)
+
+
+def broadcast(ex: Executor, op: ir.Broadcast) -> None:
+    """BroadcastRule: every member's dst = the root's src (MPI_Ibcast), the root's included."""
+    data = ex.view(op.src).copy() if op.root == ex.rank else np.empty_like(ex.view(op.dst))
+    _collective(ex, op, lambda c, m: c.Ibcast([_bytes(data), ex.MPI.BYTE], root=m.index(op.root)))
+    ex.view(op.dst)[:] = data
+
+
+def reduce_to(ex: Executor, op: ir.ReduceTo) -> None:
+    """ReduceToRule: the root's dst = the reduction of every member's src (MPI_Ireduce)."""
+    dtype = ex.dtype(op.src)
+    send = _wire(ex.view(op.src), dtype)
+    received = np.empty_like(send) if op.root == ex.rank else None
+    _collective(ex, op, lambda c, m: c.Ireduce(send, received, op=getattr(ex.MPI, REDUCE_OPS[op.op]),
+                                               root=m.index(op.root)))
+    if op.root == ex.rank:
+        ex.view(op.dst)[:] = numeric.to_dtype(received, dtype)
+
+
+def all_to_all(ex: Executor, op: ir.AllToAll) -> None:
+    """AllToAllRule: chunk j of member i's src lands in chunk i of member j's dst (MPI_Ialltoall)."""
+    send = ex.view(op.src).copy()
+    _collective(ex, op, lambda c, _m: c.Ialltoall([_bytes(send), ex.MPI.BYTE],
+                                                  [_bytes(ex.view(op.dst)), ex.MPI.BYTE]))
+
+
+def barrier(ex: Executor, op: ir.Barrier) -> None:
+    """BarrierRule: every member arrives before any leaves (MPI_Ibarrier). Window memory is synced
+    on both sides, since a barrier may order one-sided accesses too."""
+    ex.sync_windows()
+    _collective(ex, op, lambda c, _m: c.Ibarrier())
+    ex.sync_windows()
+
+
+# ---------------------------------------------------------------------------------- one-sided
+MPI_TYPES = {"int32": "INT32_T", "int64": "INT64_T", "uint32": "UINT32_T", "uint64": "UINT64_T"}
+ATOMIC_OPS = {"add": "SUM", "inc": "SUM", "set": "REPLACE", "and": "BAND", "or": "BOR", "xor": "BXOR"}
+FETCH_OPS = {"fetch": "NO_OP", "fetch_add": "SUM", "fetch_inc": "SUM", "swap": "REPLACE", "fetch_and": "BAND",
+             "fetch_or": "BOR", "fetch_xor": "BXOR"}
+
+
+def _target(ex: Executor, region: ir.Region) -> tuple[object, tuple[int, int, object]]:
+    """The window of a symmetric region and its (byte displacement, byte count, MPI.BYTE)."""
+    itemsize = numeric.storage(ex.dtype(region)).itemsize
+    return ex.windows[region.buffer], (region.start * itemsize, region.count * itemsize, ex.MPI.BYTE)
+
+
+def _word(ex: Executor, where) -> tuple[object, int, str]:
+    """(window, byte displacement, dtype) of an atomic's word: a signal word or a data element."""
+    if isinstance(where, ir.SignalRef):
+        return ex.signal_win, (ex.signal_offset[where.signal] + where.index) * 8, "uint64"
+    dtype = ex.dtype(where)
+    return ex.windows[where.buffer], where.start * numeric.storage(dtype).itemsize, dtype
+
+
+def _read_at_issue(op, rank: int, name: str) -> bool:
+    """Whether the rule reads field `name` of `op` when it is issued (a blocking put's src)."""
+    return any(a.field == name and a.when is When.ISSUE for a in rule(op).accesses(op, rank))
+
+
+def _overlaps_target(ex: Executor, local: ir.Region, pe: int, remote: ir.Region) -> bool:
+    """Whether a local region is the very window memory a self-targeted op accesses: MPI forbids an
+    origin buffer that overlaps its target (NVSHMEM allows it), so such a transfer is staged
+    through a copy."""
+    return (pe == ex.rank and local.buffer == remote.buffer and local.start < remote.stop
+            and remote.start < local.stop)
+
+
+def put(ex: Executor, op: ir.Put) -> None:
+    """NVSHMEM: a put's write lands later, unordered; a blocking put's src may be reused once it
+    returns, an nbi put's src is read until quiet. MPI: `Put`, then `Win_flush_local` when the rule
+    reads src at issue (local completion: src reusable); the write is complete at the target at
+    the latest by the next fence, quiet or barrier_all (flushes), at least as soon as NVSHMEM's."""
+    win, target = _target(ex, op.dst)
+    origin = ex.view(op.src)
+    if _overlaps_target(ex, op.src, op.pe, op.dst):
+        origin = origin.copy()  # read now: for an nbi put, one of the times NVSHMEM may read it
+    win.Put([_bytes(origin), ex.MPI.BYTE], op.pe, target=target)
+    if _read_at_issue(op, ex.rank, "src"):
+        win.Flush_local(op.pe)
+
+
+def _update_word(ex: Executor, op, how: str, value: int, where) -> None:
+    """A delivery's atomic word update (`Rule.word_update`): `Accumulate` with the matching op.
+    MPI accumulates to one location are atomic with each other and ordered per origin, at least
+    as strong as NVSHMEM's atomics and signal updates."""
+    win, disp, dtype = _word(ex, where)
+    operand = numeric.from_int(1 if how == "inc" else value, dtype)
+    mpi_type = getattr(ex.MPI, MPI_TYPES[dtype])
+    win.Accumulate([operand, mpi_type], op.pe, target=(disp, 1, mpi_type), op=getattr(ex.MPI, ATOMIC_OPS[how]))
+
+
+def put_signal(ex: Executor, op: ir.PutSignal) -> None:
+    """NVSHMEM: the signal update is visible only after the data is delivered (one delivery). MPI:
+    `Put`, then `Win_flush(pe)` (the data is complete at the target), then the signal update as an
+    atomic `Accumulate`: a reader that sees the signal finds the data, as NVSHMEM promises."""
+    win, target = _target(ex, op.dst)
+    origin = ex.view(op.src)
+    if _overlaps_target(ex, op.src, op.pe, op.dst):
+        origin = origin.copy()
+    win.Put([_bytes(origin), ex.MPI.BYTE], op.pe, target=target)
+    win.Flush(op.pe)
+    word, how, value = rule(op).word_update(op)
+    _update_word(ex, op, how, value, word)
+
+
+def word_update(ex: Executor, op) -> None:
+    """signal_op and non-fetching atomics: one atomic `Accumulate` (completed by fence/quiet)."""
+    word, how, value = rule(op).word_update(op)
+    _update_word(ex, op, how, value, word)
+
+
+def get(ex: Executor, op: ir.Get) -> None:
+    """NVSHMEM: a blocking get has read src on pe and written dst when it returns. MPI: `Get`, then
+    `Win_flush(pe)`, after which dst holds the data."""
+    win, target = _target(ex, op.src)
+    staged = _overlaps_target(ex, op.dst, op.pe, op.src)
+    into = np.empty_like(ex.view(op.dst)) if staged else ex.view(op.dst)
+    win.Get([_bytes(into), ex.MPI.BYTE], op.pe, target=target)
+    win.Flush(op.pe)
+    if staged:
+        ex.view(op.dst)[:] = into
+
+
+def get_nbi(ex: Executor, op: ir.GetNbi) -> None:
+    """NVSHMEM: dst holds the data only after the next quiet. MPI: `Get`, completed by the flush of
+    the next quiet or barrier_all (or of a fence, earlier than NVSHMEM requires). A get from the
+    rank's own window into that same memory completes at once, one of the times NVSHMEM allows."""
+    if _overlaps_target(ex, op.dst, op.pe, op.src):
+        get(ex, op)
+        return
+    win, target = _target(ex, op.src)
+    win.Get([_bytes(ex.view(op.dst)), ex.MPI.BYTE], op.pe, target=target)
+
+
+def fetch_atomic(ex: Executor, op: ir.FetchAtomic) -> None:
+    """NVSHMEM: a fetching atomic is one blocking atomic step that returns the old value. MPI:
+    `Fetch_and_op` (or `Compare_and_swap`), then `Win_flush(pe)`; the old value, cast to the dtype
+    of `into`, is written there."""
+    win, disp, dtype = _word(ex, op.target)
+    mpi_type = getattr(ex.MPI, MPI_TYPES[dtype])
+    old = np.zeros(1, dtype=numeric.storage(dtype))
+    if op.op == "compare_swap":
+        value, cond = numeric.from_int(op.value, dtype), numeric.from_int(op.cond, dtype)
+        win.Compare_and_swap([value, mpi_type], [cond, mpi_type], [old, mpi_type], op.pe, disp)
+    else:
+        operand = numeric.from_int(1 if op.op == "fetch_inc" else op.value, dtype)
+        win.Fetch_and_op([operand, mpi_type], [old, mpi_type], op.pe, disp, op=getattr(ex.MPI, FETCH_OPS[op.op]))
+    win.Flush(op.pe)
+    ex.view(op.into)[:] = old
+
+
+def wait_until(ex: Executor, op) -> None:
+    """NVSHMEM: wait_until (all, any) blocks until the rank's own words compare true; what the
+    satisfying write's delivery carried is then visible. MPI: poll the words with an atomic read
+    (`Get_accumulate` with `MPI.NO_OP`, flushed) until the rule's comparison holds, then
+    `Win_sync` every window so local loads see the data delivered before the signal."""
+    awaits = rule(op).awaits(op, ex.rank)
+    words = [ex.signal_offset[ref.signal] + ref.index for ref in awaits.words]
+    MPI = ex.MPI
+    seen = np.zeros(len(ex.signals), dtype=np.uint64)
+    dummy = np.zeros(1, dtype=np.uint64)
+
+    def test() -> bool:
+        ex.signal_win.Get_accumulate([dummy, MPI.UINT64_T], [seen, MPI.UINT64_T], ex.rank,
+                                     target=(0, len(seen), MPI.UINT64_T), op=MPI.NO_OP)
+        ex.signal_win.Flush(ex.rank)
+        hold = [compare(awaits.cmp, int(seen[w]), awaits.value) for w in words]
+        return all(hold) if awaits.all else any(hold)
+
+    def waiting() -> str:
+        now = ", ".join(f"{ref} is {int(seen[w])}" for ref, w in zip(awaits.words, words))
+        return f"{now}; waits for {'every' if awaits.all else 'one'} word {awaits.cmp} {awaits.value}"
+
+    ex.wait(test, waiting)
+    ex.sync_windows()
+
+
+def fence(ex: Executor, op: ir.Fence) -> None:
+    """NVSHMEM: fence orders the deliveries to each PE issued before it before those after it.
+    MPI: `Win_flush_all` on every window completes them all at their targets first (stronger)."""
+    ex.flush_all()
+
+
+def quiet(ex: Executor, op: ir.Quiet) -> None:
+    """NVSHMEM: quiet returns once every delivery issued (puts, atomics, signals, nbi gets) is done.
+    MPI: `Win_flush_all` on every window: each is complete at origin and target."""
+    ex.flush_all()
+    ex.sync_windows()
+
+
+def barrier_all(ex: Executor, op: ir.BarrierAll) -> None:
+    """NVSHMEM: quiet, then a barrier over every PE. MPI: `Win_flush_all` on every window, then a
+    barrier (bounded), with `Win_sync` so the delivered data is visible on every side."""
+    ex.flush_all()
+    ex.sync_windows()
+    ex.meet(ex.comm, "barrier_all")
+    ex.sync_windows()
+
+
+def sync_all(ex: Executor, op: ir.SyncAll) -> None:
+    """NVSHMEM: a barrier over every PE that leaves deliveries in flight. MPI: a barrier (bounded),
+    without flushing (a delivery that has landed is visible after `Win_sync`)."""
+    ex.sync_windows()
+    ex.meet(ex.comm, "sync_all")
+    ex.sync_windows()
+
+
+# -------------------------------------------------------------------------------------- local
+def local(ex: Executor, op) -> None:
+    """reduce, copy, fill, compute: the rule's data flow (`Move`s), sources read before any
+    destination is written, combined left to right in the dtype (`numeric`)."""
+    for move in rule(op).flows(op, ex.rank):
+        if move.value is not None:
+            for _r, dst in move.dsts:
+                ex.view(dst)[:] = numeric.constant(move.value, dst.count, ex.dtype(dst))
+            continue
+        sources = [ex.view(src).copy() for _r, src in move.srcs]
+        if move.opaque is not None:
+            _opaque(ex, move, sources)
+            continue
+        for _r, dst in move.dsts:
+            acc = sources[0]
+            for source in sources[1:]:
+                acc = numeric.combine(move.combine, acc, source, ex.dtype(dst))
+            ex.view(dst)[:] = acc
+
+
+def _opaque(ex: Executor, move, sources: list[np.ndarray]) -> None:
+    """A compute kernel: `numeric.opaque_output` of what it read, over its writes in order."""
+    total = sum(dst.count for _r, dst in move.dsts)
+    out = numeric.opaque_output(move.opaque, ex.rank, ex.index, sources, total)
+    offset = 0
+    for _r, dst in move.dsts:
+        ex.view(dst)[:] = numeric.to_dtype(out[offset:offset + dst.count], ex.dtype(dst))
+        offset += dst.count
+
+
+TABLE = {
+    ir.Send: p2p, ir.Recv: p2p, ir.Group: p2p,
+    ir.AllReduce: all_reduce, ir.AllGather: all_gather, ir.ReduceScatter: reduce_scatter, ir.Broadcast: broadcast,
+    ir.ReduceTo: reduce_to, ir.AllToAll: all_to_all, ir.Barrier: barrier,
+    ir.Put: put, ir.PutSignal: put_signal, ir.SignalUpdate: word_update, ir.Atomic: word_update, ir.Get: get,
+    ir.GetNbi: get_nbi, ir.FetchAtomic: fetch_atomic, ir.WaitUntil: wait_until, ir.WaitUntilAll: wait_until,
+    ir.WaitUntilAny: wait_until, ir.Fence: fence, ir.Quiet: quiet, ir.BarrierAll: barrier_all, ir.SyncAll: sync_all,
+    ir.LocalReduce: local, ir.Copy: local, ir.Fill: local, ir.Compute: local,
+}
+MPI_CPU = register(Backend(NAME, table=TABLE, unsupported={}))
