@@ -141,7 +141,7 @@ class Executor:
             self.buffers[decl.name][:] = numeric.input_values(self.rank, decl.name, decl.dtype, 0, decl.count)
         self.signals[:] = 0
         self.sync_windows()
-        self.meet(self.comm, "the barrier before the run")
+        self.meet(self.comm, "the other ranks to arrive at the barrier before the run")
 
     def run(self) -> None:
         """Execute the rank's program, op by op."""
@@ -159,7 +159,7 @@ class Executor:
         memory is the checker's terminal state (no delivery in flight)."""
         self.progress.set(Phase.SETTLING)
         self.flush_all()
-        self.meet(self.comm, "the barrier after the run")
+        self.meet(self.comm, "the other ranks to arrive at the barrier after the run")
         self.sync_windows()
 
     def memory(self) -> dict[str, np.ndarray]:
@@ -215,7 +215,7 @@ class Executor:
     def meet(self, comm, what: str) -> None:
         """A barrier with a timeout."""
         request = comm.Ibarrier()
-        self.wait_requests([request], lambda: f"{what}: the other ranks to arrive")
+        self.wait_requests([request], lambda: what)
 
 
 # ----------------------------------------------------------------------------- two-sided ops
@@ -478,8 +478,9 @@ def wait_until(ex: Executor, op) -> None:
         return all(hold) if awaits.all else any(hold)
 
     def waiting() -> str:
-        now = ", ".join(f"{ref} is {int(seen[w])}" for ref, w in zip(awaits.words, words))
-        return f"{now}; waits for {'every' if awaits.all else 'one'} word {awaits.cmp} {awaits.value}"
+        now = ", ".join(f"{ref} (now {int(seen[w])})" for ref, w in zip(awaits.words, words))
+        which = "" if len(words) == 1 else ("every one of " if awaits.all else "one of ")
+        return f"{which}{now} to be {awaits.cmp} {awaits.value}"
 
     ex.wait(test, waiting)
     ex.sync_windows()
@@ -503,7 +504,7 @@ def barrier_all(ex: Executor, op: ir.BarrierAll) -> None:
     barrier (bounded), with `Win_sync` so the delivered data is visible on every side."""
     ex.flush_all()
     ex.sync_windows()
-    ex.meet(ex.comm, "barrier_all")
+    ex.meet(ex.comm, "the other ranks to arrive at barrier_all")
     ex.sync_windows()
 
 
@@ -511,7 +512,7 @@ def sync_all(ex: Executor, op: ir.SyncAll) -> None:
     """NVSHMEM: a barrier over every PE that leaves deliveries in flight. MPI: a barrier (bounded),
     without flushing (a delivery that has landed is visible after `Win_sync`)."""
     ex.sync_windows()
-    ex.meet(ex.comm, "sync_all")
+    ex.meet(ex.comm, "the other ranks to arrive at sync_all")
     ex.sync_windows()
 
 

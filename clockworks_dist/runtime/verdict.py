@@ -89,7 +89,7 @@ def _state(sched: ir.Schedule, rank: int, line: dict | None, outcome: Outcome) -
     if line is not None and line["status"] in ("match", "mismatch", "ran"):
         return f"rank {rank} finished"
     if line is not None:
-        where = _op_text(line.get("op")) or f"its {line.get('phase', 'setup')} phase"
+        where = _op_text(line.get("op")) or PHASES.get(line.get("phase"), "an unknown place")
         if line["status"] == "error":
             return f"rank {rank} raised {line.get('message')} in {where}"
         waiting = f", waiting for {line['waiting']}" if line.get("waiting") else ""
@@ -122,9 +122,12 @@ def _progress_where(sched: ir.Schedule, rank: int, row: dict | None) -> str:
         from ..semantics.rules import describe
 
         return f"{describe(op)} at {op.loc.file}:{op.loc.line}"
-    return {"setup": "the setup (communicators, windows) or the barrier before the run",
-            "settling": "the completion of deliveries and the barrier after the run",
-            "comparing": "the comparison", "not_started": "its start"}.get(phase, phase)
+    return PHASES.get(phase, phase)
+
+
+PHASES = {"setup": "the setup (communicators, windows) or the barrier before the run",
+          "settling": "the end of the run (its ops done; completing deliveries, then a barrier)",
+          "comparing": "the comparison", "not_started": "its start", "running": "an op"}
 
 
 def _timing(lines: list[dict]) -> dict | None:

@@ -1,0 +1,233 @@
+"""The mpi-cpu executor under mpiexec: every correct protocol matches the checker at 2 and 4 ranks,
+random verified schedules match (many per mpiexec job), and hangs, crashes and mismatches are
+reported with the ranks, ops and file:lines involved, within the timeout, leaving no process.
+
+Skipped without mpi4py or an mpiexec on PATH (`pip install 'clockworks-dist[mpi]'`)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("numpy")
+pytest.importorskip("mpi4py", reason="the mpi-cpu executor needs mpi4py: pip install 'clockworks-dist[mpi]'")
+import shutil  # noqa: E402
+
+if shutil.which("mpiexec") is None:
+    pytest.skip("no mpiexec on PATH (pip install mpich)", allow_module_level=True)
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+
+import clockworks_dist as cw  # noqa: E402
+from clockworks_dist import cli_run, ir  # noqa: E402
+from clockworks_dist.check import check  # noqa: E402
+from clockworks_dist.runtime import job as job_mod  # noqa: E402
+from clockworks_dist.runtime import launch, verdict  # noqa: E402
+from clockworks_dist.runtime.expected import build_reference  # noqa: E402
+from clockworks_dist.runtime.worker import FAULT_ENV  # noqa: E402
+from test_por_properties import build, matched, plans  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROTOCOLS = os.path.join(os.path.dirname(HERE), "protocols")
+CORRECT = sorted(glob.glob(os.path.join(PROTOCOLS, "*.py")))
+RANDOM_EXAMPLES = 150
+
+
+def _item(sched: ir.Schedule, timeout: float = 60.0) -> job_mod.Item:
+    return job_mod.Item(name=sched.name, world=sched.world, schedule_json=sched.to_json(),
+                        reference=build_reference(sched), timeout=timeout)
+
+
+def _run(schedules: list[ir.Schedule], ranks: int, **options) -> dict:
+    job = job_mod.Job(items=[_item(s) for s in schedules], ranks=ranks, **options)
+    outcome = launch.run(job, timeout=None, stall=60.0)
+    return verdict.summarize(schedules, outcome)
+
+
+def _workers() -> list[int]:
+    """Processes of this machine running a rank of a job."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    if b"clockworks_dist.runtime.worker" in handle.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.fixture
+def no_process_left():
+    """Fails the test if a rank of a job outlives it."""
+    before = set(_workers())
+    yield
+    assert set(_workers()) <= before
+
+
+# --------------------------------------------------------------------------- the corpus
+@pytest.mark.parametrize("world", [2, 4])
+def test_every_correct_protocol_matches(world, no_process_left):
+    schedules = [defn.trace(world) for path in CORRECT for defn in cw.load_file(path)]
+    summary = _run(schedules, world)
+    failed = [(r["schedule"], r["message"]) for r in summary["results"] if r["verdict"] != "match"]
+    assert not failed
+    assert len(summary["results"]) == len(schedules) >= 12
+
+
+# --------------------------------------------------------------------- random schedules
+def _group_member_overlap(sched: ir.Schedule) -> bool:
+    """A group whose members overlap, one of them writing: the checker verifies some of these, but
+    MPI (and NCCL) may read a send's buffer while a recv of the same group writes it
+    (protocols/runtime/group_send_reads_own_recv.py): a known disagreement, kept out of the
+    agreement test."""
+    for program in sched.programs:
+        for op in program.ops:
+            if op.kind != "group":
+                continue
+            places = [(m.src, False) if m.kind == "send" else (m.dst, True) for m in op.ops]
+            for i, (a, writes_a) in enumerate(places):
+                for b, writes_b in places[i + 1:]:
+                    if (writes_a or writes_b) and a.buffer == b.buffer and a.start < b.stop and b.start < a.stop:
+                        return True
+    return False
+
+
+def test_random_verified_schedules_match_the_checker(no_process_left):
+    """Random schedules (the property tests' generator) that the checker verifies run in one
+    mpiexec job, with jitter, and every element and signal word matches the checker's values."""
+    found: list[ir.Schedule] = []
+
+    @settings(max_examples=RANDOM_EXAMPLES, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(plans())
+    def collect(plan):
+        sched = build(plan)
+        if matched(sched) and not _group_member_overlap(sched) and check(sched).verdict == "verified":
+            found.append(sched)
+
+    collect()
+    assert len(found) >= RANDOM_EXAMPLES // 5
+    summary = _run(found, ranks=3, jitter=11)
+    failed = [(i, r["message"]) for i, r in enumerate(summary["results"]) if r["verdict"] != "match"]
+    assert not failed, [found[i].to_json() for i, _ in failed[:1]]
+
+
+def test_the_known_group_disagreement_shows(no_process_left):
+    """The checker verifies it; MPI reads the send's buffer before the group's recv wrote it."""
+    sched = cw.load_file(os.path.join(PROTOCOLS, "runtime", "group_send_reads_own_recv.py"))[0].trace(2)
+    assert check(sched).verdict == "verified"
+    result = _run([sched], 2)["results"][0]
+    assert result["verdict"] == "mismatch"
+    assert "rank 1: z[0]: expected x@r1[0:1] = " in result["message"]
+
+
+# ------------------------------------------------------------------------------ the CLI
+def _cli(*args: str, env: dict | None = None, mpiexec: int | None = None) -> tuple[int, str, str, float]:
+    command = [sys.executable, "-m", "clockworks_dist.cli_run", "run", *args]
+    if mpiexec:
+        command = ["mpiexec", "-n", str(mpiexec), *command]
+    started = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=120)
+    return done.returncode, done.stdout, done.stderr, time.monotonic() - started
+
+
+def test_run_prints_match_and_timings(no_process_left):
+    code, out, err, _ = _cli(os.path.join(PROTOCOLS, "ring_allreduce.py"), "--np", "4", "--iters", "3",
+                             "--jitter", "5", "--json")
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["verdict"] == "match" and summary["np"] == 4
+    result = summary["results"][0]
+    assert result["time"]["iterations"] == 3 and result["time"]["median_us"] > 0
+    assert sorted(line["rank"] for line in result["ranks"]) == [0, 1, 2, 3]
+    assert all(line["compare"]["checked"] == 60 for line in result["ranks"])
+
+
+def test_a_hang_ends_within_the_timeout_naming_each_ranks_op(no_process_left):
+    code, out, err, seconds = _cli(os.path.join(PROTOCOLS, "buggy", "ring_allreduce_no_group.py"), "--np", "4",
+                                   "--timeout", "5")
+    assert code == 1, err
+    assert seconds < 5 + 3  # the bound, and the start of the interpreter
+    assert "hang (the deadline passed): rank 0 is in send(peer=1, x[0:2]) at ring_allreduce_no_group.py:24, " \
+           "waiting for its matching recv on rank 1; rank 1 is in send(peer=2, x[2:4])" in out
+
+
+def test_a_one_sided_hang_shows_the_signal_word(no_process_left):
+    code, out, _err, _ = _cli(os.path.join(PROTOCOLS, "runtime", "signal_to_wrong_pe.py"), "--timeout", "4")
+    assert code == 1
+    assert ("rank 0 is in wait_until(ready[0] ge 1) at signal_to_wrong_pe.py:19, waiting for ready[0] (now 0) "
+            "to be ge 1") in out
+
+
+def test_a_rank_that_raises_is_named_and_the_others_say_where_they_were(no_process_left):
+    code, out, err, seconds = _cli(os.path.join(PROTOCOLS, "ring_allreduce.py"), "--np", "4", "--json",
+                                   env={FAULT_ENV: "1:3:raise"})
+    assert code == 1, err
+    result = json.loads(out)["results"][0]
+    assert result["verdict"] == "crash" and result["crashed"] == [1]
+    assert result["message"].startswith("crash: rank 1 raised RuntimeError: fault injected before op 3")
+    assert "at ring_allreduce.py:19; when the job stopped, rank 0 was in send(peer=1, x[8:12]) at " \
+           "ring_allreduce.py:17" in result["message"]
+    assert seconds < 30
+
+
+def test_a_rank_that_is_killed_is_named(no_process_left):
+    code, out, _err, _ = _cli(os.path.join(PROTOCOLS, "ring_allreduce.py"), "--np", "4", "--json",
+                              env={FAULT_ENV: "2:1:kill"})
+    assert code == 1
+    result = json.loads(out)["results"][0]
+    assert result["verdict"] == "crash" and result["crashed"] == [2]
+    assert "rank 2 died (its process ended without a result; killed?) in" in result["message"]
+
+
+def test_a_rank_stuck_outside_any_wait_is_found_by_its_progress_word(no_process_left):
+    code, out, _err, seconds = _cli(os.path.join(PROTOCOLS, "ring_allreduce.py"), "--np", "2", "--timeout", "4",
+                                    env={FAULT_ENV: "0:1:hang"})
+    assert code == 1 and seconds < 4 + 3
+    # rank 0 never looks at the clock: its progress word names the op (or, if rank 1 exits first,
+    # its handler of mpiexec's signal does)
+    assert re.search(r"hang \(the deadline passed\): rank 0 (is stuck|was) in x\[4:8\] = x\[4:8\] \+ tmp\[0:4\] at "
+                     r"ring_allreduce.py:19.*; rank 1 is in send\(peer=0, x\[0:4\]\)", out)
+
+
+def test_finished_schedules_keep_their_results_when_a_later_one_crashes(no_process_left):
+    first = cw.load_file(os.path.join(PROTOCOLS, "ring_allgather.py"))[0].trace(2)
+    second = cw.load_file(os.path.join(PROTOCOLS, "tree_allreduce.py"))[0].trace(2)
+    summary = _run([first, second, first], 2, fault="1:0:raise")
+    verdicts = [r["verdict"] for r in summary["results"]]
+    assert verdicts == ["crash", "not run", "not run"] or verdicts[0] == "crash"
+    summary = _run([first, second], 2, fault="1:2:raise")  # tree_allreduce has 2 ops on rank 1
+    assert [r["verdict"] for r in summary["results"]][0] == "match"
+
+
+def test_a_mismatch_against_the_postcondition(no_process_left):
+    code, out, _err, _ = _cli(os.path.join(PROTOCOLS, "buggy", "double_counted_rank.py"))
+    assert code == 1
+    assert "mismatch: 3 elements fail the postcondition (rank(s) 0, 1, 2); rank 0: x[0]: postcondition " \
+           "x@r0[0:1] + x@r1[0:1] + x@r2[0:1] = " in out
+
+
+def test_a_corrupted_element_is_reported_against_the_checker(no_process_left):
+    code, out, _err, _ = _cli(os.path.join(PROTOCOLS, "ring_allgather.py"), "--np", "2", "--json",
+                              env={FAULT_ENV: "1:0:corrupt"})
+    assert code == 1
+    record = json.loads(out)["results"][0]["ranks"][1]["compare"]["first"][0]
+    assert (record["rank"], record["buffer"], record["element"], record["against"]) == (1, "x", 0, "checker")
+    assert record["got"] == record["expected"] + 1 and record["expected_term"]
+
+
+def test_inside_an_mpi_job_every_rank_runs_and_rank_0_prints_the_verdict(no_process_left):
+    code, out, err, _ = _cli(os.path.join(PROTOCOLS, "nvshmem_oneshot_allreduce.py"), mpiexec=2)
+    assert code == 0, err
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert sorted(line["rank"] for line in lines) == [0, 1] and {line["status"] for line in lines} == {"match"}
+    assert "nvshmem_oneshot_allreduce, 2 ranks, mpi-cpu: results match" in out
