@@ -2,9 +2,10 @@
 
 A flow crosses a list of resources (directed links, a GPU's HBM) and may carry its own ceiling
 (a channel or thread-block rate). A flow may also load a resource with only a fraction of its rate
-(`weights`: e.g. the acknowledgements its data draws on the opposite direction of a link). Progressive filling: raise every unfrozen flow's rate together
-until a resource saturates or a flow reaches its ceiling; freeze those flows; repeat. The result is
-the unique max-min fair allocation, recomputed whenever a flow starts or finishes.
+(`weights`: e.g. the acknowledgements its data draws on the opposite direction of a link).
+Progressive filling: raise every unfrozen flow's rate together until a resource saturates or a flow
+reaches its ceiling; freeze those flows; repeat. The result is the unique max-min fair allocation,
+recomputed whenever a flow starts or finishes.
 """
 
 from __future__ import annotations
@@ -38,45 +39,52 @@ def max_min_rates(flows: list[Flow], capacity: list[float]) -> None:
     for f in flows:
         f.rate = 0.0
     left = {}
-    users: dict[int, list[tuple[Flow, float]]] = {}
+    users: dict[int, list[tuple[Flow, float]]] = {}  # per resource: its unfrozen flows, in order
     for f in active:
         for r, w in f.loads():
             if w > 0:
                 left.setdefault(r, capacity[r])
                 users.setdefault(r, []).append((f, w))
-    unfrozen = set(id(f) for f in active)
+    unfrozen = active
     level = 0.0
     while unfrozen:
         # the next increment at which a resource fills up or a flow hits its ceiling
         step = float("inf")
-        for r, fs in users.items():
-            load = sum(w for f, w in fs if id(f) in unfrozen)
+        loads = {r: sum(w for _, w in fs) for r, fs in users.items()}
+        for r, load in loads.items():
             if load:
                 step = min(step, left[r] / load)
-        for f in active:
-            if id(f) in unfrozen and f.ceiling is not None:
+        for f in unfrozen:
+            if f.ceiling is not None:
                 step = min(step, f.ceiling - level)
         if step == float("inf"):  # flows that use no resource and have no ceiling
-            for f in active:
-                if id(f) in unfrozen:
-                    f.rate = float("inf")
+            for f in unfrozen:
+                f.rate = float("inf")
             break
         step = max(step, 0.0)
         level += step
-        for r, fs in users.items():
-            left[r] -= step * sum(w for f, w in fs if id(f) in unfrozen)
-        frozen_now = set()
-        for f in active:
-            if id(f) not in unfrozen:
-                continue
+        for r, load in loads.items():
+            left[r] -= step * load
+        frozen = set()
+        for f in unfrozen:
             f.rate = level
             if f.ceiling is not None and f.ceiling - level <= EPS * max(1.0, level):
-                frozen_now.add(id(f))
+                frozen.add(id(f))
         for r, fs in users.items():
             if left[r] <= EPS * max(1.0, capacity[r]):
-                for f, _ in fs:
-                    if id(f) in unfrozen:
-                        frozen_now.add(id(f))
-        if not frozen_now:
+                frozen.update(id(f) for f, _ in fs)
+        if not frozen:
             break
-        unfrozen -= frozen_now
+        unfrozen = [f for f in unfrozen if id(f) not in frozen]
+        users = _without(users, frozen)
+
+
+def _without(users: dict[int, list[tuple[Flow, float]]], frozen: set[int]) -> dict[int, list[tuple[Flow, float]]]:
+    """The resources' flows less the frozen ones, in the same order (so every sum of loads adds the
+    same numbers in the same order, to the last bit), and no resource left without flows."""
+    kept = {}
+    for r, fs in users.items():
+        rest = [(f, w) for f, w in fs if id(f) not in frozen]
+        if rest:
+            kept[r] = rest
+    return kept
