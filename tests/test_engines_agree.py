@@ -1,8 +1,9 @@
 """The engines agree (DESIGN.md: one semantics): the simulator's run of a schedule is one of the
-checker's executions. Its final positions and signal words are among the checker's terminal states,
-so a schedule the checker verifies never deadlocks in the simulator, and a deadlock in the simulator
-is one the checker finds. (The simulator tracks no data values: memory is compared by the checker
-alone.)"""
+checker's executions. Its final positions, memory values and signal words are among the checker's
+terminal states, so a schedule the checker verifies never deadlocks in the simulator, and a deadlock
+in the simulator is one the checker finds. (The simulator runs the checker's machine, so memory
+compares as value trees, exact but for the order of a commutative node's two operands, which are
+the same bits either way.)"""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from hypothesis import assume, given, note, settings
 from hypothesis.control import currently_in_test_context
 
 from clockworks_dist import load_file
-from clockworks_dist.check import terminal_outcomes
+from clockworks_dist.check import compile_schedule
+from clockworks_dist.check.dfs import DepthFirst
+from clockworks_dist.check.explore import explore
+from clockworks_dist.semantics.values import COMMUTATIVE, render_term
 from clockworks_dist.perf.network import from_topology
 from clockworks_dist.perf.simulate import PredictError, Simulator
 from clockworks_dist.topology import load_topology
@@ -27,8 +31,31 @@ CORRECT = sorted((ROOT / "protocols").glob("*.py"))
 BUGGY = sorted((ROOT / "protocols" / "buggy").glob("*.py"))
 
 
+def canonical(values, vid: int) -> str:
+    """A value tree as text, the operands of commutative nodes sorted: `Values.combine` orders them
+    by interning id, and two machines of one schedule intern in different orders."""
+    term = values.terms[vid]
+    if term[0] == "op" and term[1] in COMMUTATIVE:
+        return f"{term[1]}({', '.join(sorted(canonical(values, c) for c in term[2]))})"
+    return render_term(term, lambda c: canonical(values, c))
+
+
+def outcome(model, state) -> tuple:
+    """(finished, positions, values, signal words) of a final state."""
+    values = tuple(tuple(canonical(model.values, v) for v in row) for row in state.memory)
+    return (model.done(state), state.pcs, values, state.signals)
+
+
+def checker_outcomes(sched) -> set[tuple]:
+    """The outcome of every terminal state of the checker's search (as `check.terminal_outcomes`)."""
+    model = compile_schedule(sched)
+    found = explore(model, DepthFirst(), reduction=True, max_states=200_000)
+    assert found.complete
+    return {outcome(model, state) for state in found.parents if not model.enabled(state)}
+
+
 def simulated_outcome(sched) -> tuple | None:
-    """(finished, positions, signal words) at the end of the simulator's run; None if it deadlocks."""
+    """The outcome of the simulator's run; None if it deadlocks."""
     sim = Simulator(sched, from_topology(TOPOLOGY, sched.world), CONSTANTS)
     try:
         sim.run()
@@ -36,19 +63,18 @@ def simulated_outcome(sched) -> tuple | None:
         if "deadlocks" not in str(exc):
             raise
         return None
-    return (True, tuple(sim.pc), tuple(tuple(row) for row in sim.signals))
+    return outcome(sim.model, sim.state)
 
 
 def assert_agree(sched) -> None:
-    outcomes = terminal_outcomes(sched)
-    projected = {(done, positions, signals) for done, positions, _values, signals in outcomes}
+    outcomes = checker_outcomes(sched)
     found = simulated_outcome(sched)
     if currently_in_test_context():
-        note(f"simulator: {found}; checker: {sorted(projected)}")
+        note(f"simulator: {found}; checker: {sorted(outcomes)}")
     if found is None:
-        assert any(not done for done, _, _ in projected), "the simulator deadlocks, the checker finds no deadlock"
+        assert any(not done for done, *_ in outcomes), "the simulator deadlocks, the checker finds no deadlock"
     else:
-        assert found in projected, (found, sorted(projected))
+        assert found in outcomes, (found, sorted(outcomes))
 
 
 @pytest.mark.parametrize("path", CORRECT + BUGGY, ids=lambda p: p.relative_to(ROOT / "protocols").as_posix())

@@ -338,6 +338,22 @@ def test_put_signal_wakes_the_waiter_after_delivery():
     assert signal_delivery.end == pytest.approx(issued + 64 / 40e3 + 0.5 + c.nvshmem_signal_latency_us)
 
 
+def test_simulated_time_and_events_are_bounded():
+    from clockworks_dist.perf.events import MAX_SIMULATED_US, FlowEngine
+
+    engine = FlowEngine(two_ranks())
+    engine.at(MAX_SIMULATED_US * 10, lambda: None)
+    with pytest.raises(PredictError, match="simulated time passed.*at 3 of 4 ops done"):
+        engine.run(100, lambda: "3 of 4 ops done")
+    stuck = FlowEngine(two_ranks())
+
+    def again():
+        stuck.at(stuck.now, again)  # an event that only ever schedules itself, at the same time
+    stuck.at(0.0, again)
+    with pytest.raises(PredictError, match="handled 100 events without finishing.*time has stopped advancing"):
+        stuck.run(100, lambda: "0 of 1 ops done")
+
+
 def test_run_conditions_set_put_blocks_and_nccl_channels():
     """What calibration varies per measured cell is an argument of the run, not a constant."""
     c, net = consts(), two_ranks(link_GBs=400.0)

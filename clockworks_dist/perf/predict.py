@@ -15,7 +15,7 @@ from ..errors import ScheduleError
 from ..topology.model import Constants
 from .costs import RunConditions, host_cost, launches_kernel
 from .network import GB, Network, from_topology
-from .simulate import Simulator, Timeline
+from .simulate import Simulator, Timeline, compile_model
 
 _UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1000, "KIB": 1024, "M": 1024**2, "MB": 1000**2, "MIB": 1024**2,
           "G": 1024**3, "GB": 1000**3, "GIB": 1024**3, "T": 1024**4, "TB": 1000**4, "TIB": 1024**4}
@@ -127,9 +127,10 @@ class Prediction:
 
 
 def simulate(sched: ir.Schedule, network: Network, consts: Constants, mode: str = "graph",
-             conditions: RunConditions = RunConditions()) -> Timeline:
-    """The schedule's run on `network` with `consts`, under `conditions`."""
-    return Simulator(sched, network, consts, mode, conditions=conditions).run()
+             conditions: RunConditions = RunConditions(), model=None) -> Timeline:
+    """The schedule's run on `network` with `consts`, under `conditions` (`model`: its semantics
+    machine, if already compiled)."""
+    return Simulator(sched, network, consts, mode, conditions=conditions, model=model).run()
 
 
 def host_us(sched: ir.Schedule, consts: Constants) -> float:
@@ -140,14 +141,15 @@ def host_us(sched: ir.Schedule, consts: Constants) -> float:
 
 
 def steady_state_us(sched: ir.Schedule, timeline: Timeline, consts: Constants, mode: str,
-                    network: Network | None = None, conditions: RunConditions = RunConditions()) -> float:
+                    network: Network | None = None, conditions: RunConditions = RunConditions(),
+                    model=None) -> float:
     """Per-iteration time of the schedule run back to back. CUDA-graph launched, that is one run.
     Eagerly launched, the host issues every launch of an iteration while the GPU runs the previous
     one: an iteration takes the longer of the host's issue time and the GPU's own time."""
     if mode != "eager":
         return timeline.total_us
-    gpu = Simulator(sched, network or timeline.network, consts, mode, host_clock=False,
-                    conditions=conditions).run().total_us
+    gpu = Simulator(sched, network or timeline.network, consts, mode, host_clock=False, conditions=conditions,
+                    model=model).run().total_us
     return max(gpu, host_us(sched, consts))
 
 
@@ -163,8 +165,9 @@ def predict_sizes(defn, topo, world: int, sizes: list[int], consts: Constants | 
     for nbytes in sizes:
         sched = defn.trace(world, ranks_per_node, sizes=size_binding(defn, world, nbytes, ranks_per_node, base))
         network._routes.clear()
-        timeline = simulate(sched, network, consts, mode, conditions)
-        time_us = steady_state_us(sched, timeline, consts, mode, network, conditions)
+        model = compile_model(sched)  # both runs of eager mode share it
+        timeline = simulate(sched, network, consts, mode, conditions, model)
+        time_us = steady_state_us(sched, timeline, consts, mode, network, conditions, model)
         factor, _ = busbw_factor(sched)
         algbw = nbytes / time_us / GB if time_us > 0 else 0.0
         out.append(Prediction(nbytes=nbytes, time_us=time_us, algbw_GBs=algbw, busbw_GBs=algbw * factor,

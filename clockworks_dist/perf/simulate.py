@@ -1,21 +1,25 @@
-"""The runtime simulator: the checker's semantics, executed in time on a network model.
+"""The runtime simulator: the semantics machine, executed in time on a network model.
 
-Ranks run their programs in order, exactly as in `semantics.machine`: sends and recvs meet first-in-
-first-out (rendezvous), collectives start when every member has arrived, one-sided puts are
-deliveries that land later (ordered only by fence and quiet), waits block until the simulated
-signal word satisfies them. What the checker leaves abstract gets a cost:
+The simulator holds a state of the checker's machine (`semantics.machine.Model`) and asks it which
+actions can fire (`enabled`); it starts the timed process of each newly enabled action once and
+applies the action (`apply`) when that process ends. Which op may run, and what it does to memory
+and signals, is the machine's alone: sends and recvs meet first-in-first-out, collectives complete
+together, puts are deliveries that land later (held back by fence), waits hold until their signal
+words compare true, quiet and barrier_all wait for the rank's deliveries. The simulator adds time:
 
-- every transfer is a flow along its route, forwarded cut-through in packets (the last packet
-  crosses each hop after the first whole); concurrent flows share each link max-min fairly
-  (`flows`), recomputed at every flow start and finish; data over NVLink also loads the opposite
-  direction with its acknowledgements; a flow may carry a ceiling (NCCL channels times the
-  per-channel rate, NVSHMEM thread blocks times the per-block rate);
-- NCCL calls run the algorithm, protocol and channels NCCL itself picks (`nccl_tuning`), timed
-  by `nccl`; a send to itself (an all-to-all's own chunk) is a copy in HBM;
-- local ops are flows over the GPU's HBM, so they slow down when other traffic uses it;
-- fixed costs: kernel launch, NCCL protocol base and step latencies, NVSHMEM put and signal
-  latency, barrier latency; in eager mode the host issues launches one after another and a kernel
-  cannot start before it is issued.
+- a rank's stream runs its ops in order: an op is posted when the previous one has ended and, when
+  launches are eager, once the host has issued it (the host issues one launch after another);
+  an action starts when it is enabled and every rank it involves has posted its op;
+- the cost of each op kind (`costs.COSTS`): kernel launch, NCCL's plan for a collective or a
+  send/recv (the algorithm, protocol and channels NCCL itself picks, `nccl_tuning`, timed by
+  `nccl`; a send to itself is a copy in HBM), NVSHMEM issue and signal latencies, barrier rounds;
+- every transfer is a flow over the network (`events.FlowEngine`); local ops are flows over the
+  GPU's HBM, so they slow down when other traffic uses it.
+
+A put's issue is a step of its rank (`nvshmem_put_latency_us`); its delivery then flows and lands
+as an action of its own. A fetching atomic takes effect when issued, and its rank waits for the
+round trip. A wait ends when the write that satisfies it lands; a collective starts when its last
+member arrives; a send/recv transfer when the later side posts.
 
 The result has every op's start and end on every rank, the critical path (each op remembers what it
 waited for last), per-link bytes, and the total time.
@@ -23,30 +27,23 @@ waited for last), per-link bytes, and the total time.
 
 from __future__ import annotations
 
-import heapq
 import itertools
-import math
 from dataclasses import dataclass, field
 
 from .. import ir
+from ..semantics.arithmetic import signal_effect
+from ..semantics.machine import Model
 from ..semantics.match import match
-from ..semantics.arithmetic import atomic_result, compare, fetch_result
-from ..errors import ClockworksError
+from ..semantics.rules import Sync
 from . import nccl
 from .costs import COSTS, RunConditions, fixed_us, host_cost, launch_us
-from .flows import Flow, max_min_rates
+from .events import FlowEngine, PredictError
 from .network import Network
 
-GB = 1e3  # bytes per microsecond in one GB/s
-# Defence in depth (topology files are validated so that no valid file gets here): past this much
-# simulated time, float microseconds lose sub-microsecond resolution and the result means nothing;
-# and a run that handles far more events than its ops can cause is not advancing.
-MAX_SIMULATED_US = 1e13  # about 116 days
+__all__ = ["OpRecord", "PredictError", "Simulator", "Timeline", "compile_model"]
+
+# A run that handles far more events than its ops can cause is not advancing.
 EVENTS_PER_OP_AND_RANK = 100
-
-
-class PredictError(ClockworksError):
-    """The schedule cannot be simulated (it does not match statically, or it deadlocks)."""
 
 
 @dataclass
@@ -76,51 +73,48 @@ class Timeline:
     plans: list[tuple[OpRecord, nccl.Plan]]
 
 
+def compile_model(sched: ir.Schedule) -> Model:
+    """The semantics machine of `sched`; PredictError if the schedule does not match statically."""
+    matches, problems = match(sched)
+    if problems:
+        first = problems[0]
+        where = first.ops[0].loc if first.ops and first.ops[0].loc else sched.loc
+        raise PredictError(f"{where}: the schedule does not match: {first.message} (run `clockworks check`)")
+    return Model(sched, matches)
+
+
 class Simulator:
+    """A timed scheduler over the semantics machine of `sched` (see the module docstring); `model`,
+    if given, is that machine already compiled (`compile_model`)."""
+
     def __init__(self, sched: ir.Schedule, network: Network, consts, mode: str = "graph", host_clock: bool = True,
-                 conditions: RunConditions = RunConditions()):
-        matches, problems = match(sched)
-        if problems:
-            first = problems[0]
-            where = first.ops[0].loc if first.ops and first.ops[0].loc else sched.loc
-            raise PredictError(f"{where}: the schedule does not match: {first.message} (run `clockworks check`)")
+                 conditions: RunConditions = RunConditions(), model: Model | None = None):
         self.sched, self.net, self.c, self.mode = sched, network, consts, mode
         self.conditions = conditions
-        self.matches = matches
+        self.model = model or compile_model(sched)
+        self.state = self.model.initial()
         self.world = sched.world
-        self.now = 0.0
-        self.queue: list = []
-        self.seq = itertools.count()
-        self.flows: list[Flow] = []
-        self.flow_ids = itertools.count()
-        self.flow_done: dict[int, object] = {}
-        self.flow_end: dict[int, float] = {}  # when each flow finishes at its current rate
-        self.flow_version = 0
-        self.last_update = 0.0
-        self.link_bytes: dict[int, float] = {}
-        self.pc = [0] * self.world
-        self.free_at = [0.0] * self.world  # when the rank's stream is free
-        self.last = [None] * self.world  # the record the rank's next op follows
+        self.engine = FlowEngine(network, consts.nvlink_reverse_share)
         self.records: list[OpRecord] = []
-        self.posted: dict[tuple, OpRecord] = {}
-        self.group_left: dict[int, int] = {}
-        self.arrived: dict[int, dict[int, OpRecord]] = {}
-        self.sig_offset, count = {}, 0
-        for decl in sched.programs[0].signals:
-            self.sig_offset[decl.name] = count
-            count += decl.count
-        self.signals = [[0] * count for _ in range(self.world)]
-        self.sig_writer: dict[tuple[int, int], OpRecord] = {}
-        self.waiting: dict[tuple[int, int], int] = {}  # (rank, word) -> waiting rank
-        self.outstanding = [0] * self.world
-        self.pending: dict[tuple[int, int], list] = {}  # (issuer, pe) -> [(epoch, start fn)] held by fences
-        self.in_flight_epochs: dict[tuple[int, int], list[int]] = {}
-        self.quiet_waiter: dict[int, OpRecord] = {}
-        self.last_delivery: dict[int, OpRecord] = {}
         self.plans: list[tuple[OpRecord, nccl.Plan]] = []
         self.views: dict[tuple[int, ...], nccl.View] = {}
-        self.fences = [[sum(1 for o in p.ops[:i] if o.kind == "fence") for i in range(len(p.ops))]
-                       for p in sched.programs]
+        self.started: set[tuple] = set()  # actions whose timed process has begun
+        self.dispatching, self.again = False, False
+        # What may still start: per rank, the actions of its posted op not started yet (a rank with
+        # some is idle); and the deliveries in flight, of which `flying` have started.
+        self.unstarted = [0] * self.world
+        self.idle: set[int] = set()
+        self.flying = 0
+        self.enabled_in, self.enabled_now = None, []
+        # Per rank: whether its current op is posted, that op's record, the record its next op
+        # follows, and when it became ready to meet its partners (a collective's tie-break).
+        self.posted = [False] * self.world
+        self.current: list[OpRecord | None] = [None] * self.world
+        self.last: list[OpRecord | None] = [None] * self.world
+        self.arrival = [0] * self.world
+        self.arrivals = itertools.count()
+        self.issues: dict[tuple[int, int], OpRecord] = {}  # the issue of each delivery in flight
+        self.sig_writer: dict[tuple[int, int], OpRecord] = {}  # (rank, word) -> the last write's record
         # Eager mode: the host issues the launches one after another (`costs.host_cost`); a kernel
         # cannot start before the host has issued it (it can start later, when the GPU is busy).
         self.host_ready = [[0.0] * len(p.ops) for p in sched.programs]
@@ -131,122 +125,130 @@ class Simulator:
                     issued += host_cost(op, consts)
                     self.host_ready[rank][i] = issued
 
-    # -- events and flows ---------------------------------------------------------------------
-    def at(self, time: float, fn) -> None:
-        heapq.heappush(self.queue, (time, next(self.seq), fn))
-
-    def _advance_flows(self) -> None:
-        dt = self.now - self.last_update
-        if dt > 0:
-            for f in self.flows:
-                moved = min(f.remaining, f.rate * dt)
-                f.remaining -= moved
-                for r, w in f.loads():
-                    if w == 1.0:  # data bytes (acknowledgement load is not counted as bytes moved)
-                        self.link_bytes[r] = self.link_bytes.get(r, 0.0) + moved
-        self.last_update = self.now
-
-    def _reschedule(self) -> None:
-        max_min_rates(self.flows, self.net.capacity)
-        self.flow_version += 1
-        version = self.flow_version
-        soonest = None
-        for f in self.flows:
-            if f.rate > 0:
-                t = self.now + f.remaining / f.rate
-                self.flow_end[f.fid] = t
-                soonest = t if soonest is None else min(soonest, t)
-        if soonest is not None:
-            self.at(soonest, lambda v=version: self._flows_tick(v))
-
-    def _flows_tick(self, version: int) -> None:
-        if version != self.flow_version:
-            return
-        self._advance_flows()
-        # A flow whose end has come is done even if rounding left a few bytes (at a large `now`,
-        # now + remaining / rate == now, and waiting for them would never advance time).
-        done = [f for f in self.flows
-                if f.remaining <= 1e-6 * max(1.0, f.rate) or self.flow_end.get(f.fid, math.inf) <= self.now]
-        self.flows = [f for f in self.flows if f not in done]
-        self._reschedule()
-        for f in done:
-            self.flow_end.pop(f.fid, None)
-            self.flow_done.pop(f.fid)()
-
-    def start_flow(self, resources: tuple[int, ...], nbytes: float, ceiling_GBs: float | None, then) -> None:
-        """Move `nbytes` over `resources`; call `then()` when the last byte has left."""
-        if nbytes <= 0 or not resources:
-            self.at(self.now, then)
-            return
-        self._advance_flows()
-        fid = next(self.flow_ids)
-        weights = None
-        share = self.c.nvlink_reverse_share
-        if share > 0:  # acknowledgements on the opposite direction of each NVLink crossed
-            back = [self.net.reverse[r][0] for r in resources
-                    if r in self.net.reverse and self.net.reverse[r][1] == "nvlink"]
-            if back:
-                resources, weights = resources + tuple(back), (1.0,) * len(resources) + (share,) * len(back)
-        self.flows.append(Flow(fid=fid, resources=resources, remaining=nbytes, weights=weights,
-                               ceiling=None if ceiling_GBs is None else ceiling_GBs * GB))
-        self.flow_done[fid] = then
-        self._reschedule()
-
-    def transfer(self, src: int, dst: int, nbytes: float, ceiling_GBs: float | None, latency_us: float, then,
-                 record: OpRecord | None = None) -> None:
-        """A flow from rank src to rank dst, then the route's latency, paid once, and the time the
-        last slice takes to cross the hops after the first (slices forwarded cut-through).
-        `record` notes how long the bytes themselves took (`flow_us`), apart from fixed costs."""
-        resources, route_latency = self.net.route(src, dst)
-        route_latency += self.net.fill_us(src, dst, nbytes)
-        began = self.now
-
-        def flowed():
-            if record is not None:
-                record.detail["flow_us"] = self.now - began
-            self.at(self.now + route_latency + latency_us, then)
-        self.start_flow(resources, nbytes, ceiling_GBs, flowed)
+    @property
+    def now(self) -> float:
+        return self.engine.now
 
     def run(self) -> Timeline:
+        """Simulate to the end; PredictError if the schedule deadlocks."""
         for rank in range(self.world):
-            self.at(0.0, lambda r=rank: self.advance(r))
-        budget = 1_000_000 + EVENTS_PER_OP_AND_RANK * sum(len(p.ops) for p in self.sched.programs) * self.world
-        events = 0
-        while self.queue:
-            time, _, fn = heapq.heappop(self.queue)
-            if not time <= MAX_SIMULATED_US:  # also catches nan
-                raise PredictError(f"simulated time passed {MAX_SIMULATED_US:.0e} us (about 116 days) at "
-                                   f"{self._progress()}: a rate or latency of the topology is out of any real "
-                                   "range (check its links' GBs_per_dir and latency_us and its constants)")
-            self.now = max(self.now, time)
-            fn()
-            events += 1
-            if events > budget:
-                raise PredictError(f"the simulation handled {budget:,} events without finishing ({self._progress()}, "
-                                   f"{self.now:.6g} us simulated): time has stopped advancing; with a realistic "
-                                   "topology this is a bug in clockworks, please report it")
-        if self.flows:
-            names = sorted({self.net.names[r] for f in self.flows for r in f.resources
-                            if not self.net.capacity[r] > 0} or {"their ceilings"})
-            raise PredictError(f"{len(self.flows)} transfer(s) never finish: their rate is 0 on {', '.join(names)} "
-                               "(a bandwidth or rate of the topology is 0)")
-        stuck = [r for r in range(self.world) if self.pc[r] < len(self.sched.programs[r].ops)]
+            self.engine.at(0.0, lambda r=rank: self._post(r))
+        budget = 1_000_000 + EVENTS_PER_OP_AND_RANK * sum(self.model.nops) * self.world
+        self.engine.run(budget, self._progress)
+        pcs = self.state.pcs
+        stuck = [r for r in range(self.world) if pcs[r] < self.model.nops[r]]
         if stuck:
             rank = stuck[0]
-            op = self.sched.programs[rank].ops[self.pc[rank]]
+            op = self.sched.programs[rank].ops[pcs[rank]]
             raise PredictError(f"{op.loc}: the schedule deadlocks: rank(s) {', '.join(map(str, stuck))} never finish "
                                f"(rank {rank} blocks in {ir.describe(op)}; run `clockworks check` for the "
                                "counterexample)")
         total = max([r.end for r in self.records], default=0.0)
-        return Timeline(total_us=total, records=self.records, link_bytes=self.link_bytes, network=self.net,
+        return Timeline(total_us=total, records=self.records, link_bytes=self.engine.link_bytes, network=self.net,
                         critical=self._critical_path(), plans=self.plans)
 
     def _progress(self) -> str:
-        done = sum(self.pc)
-        total = sum(len(p.ops) for p in self.sched.programs)
-        return f"{done} of {total} ops done"
+        return f"{sum(self.state.pcs)} of {sum(self.model.nops)} ops done"
+
+    # -- the machine --------------------------------------------------------------------------
+    def _dispatch(self, first: dict[tuple, int] | None = None) -> None:
+        """Start the timed process of every enabled action whose ranks have all posted their ops
+        (those in `first` before the others, in its order). An action that takes effect at once (a
+        wait, a fence, a fetching atomic) changes the state: what is enabled is asked again, in a
+        loop rather than a nested call."""
+        if self.dispatching:
+            self.again = True
+            return
+        if not self.idle and len(self.state.in_flight) == self.flying:
+            return  # every posted op and every delivery has started: nothing is left to start
+        self.dispatching, self.again = True, True
+        try:
+            while self.again:
+                self.again = False
+                state = self.state
+                startable = [a for a in self._enabled() if a not in self.started and self._ready(a)]
+                if first:
+                    startable.sort(key=lambda a: first.get(a, len(first)))
+                for action in startable:
+                    if self.state is not state:  # the rest may no longer be enabled
+                        self.again = True
+                        break
+                    self._start(action)
+        finally:
+            self.dispatching = False
+
+    def _enabled(self) -> list[tuple]:
+        """The machine's enabled actions in the current state (asked once per state: a rank that
+        posts its op changes when an action may start, not what is enabled)."""
+        if self.enabled_in is not self.state:
+            self.enabled_in, self.enabled_now = self.state, self.model.enabled(self.state)
+        return self.enabled_now
+
+    def _ranks_of(self, action: tuple) -> list[int]:
+        """The ranks whose current op takes part in `action` (none for a delivery)."""
+        kind = action[0]
+        if kind == "step":
+            return [action[1]]
+        if kind == "p2p":
+            return [action[1], self.model.matches.recv_of[action[1:]][0]]
+        if kind == "coll":
+            return [rank for rank, _ in self.model.coll_members[action[1]]]
+        return []
+
+    def _ready(self, action: tuple) -> bool:
+        """Whether every rank taking part has posted its op (a delivery in flight needs none)."""
+        return all(self.posted[rank] for rank in self._ranks_of(action))
+
+    def _start(self, action: tuple) -> None:
+        self.started.add(action)
+        for rank in self._ranks_of(action):
+            self.unstarted[rank] -= 1
+            if not self.unstarted[rank]:
+                self.idle.discard(rank)
+        kind = action[0]
+        if kind == "step":
+            self._start_step(action)
+        elif kind == "p2p":
+            self._start_p2p(action)
+        elif kind == "coll":
+            self._start_collective(action)
+        else:
+            self.flying += 1
+            self._start_delivery(action)
+
+    def _apply(self, action: tuple) -> None:
+        """The action's timed process has ended: the machine takes the step."""
+        self.state = self.model.apply(self.state, action)
 
     # -- ranks --------------------------------------------------------------------------------
+    def _post(self, rank: int) -> None:
+        """The rank's stream reaches its next op (once the host has issued it)."""
+        pc = self.state.pcs[rank]
+        if pc >= self.model.nops[rank] or self.posted[rank]:
+            return
+        if self.now < self.host_ready[rank][pc] - 1e-9:  # the host has not issued it yet
+            self.engine.at(self.host_ready[rank][pc], lambda: self._post(rank))
+            return
+        self.posted[rank] = True
+        self.arrival[rank] = next(self.arrivals)
+        code = self.model.code[rank][pc]
+        self.unstarted[rank] = len(code.members) or 1  # a group's members start one by one
+        self.idle.add(rank)
+        if code.awaits is None:  # a wait's record begins when it is satisfied
+            self.current[rank] = self._record(rank, pc, None, code.op, self.now)
+        self._dispatch(self._member_order(rank, pc))
+
+    def _member_order(self, rank: int, index: int) -> dict[tuple, int]:
+        """The transfers of a send, recv or group, in the order of its members (a rank that posts
+        a group starts the transfers it unblocks in that order)."""
+        order = {}
+        for sub, member in self.model.code[rank][index].members:
+            key = (rank, index, sub)
+            send = key if member.kind == "send" else self.model.matches.send_of.get(key)
+            if send is not None:
+                order[("p2p", *send)] = len(order)
+        return order
+
     def _record(self, rank: int, index: int, sub, op, start: float, cause=None, cause_kind="program order") -> OpRecord:
         rec = OpRecord(rank=rank, index=index, sub=sub, kind=op.kind, text=ir.describe(op), loc=op.loc,
                        start=start, cause=cause if cause is not None else self.last[rank], cause_kind=cause_kind)
@@ -257,168 +259,174 @@ class Simulator:
         """GPU-side cost of starting a kernel (the host's issue cost is the host clock's)."""
         return launch_us(self.c, self.mode)
 
-    def finish(self, rank: int, rec: OpRecord, end: float | None = None) -> None:
+    def _finish(self, rank: int, rec: OpRecord, end: float | None = None) -> None:
+        """The rank's op is done at `end` (default: now): its stream goes on from there."""
         rec.end = self.now if end is None else end
         self.last[rank] = rec
-        self.pc[rank] += 1
-        self.free_at[rank] = rec.end
-        self.at(rec.end, lambda: self.advance(rank))
+        self.posted[rank] = False
+        self.current[rank] = None
+        self.engine.at(rec.end, lambda: self._post(rank))
 
-    def advance(self, rank: int) -> None:
-        prog = self.sched.programs[rank]
-        pc = self.pc[rank]
-        if pc >= len(prog.ops) or self.now < self.free_at[rank] - 1e-9:
+    def _size(self, rank: int):
+        """A region's bytes on `rank`."""
+        return lambda region: region.count * ir.DTYPE_BYTES[self.sched.programs[rank].buffer(region.buffer).dtype]
+
+    # -- steps of one rank --------------------------------------------------------------------
+    def _start_step(self, action: tuple) -> None:
+        _, rank, index = action
+        op = self.sched.programs[rank].ops[index]
+        rule = COSTS[op.kind]
+        if self.model.code[rank][index].awaits is not None:
+            self._wait_ends(action, op)
             return
-        if (rank, pc) in self.posted:  # already posted, waiting for partners
-            return
-        if self.now < self.host_ready[rank][pc] - 1e-9:  # the host has not issued it yet
-            self.at(self.host_ready[rank][pc], lambda: self.advance(rank))
-            return
-        op = prog.ops[pc]
-        k = op.kind
-        start = max(self.now, self.free_at[rank])
-        rule = COSTS[k]
+        rec = self.current[rank]
         if rule.timing == "local":
-            rec = self._record(rank, pc, None, op, start)
-            self.posted[(rank, pc)] = rec
-            nbytes = rule.nbytes(op, lambda region: self._bytes(rank, region))
-            launch = self._launch() + fixed_us(self.c, rule.issue)
-
-            def done(rec=rec):
-                self.posted.pop((rank, pc), None)
-                self.finish(rank, rec)
-            self.at(start + launch, lambda: self.start_flow((self.net.hbm(rank),), nbytes, None, done))
-        elif k in ("send", "recv", "group"):
-            members = op.ops if k == "group" else (op,)
-            self.group_left[rank] = len(members)
-            head = self._record(rank, pc, None, op, start)
-            self.posted[(rank, pc)] = head
-            for sub, member in enumerate(members):
-                key = (rank, pc, sub if k == "group" else None)
-                self.posted[key] = head
-                self._try_p2p(key, member)
-        elif rule.timing in ("collective", "barrier"):
-            rec = self._record(rank, pc, None, op, start)
-            self.posted[(rank, pc)] = rec
-            if k == "barrier_all" and self.outstanding[rank]:
-                self.quiet_waiter[rank] = rec
-                return
-            self._arrive(rank, pc, rec)
-        elif rule.timing == "delivery":
-            rec = self._record(rank, pc, None, op, start)
-            issue = start + fixed_us(self.c, rule.issue)
-            self.outstanding[rank] += 1
-            self.at(issue, lambda: self._issue_delivery(rank, pc, op, rec))
-            self.finish(rank, rec, issue)
+            nbytes = rule.nbytes(op, self._size(rank))
+            self.engine.at(self.now + self._launch() + fixed_us(self.c, rule.issue), lambda: self.engine.start_flow(
+                (self.net.hbm(rank),), nbytes, None, lambda: self._step_done(action, rec)))
+        elif rule.timing == "delivery":  # issued: the delivery is in flight, the rank goes on
+            self.engine.at(self.now + fixed_us(self.c, rule.issue), lambda: self._issued(action, rec))
         elif rule.timing == "get":
-            rec = self._record(rank, pc, None, op, start)
-            nbytes = rule.nbytes(op, lambda region: self._bytes(rank, region))
-            self.at(start + fixed_us(self.c, rule.issue), lambda: self.transfer(
+            nbytes = rule.nbytes(op, self._size(rank))
+            self.engine.at(self.now + fixed_us(self.c, rule.issue), lambda: self.engine.transfer(
                 op.pe, rank, nbytes, self._block_ceiling(), fixed_us(self.c, rule.latency),
-                lambda: self.finish(rank, rec)))
-        elif k == "fetch_atomic":
-            rec = self._record(rank, pc, None, op, start)
-            if isinstance(op.target, ir.SignalRef):
-                word = self.sig_offset[op.target.signal] + op.target.index
-                old = self.signals[op.pe][word]
-                self.signals[op.pe][word] = fetch_result(op.op, old, op.value, op.cond)
-                self._wake(op.pe, word, rec)
-            self.at(start + fixed_us(self.c, rule.latency), lambda: self.finish(rank, rec))
-        elif k == "wait_until":
-            word = self.sig_offset[op.signal.signal] + op.signal.index
-            if compare(op.cmp, self.signals[rank][word], op.value):
-                writer = self.sig_writer.get((rank, word))
-                rec = self._record(rank, pc, None, op, start)
-                if writer is not None and writer.end >= (self.last[rank].end if self.last[rank] else 0.0):
-                    rec.cause, rec.cause_kind = writer, "signal"
-                self.finish(rank, rec, start)
-            else:
-                self.waiting[(rank, word)] = rank
-        elif k == "quiet":
-            rec = self._record(rank, pc, None, op, start)
-            if self.outstanding[rank]:
-                self.quiet_waiter[rank] = rec
-            else:
-                self.finish(rank, rec, start)
-        else:  # fence: orders deliveries, costs nothing here
-            rec = self._record(rank, pc, None, op, start)
-            self.finish(rank, rec, start)
+                lambda: self._step_done(action, rec)))
+        elif rule.timing == "fixed":  # a fetching atomic: it takes effect now, the old value returns later
+            self._apply(action)
+            self._wrote_signal(op, rec)
+            self._finish(rank, rec, self.now + fixed_us(self.c, rule.latency))
+            self._dispatch()
+        else:  # fence (its effect is on deliveries, which the machine holds back) and quiet
+            self._step_done(action, rec)
+
+    def _step_done(self, action: tuple, rec: OpRecord) -> None:
+        self._apply(action)
+        self._finish(action[1], rec)
+        self._dispatch()
+
+    def _issued(self, action: tuple, rec: OpRecord) -> None:
+        self.issues[action[1:]] = rec
+        self._step_done(action, rec)
+
+    def _wait_ends(self, action: tuple, op) -> None:
+        """A wait whose words compare true: it ends now, after the write that made them so (if that
+        came after the rank's previous op)."""
+        rank = action[1]
+        words = self.model.code[rank][action[2]].awaits[0]
+        writers = [w for w in (self.sig_writer.get((rank, word)) for word in words) if w is not None]
+        writer = max(writers, key=lambda w: w.end, default=None)
+        rec = self._record(rank, action[2], None, op, self.now)
+        if writer is not None and writer.end >= (self.last[rank].end if self.last[rank] else 0.0):
+            rec.cause, rec.cause_kind = writer, "signal"
+        self._step_done(action, rec)
+
+    def _wrote_signal(self, op, rec: OpRecord) -> None:
+        """Remember `rec` as the last write of the signal word `op` updates (a wait's cause)."""
+        effect = signal_effect(op)
+        if effect is not None:
+            self.sig_writer[(op.pe, self.model.sig_word(effect[0]))] = rec
+
+    # -- one-sided deliveries -----------------------------------------------------------------
+    def _start_delivery(self, action: tuple) -> None:
+        issuer, index = action[1], action[2]
+        op = self.sched.programs[issuer].ops[index]
+        rule = COSTS[op.kind]
+        pe = self.model.deliveries[(issuer, index)].pe
+        issue = self.issues.pop((issuer, index))
+        note: dict = {}
+        nbytes = rule.nbytes(op, self._size(issuer))
+        if rule.pulls:  # the bytes come from the peer, at the rate of the blocks that asked for them
+            src, dst, ceiling = pe, issuer, self._block_ceiling()
+        else:
+            src, dst = issuer, pe
+            ceiling = min(self._block_ceiling(), self.net.bottleneck(issuer, pe) * self.c.nvshmem_link_efficiency)
+        self.engine.transfer(src, dst, nbytes, ceiling, fixed_us(self.c, rule.latency),
+                             lambda: self._landed(action, op, issue, note), detail=note)
+
+    def _landed(self, action: tuple, op, issue: OpRecord, note: dict) -> None:
+        issuer = action[1]
+        delivery = OpRecord(rank=issuer, index=action[2], sub=None, kind="delivery", text=f"delivery of {issue.text}",
+                            loc=op.loc, start=issue.end, end=self.now, cause=issue, cause_kind="issue", detail=note)
+        self.records.append(delivery)
+        self.flying -= 1
+        self._apply(action)
+        self._wrote_signal(op, delivery)
+        waiter = self.current[issuer]
+        code = self.model.code[issuer][self.state.pcs[issuer]] if self.posted[issuer] else None
+        if code is not None and code.sync in (Sync.QUIET, Sync.BARRIER_ALL) \
+                and not self.model.in_flight_from(self.state, issuer):
+            waiter.cause, waiter.cause_kind = delivery, "delivery completed"
+            self.arrival[issuer] = next(self.arrivals)  # it meets the barrier's other members only now
+        self._dispatch()
+
+    def _block_ceiling(self) -> float:
+        return self.c.nvshmem_block_GBs * self.conditions.nvshmem_blocks
 
     # -- two-sided ----------------------------------------------------------------------------
-    def _try_p2p(self, key: tuple, member) -> None:
-        skey = key if member.kind == "send" else self.matches.send_of.get(key)
-        rkey = self.matches.recv_of.get(skey) if skey else None
-        if skey is None or rkey is None or skey not in self.posted or rkey not in self.posted:
-            return
-        send_head, recv_head = self.posted[skey], self.posted[rkey]
-        send = self.matches._op(skey)
-        nbytes = self._bytes(skey[0], send.src)
-        start = self.now
+    def _start_p2p(self, action: tuple) -> None:
+        skey = action[1:]
+        rkey = self.model.matches.recv_of[skey]
+        send_head, recv_head = self.current[skey[0]], self.current[rkey[0]]
+        send = self.model.matches._op(skey)
+        nbytes = self._size(skey[0])(send.src)
         # the transfer starts when the later side posts: it waited for what that side waited for
         later = recv_head if recv_head.start >= send_head.start else send_head
         rec = OpRecord(rank=skey[0], index=skey[1], sub=skey[2], kind="send", text=ir.describe(send), loc=send.loc,
-                       start=start, cause=later.cause,
+                       start=self.now, cause=later.cause,
                        cause_kind=f"rank {later.rank} posted its {'recv' if later is recv_head else 'send'}")
         self.records.append(rec)
-        # a group that exchanges with every other rank is NCCL's all-to-all pattern
-        group = self.sched.programs[skey[0]].ops[skey[1]]
-        exchange = group.kind == "group" and len({m.peer for m in group.ops} - {skey[0]}) >= self.world - 1 > 0
+        kind = "all_to_all" if self._exchange(skey[0], skey[1]) else "p2p"
         own = skey[0] == rkey[0]  # a send to itself: a copy inside the kernel
-        proto, ch, ceiling = nccl.p2p_choice(self.c, nbytes, self.net.bottleneck(skey[0], rkey[0]),
-                                             "all_to_all" if exchange else "p2p",
+        proto, ch, ceiling = nccl.p2p_choice(self.c, nbytes, self.net.bottleneck(skey[0], rkey[0]), kind,
                                              self._view(tuple(range(self.world))), self.world, own,
                                              cap=self.conditions.channel_cap)
-        fixed = self._launch() + nccl.p2p_fixed_us(self.c, proto, "all_to_all" if exchange else "p2p", own)
+        fixed = self._launch() + nccl.p2p_fixed_us(self.c, proto, kind, own)
         if not own:
             fixed += nccl.p2p_staging_us(self.c, proto, nbytes, ch, self.net.transport(skey[0], rkey[0]))
         rec.detail.update(protocol=proto, channels=ch)
-
-        def done():
-            rec.end = self.now
-            for k in (skey, rkey):
-                self.posted.pop(k, None)
-                self._member_done(k, rec)
         wire = 2 * nbytes if own else nbytes / nccl.EFFICIENCY[proto]  # a copy reads and writes HBM
         if own:  # the send's channels copy at their own rate
             ceiling = ch * self.c.nccl_copy_channel_GBs
-        self.transfer(skey[0], rkey[0], wire, ceiling, fixed, done, record=rec)
+        self.engine.transfer(skey[0], rkey[0], wire, ceiling, fixed, lambda: self._p2p_done(action, rec),
+                             detail=rec.detail)
 
-    def _member_done(self, key: tuple, rec: OpRecord) -> None:
-        rank, index, _ = key
-        self.group_left[rank] -= 1
-        if self.group_left[rank] == 0:
-            head = self.posted.pop((rank, index))
-            if rec.end >= head.start:
-                head.cause, head.cause_kind = rec, "transfer"
-            self.finish(rank, head)
+    def _exchange(self, rank: int, index: int) -> bool:
+        """Whether the op is a group that exchanges with every other rank: NCCL's all-to-all pattern."""
+        group = self.sched.programs[rank].ops[index]
+        return group.kind == "group" and len({m.peer for m in group.ops} - {rank}) >= self.world - 1 > 0
+
+    def _p2p_done(self, action: tuple, rec: OpRecord) -> None:
+        rec.end = self.now
+        sides = [action[1], self.model.matches.recv_of[action[1:]][0]]
+        before = self.state.pcs
+        self._apply(action)
+        for rank in dict.fromkeys(sides):  # each side's op (a group: its last member) is done
+            if self.state.pcs[rank] != before[rank]:
+                head = self.current[rank]
+                if rec.end >= head.start:
+                    head.cause, head.cause_kind = rec, "transfer"
+                self._finish(rank, head)
+        self._dispatch()
 
     # -- collectives --------------------------------------------------------------------------
-    def _arrive(self, rank: int, index: int, rec: OpRecord) -> None:
-        cid = self.matches.cid_of.get((rank, index))
-        arrived = self.arrived.setdefault(cid, {})
-        arrived[rank] = rec
-        members = self.matches.collectives[cid]
-        if len(arrived) < len(members):
-            return
-        last = max(arrived.values(), key=lambda r: r.start)
-        for r in arrived.values():
-            if r is not last:
-                r.cause, r.cause_kind = last, "collective: last member to arrive"
+    def _start_collective(self, action: tuple) -> None:
+        members = self.model.coll_members[action[1]]
+        arrived = {rank: self.current[rank] for rank, _ in members}
+        # the last member to arrive (the first of them to get there, on a tie) is what the others waited for
+        last_rank = max(arrived, key=lambda r: (arrived[r].start, -self.arrival[r]))
+        last = arrived[last_rank]
+        for rec in arrived.values():
+            if rec is not last:
+                rec.cause, rec.cause_kind = last, "collective: last member to arrive"
         op = self.sched.programs[members[0][0]].ops[members[0][1]]
         ranks = [r for r, _ in members]
         rule = COSTS[op.kind]
         if rule.timing == "barrier":  # a dissemination barrier: one round per doubling
             end = self.now + self._launch() + fixed_us(self.c, rule.issue) * max(1, (len(ranks) - 1).bit_length())
-            for r, i in members:
-                self.posted.pop((r, i), None)
-                self.finish(r, arrived[r], end)
+            self.engine.at(end, lambda: self._collective_done(action, arrived))
             return
-        nbytes = rule.nbytes(op, lambda region: self._bytes(members[0][0], region))
-        link = min(self.net.bottleneck(a, b) for a in ranks for b in ranks if a != b) if len(ranks) > 1 else 1e9
-        transports = {self.net.transport(a, b) for a in ranks for b in ranks if a != b}
-        worst = next((t for t in ("net", "pcie", "nvlink") if t in transports), "nvlink")
-        p = nccl.plan(op.kind, len(ranks), nbytes, self.c, link, self._view(tuple(ranks)), worst,
-                      self.conditions.channel_cap)
+        nbytes = rule.nbytes(op, self._size(ranks[0]))
+        p = self._plan(op.kind, ranks, nbytes)
         self.plans.append((last, p))
         left = [len(p.transfers) + (len(ranks) if p.reduce_bytes else 0)]
         start = self.now + self._launch()
@@ -426,27 +434,38 @@ class Simulator:
         def one_done():
             left[0] -= 1
             if left[0] == 0:
-                end = self.now + p.fixed_us
-                for r, i in members:
-                    self.posted.pop((r, i), None)
-                    arrived[r].detail = {"algorithm": p.algorithm, "protocol": p.protocol, "channels": p.channels,
-                                         "flow_us": self.now - start}
-                    self.finish(r, arrived[r], end)
+                for rec in arrived.values():
+                    rec.detail = {"algorithm": p.algorithm, "protocol": p.protocol, "channels": p.channels,
+                                  "flow_us": self.now - start}
+                self.engine.at(self.now + p.fixed_us, lambda: self._collective_done(action, arrived))
 
         def launch():
             if left[0] == 0:
-                one_done_now = self.now + p.fixed_us
-                for r, i in members:
-                    self.posted.pop((r, i), None)
-                    self.finish(r, arrived[r], one_done_now)
+                self.engine.at(self.now + p.fixed_us, lambda: self._collective_done(action, arrived))
                 return
             for t in p.transfers:
-                resources, _lat = self.net.route(ranks[t.src], ranks[t.dst])
-                self.start_flow(resources, t.nbytes, p.ceiling_GBs, one_done)
+                resources, _latency = self.net.route(ranks[t.src], ranks[t.dst])
+                self.engine.start_flow(resources, t.nbytes, p.ceiling_GBs, one_done)
             if p.reduce_bytes:
                 for r in ranks:
-                    self.start_flow((self.net.hbm(r),), p.reduce_bytes, None, one_done)
-        self.at(start, launch)
+                    self.engine.start_flow((self.net.hbm(r),), p.reduce_bytes, None, one_done)
+        self.engine.at(start, launch)
+
+    def _plan(self, kind: str, ranks: list[int], nbytes: float) -> nccl.Plan:
+        """NCCL's plan for a collective over `ranks`, its step latency that of the slowest hardware
+        its ring crosses."""
+        pairs = [(a, b) for a in ranks for b in ranks if a != b]
+        link = min(self.net.bottleneck(a, b) for a, b in pairs) if pairs else 1e9
+        transports = {self.net.transport(a, b) for a, b in pairs}
+        worst = next((t for t in ("net", "pcie", "nvlink") if t in transports), "nvlink")
+        return nccl.plan(kind, len(ranks), nbytes, self.c, link, self._view(tuple(ranks)), worst,
+                         self.conditions.channel_cap)
+
+    def _collective_done(self, action: tuple, arrived: dict[int, OpRecord]) -> None:
+        self._apply(action)
+        for rank, rec in arrived.items():
+            self._finish(rank, rec)
+        self._dispatch()
 
     def _view(self, ranks: tuple[int, ...]) -> nccl.View:
         """NCCL's view of a communicator over `ranks`: GPU generation, intra-node transport, node
@@ -464,82 +483,6 @@ class Simulator:
             self.views[ranks] = found
         return found
 
-    # -- one-sided ----------------------------------------------------------------------------
-    def _issue_delivery(self, rank: int, index: int, op, rec: OpRecord) -> None:
-        epoch = self.fences[rank][index]
-        key = (rank, op.pe)
-        epochs = self.in_flight_epochs.setdefault(key, [])
-
-        flow_note = OpRecord(rank=rank, index=index, sub=None, kind="delivery", text="", loc=op.loc)
-        rule = COSTS[op.kind]
-
-        def start():
-            epochs.append(epoch)
-            nbytes = rule.nbytes(op, lambda region: self._bytes(rank, region))
-            latency = fixed_us(self.c, rule.latency)
-            ceiling = min(self._block_ceiling(), self.net.bottleneck(rank, op.pe) * self.c.nvshmem_link_efficiency)
-            self.transfer(rank, op.pe, nbytes, ceiling, latency, lambda: land(), record=flow_note)
-
-        def land():
-            epochs.remove(epoch)
-            self.outstanding[rank] -= 1
-            delivery = OpRecord(rank=rank, index=index, sub=None, kind="delivery", text=f"delivery of {rec.text}",
-                                loc=op.loc, start=rec.end, end=self.now, cause=rec, cause_kind="issue",
-                                detail=dict(flow_note.detail))
-            self.records.append(delivery)
-            self.last_delivery[rank] = delivery
-            self._apply(op, delivery)
-            self._release(key)
-            if self.outstanding[rank] == 0 and rank in self.quiet_waiter:
-                waiter = self.quiet_waiter.pop(rank)
-                waiter.cause, waiter.cause_kind = delivery, "delivery completed"
-                if waiter.kind == "barrier_all":
-                    self._arrive(rank, waiter.index, waiter)
-                else:
-                    self.finish(rank, waiter)
-
-        if any(e < epoch for e in epochs) or any(e < epoch for e, _ in self.pending.get(key, [])):
-            self.pending.setdefault(key, []).append((epoch, start))
-        else:
-            start()
-
-    def _release(self, key: tuple[int, int]) -> None:
-        held = self.pending.get(key, [])
-        epochs = self.in_flight_epochs.get(key, [])
-        ready = [(e, fn) for e, fn in held if not any(x < e for x in epochs) and not any(y < e for y, _ in held)]
-        for item in ready:
-            held.remove(item)
-            item[1]()
-
-    def _apply(self, op, delivery: OpRecord) -> None:
-        target = op.pe
-        if op.kind in ("put_signal", "signal_op"):
-            word = self.sig_offset[op.signal.signal] + op.signal.index
-            old = self.signals[target][word]
-            # the checker's arithmetic: uint64 words, adds wrap modulo 2**64 (2**64 - 1 decrements)
-            self.signals[target][word] = op.value if op.sig_op == "set" else atomic_result("add", old, op.value)
-            self._wake(target, word, delivery)
-        elif op.kind == "atomic" and isinstance(op.target, ir.SignalRef):
-            word = self.sig_offset[op.target.signal] + op.target.index
-            self.signals[target][word] = atomic_result(op.op, self.signals[target][word], op.value)
-            self._wake(target, word, delivery)
-
-    def _wake(self, rank: int, word: int, writer: OpRecord) -> None:
-        self.sig_writer[(rank, word)] = writer
-        if (rank, word) in self.waiting:
-            op = self.sched.programs[rank].ops[self.pc[rank]]
-            if compare(op.cmp, self.signals[rank][word], op.value):
-                del self.waiting[(rank, word)]
-                rec = self._record(rank, self.pc[rank], None, op, self.now, cause=writer, cause_kind="signal")
-                self.finish(rank, rec, self.now)
-
-    # -- sizes --------------------------------------------------------------------------------
-    def _bytes(self, rank: int, region: ir.Region) -> float:
-        return region.count * ir.DTYPE_BYTES[self.sched.programs[rank].buffer(region.buffer).dtype]
-
-    def _block_ceiling(self) -> float:
-        return self.c.nvshmem_block_GBs * self.conditions.nvshmem_blocks
-
     def _critical_path(self) -> list[OpRecord]:
         if not self.records:
             return []
@@ -550,4 +493,3 @@ class Simulator:
             path.append(node)
             node = node.cause
         return path[::-1]
-
