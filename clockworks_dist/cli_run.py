@@ -29,6 +29,7 @@ RUN_TIMEOUT_S = 60.0
 # The ranks stop waiting this much before --timeout (at most), so they can still say where they were.
 REPORT_MARGIN_S = 1.5
 EXIT_MATCH, EXIT_FAILED = 0, 1
+SEARCH_SHARE = 0.5  # of what is left of --timeout, for the search of every final value
 
 
 class BackendError(ClockworksError):
@@ -119,9 +120,11 @@ def _references(args: argparse.Namespace, schedules: list[ir.Schedule]) -> list:
     found = []
     for sched in schedules:
         left = cli._left(args, cli._elapsed(args))
+        # the search for every final value may take half of what is left; the run needs the rest
+        search = None if left is None else left * SEARCH_SHARE
         try:
             with cli._bound(args, left, f"computing the expected values of {sched.name}"):
-                found.append(build_reference(sched, timeout=left))
+                found.append(build_reference(sched, timeout=search))
         except guard.TimeUp:
             raise CheckIncomplete(f"computing the checker's values of {sched.name} did not finish within "
                                   f"{args.timeout:g} s (--timeout)") from None

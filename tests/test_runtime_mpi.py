@@ -74,13 +74,74 @@ def no_process_left():
 
 
 # --------------------------------------------------------------------------- the corpus
-@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("world", [2, 4, 8])
 def test_every_correct_protocol_matches(world, no_process_left):
     schedules = [defn.trace(world) for path in CORRECT for defn in cw.load_file(path)]
     summary = _run(schedules, world)
     failed = [(r["schedule"], r["message"]) for r in summary["results"] if r["verdict"] != "match"]
     assert not failed
     assert len(summary["results"]) == len(schedules) >= 12
+
+
+MASK = 2**64 - 1
+
+
+@cw.schedule(ranks=(4,))
+def collectives_every_dtype(r):
+    """Every collective, in every dtype but float32, prod/max/min too, on a split communicator whose
+    members are listed in reverse (member order is key order, not world order)."""
+    n, me = r.world, r.rank
+    for dt in ("float16", "bfloat16", "int32", "uint64", "float64"):
+        x = r.buffer(f"x_{dt}", count=2 * n, dtype=dt, role="input")
+        y = r.buffer(f"y_{dt}", count=2 * n, dtype=dt, role="output")
+        z = r.buffer(f"z_{dt}", count=2 * n, dtype=dt, role="output")
+        r.all_to_all(x, y)
+        r.reduce_scatter(x, z.region(0, 2), op="prod")
+        r.reduce_to(1, x, z if me == 1 else None, op="max")
+        r.broadcast(x.region(0, 2), z.region(2, 4), root=2)
+        half = r.comm(f"half_{dt}", [q for q in range(n) if q % 2 == me % 2][::-1])
+        r.all_gather(x.region(0, 2), y.region(0, 4), comm=half)
+        r.all_reduce(x.region(4, 6), z.region(4, 6), op="min", comm=half)
+        if me % 2:
+            r.recv(me - 1, z.region(6, 8), reduce="sum")
+        else:
+            r.send(me + 1, x.region(6, 8))
+
+
+@cw.schedule(ranks=(4,))
+def one_sided_and_local(r):
+    """A compute kernel, a fill that float32 rounds, atomics on int32 words fetched into int64
+    (a decrement that wraps, xor, compare-and-swap), put_signal with adds, a wrapping signal add,
+    wait_until_any, get_nbi completed by quiet, an atomic fetch of a signal word."""
+    n, me = r.world, r.rank
+    w = r.buffer("w", count=6, role="output")
+    r.compute("mix", reads=[r.buffer("in_f32", count=3, role="input").all()], writes=[w.region(0, 4)])
+    r.fill(w.region(4, 5), 0.1)
+    r.reduce(w.region(5, 6), w.region(0, 1), w.region(1, 2), w.region(2, 3), op="min")
+    ctr = r.symmetric("ctr", count=2, dtype="int32", role="scratch")
+    tick = r.buffer("tick", count=3, dtype="int64", role="scratch")
+    sig = r.signal("sig", count=2)
+    r.fetch_add(0, ctr.element(0), MASK, tick.element(0))
+    r.atomic(1, ctr.element(1), "xor", 5)
+    r.barrier_all()
+    r.compare_swap(2, ctr.element(1), 0, 9, tick.element(1))
+    r.barrier_all()
+    s = r.symmetric("s", count=n, role="output")
+    r.put_signal((me + 1) % n, s.element(me), w.region(5, 6), sig[0], value=1, op="add")
+    r.signal_op((me + 2) % n, sig[1], MASK, op="add")
+    r.wait_until_any([sig[0]], "ge", 1)
+    r.barrier_all()
+    g = r.buffer("g", count=1, role="output")
+    r.get_nbi((me + 3) % n, g, s.element((me + 2) % n))
+    r.quiet()
+    r.atomic_fetch(me, sig[1], tick.element(2))
+
+
+def test_every_collective_dtype_and_one_sided_op_matches(no_process_left):
+    schedules = [collectives_every_dtype.trace(4), one_sided_and_local.trace(4)]
+    assert all(check(s).verdict == "verified" for s in schedules)
+    summary = _run(schedules, 4, iters=2, jitter=3)
+    assert [r["verdict"] for r in summary["results"]] == ["match", "match"], summary["results"][0]["message"]
 
 
 # --------------------------------------------------------------------- random schedules

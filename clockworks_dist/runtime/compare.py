@@ -34,9 +34,11 @@ class Comparison:
 
     @property
     def ok(self) -> bool:
+        """No mismatch and no postcondition failure."""
         return not self.mismatches and not self.post_failures
 
     def to_json(self) -> dict:
+        """The comparison as a JSON-ready dict."""
         return {"checked": self.checked, "mismatches": self.mismatches, "other_execution": self.other_execution,
                 "post_checked": self.post_checked, "post_failures": self.post_failures, "first": self.first}
 

@@ -192,12 +192,15 @@ class Evaluator:
         self.outputs: dict[tuple, np.ndarray] = {}
 
     def atom_dtype(self, rank: int, atom: int) -> tuple[int, str]:
+        """(elements, IR dtype) of an atom."""
         buffer, start, stop = self.ref.atoms[rank][atom]
         return stop - start, self.ref.dtypes[rank][buffer]
 
     def at(self, vid: int, rank: int, atom: int) -> np.ndarray:
-        """The value `vid` as it sits in `atom` of `rank`."""
-        return self.value(vid, *self.atom_dtype(rank, atom))
+        """The value `vid` as it sits in `atom` of `rank` (cast to its buffer's dtype, as a store
+        into that buffer casts it)."""
+        count, dtype = self.atom_dtype(rank, atom)
+        return self.value(vid, count, dtype).astype(numeric.storage(dtype), copy=False)
 
     def value(self, vid: int, count: int, dtype: str) -> np.ndarray:
         """Term `vid` as `count` elements of `dtype`."""
@@ -218,8 +221,11 @@ class Evaluator:
             left, right = term[2]
             return numeric.combine(term[1], self.value(left, count, dtype), self.value(right, count, dtype), dtype)
         if kind == "atomic":
+            # in the dtype of the word it updated: that of the value it updated (a fetched atomic
+            # sits in `into`, which may be wider)
             _, how, operand, (old,) = term
-            return numeric.atomic_update(how, self.value(old, count, dtype), operand, dtype)
+            before = self.value(old, count, dtype)
+            return numeric.atomic_update(how, before, operand, numeric.ir_dtype(before.dtype, dtype))
         if kind == "opaque":
             return self._opaque(term, dtype)
         raise ValueError(f"unknown value term {term!r}")

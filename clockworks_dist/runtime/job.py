@@ -27,6 +27,7 @@ class Item:
     schedule_json: str
     reference: Reference | None
     timeout: float | None  # seconds for this schedule on each rank (None: no bound)
+    jitter: int | None = None  # this schedule's seed of random delays (None: the job's)
 
 
 @dataclass

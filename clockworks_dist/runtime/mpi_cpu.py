@@ -163,6 +163,7 @@ class Executor:
         self.sync_windows()
 
     def memory(self) -> dict[str, np.ndarray]:
+        """A copy of every buffer."""
         return {name: array.copy() for name, array in self.buffers.items()}
 
     # -- helpers ------------------------------------------------------------------------------
@@ -171,6 +172,7 @@ class Executor:
         return self.buffers[region.buffer][region.start:region.stop]
 
     def dtype(self, region: ir.Region) -> str:
+        """The IR dtype of a region's buffer."""
         return self.program.buffer(region.buffer).dtype
 
     def peer(self, comm: str, world_rank: int) -> tuple[object, int]:
@@ -190,6 +192,7 @@ class Executor:
             win.Flush_all()
 
     def expired(self) -> bool:
+        """Whether the deadline has passed."""
         return time.time() > self.deadline
 
     def wait(self, test, waiting) -> None:

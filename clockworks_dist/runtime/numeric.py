@@ -77,6 +77,13 @@ def to_dtype(values, dtype: str) -> np.ndarray:
     return _round_bfloat16(out) if dtype == "bfloat16" else out
 
 
+def ir_dtype(stored: np.dtype, hint: str) -> str:
+    """The IR dtype of values stored as `stored` (`hint` when it stores that way too: bfloat16)."""
+    if np.dtype(STORAGE[hint]) == stored:
+        return hint
+    return next(name for name, kind in STORAGE.items() if np.dtype(kind) == stored and name != "bfloat16")
+
+
 def from_int(value: int, dtype: str) -> np.ndarray:
     """One element of integer dtype `dtype` holding `value` modulo 2**bits (uint64 words and
     atomic operands are Python ints in 0 .. 2**64 - 1)."""

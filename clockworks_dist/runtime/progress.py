@@ -56,6 +56,7 @@ class Progress:
 
     def set(self, phase: Phase, schedule: int | None = None, iteration: int | None = None, op: int = -1,
             member: int = -1) -> None:
+        """Record a phase (and, when given, the schedule, iteration, op and member)."""
         row = self.row
         if schedule is not None:
             row[2] = schedule

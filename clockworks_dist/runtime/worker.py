@@ -74,6 +74,7 @@ class Fault:
 
     @staticmethod
     def corrupt(ex) -> None:
+        """Add 1 to element 0 of the rank's first buffer."""
         first = ex.program.buffers[0].name
         ex.buffers[first][0] += 1
 
@@ -110,15 +111,16 @@ def run_item(item: job_mod.Item, index: int, job: job_mod.Job, rank: int, comm, 
     from .mpi_cpu import Executor, Stopped
 
     sched = ir.Schedule.from_json(item.schedule_json)
-    expect = expect_rank(item.reference, rank) if item.reference is not None else None
     deadline = min(time.time() + (item.timeout if item.timeout is not None else 1e9), job.deadline or 1e18)
     fault = Fault(job.fault) if job.fault else None
-    ex = Executor(sched, rank, comm, deadline, progress, jitter=job.jitter, failed=failed,
+    jitter = item.jitter if item.jitter is not None else job.jitter
+    ex = Executor(sched, rank, comm, deadline, progress, jitter=jitter, failed=failed,
                   hook=fault.before if fault else None)
     line = {"rank": rank, "item": index, "schedule": item.name, "world": item.world, "status": "match",
             "seconds": []}
-    total = None
+    total = expect = None
     try:
+        expect = expect_rank(item.reference, rank) if item.reference is not None else None
         ex.setup()
         for iteration in range(job.iters):
             progress.set(Phase.SETUP, iteration=iteration)
