@@ -45,3 +45,19 @@ def test_the_host_launches_kernels_for_nccl_and_local_ops_only():
 
 def test_run_conditions_default_to_one_block_and_no_cap():
     assert RunConditions() == RunConditions(nvshmem_blocks=1, channel_cap=None)
+
+
+def test_bytes_come_from_the_data_flow_and_nccl_tests_conventions():
+    loc = ir.SourceLoc(file="x.py", line=1)
+    four, eight = ir.Region(buffer="x", start=0, stop=4), ir.Region(buffer="y", start=0, stop=8)
+
+    def size(rank, region):  # 4-byte elements, whatever the rank
+        return 4.0 * region.count
+
+    reduce = ir.LocalReduce(loc=loc, dst=four, srcs=(four, four))
+    assert COSTS["reduce"].nbytes(reduce, 0, size) == 3 * 16  # two sources read, one destination written
+    put = ir.Put(loc=loc, pe=1, dst=four, src=four)
+    assert COSTS["put"].nbytes(put, 0, size) == 16  # the payload, once
+    gather = ir.AllGather(loc=loc, src=four, dst=eight)
+    assert COSTS["all_gather"].nbytes(gather, 0, size) == 32  # nccl-tests: the gathered output
+    assert COSTS["all_reduce"].nbytes(ir.AllReduce(loc=loc, src=four, dst=four), 0, size) == 16

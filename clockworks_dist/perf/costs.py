@@ -8,7 +8,9 @@
   when launched eagerly);
 - `issue`: constants the rank spends on the op before its bytes move (a put's issue);
 - `latency`: constants paid after its bytes have moved (a put's signal reaching the target);
-- `nbytes(op, size)`: the bytes it moves, `size(region)` giving a region's bytes on its rank;
+- `nbytes(op, rank, size)`: the bytes it moves, `size(rank, region)` giving a region's bytes: a
+  kernel's HBM traffic and a transfer's payload come from the op's data flow in the semantics
+  (`rules.flows`), a collective's follow nccl-tests' conventions;
 - `pulls`: its bytes flow from the peer (`op.pe`) to this rank, as a get's do;
 - `timing`: which of the simulator's processes times it: `local` (a kernel over the GPU's HBM),
   `p2p` (NCCL send/recv, per matched pair), `collective` (an NCCL collective, `nccl.plan`),
@@ -26,8 +28,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .. import ir
+from ..semantics.rules import rule
 
-Size = Callable[[ir.Region], float]
+Size = Callable[[int, ir.Region], float]
 SIGNAL_BYTES = 8.0  # a signal or atomic update carries one 64-bit word
 
 
@@ -51,7 +54,7 @@ class Cost:
     launch: bool = False
     issue: tuple[str, ...] = ()
     latency: tuple[str, ...] = ()
-    nbytes: Callable[[object, Size], float] | None = None
+    nbytes: Callable[[object, int, Size], float] | None = None
     pulls: bool = False
 
     @property
@@ -65,31 +68,30 @@ def fixed_us(consts, names: tuple[str, ...]) -> float:
     return sum(getattr(consts, name) for name in names)
 
 
-def _reduce_bytes(op, size: Size) -> float:
-    return size(op.dst) * (len(op.srcs) + 1)  # every source read, the destination written
+def _kernel_traffic(op, rank: int, size: Size) -> float:
+    """A kernel's HBM traffic: every place its data flow reads, then every place it writes."""
+    moves = rule(op).flows(op, rank)
+    return sum(size(r, region) for move in moves for r, region in move.srcs + move.dsts)
 
 
-def _copy_bytes(op, size: Size) -> float:
-    return 2 * size(op.dst)  # read and written
+def _payload(op, rank: int, size: Size) -> float:
+    """What a transfer carries: the places its data flow writes."""
+    return sum(size(r, region) for move in rule(op).flows(op, rank) for r, region in move.dsts)
 
 
-def _compute_bytes(op, size: Size) -> float:
-    return sum(size(region) for region in op.reads) + sum(size(region) for region in op.writes)
+def _src_bytes(op, rank: int, size: Size) -> float:
+    return size(rank, op.src)
 
 
-def _src_bytes(op, size: Size) -> float:
-    return size(op.src)
+def _dst_bytes(op, rank: int, size: Size) -> float:
+    return size(rank, op.dst)
 
 
-def _dst_bytes(op, size: Size) -> float:
-    return size(op.dst)
-
-
-def _signal_bytes(op, size: Size) -> float:
+def _signal_bytes(op, rank: int, size: Size) -> float:
     return SIGNAL_BYTES
 
 
-def _no_bytes(op, size: Size) -> float:
+def _no_bytes(op, rank: int, size: Size) -> float:
     return 0.0
 
 
@@ -103,10 +105,10 @@ _PE_BARRIER = dict(timing="barrier", launch=True, issue=("barrier_us",))
 _WAIT = dict(timing="instant")
 
 COSTS: dict[str, Cost] = {
-    "reduce": Cost(**_LOCAL, nbytes=_reduce_bytes),
-    "copy": Cost(**_LOCAL, nbytes=_copy_bytes),
-    "fill": Cost(**_LOCAL, nbytes=_dst_bytes),
-    "compute": Cost(**_LOCAL, issue=("compute_us",), nbytes=_compute_bytes),
+    "reduce": Cost(**_LOCAL, nbytes=_kernel_traffic),
+    "copy": Cost(**_LOCAL, nbytes=_kernel_traffic),
+    "fill": Cost(**_LOCAL, nbytes=_kernel_traffic),
+    "compute": Cost(**_LOCAL, issue=("compute_us",), nbytes=_kernel_traffic),
     # A send/recv's bytes are its send's, timed per matched pair; a group's are its members'.
     "send": Cost(**_NCCL_P2P, nbytes=_src_bytes),
     "recv": Cost(**_NCCL_P2P, nbytes=_dst_bytes),
@@ -121,15 +123,15 @@ COSTS: dict[str, Cost] = {
     "barrier": Cost(**_NCCL, nbytes=_no_bytes),
     "barrier_all": Cost(**_PE_BARRIER),
     "sync_all": Cost(**_PE_BARRIER),
-    "put": Cost(**_PUT, nbytes=_src_bytes),
-    "put_signal": Cost(**_PUT, nbytes=_src_bytes),
+    "put": Cost(**_PUT, nbytes=_payload),
+    "put_signal": Cost(**_PUT, nbytes=_payload),
     "signal_op": Cost(**_PUT, nbytes=_signal_bytes),
     "atomic": Cost(**_PUT, nbytes=_signal_bytes),
     # A get's bytes come from the peer, at the rate of the blocks that issue it; a non-blocking get
     # costs the same but the rank goes on once it is issued (its data lands as a delivery).
     "get": Cost(timing="get", issue=("nvshmem_put_latency_us",), latency=("nvshmem_signal_latency_us",),
-                nbytes=_dst_bytes, pulls=True),
-    "get_nbi": Cost(**_PUT, nbytes=_dst_bytes, pulls=True),
+                nbytes=_payload, pulls=True),
+    "get_nbi": Cost(**_PUT, nbytes=_payload, pulls=True),
     # A fetching atomic is a round trip to the target and back.
     "fetch_atomic": Cost(timing="fixed", latency=("nvshmem_signal_latency_us", "nvshmem_signal_latency_us")),
     "wait_until": Cost(**_WAIT),

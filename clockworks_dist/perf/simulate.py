@@ -267,9 +267,9 @@ class Simulator:
         self.current[rank] = None
         self.engine.at(rec.end, lambda: self._post(rank))
 
-    def _size(self, rank: int):
+    def _size(self, rank: int, region: ir.Region) -> float:
         """A region's bytes on `rank`."""
-        return lambda region: region.count * ir.DTYPE_BYTES[self.sched.programs[rank].buffer(region.buffer).dtype]
+        return region.count * ir.DTYPE_BYTES[self.sched.programs[rank].buffer(region.buffer).dtype]
 
     # -- steps of one rank --------------------------------------------------------------------
     def _start_step(self, action: tuple) -> None:
@@ -281,13 +281,13 @@ class Simulator:
             return
         rec = self.current[rank]
         if rule.timing == "local":
-            nbytes = rule.nbytes(op, self._size(rank))
+            nbytes = rule.nbytes(op, rank, self._size)
             self.engine.at(self.now + self._launch() + fixed_us(self.c, rule.issue), lambda: self.engine.start_flow(
                 (self.net.hbm(rank),), nbytes, None, lambda: self._step_done(action, rec)))
         elif rule.timing == "delivery":  # issued: the delivery is in flight, the rank goes on
             self.engine.at(self.now + fixed_us(self.c, rule.issue), lambda: self._issued(action, rec))
         elif rule.timing == "get":
-            nbytes = rule.nbytes(op, self._size(rank))
+            nbytes = rule.nbytes(op, rank, self._size)
             self.engine.at(self.now + fixed_us(self.c, rule.issue), lambda: self.engine.transfer(
                 op.pe, rank, nbytes, self._block_ceiling(), fixed_us(self.c, rule.latency),
                 lambda: self._step_done(action, rec)))
@@ -334,7 +334,7 @@ class Simulator:
         pe = self.model.deliveries[(issuer, index)].pe
         issue = self.issues.pop((issuer, index))
         note: dict = {}
-        nbytes = rule.nbytes(op, self._size(issuer))
+        nbytes = rule.nbytes(op, issuer, self._size)
         if rule.pulls:  # the bytes come from the peer, at the rate of the blocks that asked for them
             src, dst, ceiling = pe, issuer, self._block_ceiling()
         else:
@@ -368,7 +368,7 @@ class Simulator:
         rkey = self.model.matches.recv_of[skey]
         send_head, recv_head = self.current[skey[0]], self.current[rkey[0]]
         send = self.model.matches._op(skey)
-        nbytes = self._size(skey[0])(send.src)
+        nbytes = self._size(skey[0], send.src)
         # the transfer starts when the later side posts: it waited for what that side waited for
         later = recv_head if recv_head.start >= send_head.start else send_head
         rec = OpRecord(rank=skey[0], index=skey[1], sub=skey[2], kind="send", text=ir.describe(send), loc=send.loc,
@@ -425,7 +425,7 @@ class Simulator:
             end = self.now + self._launch() + fixed_us(self.c, rule.issue) * max(1, (len(ranks) - 1).bit_length())
             self.engine.at(end, lambda: self._collective_done(action, arrived))
             return
-        nbytes = rule.nbytes(op, self._size(ranks[0]))
+        nbytes = rule.nbytes(op, ranks[0], self._size)
         p = self._plan(op.kind, ranks, nbytes)
         self.plans.append((last, p))
         left = [len(p.transfers) + (len(ranks) if p.reduce_bytes else 0)]
