@@ -59,6 +59,9 @@ def add_parser(sub, positive, size_arg, seconds) -> None:
                           f"(default: {RUN_TIMEOUT_S:g}; 0 or 'none' for no bound)")
     run.add_argument("--jitter", metavar="SEED", type=int,
                      help="sleep a random while (up to 2 ms) before half the ops, seeded: shakes out orderings")
+    run.add_argument("--joint", action="store_true",
+                     help="complete every send/recv and collective jointly, as the checker's semantics does (an "
+                          "acknowledgement, a barrier): tells a disagreement that comes from that rule apart")
     run.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     run.add_argument("--debug", action="store_true", help="print tracebacks of errors in the input")
 
@@ -155,8 +158,8 @@ def _job(args: argparse.Namespace, schedules, references, left: float | None):
     from .runtime.worker import FAULT_ENV
 
     deadline = None if left is None else time.time() + left - min(REPORT_MARGIN_S, 0.25 * left)
-    items = [job_mod.Item(name=s.name, world=s.world, schedule_json=s.to_json(), reference=ref, timeout=None)
-             for s, ref in zip(schedules, references)]
+    items = [job_mod.Item(name=s.name, world=s.world, schedule_json=s.to_json(), reference=ref, timeout=None,
+                          joint=args.joint) for s, ref in zip(schedules, references)]
     return job_mod.Job(items=items, ranks=max(s.world for s in schedules), iters=args.iters, jitter=args.jitter,
                        fault=os.environ.get(FAULT_ENV) or None, deadline=deadline)
 

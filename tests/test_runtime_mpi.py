@@ -45,8 +45,11 @@ def _item(sched: ir.Schedule, timeout: float = 60.0) -> job_mod.Item:
                         reference=build_reference(sched), timeout=timeout)
 
 
-def _run(schedules: list[ir.Schedule], ranks: int, **options) -> dict:
-    job = job_mod.Job(items=[_item(s) for s in schedules], ranks=ranks, **options)
+def _run(schedules: list[ir.Schedule], ranks: int, joint: bool = False, **options) -> dict:
+    items = [_item(s) for s in schedules]
+    for item in items:
+        item.joint = joint
+    job = job_mod.Job(items=items, ranks=ranks, **options)
     outcome = launch.run(job, timeout=None, stall=60.0)
     return verdict.summarize(schedules, outcome)
 
@@ -164,7 +167,9 @@ def _group_member_overlap(sched: ir.Schedule) -> bool:
 
 def test_random_verified_schedules_match_the_checker(no_process_left):
     """Random schedules (the property tests' generator) that the checker verifies run in one
-    mpiexec job, with jitter, and every element and signal word matches the checker's values."""
+    mpiexec job, with jitter, and every element and signal word matches the checker's values. A
+    schedule that differs must match once sends and collectives complete jointly (`--joint`): the
+    one known way MPI orders less than the checker's semantics (protocols/runtime/)."""
     found: list[ir.Schedule] = []
 
     @settings(max_examples=RANDOM_EXAMPLES, deadline=None, database=None, derandomize=True,
@@ -178,8 +183,24 @@ def test_random_verified_schedules_match_the_checker(no_process_left):
     collect()
     assert len(found) >= RANDOM_EXAMPLES // 5
     summary = _run(found, ranks=3, jitter=11)
-    failed = [(i, r["message"]) for i, r in enumerate(summary["results"]) if r["verdict"] != "match"]
-    assert not failed, [found[i].to_json() for i, _ in failed[:1]]
+    differ = [found[i] for i, r in enumerate(summary["results"]) if r["verdict"] != "match"]
+    if differ:
+        again = _run(differ, ranks=3, jitter=11, joint=True)
+        unexplained = [r["message"] for r in again["results"] if r["verdict"] != "match"]
+        assert not unexplained, [s.to_json() for s in differ]
+
+
+@pytest.mark.parametrize("name", ["get_after_allreduce", "put_races_recv_reduce"])
+def test_joint_completion_explains_the_known_disagreements(name, no_process_left):
+    """The checker completes a send with its recv, and a collective on every member, in one step;
+    MPI does not. These verified schedules rely on it: they may differ at run time, and never do
+    with joint completion."""
+    sched = cw.load_file(os.path.join(PROTOCOLS, "runtime", f"{name}.py"))[0].trace(2)
+    assert check(sched).verdict == "verified"
+    summary = _run([sched], 2, iters=10, jitter=1, joint=True)
+    assert summary["results"][0]["verdict"] == "match"
+    if name == "get_after_allreduce":  # shows in nearly every run
+        assert _run([sched], 2, iters=10, jitter=1)["results"][0]["verdict"] == "mismatch"
 
 
 def test_the_known_group_disagreement_shows(no_process_left):

@@ -52,9 +52,11 @@ def _finished(lines: list[dict]) -> dict:
                                              "are no expected values to compare with"}
     bad = [line for line in lines if line["status"] == "mismatch"]
     checked = sum(line.get("compare", {}).get("checked", 0) for line in lines)
+    iterations = max(1, min(len(line["seconds"]) for line in lines))
     if not bad:
-        return {"verdict": "match", "message": f"results match: {checked:,} elements and signal words equal the "
-                                               "checker's values"}
+        each = f", in each of {iterations} iterations" if iterations > 1 else ""
+        return {"verdict": "match", "message": f"results match: {checked // iterations:,} elements and signal words "
+                                               f"equal the checker's values{each}"}
     records = [record for line in bad for record in line["compare"]["first"]]
     wrong = sum(line["compare"]["mismatches"] for line in bad)
     post = sum(line["compare"]["post_failures"] for line in bad)
@@ -74,6 +76,11 @@ def _stopped(sched: ir.Schedule, by_rank: dict[int, dict], outcome: Outcome) -> 
     dead = [r for r in outcome.dead if r < sched.world and r not in by_rank]
     timed_out = [r for r, line in by_rank.items() if line["status"] == "timeout"]
     states = [_state(sched, rank, by_rank.get(rank), outcome) for rank in range(sched.world)]
+    if not by_rank and all(rank >= len(outcome.rows) or not outcome.rows[rank]["pid"] for rank in range(sched.world)):
+        said = outcome.stderr.strip().splitlines()[-3:]
+        return {"verdict": "crash", "crashed": list(range(sched.world)),
+                "message": f"no rank started (mpiexec exited with code {outcome.returncode})"
+                           + (": " + " / ".join(said) if said else "")}
     if raised or dead:
         first = [states[r] for r in raised + dead]
         others = [s for r, s in enumerate(states) if r not in raised and r not in dead]

@@ -115,7 +115,7 @@ def run_item(item: job_mod.Item, index: int, job: job_mod.Job, rank: int, comm, 
     fault = Fault(job.fault) if job.fault else None
     jitter = item.jitter if item.jitter is not None else job.jitter
     ex = Executor(sched, rank, comm, deadline, progress, jitter=jitter, failed=failed,
-                  hook=fault.before if fault else None)
+                  hook=fault.before if fault else None, joint=item.joint)
     line = {"rank": rank, "item": index, "schedule": item.name, "world": item.world, "status": "match",
             "seconds": []}
     total = expect = None
