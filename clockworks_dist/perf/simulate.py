@@ -65,6 +65,8 @@ class OpRecord:
 
 @dataclass
 class Timeline:
+    """A simulated run: every op's record, bytes per resource, the critical path, NCCL's plans."""
+
     total_us: float
     records: list[OpRecord]
     link_bytes: dict[int, float]
@@ -127,6 +129,7 @@ class Simulator:
 
     @property
     def now(self) -> float:
+        """The simulated time, us."""
         return self.engine.now
 
     def run(self) -> Timeline:

@@ -30,6 +30,7 @@ class PredictionReport:
 
     @property
     def last(self) -> Prediction:
+        """The prediction at the largest size (its timeline is the one shown)."""
         return self.predictions[-1]
 
 
