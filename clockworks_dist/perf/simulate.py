@@ -34,7 +34,7 @@ from .. import ir
 from ..semantics.arithmetic import signal_effect
 from ..semantics.machine import Model
 from ..semantics.match import match
-from ..semantics.rules import Sync
+from ..semantics.rules import Sync, describe
 from . import nccl
 from .costs import COSTS, RunConditions, fixed_us, host_cost, launch_us
 from .events import FlowEngine, PredictError
@@ -144,7 +144,7 @@ class Simulator:
             rank = stuck[0]
             op = self.sched.programs[rank].ops[pcs[rank]]
             raise PredictError(f"{op.loc}: the schedule deadlocks: rank(s) {', '.join(map(str, stuck))} never finish "
-                               f"(rank {rank} blocks in {ir.describe(op)}; run `clockworks check` for the "
+                               f"(rank {rank} blocks in {describe(op)}; run `clockworks check` for the "
                                "counterexample)")
         total = max([r.end for r in self.records], default=0.0)
         return Timeline(total_us=total, records=self.records, link_bytes=self.engine.link_bytes, network=self.net,
@@ -253,7 +253,7 @@ class Simulator:
         return order
 
     def _record(self, rank: int, index: int, sub, op, start: float, cause=None, cause_kind="program order") -> OpRecord:
-        rec = OpRecord(rank=rank, index=index, sub=sub, kind=op.kind, text=ir.describe(op), loc=op.loc,
+        rec = OpRecord(rank=rank, index=index, sub=sub, kind=op.kind, text=describe(op), loc=op.loc,
                        start=start, cause=cause if cause is not None else self.last[rank], cause_kind=cause_kind)
         self.records.append(rec)
         return rec
@@ -374,7 +374,7 @@ class Simulator:
         nbytes = self._size(skey[0], send.src)
         # the transfer starts when the later side posts: it waited for what that side waited for
         later = recv_head if recv_head.start >= send_head.start else send_head
-        rec = OpRecord(rank=skey[0], index=skey[1], sub=skey[2], kind="send", text=ir.describe(send), loc=send.loc,
+        rec = OpRecord(rank=skey[0], index=skey[1], sub=skey[2], kind="send", text=describe(send), loc=send.loc,
                        start=self.now, cause=later.cause,
                        cause_kind=f"rank {later.rank} posted its {'recv' if later is recv_head else 'send'}")
         self.records.append(rec)

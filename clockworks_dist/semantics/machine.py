@@ -192,7 +192,7 @@ class Model:
             self.p2p_moves[skey] = self._atoms(p2p_flow(send, skey[0], recv, rkey[0]))
         self.deliveries: dict[tuple[int, int], Delivery] = {
             (c.rank, c.index): c.delivery for row in self.code for c in row if c.delivery is not None}
-        self._build_por_index()
+        self._por_index: tuple | None = None
 
     # -- compilation --------------------------------------------------------------------------
     def span(self, rank: int, region: ir.Region) -> tuple[int, int]:
@@ -305,11 +305,27 @@ class Model:
         return tuple(self._atoms(m) for m in collective_flows(ops, [r for r, _ in members]))
 
     # -- partial-order reduction index --------------------------------------------------------
-    def _build_por_index(self) -> None:
-        """Per owner rank and space: every op of any rank that may touch that memory, and per rank
-        the ops that need other ranks (a rank cannot pass them while those ranks stand still)."""
-        self.accessors: list[list[list[tuple]]] = [[[], []] for _ in range(self.world)]
-        self.joints: list[list[tuple[int, frozenset]]] = [[] for _ in range(self.world)]
+    @property
+    def accessors(self) -> list[list[list[tuple]]]:
+        """Per owner rank and space: every op of any rank that may touch that memory, as
+        (rank, index, sub, lo, hi, mode, other ranks it needs). Built on first use (the simulator
+        never needs it)."""
+        return self._index()[0]
+
+    @property
+    def joints(self) -> list[list[tuple[int, frozenset]]]:
+        """Per rank, the ops that need other ranks (a rank cannot pass them while those ranks
+        stand still), as (index, partners)."""
+        return self._index()[1]
+
+    def _index(self) -> tuple:
+        if self._por_index is None:
+            self._por_index = self._build_por_index()
+        return self._por_index
+
+    def _build_por_index(self) -> tuple:
+        accessors: list[list[list[tuple]]] = [[[], []] for _ in range(self.world)]
+        joints: list[list[tuple[int, frozenset]]] = [[] for _ in range(self.world)]
         for row in self.code:
             for c in row:
                 entries: list[tuple[Access, int | None, frozenset]] = []
@@ -328,9 +344,10 @@ class Model:
                     for acc in c.delivery.footprint:
                         entries.append((acc, None, frozenset()))
                 for (owner, space, lo, hi, mode), sub, others in entries:
-                    self.accessors[owner][space].append((c.rank, c.index, sub, lo, hi, mode, others))
+                    accessors[owner][space].append((c.rank, c.index, sub, lo, hi, mode, others))
                 if c.partners:
-                    self.joints[c.rank].append((c.index, c.partners))
+                    joints[c.rank].append((c.index, c.partners))
+        return accessors, joints
 
     def _member_footprint(self, rank: int, index: int, sub, op) -> tuple[Access, ...]:
         key = (rank, index, sub)
