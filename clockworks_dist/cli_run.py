@@ -93,7 +93,11 @@ def _schedules(args: argparse.Namespace) -> list[ir.Schedule]:
     from . import cli
 
     if args.file.endswith(".json"):
-        return [_from_json(args.file)]
+        sched = _from_json(args.file)
+        if args.np is not None and args.np != sched.world:
+            raise ClockworksError(f"{args.file} is a schedule of {sched.world} ranks, but --np is {args.np} "
+                                  "(leave --np out, or trace the schedule again at that size)")
+        return [sched]
     defs, spent = cli._load(args)
     jobs = [(defn, args.np or (defn.ranks[0] if defn.ranks else 2)) for defn in defs]
     return [sched for sched, _seconds in cli._trace_all(args, jobs, spent)]
@@ -216,6 +220,9 @@ def _run_inside(args: argparse.Namespace, out, backend) -> int:
         raise ClockworksError(f"--np {args.np}, but this MPI job has {world.Get_size()} ranks (leave --np out)")
     args.np = world.Get_size()
     schedules = _schedules(args)
+    larger = [s for s in schedules if s.world > args.np]
+    if larger:
+        raise ClockworksError(f"{larger[0].name} has {larger[0].world} ranks, but this MPI job has {args.np}")
     for sched in schedules:
         _supported(backend, sched)
     references = _references(args, schedules)
