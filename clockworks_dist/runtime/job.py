@@ -44,6 +44,13 @@ class Job:
     extra: dict = field(default_factory=dict)
 
 
+def signals_file(directory: str, rank: int) -> str:
+    """Where rank `rank`'s signal handler writes the number of each signal it receives, as it
+    arrives (`signal.set_wakeup_fd`): the launcher reads it to tell a rank that died first from
+    one mpiexec killed after it."""
+    return os.path.join(directory, f"signals{rank}.bin")
+
+
 def results_file(directory: str, rank: int) -> str:
     """Where rank `rank` appends its JSON lines."""
     return os.path.join(directory, f"rank{rank}.jsonl")

@@ -68,7 +68,8 @@ class Outcome:
 
     lines: list[dict]
     rows: list[dict]
-    dead: list[int] = field(default_factory=list)  # ranks whose process ended without a line
+    dead: list[int] = field(default_factory=list)  # ranks whose process ended without a line, first
+    killed: list[int] = field(default_factory=list)  # ... and those mpiexec killed after another died
     stopped_by: str | None = None  # "deadline" or "stall" when the launcher had to stop the job
     returncode: int | None = None
     stderr: str = ""
@@ -123,25 +124,51 @@ class _Watch:
         self.last_rows: list[dict] = []
         self.moved = self.started
         self.stop_at: float | None = None
-        self.dead: list[int] = []
+        self.gone: dict[int, int] = {}  # rank -> the poll that found its process gone, without a stop line
+        self.polls = 0
         self.lines: list[dict] = []
         self.stopped_by: str | None = None
+
+    def _notified(self, rank: int) -> bool:
+        """Whether mpiexec told `rank` that another rank died (SIGUSR1) before it ended."""
+        try:
+            with open(job_mod.signals_file(self.directory, rank), "rb") as handle:
+                return signal.SIGUSR1 in handle.read()
+        except OSError:
+            return False
+
+    def classify(self) -> tuple[list[int], list[int]]:
+        """(died, killed) among the ranks that ended without a stop line: `died` is the one that
+        died first; `killed`, those mpiexec ended after it (SIGUSR1 reached them, or they still
+        gave signs of life after the first stopped). A rank that raised is the first itself."""
+        rows = self.last_rows
+        raised = any(line["status"] == "error" for line in self.lines)
+        candidates = [r for r in self.gone if not self._notified(r)]
+        if raised or not candidates:
+            return [], sorted(self.gone)
+        first = min(candidates, key=lambda r: (self.gone[r], rows[r].get("beat", 0) if r < len(rows) else 0))
+        return [first], sorted(r for r in self.gone if r != first)
 
     def poll(self) -> bool:
         """Update; True when the job should end now."""
         now = time.monotonic()
+        self.polls += 1
         rows = self.progress.read()
-        if rows != self.last_rows:
-            self.last_rows, self.moved = rows, now
-        gone = [rank for rank, row in enumerate(rows)
-                if row["pid"] and rank not in self.dead and row["phase"] != "finished" and not _alive(row["pid"])]
+        if [dict(row, beat=0) for row in rows] != [dict(row, beat=0) for row in self.last_rows]:
+            self.moved = now
+        self.last_rows = rows
+        gone = [rank for rank, row in enumerate(rows) if row["pid"] and rank not in self.gone
+                and row["phase"] != "finished" and not _alive(row["pid"])]
         # read after looking at the processes: a rank writes its line before it exits
         self.lines = _read_lines(self.directory, self.job.ranks)
         stopped = {line["rank"] for line in self.lines if line["status"] not in ("match", "mismatch", "ran")}
-        self.dead += [rank for rank in gone if rank not in stopped]
-        if (stopped or self.dead) and self.stop_at is None:
+        for rank in gone:
+            if rank not in stopped:
+                self.gone[rank] = self.polls
+        ended = set(self.gone)
+        if (stopped or ended) and self.stop_at is None:
             self.stop_at = now + GRACE_S
-        if stopped and set(range(self.job.ranks)) <= stopped | set(self.dead):
+        if (stopped or ended) and set(range(self.job.ranks)) <= stopped | ended:
             return True  # every rank has said where it stopped, or died
         if all(row["phase"] == "finished" for row in rows) and self.stop_at is None:
             self.stop_at = now + EXIT_WAIT_S  # mpiexec exits by itself, unless finalising hangs
@@ -189,7 +216,9 @@ def _run_in(job, directory, timeout, stall, mpiexec, env) -> Outcome:
         finally:
             _kill_group(proc)
     watch.lines = _read_lines(directory, job.ranks)
+    dead, killed = watch.classify()
     with open(errors_path, "rb") as handle:
         stderr = handle.read()[-STDERR_TAIL:].decode("utf-8", "replace")
-    return Outcome(lines=watch.lines, rows=watch.last_rows, dead=watch.dead, stopped_by=watch.stopped_by,
+    return Outcome(lines=watch.lines, rows=watch.last_rows, dead=dead, killed=killed,
+                   stopped_by=watch.stopped_by,
                    returncode=proc.returncode, stderr=stderr, seconds=time.monotonic() - watch.started)

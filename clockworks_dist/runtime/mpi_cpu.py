@@ -214,6 +214,7 @@ class Executor:
         tries = 0
         while not test():
             tries += 1
+            self.progress.beat()
             if self.failed is not None and self.failed():
                 raise PeerFailed("another rank of the job died", waiting())
             if self.expired():

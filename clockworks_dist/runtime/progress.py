@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import enum
 import os
+import time
 
 import numpy as np
 
-FIELDS = ("pid", "phase", "schedule", "iteration", "op", "member")
+FIELDS = ("pid", "phase", "schedule", "iteration", "op", "member", "beat")  # beat: CLOCK_MONOTONIC in us
 WIDTH = len(FIELDS)
 
 
@@ -71,6 +72,11 @@ class Progress:
         self.row[4] = index
         self.row[5] = -1
         self.row[1] = Phase.RUNNING
+        self.beat()
+
+    def beat(self) -> None:
+        """A sign of life: the launcher tells the rank that died first by the last one."""
+        self.row[6] = time.monotonic_ns() // 1000
 
     def member(self, sub: int) -> None:
         """The group's member `sub` is the first one not complete yet."""

@@ -106,6 +106,8 @@ def _state(sched: ir.Schedule, rank: int, line: dict | None, outcome: Outcome) -
     where = _progress_where(sched, rank, row)
     if rank in outcome.dead:
         return f"rank {rank} died (its process ended without a result; killed?) in {where}"
+    if rank in outcome.killed:
+        return f"rank {rank} was in {where} (mpiexec ended it after another rank died)"
     if row is None or row["pid"] == 0:
         return f"rank {rank} never started (see mpiexec's output)"
     return f"rank {rank} is stuck in {where} (it could not report: busy outside a wait, or in C code)"

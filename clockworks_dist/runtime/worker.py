@@ -231,6 +231,14 @@ def _meet_at_end(world_comm, failed, seconds: float) -> bool:
     return True
 
 
+def _record_signals(path: str) -> None:
+    """Have Python's C signal handler write each signal's number to `path` the moment it arrives,
+    before any Python code runs: mpiexec may kill this rank right after its SIGUSR1."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.set_blocking(fd, False)
+    signal.set_wakeup_fd(fd, warn_on_full_buffer=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of one rank: `python -m clockworks_dist.runtime.worker JOBDIR`."""
     argv = sys.argv[1:] if argv is None else argv
@@ -249,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
 
         reporter = Reporter(rank, progress, emit)
         signal.signal(signal.SIGUSR1, reporter.notice)
+        _record_signals(job_mod.signals_file(directory, rank))
         code = run_job(job, rank, MPI.COMM_WORLD, progress, emit, reporter)
     if code:
         # the others may still be writing where they were: leave them the time (the launcher
