@@ -28,7 +28,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 
-from . import cli_perf, ir
+from . import cli_perf, cli_run, ir
 from .dsl import ScheduleDef, guard, load_file
 from .errors import CheckIncomplete, ClockworksError, ScheduleError, TopologyError
 
@@ -193,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="explore every interleaving, without partial-order reduction")
     _topology_parser(sub)
     cli_perf.add_parsers(sub, _positive, _size, _seconds)
+    cli_run.add_parser(sub, _positive, _size, _seconds)
     return parser
 
 
@@ -550,7 +551,7 @@ def _write(path: str, text: str) -> None:
 
 
 COMMANDS = {"show": cmd_show, "check": cmd_check, "topology": cmd_topology,
-            "predict": cli_perf.cmd_predict, "calibrate": cli_perf.cmd_calibrate}
+            "predict": cli_perf.cmd_predict, "calibrate": cli_perf.cmd_calibrate, "run": cli_run.cmd_run}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

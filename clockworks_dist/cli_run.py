@@ -271,30 +271,3 @@ def _gather(world, lines: list[dict], deadline: float | None) -> list[dict]:
                 del pending[source]
         time.sleep(1e-3)
     return found
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m clockworks_dist.cli_run run FILE ...`: the `clockworks` command line with `run`."""
-    from . import cli
-    from .dsl import guard
-
-    cli.COMMANDS.setdefault("run", cmd_run)
-    started = time.monotonic()
-    argv = sys.argv[1:] if argv is None else list(argv)
-    out = cli.Output()
-    parser = cli._Parser(prog="clockworks")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    add_parser(sub, cli._positive, cli._size, cli._seconds)
-    try:
-        args = parser.parse_args(argv)
-    except cli._UsageExit as exc:
-        if "--json" in argv:
-            out.json({"verdict": "error", "error": {"type": "UsageError", "message": str(exc)}})
-        return cli._finish(out, cli.EXIT_BAD_INPUT)
-    args.started = started
-    with guard.catch_sigint():
-        return cli._finish(out, cli._run(args, out))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,7 +10,7 @@ import pytest
 np = pytest.importorskip("numpy")
 
 import clockworks_dist as cw  # noqa: E402
-from clockworks_dist import cli_run, ir  # noqa: E402
+from clockworks_dist import cli, cli_run, ir  # noqa: E402
 from clockworks_dist.runtime import compare, expected, numeric  # noqa: E402
 from clockworks_dist.semantics.arithmetic import MASK64  # noqa: E402
 from clockworks_dist.semantics.backends import Backend  # noqa: E402
@@ -179,7 +179,7 @@ def test_an_op_the_backend_cannot_run_is_named_with_its_reason():
 
 
 def test_an_unknown_backend_is_bad_input(capsys):
-    code = cli_run.main(["run", os.path.join(PROTOCOLS, "ring_allreduce.py"), "--backend", "nccl"])
+    code = cli.main(["run", os.path.join(PROTOCOLS, "ring_allreduce.py"), "--backend", "nccl"])
     assert code == 2
     assert "unknown backend 'nccl'; clockworks run knows mpi-cpu" in capsys.readouterr().err
 
@@ -188,7 +188,7 @@ def test_no_mpiexec_on_path_says_which_package_provides_it(capsys, monkeypatch):
     monkeypatch.setenv("PATH", "")
     for name in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK"):
         monkeypatch.delenv(name, raising=False)
-    code = cli_run.main(["run", os.path.join(PROTOCOLS, "ring_allreduce.py"), "--json"])
+    code = cli.main(["run", os.path.join(PROTOCOLS, "ring_allreduce.py"), "--json"])
     assert code == 2
     assert "no mpiexec on PATH: the mpich package provides one (pip install mpi4py mpich" in capsys.readouterr().err
 

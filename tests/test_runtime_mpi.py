@@ -26,7 +26,7 @@ if shutil.which("mpiexec") is None:
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 
 import clockworks_dist as cw  # noqa: E402
-from clockworks_dist import cli_run, ir  # noqa: E402
+from clockworks_dist import ir  # noqa: E402
 from clockworks_dist.check import check  # noqa: E402
 from clockworks_dist.runtime import job as job_mod  # noqa: E402
 from clockworks_dist.runtime import launch, verdict  # noqa: E402
@@ -214,7 +214,7 @@ def test_the_known_group_disagreement_shows(no_process_left):
 
 # ------------------------------------------------------------------------------ the CLI
 def _cli(*args: str, env: dict | None = None, mpiexec: int | None = None) -> tuple[int, str, str, float]:
-    command = [sys.executable, "-m", "clockworks_dist.cli_run", "run", *args]
+    command = [sys.executable, "-m", "clockworks_dist.cli", "run", *args]
     if mpiexec:
         command = ["mpiexec", "-n", str(mpiexec), *command]
     started = time.monotonic()
