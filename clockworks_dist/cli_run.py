@@ -209,7 +209,9 @@ def _print(args: argparse.Namespace, out, summary: dict) -> None:
 def _run_inside(args: argparse.Namespace, out, backend) -> int:
     """Started by the user's mpiexec: this process is one rank. Every rank traces (deterministic)
     and computes the expected values itself, runs, and prints its JSON line; rank 0 then gathers
-    the lines (bounded by --timeout) and prints the verdict."""
+    the lines (bounded by --timeout) and prints the verdict. Every wait of the run is bounded, but
+    no launcher watches here: an MPI call that never returns (creating a window, a flush towards
+    a dead rank) is ended by the user's mpiexec, not by --timeout."""
     from mpi4py import MPI
 
     from .runtime import launch, verdict, worker
