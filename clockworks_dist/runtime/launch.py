@@ -195,6 +195,12 @@ def run(job: job_mod.Job, timeout: float | None, stall: float | None = None, mpi
         shutil.rmtree(directory, ignore_errors=True)
 
 
+# NVLink multicast stays off in every process we start (NCCL, NVSHMEM and PyTorch each have a switch):
+# the GPU machines this tool targets are run with it off, and a rank that loads NCCL or NVSHMEM
+# inherits this environment whatever the backend.
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+
+
 def _run_in(job, directory, timeout, stall, mpiexec, env) -> Outcome:
     job_mod.write(directory, job)
     progress_mod.create(os.path.join(directory, job_mod.PROGRESS_FILE), job.ranks)
@@ -204,7 +210,7 @@ def _run_in(job, directory, timeout, stall, mpiexec, env) -> Outcome:
     watch = _Watch(job, directory, timeout, stall)
     with open(errors_path, "wb") as errors, open(os.path.join(directory, "stdout.txt"), "wb") as output:
         proc = subprocess.Popen(command, stdout=output, stderr=errors, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env=env)
+                                start_new_session=True, env={**(os.environ if env is None else env), **NO_MULTICAST})
         try:
             while True:
                 if proc.poll() is not None:  # mpiexec ended by itself: one last look at who died
