@@ -45,23 +45,10 @@ from clockworks_dist.report.text import render_listing  # noqa: E402
 from clockworks_dist.runtime import job as job_mod  # noqa: E402
 from clockworks_dist.runtime import launch, verdict  # noqa: E402
 from clockworks_dist.runtime.expected import build_reference  # noqa: E402
+from clockworks_dist.runtime.known import group_member_overlap  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
 SHOWN = 5  # disagreements written out in full
-
-
-def group_member_overlap(sched: ir.Schedule) -> bool:
-    """A group whose members overlap, one of them writing (the known disagreement)."""
-    for program in sched.programs:
-        for op in program.ops:
-            if op.kind != "group":
-                continue
-            places = [(m.src, False) if m.kind == "send" else (m.dst, True) for m in op.ops]
-            for i, (a, writes_a) in enumerate(places):
-                for b, writes_b in places[i + 1:]:
-                    if (writes_a or writes_b) and a.buffer == b.buffer and a.start < b.stop and b.start < a.stop:
-                        return True
-    return False
 
 
 def draw(wanted: int, seed_value: int, deadline: float) -> tuple[list, list, dict]:

@@ -33,6 +33,7 @@ from clockworks_dist.runtime import launch, verdict  # noqa: E402
 from clockworks_dist.runtime.expected import build_reference  # noqa: E402
 from clockworks_dist.runtime.worker import FAULT_ENV  # noqa: E402
 from test_por_properties import build, matched, plans  # noqa: E402
+from clockworks_dist.runtime.known import group_member_overlap as _group_member_overlap  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROTOCOLS = os.path.join(os.path.dirname(HERE), "protocols")
@@ -148,23 +149,6 @@ def test_every_collective_dtype_and_one_sided_op_matches(no_process_left):
 
 
 # --------------------------------------------------------------------- random schedules
-def _group_member_overlap(sched: ir.Schedule) -> bool:
-    """A group whose members overlap, one of them writing: the checker verifies some of these, but
-    MPI (and NCCL) may read a send's buffer while a recv of the same group writes it
-    (protocols/runtime/group_send_reads_own_recv.py): a known disagreement, kept out of the
-    agreement test."""
-    for program in sched.programs:
-        for op in program.ops:
-            if op.kind != "group":
-                continue
-            places = [(m.src, False) if m.kind == "send" else (m.dst, True) for m in op.ops]
-            for i, (a, writes_a) in enumerate(places):
-                for b, writes_b in places[i + 1:]:
-                    if (writes_a or writes_b) and a.buffer == b.buffer and a.start < b.stop and b.start < a.stop:
-                        return True
-    return False
-
-
 def test_random_verified_schedules_match_the_checker(no_process_left):
     """Random schedules (the property tests' generator) that the checker verifies run in one
     mpiexec job, with jitter, and every element and signal word matches the checker's values. A
