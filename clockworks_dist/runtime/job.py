@@ -29,6 +29,8 @@ class Item:
     timeout: float | None  # seconds for this schedule on each rank (None: no bound)
     jitter: int | None = None  # this schedule's seed of random delays (None: the job's)
     joint: bool = False  # run with `mpi_cpu.Executor.joint`: joint completion, as the checker's semantics
+    backend: str | None = None  # the executor (`semantics.backends` name); None: the job's
+    nbytes: int | None = None  # the main buffer's bytes per rank, when the run sweeps sizes (`--sizes`)
 
 
 @dataclass
@@ -41,6 +43,7 @@ class Job:
     jitter: int | None = None  # seed of the random delays before ops (None: none)
     fault: str | None = None  # test hook: RANK:OP:ACTION (see `worker.Fault`)
     deadline: float | None = None  # a `time.time()` by which every rank stops waiting (None: none)
+    backend: str = "mpi-cpu"  # the executor of every item that names none
     extra: dict = field(default_factory=dict)
 
 

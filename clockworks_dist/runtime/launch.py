@@ -2,11 +2,13 @@
 
 `run(job)` writes the job into a private directory, starts
 
-    mpiexec -disable-auto-cleanup -n N python -m clockworks_dist.runtime.worker DIR
+    mpiexec -disable-auto-cleanup -n N python -m clockworks_dist.runtime.worker DIR      (MPICH)
+    mpiexec [--allow-run-as-root] [--oversubscribe] -x NCCL_NVLS_ENABLE ... -n N python ...  (Open MPI)
 
-in a process group of its own, and polls (every `POLL_S`) the ranks' result lines, their progress
-words and whether each rank's process is alive. It stops the job, killing the whole group, so no
-process is left behind:
+(the flavour read from `mpiexec --version`, `mpiexec_command`) in a session of its own, and polls
+(every `POLL_S`) the ranks' result lines, their progress words and whether each rank's process is
+alive. It stops the job by killing mpiexec's process group and every process that runs a rank of
+it (Open MPI puts each rank in a process group of its own), so no process is left behind:
 - when every rank has finished;
 - when a rank stopped (timeout, error) or died without a line: after `GRACE_S`, the time the
   other ranks need to notice (mpiexec signals them) and write their own lines;
@@ -14,13 +16,17 @@ process is left behind:
   that never wrote a line are stuck (in C code, or a hang the rank cannot see); their progress
   words say in which op.
 
-`-disable-auto-cleanup` keeps mpiexec from killing every rank the moment one dies, so the others
-can report where they were; the launcher kills them itself.
+`-disable-auto-cleanup` keeps MPICH's mpiexec from killing every rank the moment one dies, so the
+others can report where they were; the launcher kills them itself. Open MPI's mpirun has no such
+switch: when a rank dies it sends the others SIGTERM (each writes where it was, as for MPICH's
+SIGUSR1) and then SIGKILL, so its reports of the other ranks may be coarser; the rank that died is
+still the one named.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -40,15 +46,79 @@ POLL_S = 0.05
 GRACE_S = 2.0  # after a rank stops or dies, how long the others get to write their lines
 EXIT_WAIT_S = 5.0  # after every rank finished, how long mpiexec gets to exit by itself
 STDERR_TAIL = 4000
+VERSION_TIMEOUT_S = 10.0
 MPI_HINT = "pip install mpi4py mpich (or: pip install 'clockworks-dist[mpi]')"
+# NVLink multicast stays off in every process we start (NCCL, NVSHMEM and PyTorch each have a switch):
+# the GPU machines this tool targets are run with it off, and a rank that loads NCCL or NVSHMEM
+# inherits this environment whatever the backend.
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 
 
 def find_mpiexec() -> str:
-    """The `mpiexec` on PATH, or `MissingDependency` naming the package that provides one."""
-    found = shutil.which("mpiexec")
+    """The `mpiexec` (else `mpirun`) on PATH, or `MissingDependency` naming the package that provides one."""
+    found = shutil.which("mpiexec") or shutil.which("mpirun")
     if found is None:
         raise MissingDependency(f"no mpiexec on PATH: the mpich package provides one ({MPI_HINT})")
     return found
+
+
+@functools.lru_cache(maxsize=8)
+def flavor(mpiexec: str) -> str:
+    """The MPI implementation of `mpiexec`: "mpich", "openmpi" or "other" (`mpi_flavor` of what
+    `mpiexec --version` prints)."""
+    try:
+        done = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=VERSION_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL, start_new_session=True)
+    except (OSError, subprocess.TimeoutExpired):
+        return "other"
+    return mpi_flavor(done.stdout + done.stderr)
+
+
+def mpi_flavor(version_text: str) -> str:
+    """"openmpi" for Open MPI's `mpiexec --version` ("mpiexec (OpenRTE) 4.1.6"), "mpich" for
+    MPICH's Hydra ("HYDRA build details"), else "other"."""
+    text = version_text.lower()
+    if "open mpi" in text or "openrte" in text or "open-mpi.org" in text or "prrte" in text:
+        return "openmpi"
+    if "hydra" in text or "mpich" in text:
+        return "mpich"
+    return "other"
+
+
+def physical_cores() -> int:
+    """The cores (not hardware threads) this process may run on: Open MPI's default slot count."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    cores = set()
+    for cpu in cpus:
+        try:
+            with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/physical_package_id", encoding="ascii") as h:
+                package = h.read().strip()
+            with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/core_id", encoding="ascii") as h:
+                cores.add((package, h.read().strip()))
+        except OSError:
+            cores.add(("cpu", str(cpu)))
+    return max(len(cores), 1)
+
+
+def mpiexec_command(mpiexec: str, flavor_name: str, ranks: int, argv: list[str], euid: int | None = None,
+                    cores: int | None = None) -> list[str]:
+    """The command line that starts `ranks` processes running `argv`, for an mpiexec of
+    `flavor_name` ("mpich", "openmpi", "other"). Open MPI: `--allow-run-as-root` when `euid` is 0
+    (it refuses root otherwise), `--oversubscribe` when there are more ranks than `cores`, and `-x`
+    for each switch of `NO_MULTICAST`, so every rank has NVLink multicast off whatever its node."""
+    euid = os.geteuid() if euid is None else euid
+    if flavor_name == "mpich":
+        return [mpiexec, "-disable-auto-cleanup", "-n", str(ranks), *argv]
+    if flavor_name == "openmpi":
+        command = [mpiexec]
+        if euid == 0:
+            command.append("--allow-run-as-root")
+        if ranks > (physical_cores() if cores is None else cores):
+            command.append("--oversubscribe")
+        for name in NO_MULTICAST:
+            command += ["-x", name]
+        return [*command, "-n", str(ranks), *argv]
+    return [mpiexec, "-n", str(ranks), *argv]
 
 
 def require_mpi4py() -> None:
@@ -104,8 +174,54 @@ def _read_lines(directory: str, ranks: int) -> list[dict]:
     return lines
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL mpiexec's process group (every rank with it) and reap mpiexec."""
+def _processes() -> dict[int, tuple[int, int, bytes]]:
+    """Every process of this machine: pid -> (parent pid, process group, command line)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                cmdline = handle.read()
+        except OSError:
+            continue
+        found[int(entry)] = (int(fields[1]), int(fields[2]), cmdline)
+    return found
+
+
+def _job_processes(root: int, directory: str) -> set[int]:
+    """mpiexec's descendants, and every process whose command line names the job's directory (a
+    rank whose mpiexec is gone)."""
+    table = _processes()
+    mark = os.fsencode(directory)
+    found = {pid for pid, (_ppid, _pgid, cmdline) in table.items() if mark in cmdline.split(b"\0")}
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _pgid, _cmdline) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    found.discard(os.getpid())
+    return found
+
+
+def _kill_group(proc: subprocess.Popen, directory: str | None = None) -> None:
+    """SIGKILL every rank of the job and mpiexec's process group (MPICH keeps the ranks in it;
+    Open MPI gives each rank a group of its own), then reap mpiexec."""
+    ranks = _job_processes(proc.pid, directory) if directory else set()
+    own = os.getpgrp()
+    for pid in ranks:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            group = os.getpgid(pid)
+            if group not in (own, proc.pid):
+                os.killpg(group, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
@@ -130,12 +246,14 @@ class _Watch:
         self.stopped_by: str | None = None
 
     def _notified(self, rank: int) -> bool:
-        """Whether mpiexec told `rank` that another rank died (SIGUSR1) before it ended."""
+        """Whether mpiexec told `rank` that another rank died (MPICH: SIGUSR1, Open MPI: SIGTERM)
+        before it ended."""
         try:
             with open(job_mod.signals_file(self.directory, rank), "rb") as handle:
-                return signal.SIGUSR1 in handle.read()
+                seen = handle.read()
         except OSError:
             return False
+        return signal.SIGUSR1 in seen or signal.SIGTERM in seen
 
     def classify(self) -> tuple[list[int], list[int]]:
         """(died, killed) among the ranks that ended without a stop line: `died` is the one that
@@ -195,17 +313,11 @@ def run(job: job_mod.Job, timeout: float | None, stall: float | None = None, mpi
         shutil.rmtree(directory, ignore_errors=True)
 
 
-# NVLink multicast stays off in every process we start (NCCL, NVSHMEM and PyTorch each have a switch):
-# the GPU machines this tool targets are run with it off, and a rank that loads NCCL or NVSHMEM
-# inherits this environment whatever the backend.
-NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
-
-
 def _run_in(job, directory, timeout, stall, mpiexec, env) -> Outcome:
     job_mod.write(directory, job)
     progress_mod.create(os.path.join(directory, job_mod.PROGRESS_FILE), job.ranks)
-    command = [mpiexec, "-disable-auto-cleanup", "-n", str(job.ranks), sys.executable, "-m",
-               "clockworks_dist.runtime.worker", directory]
+    command = mpiexec_command(mpiexec, flavor(mpiexec), job.ranks,
+                              [sys.executable, "-m", "clockworks_dist.runtime.worker", directory])
     errors_path = os.path.join(directory, "stderr.txt")
     watch = _Watch(job, directory, timeout, stall)
     with open(errors_path, "wb") as errors, open(os.path.join(directory, "stdout.txt"), "wb") as output:
@@ -220,7 +332,7 @@ def _run_in(job, directory, timeout, stall, mpiexec, env) -> Outcome:
                     break
                 time.sleep(POLL_S)
         finally:
-            _kill_group(proc)
+            _kill_group(proc, directory)
     watch.lines = _read_lines(directory, job.ranks)
     dead, killed = watch.classify()
     with open(errors_path, "rb") as handle:

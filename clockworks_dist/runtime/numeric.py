@@ -33,7 +33,9 @@ same in the expected values and in every executor.
 from __future__ import annotations
 
 import hashlib
+import os
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 import numpy as np
@@ -49,6 +51,8 @@ STORAGE: dict[str, type] = {
 # float16), everything else as stored.
 WIRE: dict[str, type] = {**STORAGE, "float16": np.float32}
 INTEGER_BITS = {"int32": 32, "int64": 64, "uint32": 32, "uint64": 64}
+PARALLEL_MIN = 1 << 21  # elements per thread, at least, when inputs are computed in pieces
+PARALLEL_THREADS = 16
 REDUCE_UFUNC = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
@@ -107,13 +111,38 @@ def _mix(x: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint64(31))
 
 
+def _levels_serial(base: np.uint64, start: int, stop: int, dtype: str | None) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        keys = base + np.arange(start, stop, dtype=np.uint64)
+    values = LEVELS[_mix(keys) % np.uint64(3)]
+    return values if dtype is None else to_dtype(values, dtype)
+
+
+def _levels(base: np.uint64, start: int, stop: int, dtype: str | None = None) -> np.ndarray:
+    """`LEVELS[mix(base + e) % 3]` for e in [start, stop) (in `dtype`, else float64). Every element
+    depends on its own key alone, so a large range is cut into pieces computed by threads (numpy
+    releases the GIL): the same values, sooner (gigabyte buffers on a GPU machine's many cores)."""
+    count = stop - start
+    workers = min(PARALLEL_THREADS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1,
+                  count // PARALLEL_MIN)
+    if workers <= 1:
+        return _levels_serial(base, start, stop, dtype)
+    out = np.empty(count, dtype=np.float64 if dtype is None else STORAGE[dtype])
+    bounds = [start + count * i // workers for i in range(workers + 1)]
+
+    def fill(i: int) -> None:
+        out[bounds[i] - start:bounds[i + 1] - start] = _levels_serial(base, bounds[i], bounds[i + 1], dtype)
+
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(fill, range(workers)))
+    return out
+
+
 def input_values(rank: int, buffer: str, dtype: str, start: int, stop: int) -> np.ndarray:
     """Elements [start, stop) of `buffer` on `rank` at the start of a run (the module docstring's
     formula), in `dtype`."""
     base = _mix(np.array([(rank << 32) + zlib.crc32(buffer.encode())], dtype=np.uint64))[0]
-    with np.errstate(over="ignore"):
-        keys = base + np.arange(start, stop, dtype=np.uint64)
-    return to_dtype(LEVELS[_mix(keys) % np.uint64(3)], dtype)
+    return _levels(base, start, stop, dtype)
 
 
 def constant(value, count: int, dtype: str) -> np.ndarray:
@@ -148,11 +177,9 @@ def opaque_output(kernel: str, rank: int, index: int, reads: Sequence[np.ndarray
     that read the arrays `reads` (in order; only their bytes matter, so how they are cut does not)."""
     digest = hashlib.blake2b(f"{kernel}/{rank}/{index}".encode(), digest_size=8)
     for array in reads:
-        digest.update(np.ascontiguousarray(array).tobytes())
+        digest.update(memoryview(np.ascontiguousarray(array)).cast("B"))
     seed = np.uint64(int.from_bytes(digest.digest(), "little"))
-    with np.errstate(over="ignore"):
-        keys = seed + np.arange(count, dtype=np.uint64)
-    return LEVELS[_mix(keys) % np.uint64(3)]
+    return _levels(seed, 0, count)
 
 
 def same_bits(left: np.ndarray, right: np.ndarray) -> np.ndarray:

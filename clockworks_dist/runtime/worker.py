@@ -22,6 +22,7 @@ op, OP ignored): how the tests make a run crash, hang and mismatch on purpose.
 from __future__ import annotations
 
 import faulthandler
+import importlib
 import json
 import os
 import signal
@@ -37,6 +38,7 @@ from .expected import expect_rank
 from .progress import Phase, Progress
 
 FAULT_ENV = "CLOCKWORKS_RUN_FAULT"
+OPEN_MPI_ENV = "OMPI_COMM_WORLD_SIZE"  # set in every rank Open MPI's mpirun starts
 EXIT_STOPPED = 3
 STOP_GRACE_S = 1.0  # a rank that stopped waits this long before it exits
 
@@ -105,19 +107,35 @@ def _merge(total: Comparison | None, part: Comparison) -> Comparison:
     return total
 
 
+# The executor of each backend: module of this package, class (see `semantics.backends`).
+EXECUTORS = {"mpi-cpu": "mpi_cpu", "cupy": "cupy_nccl"}
+
+
+def executor_class(backend: str):
+    """The `Executor` class of `backend` (its module is imported now: cupy only where it runs)."""
+    return importlib.import_module(f".{EXECUTORS[backend]}", __package__).Executor
+
+
 def run_item(item: job_mod.Item, index: int, job: job_mod.Job, rank: int, comm, progress: Progress,
              failed) -> dict:
-    """Run one schedule on this rank (`comm` holds its ranks) and return its JSON line."""
-    from .mpi_cpu import Executor, Stopped
+    """Run one schedule on this rank (`comm` holds its ranks) and return its JSON line.
+
+    An executor times each iteration itself when it has `elapsed()` (GPU events around its ops),
+    else the host's clock around `run()`; it compares its memory itself when it has `compare()`
+    (on the device, with the same outcome as `compare_rank`)."""
+    from .mpi_cpu import Stopped
 
     sched = ir.Schedule.from_json(item.schedule_json)
     deadline = min(time.time() + (item.timeout if item.timeout is not None else 1e9), job.deadline or 1e18)
     fault = Fault(job.fault) if job.fault else None
     jitter = item.jitter if item.jitter is not None else job.jitter
-    ex = Executor(sched, rank, comm, deadline, progress, jitter=jitter, failed=failed,
-                  hook=fault.before if fault else None, joint=item.joint)
+    backend = item.backend or job.backend
     line = {"rank": rank, "item": index, "schedule": item.name, "world": item.world, "status": "match",
             "seconds": []}
+    if item.nbytes is not None:
+        line["bytes"] = item.nbytes
+    ex = executor_class(backend)(sched, rank, comm, deadline, progress, jitter=jitter, failed=failed,
+                                 hook=fault.before if fault else None, joint=item.joint)
     total = expect = None
     try:
         expect = expect_rank(item.reference, rank) if item.reference is not None else None
@@ -127,12 +145,15 @@ def run_item(item: job_mod.Item, index: int, job: job_mod.Job, rank: int, comm, 
             ex.reset()
             started = time.perf_counter()
             ex.run()
-            line["seconds"].append(time.perf_counter() - started)
+            host = time.perf_counter() - started
             getattr(ex, "after_run", lambda _ex: None)(ex)
             ex.settle()
+            line["seconds"].append(ex.elapsed() if hasattr(ex, "elapsed") else host)
             progress.set(Phase.COMPARING)
             if expect is not None:
-                total = _merge(total, compare_rank(expect, ex.memory(), ex.signals.copy(), iteration))
+                part = (ex.compare(expect, iteration) if hasattr(ex, "compare")
+                        else compare_rank(expect, ex.memory(), ex.signals.copy(), iteration))
+                total = _merge(total, part)
         ex.close()
     except Stopped as exc:
         line.update(status=exc.status, message=str(exc), waiting=exc.detail)
@@ -161,7 +182,7 @@ class Reporter:
     """Writes this rank's lines, and one at once when another rank dies.
 
     MPICH's mpiexec (even with -disable-auto-cleanup) sends SIGUSR1 to the other ranks when one
-    dies, and SIGKILLs them moments later: the handler writes a `stopped` line with the op this
+    dies, and SIGKILLs them moments later (Open MPI's mpirun sends SIGTERM, then SIGKILL): the handler writes a `stopped` line with the op this
     rank is in (its progress word) right away, and flags the failure, so a rank waiting on the
     dead one stops too and writes a fuller line (what it waited for) if it still has the time.
     The launcher keeps the last line of each rank."""
@@ -215,6 +236,8 @@ def run_job(job: job_mod.Job, rank: int, world_comm, progress: Progress, emit,
         return EXIT_STOPPED
     # from here on, a rank that exits is the normal end, not a failure
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    if reporter is not None and signal.getsignal(signal.SIGTERM) == reporter.notice:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     progress.set(Phase.FINISHED)
     return 0
 
@@ -257,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
 
         reporter = Reporter(rank, progress, emit)
         signal.signal(signal.SIGUSR1, reporter.notice)
+        if OPEN_MPI_ENV in os.environ:  # Open MPI's mpirun ends the other ranks with SIGTERM instead
+            signal.signal(signal.SIGTERM, reporter.notice)
         _record_signals(job_mod.signals_file(directory, rank))
         code = run_job(job, rank, MPI.COMM_WORLD, progress, emit, reporter)
     if code:
