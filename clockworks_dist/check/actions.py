@@ -18,7 +18,10 @@ def action_keys(model: Model, action: tuple) -> list[Key]:
         return [skey, model.matches.recv_of[skey]]
     if kind == "coll":
         return [(r, i, None) for r, i in model.coll_members[action[1]]]
-    return [(action[1], action[2], None)]
+    if kind == "post":  # a posted op's pending accesses (`properties`): not an action of the machine
+        return [(action[1], action[2], action[3])]
+    landing = model.deliveries[(action[1], action[2])].completes
+    return [landing] if landing is not None else [(action[1], action[2], None)]
 
 
 def key_on(model: Model, action: tuple, owner: int) -> Key:
@@ -41,7 +44,11 @@ def describe_action(model: Model, action: tuple) -> str:
         return f"rank {refs[0].rank} -> rank {refs[1].rank}: {refs[0].text} / {refs[1].text}"
     if kind == "coll":
         return f"ranks {', '.join(str(r.rank) for r in refs)}: {refs[0].text}"
+    if kind == "post":
+        return f"rank {refs[0].rank}: {refs[0].text}, posted and not complete"
     d = model.deliveries[(action[1], action[2])]
+    if d.completes is not None:
+        return f"rank {refs[0].rank}: {refs[0].text} completing"
     if d.target == d.issuer:  # a non-blocking get lands in the issuer's own memory
         return f"rank {refs[0].rank}'s {refs[0].text} landing"
     return f"delivery to rank {d.target} of rank {refs[0].rank}'s {refs[0].text}"

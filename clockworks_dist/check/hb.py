@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from ..semantics.budget import UNBOUNDED, Deadline
 from ..semantics.machine import Model
 from ..semantics.match import Key
-from ..semantics.order import (Event, Word, delivery_event, joints, op_event, predecessors, signal_reads,
-                               signal_writes)
+from ..semantics.order import (Event, Word, delivery_event, has_landing, joints, landing_event, op_event,
+                               predecessors, signal_reads, signal_writes)
 from ..semantics.rules import When
 
 Clock = dict
@@ -148,18 +148,33 @@ class _Stamper:
             self.updates[word] = self.join(self.updates.get(word, {}), clock)
 
     def joint(self, action, joint: Event) -> None:
-        """One event for every participant of a joint completion."""
+        """One event for every participant of a joint step; a participant with a landing ticks there
+        instead, and the event ticks a component of its own."""
         keys = self.participants[joint]
         clock = self.join(*(self.clock(op_event(rank, index)) for rank, index, _ in keys))
-        own = [self.tick(clock, ("r", rank) if sub is None else ("m", rank, index, sub)) for rank, index, sub in keys]
+        own = [self.tick(clock, ("r", rank) if sub is None else ("m", rank, index, sub)) for rank, index, sub in keys
+               if not has_landing(self.model.matches, (rank, index, sub))]
+        if not own:
+            own = [self.tick(clock, ("j", joint))]
         event = self.stamp(joint, own, clock, keys, action)
         for key in keys:
             self.hb.op_event[key] = event
             self.hb.effect_event[key] = event
 
+    def land(self, action, key) -> None:
+        """A recv or collective member completes: after its joint step, before its rank's next op."""
+        rank, index, sub = key
+        clock = self.arrive(landing_event(key))
+        own = [self.tick(clock, ("r", rank) if sub is None else ("m", rank, index, sub))]
+        self.hb.effect_event[key] = self.stamp(landing_event(key), own, clock, [key], action)
+
     def deliver(self, action, issuer: int, index: int) -> None:
         """A delivery lands: after its issue and the fences before it; before what later reads the
         signal word it updates."""
+        landing = self.model.deliveries[(issuer, index)].completes
+        if landing is not None:
+            self.land(action, landing)
+            return
         clock = self.arrive(delivery_event(issuer, index))
         own = [self.tick(clock, ("d", issuer, index))]
         event = self.stamp(delivery_event(issuer, index), own, clock, [(issuer, index, None)], action)

@@ -2,7 +2,7 @@
 
 At each state the search explores only the enabled actions of a *stubborn set* T, built by closure
 from one seed action. T holds actions (a rank's current op, one member of its group, a joint
-send/recv or collective, a delivery), and *frozen* ranks, all of whose current actions are in T and
+send/recv or collective, a delivery or a landing), and *frozen* ranks, all of whose current actions are in T and
 which therefore cannot move on a path that avoids T. Closure rules, for every action t of T:
   - t enabled: every action that could, on a path that avoids T, be executed and be *dependent* on
     t joins T: if it is a current action of its rank, that action; if it lies further ahead in the
@@ -130,8 +130,13 @@ class Reducer:
             return []
         c = model.code[rank][pc]
         subs = [sub for sub, _ in c.members if not (state[1][rank] >> sub) & 1] if c.kind == "group" else [None]
-        found = (self.action_of((rank, pc, sub)) for sub in subs)
+        found = (self.action_at(state, (rank, pc, sub)) for sub in subs)
         return [a for a in found if a is not None]
+
+    def action_at(self, state: State, key: tuple) -> tuple | None:
+        """The action that moves op `key` on in `state`: its landing once that is in flight (a recv,
+        a collective member), else `action_of`."""
+        return self.model.landing(state, key) or self.action_of(key)
 
     def _enablers(self, state: State, action: tuple) -> list[tuple]:
         model = self.model
@@ -241,11 +246,16 @@ class Reducer:
             subs = [sub for sub, _ in c.members] if c.kind == "group" else [None]
             for sub in subs:
                 key = (rank, index, sub)
+                if index == pcs[rank] and ((sub is not None and (state[1][rank] >> sub) & 1)
+                                           or model.landing(state, key)):
+                    continue  # complete, or only its landing is left: it needs no other rank
                 other = model.matches.recv_of.get(key) or model.matches.send_of.get(key)
                 if other is None or other[0] in frozen or other[1] > limit[other[0]]:
                     return False
             return True
         if c.cid is not None:
+            if index == pcs[rank] and model.landing(state, (rank, index, None)):
+                return True  # only its landing is left (not in T: checked above)
             for r, i in model.coll_members[c.cid]:
                 if r in frozen or i > limit[r]:
                     return False
@@ -312,7 +322,7 @@ class Reducer:
                     if index == pc:
                         if sub is not None and (done[actor] >> sub) & 1:
                             continue
-                        current = self.action_of((actor, index, sub))
+                        current = self.action_at(state, (actor, index, sub))
                         if current is None or current in actions:
                             continue
                         out.append(("a", current))

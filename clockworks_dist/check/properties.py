@@ -80,7 +80,7 @@ class Observer:
 
     # -- per state ----------------------------------------------------------------------------
     def visit(self, state: State, enabled: list[tuple]) -> None:
-        if len(enabled) >= 2:
+        if enabled:
             self._races(state, enabled)
         if not enabled:
             self.terminals += 1
@@ -95,6 +95,13 @@ class Observer:
             for owner, space, lo, hi, mode in self.model.footprint(action):
                 if space == MEM:
                     by_owner.setdefault(owner, []).append((lo, hi, mode, action))
+        posted = self.model.posted_accesses(state)
+        if not posted and len(enabled) < 2:
+            return
+        for post, accesses in posted:  # accesses that last until the op completes
+            for owner, space, lo, hi, mode in accesses:
+                if space == MEM and owner in by_owner:
+                    by_owner[owner].append((lo, hi, mode, post))
         for owner, accesses in by_owner.items():
             if len(accesses) < 2:
                 continue
@@ -106,6 +113,9 @@ class Observer:
                 for lo1, hi1, m1, a1 in open_:
                     if a1 == a2 or not conflicting(m1, m2):
                         continue
+                    if a1[0] == "post" and (a2[0] == "post" or self.model.own_action(a1, a2)) or \
+                            a2[0] == "post" and self.model.own_action(a2, a1):
+                        continue  # only an enabled action races with a posted op, and not its own step
                     k1, k2 = key_on(self.model, a1, owner), key_on(self.model, a2, owner)
                     key = ("data_race", frozenset((k1, k2)))
                     self._add(key, "data_race", lambda: self._race_violation(
@@ -119,7 +129,12 @@ class Observer:
             ref = op_ref(sched, key)
             refs.append(ref)
             verb = mode.verb
-            who = describe_action(model, action) if action[0] == "deliver" else f"{ref.loc} rank {ref.rank}: {ref.text}"
+            if action[0] == "deliver":
+                who = describe_action(model, action)
+            elif action[0] == "post":
+                who = f"{ref.loc} rank {ref.rank}: {ref.text}, posted and not complete (it may still access its buffers),"
+            else:
+                who = f"{ref.loc} rank {ref.rank}: {ref.text}"
             parts.append(f"{who} {verb} {region_text(model, owner, lo, hi)}")
         lo = max(first[0], second[0])
         hi = min(first[1], second[1])

@@ -220,8 +220,10 @@ class Simulator:
             self._start_delivery(action)
 
     def _apply(self, action: tuple) -> None:
-        """The action's timed process has ended: the machine takes the step."""
-        self.state = self.model.apply(self.state, action)
+        """The action's timed process has ended: the machine takes the step. The landings it leaves
+        (a recv, a collective member writing its output) are taken at once: the transfer's time
+        already covers the write."""
+        self.state = self.model.land_all(self.model.apply(self.state, action))
 
     # -- ranks --------------------------------------------------------------------------------
     def _post(self, rank: int) -> None:

@@ -219,7 +219,12 @@ _RANK_WORDS = re.compile(r"ranks?\s+\d+(\s*,\s*\d+)*")
 
 def _is_delivery(step: Step) -> bool:
     """A one-sided delivery landing at its target: drawn in the target's column, marked as such."""
-    return bool(step.action) and step.action[0] == "deliver"
+    return bool(step.action) and step.action[0] == "deliver" and not _is_landing(step)
+
+
+def _is_landing(step: Step) -> bool:
+    """A recv or collective member writing its output and completing (a negative delivery index)."""
+    return bool(step.action) and step.action[0] == "deliver" and step.action[2] < 0
 
 
 def _columns(step: Step) -> list[tuple[int, OpRef]]:
@@ -231,7 +236,7 @@ def _columns(step: Step) -> list[tuple[int, OpRef]]:
 
 def _label_adds_nothing(step: Step) -> bool:
     """True when a step's label only names ranks and the ops the row already shows."""
-    if not step.label or _is_delivery(step):
+    if not step.label or _is_delivery(step) or _is_landing(step):
         return True
     rest = step.label
     for ref in step.ops:
@@ -303,7 +308,7 @@ def render_timeline(v: Violation, world: int | None = None) -> str:
         for rank in ranks:
             refs = [ref for at, ref in mine if at == rank]
             prefix = f"from rank {refs[0].rank}: " if refs and _is_delivery(step) and step.at is not None \
-                else ("delivered: " if _is_delivery(step) else "")
+                else ("delivered: " if _is_delivery(step) else ("completes: " if _is_landing(step) else ""))
             row.append(_cell(refs, prefix))
         if show_labels:
             row.append("" if _label_adds_nothing(step) else _shorten(step.label, MAX_CELL))

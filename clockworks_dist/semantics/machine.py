@@ -13,11 +13,17 @@ Actions (all replayable, all named by the program text, never by the state), tup
 field names their type:
 - `Step(rank, index)` = `("step", rank, index)`: a rank executes its current op alone (local ops,
   the issue of a delivery, blocking gets and fetching atomics, waits, fence, quiet);
-- `P2P(rank, index, sub)` = `("p2p", rank, index, sub)`: the send at that key and its matched recv
-  complete together;
-- `Coll(cid)` = `("coll", cid)`: every member of collective instance `cid` completes it together
-  (also barrier_all, which also needs every delivery done, and sync_all);
-- `Deliver(issuer, index)` = `("deliver", issuer, index)`: the delivery issued by that op lands.
+- `P2P(rank, index, sub)` = `("p2p", rank, index, sub)`: the send at that key meets its matched
+  recv: the send reads `src` and completes; the data is now in flight to the recv;
+- `Coll(cid)` = `("coll", cid)`: every member of collective instance `cid` has arrived: the sources
+  are read (also barrier_all, which also needs every delivery done, and sync_all); a member with
+  nothing to write completes here;
+- `Deliver(issuer, index)` = `("deliver", issuer, index)`: the delivery issued by that op lands. A
+  *landing* is a delivery too: a recv, or a collective member, writes its `dst` and completes, on its
+  own (`rules.lands`). Its index is negative (`Model.landing_of` names it), so it never collides
+  with a one-sided op's. NCCL and MPI complete each side on its own: a sender, or a collective
+  member, may go on while the receiver, or another member, still writes its output, and the
+  checker sees those orders.
 
 Each action has a static footprint: the atoms and signal words it reads and writes, with a `Mode`.
 The checker's race detection and partial-order reduction both work on footprints.
@@ -34,7 +40,7 @@ from .atoms import Layout, collect_alignments, make_layout, split_atoms
 from .budget import UNBOUNDED, Deadline
 from .match import Key, Matches, members_of
 from .rules import (ATOMIC_MODES, MEM, SIG, SIG_READS, WRITE_MODES, Access as RuleAccess, Mode, Move, Rule, Sync,
-                    When, collective_flows, conflicting, dependent, p2p_flow, rule)
+                    When, collective_flows, conflicting, dependent, lands, p2p_flow, rule)
 from .values import Values
 
 # The modes under their short names (por, properties and actions read them).
@@ -55,7 +61,8 @@ class Access(NamedTuple):
 
 class State(NamedTuple):
     pcs: tuple[int, ...]
-    group_done: tuple[int, ...]  # per rank: bit i set when member i of its current group completed
+    group_done: tuple[int, ...]  # per rank: bit i set when member i of its current group completed; 1 at
+    # a collective whose sources are read, until the member's landing
     memory: tuple[tuple[int, ...], ...]  # per rank: one value id per atom
     signals: tuple[tuple[int, ...], ...]  # per rank: one uint64 per signal word
     in_flight: tuple[tuple, ...]  # sorted (issuer, op index, payload)
@@ -130,6 +137,9 @@ class Delivery:
     capture: Span | None = None  # read at issue (a blocking put's src): its values travel as the payload
     update: tuple[int, str, int, int] | None = None  # (space, word or atom, op, value) at the target
     footprint: tuple[Access, ...] = ()
+    completes: tuple | None = None  # a landing: the key (rank, index, sub) of the recv/member it completes
+    spans: tuple[Span, ...] = ()  # a landing: where its payload goes, in order
+    combine: str | None = None  # a landing of a recv with reduce: dst = dst combine payload
 
 
 @dataclass
@@ -149,6 +159,11 @@ class Code:
     partners: frozenset = frozenset()  # other ranks that must take part
     moves: tuple[AtomMove, ...] = ()  # the data an op of one rank moves when it executes
     awaits: tuple[tuple[int, ...], str, int, bool] | None = None  # a wait: (words, cmp, value, all)
+
+
+def _sorted(infl: tuple) -> tuple:
+    """In-flight deliveries in their canonical order: by (issuer, index)."""
+    return tuple(sorted(infl, key=lambda x: (x[0], x[1])))
 
 
 class Model:
@@ -178,20 +193,45 @@ class Model:
         self.coll_members: list[list[tuple[int, int]]] = matches.collectives
         self.coll_kind = [sched.programs[m[0][0]].ops[m[0][1]].kind for m in matches.collectives]
         self.coll_sync = [rule(kind).sync for kind in self.coll_kind]
-        self.coll_footprint: list[tuple[Access, ...]] = []
-        self.coll_moves: list[tuple[AtomMove, ...]] = []
-        for cid in range(len(matches.collectives)):
-            self.coll_footprint.append(self._coll_footprint(cid))
-            self.coll_moves.append(self._coll_moves(cid))
-        self.p2p_footprint: dict[Key, tuple[Access, ...]] = {}
-        self.p2p_moves: dict[Key, AtomMove] = {}
-        for skey, rkey in matches.recv_of.items():
-            send, recv = matches._op(skey), matches._op(rkey)
-            found = self._accesses(skey[0], send, When.JOINT) + self._accesses(rkey[0], recv, When.JOINT)
-            self.p2p_footprint[skey] = found
-            self.p2p_moves[skey] = self._atoms(p2p_flow(send, skey[0], recv, rkey[0]))
         self.deliveries: dict[tuple[int, int], Delivery] = {
             (c.rank, c.index): c.delivery for row in self.code for c in row if c.delivery is not None}
+        self.members_max = 1 + max((len(c.members) for row in self.code for c in row), default=0)
+        self.landing_of: dict[Key, tuple[int, int]] = {}  # recv / collective member -> its landing's delivery key
+        self.coll_footprint: list[tuple[Access, ...]] = []  # the joint step: every member's reads
+        self.coll_member_footprint: list[tuple[Access, ...]] = []  # every access of every member
+        self.coll_moves: list[tuple[AtomMove, ...]] = []
+        for cid in range(len(matches.collectives)):
+            full = self._coll_footprint(cid)
+            self.coll_member_footprint.append(full)
+            self.coll_footprint.append(tuple(a for a in full if a.mode not in WRITE_MODES))
+            self.coll_moves.append(self._coll_moves(cid))
+            for rank, index in matches.collectives[cid]:
+                self._landing((rank, index, None), self.sched.programs[rank].ops[index])
+        self.p2p_footprint: dict[Key, tuple[Access, ...]] = {}  # the meeting: the send's reads
+        self.p2p_member_footprint: dict[Key, tuple[Access, ...]] = {}  # the send's and the recv's accesses
+        self.p2p_moves: dict[Key, AtomMove] = {}
+        self.p2p_capture: dict[Key, Span] = {}
+        for skey, rkey in matches.recv_of.items():
+            send, recv = matches._op(skey), matches._op(rkey)
+            sent = self._accesses(skey[0], send, When.JOINT)
+            self.p2p_footprint[skey] = sent
+            self.p2p_member_footprint[skey] = sent + self._accesses(rkey[0], recv, When.JOINT)
+            self.p2p_moves[skey] = self._atoms(p2p_flow(send, skey[0], recv, rkey[0]))
+            self.p2p_capture[skey] = (skey[0], *self.span(skey[0], send.src))
+            self._landing(rkey, recv)
+        self.posted_fp: dict[tuple[int, int], tuple] = {}  # (rank, index) -> ((sub, accesses), ...)
+        for row in self.code:
+            for c in row:
+                if c.sync is Sync.P2P:
+                    found = tuple((sub, self._accesses(c.rank, m, When.JOINT)) for sub, m in c.members
+                                  if m.kind == "send")
+                elif c.cid is not None and c.sync is Sync.COLLECTIVE:
+                    found = ((None, tuple(a for a in self.coll_member_footprint[c.cid] if a.owner == c.rank)),)
+                else:
+                    continue
+                found = tuple((sub, accs) for sub, accs in found if accs)
+                if found:
+                    self.posted_fp[(c.rank, c.index)] = found
         self._por_index: tuple | None = None
 
     # -- compilation --------------------------------------------------------------------------
@@ -304,6 +344,71 @@ class Model:
         ops = [self.sched.programs[r].ops[i] for r, i in members]
         return tuple(self._atoms(m) for m in collective_flows(ops, [r for r, _ in members]))
 
+    def _landing(self, key: Key, op) -> None:
+        """Compile the landing of a recv or collective member that writes (`rules.lands`)."""
+        rank, index, sub = key
+        if not lands(op, rank):
+            return
+        r = rule(op)
+        writes = tuple(a for a in self._accesses(rank, op, When.JOINT) if a.mode in WRITE_MODES)
+        footprint = self._accesses(rank, op, When.JOINT) if (
+            op.kind == "recv" or getattr(r, "reads_until_done", False)) else writes
+        at = (rank, -1 - (index * self.members_max + (0 if sub is None else sub + 1)))
+        self.landing_of[key] = at
+        self.deliveries[at] = Delivery(issuer=rank, index=at[1], target=rank, pe=rank, epoch=0, fenced=False,
+                                       footprint=footprint, completes=key,
+                                       spans=tuple((rank, a.lo, a.hi) for a in writes),
+                                       combine=op.reduce if op.kind == "recv" else None)
+
+    def landing(self, state: State, key: Key) -> tuple | None:
+        """The pending landing action of the recv or collective member `key`, if it is in flight."""
+        at = self.landing_of.get(key)
+        if at is None:
+            return None
+        for issuer, index, _ in state[4]:
+            if issuer == at[0] and index == at[1]:
+                return Deliver("deliver", *at)
+        return None
+
+    def posted_accesses(self, state: State) -> list[tuple[tuple, tuple[Access, ...]]]:
+        """The accesses of posted ops that have not completed: NCCL and MPI may read a send's `src`
+        at any time from its post until it completes (not only when it meets its recv), and a
+        collective member's `src` and `dst` from its arrival until the sources are read (its
+        landing holds them after that). Each comes as (("post", rank, index, sub), accesses): an
+        action of no one, which races with any enabled action it conflicts with, except its own."""
+        found = []
+        pcs, done = state[0], state[1]
+        for rank in range(self.world):
+            entries = self.posted_fp.get((rank, pcs[rank]))
+            if entries is None:
+                continue
+            for sub, accesses in entries:
+                if sub is not None and (done[rank] >> sub) & 1:
+                    continue
+                if sub is None and done[rank]:
+                    continue  # a collective whose sources are read: its landing holds its accesses
+                found.append((("post", rank, pcs[rank], sub), accesses))
+        return found
+
+    def own_action(self, post: tuple, action: tuple) -> bool:
+        """Whether `action` is the meeting or joint step of the posted op `post` itself."""
+        _, rank, index, sub = post
+        if action[0] == "p2p":
+            return action[1:] == (rank, index, sub)
+        if action[0] == "coll":
+            return self.code[rank][index].cid == action[1]
+        return False
+
+    def land_all(self, state: State) -> State:
+        """`state` after every pending landing (the simulator lands each at once: a recv's or a
+        collective member's completion costs no time of its own there)."""
+        while True:
+            pending = [(i, j) for i, j, _ in state[4] if j < 0]
+            if not pending:
+                return state
+            for i, j in pending:
+                state = self.apply(state, Deliver("deliver", i, j))
+
     # -- partial-order reduction index --------------------------------------------------------
     @property
     def accessors(self) -> list[list[list[tuple]]]:
@@ -335,7 +440,7 @@ class Model:
                         for acc in self._member_footprint(c.rank, c.index, sub, m):
                             entries.append((acc, sub, others))
                 elif c.cid is not None:
-                    for acc in self.coll_footprint[c.cid]:
+                    for acc in self.coll_member_footprint[c.cid]:
                         if acc[0] == c.rank:
                             entries.append((acc, None, c.partners))
                 for acc in c.footprint:
@@ -352,9 +457,9 @@ class Model:
     def _member_footprint(self, rank: int, index: int, sub, op) -> tuple[Access, ...]:
         key = (rank, index, sub)
         if op.kind == "send":
-            return tuple(a for a in self.p2p_footprint.get(key, ()) if a[0] == rank)
+            return tuple(a for a in self.p2p_member_footprint.get(key, ()) if a[0] == rank)
         skey = self.matches.send_of.get(key)
-        return tuple(a for a in self.p2p_footprint.get(skey, ()) if a[0] == rank) if skey else ()
+        return tuple(a for a in self.p2p_member_footprint.get(skey, ()) if a[0] == rank) if skey else ()
 
     # -- states -------------------------------------------------------------------------------
     def initial(self) -> State:
@@ -422,7 +527,7 @@ class Model:
                 members = self.coll_members[c.cid]
                 if members[0][0] != rank:
                     continue
-                if all(pcs[r] == i for r, i in members):
+                if all(pcs[r] == i and not done[r] for r, i in members):  # done: read, landing pending
                     if sync is Sync.BARRIER_ALL and infl:
                         continue
                     acts.append(Coll("coll", c.cid))
@@ -470,31 +575,80 @@ class Model:
             pcs[rank] += 1
         elif kind == "p2p":
             skey = (action[1], action[2], action[3])
-            self._move(self.p2p_moves[skey], mem, mut)
-            for rank, index, sub in (skey, self.matches.recv_of[skey]):
-                if sub is None:
-                    pcs[rank] += 1
-                else:
-                    done[rank] |= 1 << sub
-                    if done[rank] == (1 << len(self.code[rank][index].members)) - 1:
-                        done[rank] = 0
-                        pcs[rank] += 1
+            rkey = self.matches.recv_of[skey]
+            at = self.landing_of.get(rkey)
+            if at is None:
+                self._move(self.p2p_moves[skey], mem, mut)
+            else:  # the data is in flight: the recv lands later
+                r, lo, hi = self.p2p_capture[skey]
+                infl = _sorted(infl + ((at[0], at[1], mem[r][lo:hi]),))
+            self._complete(pcs, done, skey)
+            if at is None:
+                self._complete(pcs, done, rkey)
         elif kind == "coll":
-            for move in self.coll_moves[action[1]]:
-                self._move(move, mem, mut)
-            for rank, _ in self.coll_members[action[1]]:
-                pcs[rank] += 1
+            infl = self._collect(action[1], mem, mut, pcs, done, infl)
         else:
             key = (action[1], action[2])
             payload = next(p for i, j, p in infl if (i, j) == key)
             infl = tuple(x for x in infl if (x[0], x[1]) != key)
-            self._deliver(self.deliveries[key], payload, mem, sigs, mut)
+            d = self.deliveries[key]
+            if d.completes is None:
+                self._deliver(d, payload, mem, sigs, mut)
+            else:
+                self._land(d, payload, mem, mut)
+                self._complete(pcs, done, d.completes)
         if writes:
             mem = list(mem)
             for rank, cells in writes.items():
                 mem[rank] = tuple(cells)
             mem = tuple(mem)
         return State(tuple(pcs), tuple(done), mem, tuple(sigs), infl)
+
+    def _complete(self, pcs: list[int], done: list[int], key: Key) -> None:
+        """The op (or group member) at `key` is complete: the rank moves on (after its group's last)."""
+        rank, index, sub = key
+        if sub is None:
+            pcs[rank] += 1
+            done[rank] = 0
+            return
+        done[rank] |= 1 << sub
+        if done[rank] == (1 << len(self.code[rank][index].members)) - 1:
+            done[rank] = 0
+            pcs[rank] += 1
+
+    def _collect(self, cid: int, mem, mut, pcs: list[int], done: list[int], infl: tuple) -> tuple:
+        """Every member has arrived: read the sources and compute every output; a member that writes
+        gets its values as the payload of its landing, the others complete now."""
+        scratch: dict[int, list[int]] = {}
+
+        def into(rank: int) -> list[int]:
+            found = scratch.get(rank)
+            if found is None:
+                found = scratch[rank] = list(mem[rank])
+            return found
+
+        for move in self.coll_moves[cid]:
+            self._move(move, mem, into)
+        added = []
+        for rank, index in self.coll_members[cid]:
+            at = self.landing_of.get((rank, index, None))
+            if at is None:
+                pcs[rank] += 1
+                continue
+            done[rank] = 1  # the sources are read; the member completes at its landing
+            cells = scratch.get(rank, mem[rank])
+            payload = tuple(v for _r, lo, hi in self.deliveries[at].spans for v in cells[lo:hi])
+            added.append((at[0], at[1], payload))
+        return _sorted(infl + tuple(added)) if added else infl
+
+    def _land(self, d: Delivery, payload: tuple, mem, mut) -> None:
+        """A landing: the payload goes to its spans (a recv with reduce: dst combine payload)."""
+        n = 0
+        for r, lo, hi in d.spans:
+            cells = mut(r)
+            for a in range(lo, hi):
+                cells[a] = payload[n] if d.combine is None else self.values.combine(d.combine, (cells[a], payload[n]))
+                n += 1
 
     def _move(self, move: AtomMove, mem, mut, values: tuple | None = None, rank: int = 0, index: int = 0) -> None:
         """Apply one data move: sources read in the state before the action (or `values`, a
@@ -528,7 +682,7 @@ class Model:
         if c.delivery is not None:
             d = c.delivery
             payload = mem[d.capture[0]][d.capture[1]:d.capture[2]] if d.capture is not None else None
-            return tuple(sorted(infl + ((rank, c.index, payload),), key=lambda x: (x[0], x[1])))
+            return _sorted(infl + ((rank, c.index, payload),))
         if c.rule.fetches:
             self._fetch(rank, c.op, mem, sigs, mut)
         for move in c.moves:

@@ -4,16 +4,21 @@ Events are named by the program text, never by a state:
 - `("op", rank, index)`: the rank executes op `index` (posts it, for an op that completes jointly;
   starts it, for a group); `("op", rank, len(program))` is the rank's end;
 - `("delivery", rank, index)`: the delivery of that one-sided op lands at its target;
-- `("p2p", send key)` and `("coll", cid)`: a joint completion, one event for all its participants
-  (a matched send and recv; the members of a collective instance, barrier_all and sync_all included);
+- `("p2p", send key)` and `("coll", cid)`: a joint step, one event for all its participants (a
+  matched send and recv meet; the members of a collective instance, barrier_all and sync_all
+  included, have all arrived);
+- `("land", key)`: a recv, or a collective member, that writes (`rules.lands`) completes on its own
+  rank after the joint step, writing its `dst`;
 - `("fence", rank, index, pe)`: a junction, no one's event: the line a fence (or a quiet or barrier_all,
   which complete everything before them anyway) draws between the rank's deliveries to `pe`, so that n
   deliveries on each side take 2n edges instead of n**2.
 
 The rules, each a function yielding the edges `(before, after)` it contributes:
 - `program_order`: each op of a rank before its next;
-- `joint_completion`: every participant's op -> the joint event -> each participant's next op (the
-  members of a group are separate joint events, so they stay unordered with each other);
+- `joint_completion`: every participant's op -> the joint event -> each participant's next op, through
+  the participant's landing when it has one (the members of a group are separate joint events, so
+  they stay unordered with each other; a sender goes on before its recv has written, a collective
+  member before the others have);
 - `issue_to_delivery`: a one-sided op (`ir.DELIVERY_KINDS`) before its delivery;
 - `fence_order`: a fence orders the deliveries its rank issued before it to a PE before those issued
   after it to that PE (puts, atomics and signals: `ir.FENCED_KINDS`, not gets);
@@ -37,7 +42,7 @@ from typing import Callable, Iterator, Protocol, Sequence
 from .. import ir
 from .budget import UNBOUNDED, Deadline
 from .match import Key, Matches, match
-from .rules import SIG, SIG_READS, When, rule
+from .rules import SIG, SIG_READS, When, lands, rule
 
 Event = tuple
 Edge = tuple[Event, Event]
@@ -65,6 +70,16 @@ def program_order(program: ir.Program) -> Iterator[Edge]:
         yield op_event(program.rank, index), op_event(program.rank, index + 1)
 
 
+def landing_event(key: Key) -> Event:
+    """The event of a recv or collective member writing its output and completing."""
+    return ("land", key)
+
+
+def has_landing(matches: Matches, key: Key) -> bool:
+    """Whether the recv or collective member at `key` completes in a landing of its own."""
+    return lands(matches._op(key), key[0])
+
+
 def joints(matches: Matches) -> Iterator[tuple[Event, list[Key]]]:
     """Every joint event with its participants, as `match` paired and grouped them."""
     for send, recv in matches.recv_of.items():
@@ -74,11 +89,16 @@ def joints(matches: Matches) -> Iterator[tuple[Event, list[Key]]]:
 
 
 def joint_completion(matches: Matches) -> Iterator[Edge]:
-    """Every participant's op -> the joint event -> the participant's next op."""
+    """Every participant's op -> the joint event -> (its landing ->) the participant's next op."""
     for joint, keys in joints(matches):
-        for rank, index, _ in keys:
+        for key in keys:
+            rank, index, _ = key
             yield op_event(rank, index), joint
-            yield joint, op_event(rank, index + 1)
+            if has_landing(matches, key):
+                yield joint, landing_event(key)
+                yield landing_event(key), op_event(rank, index + 1)
+            else:
+                yield joint, op_event(rank, index + 1)
 
 
 def issue_to_delivery(program: ir.Program) -> Iterator[Edge]:
@@ -189,6 +209,7 @@ class StaticOrder:
         for earlier, later in edges(schedule, matches):
             self.succ[self._id(earlier)].append(self._id(later))
         self.joint = {key: self.ids[joint] for joint, keys in joints(matches) for key in keys}
+        self.landing = {key: self.ids[landing_event(key)] for key in self.joint if landing_event(key) in self.ids}
         self.all = (1 << len(self.succ)) - 1
         self.extra = [0] * len(self.succ)  # nodes before a wait, found by value
         self.pre = self._ancestors()
@@ -237,13 +258,14 @@ class StaticOrder:
 
     def _ends(self, key: Key, at_delivery: bool) -> tuple[int, int]:
         """(start, completion) nodes of an op's effect: its issue and its delivery, or its joint
-        event, or its own execution."""
+        event and its landing (a recv's or collective member's accesses last until it completes),
+        or its own execution."""
         op = self.ids[op_event(key[0], key[1])]
         delivery = self.ids.get(delivery_event(key[0], key[1]))
         if at_delivery and delivery is not None:
             return op, delivery
         node = self.joint.get(key, op)
-        return node, node
+        return node, self.landing.get(key, node)
 
     def ordered(self, a: Key, b: Key, a_at_delivery: bool = True, b_at_delivery: bool = True) -> bool:
         """True if op a's effect completes before op b's starts, in every execution. An effect at
@@ -327,5 +349,6 @@ class StaticOrder:
 
 
 __all__ = ["COMPLETING_KINDS", "FENCING_KINDS", "Edge", "Event", "StaticOrder", "Word", "completion",
-           "delivery_event", "edges", "fence_order", "issue_to_delivery", "joint_completion", "joints", "op_event",
+           "delivery_event", "edges", "fence_order", "has_landing", "issue_to_delivery", "joint_completion", "joints",
+           "landing_event", "op_event",
            "predecessors", "program_order", "signal_reads", "signal_writes"]

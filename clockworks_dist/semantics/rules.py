@@ -240,6 +240,14 @@ class RecvRule(Rule):
         return f"recv(peer={op.peer}, {op.dst}{red}{_on(op.comm)})"
 
 
+def lands(op, rank: int) -> bool:
+    """Whether a recv or a collective member writes when it completes on its own rank, after the
+    joint step (its *landing*, a step of its own): a recv's `dst`, a collective member's `dst`.
+    Sends, barriers and the members of a reduce that are not its root have nothing to write."""
+    return any(a.when is When.JOINT and a.mode in WRITE_MODES and a.owner == rank
+               for a in rule(op).accesses(op, rank))
+
+
 def p2p_flow(send: ir.Send, send_rank: int, recv: ir.Recv, recv_rank: int) -> Move:
     """What a matched send and recv move."""
     if recv.reduce is None:
@@ -263,10 +271,18 @@ class GroupRule(Rule):
 
 # -------------------------------------------------------------------------------- collectives
 class CollectiveRule(Rule):
-    """A collective: every member's k-th collective on the communicator completes together, reading
-    each member's `src` and writing its `dst` in one joint transition."""
+    """A collective: once every member's k-th collective on the communicator has arrived, the
+    sources are read (one joint step); each member then completes on its own, writing its `dst`
+    when it does (its landing), as NCCL and MPI complete a collective per rank: a member may finish
+    and go on while another still writes its output.
+
+    `reads_until_done`: a member may complete before another member's `src` has been read in full
+    (member i of a reduce_scatter or all_to_all needs only chunk i of each source), so a member's
+    source counts as read until that member completes; for the other collectives every member's
+    output depends on every element of every source, so no member completes before all are read."""
 
     sync = Sync.COLLECTIVE
+    reads_until_done = False
 
     def accesses(self, op, rank):
         found = []
@@ -316,6 +332,7 @@ class ReduceScatterRule(CollectiveRule):
     """Member i's dst = the reduction over members of chunk i of their src."""
 
     op_class = ir.ReduceScatter
+    reads_until_done = True
 
     def collective_flows(self, ops, ranks):
         n = len(ops)
@@ -360,6 +377,7 @@ class AllToAllRule(CollectiveRule):
     """Chunk j of member i's src lands in chunk i of member j's dst."""
 
     op_class = ir.AllToAll
+    reads_until_done = True
 
     def collective_flows(self, ops, ranks):
         n = len(ops)
