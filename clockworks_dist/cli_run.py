@@ -1,16 +1,19 @@
-"""`clockworks run FILE --backend mpi-cpu --np N`: run a schedule for real and check every element
-against the checker's values.
+"""`clockworks run FILE --backend mpi-cpu|cupy --np N`: run a schedule for real and check every
+element against the checker's values.
 
-The command traces each schedule of FILE at N ranks, computes the checker's final values
-(`runtime.expected`), starts `mpiexec` itself (`runtime.launch`; or, started inside an MPI job,
-runs as one of its ranks), and prints the verdict of each schedule: results match, mismatch, hang
-or crash, with the first mismatches (rank, buffer, element, expected as a term and as a number, got)
-or each rank's op and file:line, and the time in the ops (the slowest rank per iteration: median,
-min, max). `--json` prints one JSON object with every rank's line.
+The command traces each schedule of FILE at N ranks (with `--sizes`, once per size of its main
+buffer), computes the checker's final values (`runtime.expected`), starts `mpiexec` itself
+(`runtime.launch`; or, started inside an MPI job, runs as one of its ranks), and prints the verdict
+of each schedule: results match, mismatch, hang or crash, with the first mismatches (rank, buffer,
+element, expected as a term and as a number, got) or each rank's op and file:line, and the time in
+the ops (the slowest rank per iteration: median, min, max). `--json` prints one JSON object with
+every rank's line. Backends: `mpi-cpu` (numpy and MPI, `runtime.mpi_cpu`), `cupy` (CuPy and NCCL,
+one GPU per rank, `runtime.cupy_nccl`).
 
 Exit codes: 0 results match, 1 a mismatch, a hang or a crash, 2 bad input (the file, an option, an
-unknown backend, an op the backend cannot run, no mpiexec or mpi4py), 3 the time bound passed
-before the run started (loading, tracing, the expected values), 4 an internal error.
+unknown backend, an op the backend cannot run, no mpiexec or mpi4py, no CuPy, more ranks than
+GPUs), 3 the time bound passed before the run started (loading, tracing, the expected values), 4
+an internal error.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import time
 from . import ir
 from .errors import CheckIncomplete, ClockworksError
 
-BACKENDS = ("mpi-cpu",)
+BACKENDS = ("mpi-cpu", "cupy")
 RUN_TIMEOUT_S = 60.0
 # The ranks stop waiting this much before --timeout (at most), so they can still say where they were.
 REPORT_MARGIN_S = 1.5
@@ -39,8 +42,9 @@ class BackendError(ClockworksError):
 def add_parser(sub, positive, size_arg, seconds) -> None:
     """The `run` subcommand (`positive`, `size_arg`, `seconds`: the CLI's argument types)."""
     run = sub.add_parser("run", help="run a schedule with a real communication library; check every element",
-                         description="Run each schedule of FILE under mpiexec (one process per rank) and compare "
-                                     "every element with the checker's expected values.",
+                         description="Run each schedule of FILE under mpiexec (one process per rank; with --backend "
+                                     "cupy, one GPU per rank) and compare every element with the checker's expected "
+                                     "values.",
                          epilog="exit codes: 0 results match, 1 mismatch, hang or crash, 2 bad input, "
                                 "3 out of time before the run, 4 internal error")
     run.add_argument("file", metavar="FILE", help="a Python file defining @cw.schedule functions, or a schedule "
@@ -52,6 +56,9 @@ def add_parser(sub, positive, size_arg, seconds) -> None:
     run.add_argument("--schedule", metavar="NAME", help="only the schedule NAME (default: every one in FILE)")
     run.add_argument("--size", metavar="NAME=VALUE", type=size_arg, nargs="+", action="extend", default=[],
                      help="bind a symbolic size, e.g. --size CHUNK=1024")
+    run.add_argument("--sizes", metavar="RANGE",
+                     help="run each schedule at these bytes per rank of its main buffer (as clockworks predict): "
+                          "1KiB..1GiB (powers of two) or a list 1KiB,4KiB,16KiB; every size in one mpiexec job")
     run.add_argument("--iters", metavar="K", type=positive, default=1,
                      help="run each schedule K times (inputs reset each time); every time is checked")
     run.add_argument("--timeout", metavar="S", type=seconds, default=RUN_TIMEOUT_S,
@@ -70,9 +77,36 @@ def add_parser(sub, positive, size_arg, seconds) -> None:
 def _backend(name: str):
     if name not in BACKENDS:
         raise BackendError(f"unknown backend {name!r}; clockworks run knows {', '.join(BACKENDS)}")
+    if name == "cupy":
+        from .runtime.cupy_nccl import CUPY
+
+        return CUPY
     from .runtime.mpi_cpu import MPI_CPU
 
     return MPI_CPU
+
+
+def gpu_shortage(ranks: int, visible: int) -> str | None:
+    """Why `ranks` ranks cannot run on `visible` GPUs (the cupy backend: one GPU per rank), or None."""
+    if ranks <= visible:
+        return None
+    shown = os.environ.get("CUDA_VISIBLE_DEVICES")
+    where = f" (CUDA_VISIBLE_DEVICES={shown})" if shown is not None else ""
+    if visible == 0:
+        return (f"the cupy backend runs one rank per GPU, and no GPU is visible here{where}: run on a machine "
+                f"with {ranks} GPUs, or use --backend mpi-cpu")
+    return (f"--np {ranks}: the cupy backend runs one rank per GPU, but {visible} GPU(s) are visible here{where}: "
+            f"run with --np {visible} or fewer, or use --backend mpi-cpu")
+
+
+def _require_gpus(ranks: int) -> None:
+    """The cupy backend's dependencies, and a GPU for each rank (counted in this process)."""
+    from .runtime import cupy_nccl
+
+    cupy_nccl.require_cupy()
+    problem = gpu_shortage(ranks, cupy_nccl.visible_gpus())
+    if problem:
+        raise BackendError(problem)
 
 
 def _supported(backend, sched: ir.Schedule) -> None:
@@ -88,19 +122,46 @@ def _supported(backend, sched: ir.Schedule) -> None:
                     raise BackendError(f"{exc} (rank {program.rank})") from None
 
 
-def _schedules(args: argparse.Namespace) -> list[ir.Schedule]:
-    """The schedules to run: FILE traced at --np ranks, or FILE loaded as JSON."""
+def _schedules(args: argparse.Namespace) -> tuple[list[ir.Schedule], list[int | None]]:
+    """The schedules to run: FILE traced at --np ranks (at each of --sizes), or FILE loaded as JSON;
+    and the main buffer's bytes per rank of each (None without --sizes)."""
     from . import cli
 
     if args.file.endswith(".json"):
+        if getattr(args, "sizes", None):
+            raise ClockworksError(f"--sizes needs a Python file: {args.file} is a schedule traced at fixed sizes")
         sched = _from_json(args.file)
         if args.np is not None and args.np != sched.world:
             raise ClockworksError(f"{args.file} is a schedule of {sched.world} ranks, but --np is {args.np} "
                                   "(leave --np out, or trace the schedule again at that size)")
-        return [sched]
+        return [sched], [None]
     defs, spent = cli._load(args)
     jobs = [(defn, args.np or (defn.ranks[0] if defn.ranks else 2)) for defn in defs]
-    return [sched for sched, _seconds in cli._trace_all(args, jobs, spent)]
+    if not getattr(args, "sizes", None):
+        return [sched for sched, _seconds in cli._trace_all(args, jobs, spent)], [None] * len(jobs)
+    return _sized(args, jobs, spent)
+
+
+def _sized(args: argparse.Namespace, jobs, spent: float) -> tuple[list[ir.Schedule], list[int | None]]:
+    """Each schedule traced at each size of --sizes: its size symbol solved so that the main buffer
+    (as `clockworks predict` picks it) holds that many bytes per rank; --size binds the others."""
+    from . import cli
+    from .perf.predict import parse_sizes, size_binding
+
+    try:
+        sizes = parse_sizes(args.sizes)
+    except ValueError as exc:
+        raise ClockworksError(f"--sizes: {exc}") from None
+    schedules, nbytes = [], []
+    for defn, world in jobs:
+        [(base, _seconds)] = cli._trace_all(args, [(defn, world)], spent)
+        for size in sizes:
+            binding = {**dict(args.size), **size_binding(defn, world, size, base=base)}
+            bound = argparse.Namespace(**{**vars(args), "size": list(binding.items())})
+            [(sched, _seconds)] = cli._trace_all(bound, [(defn, world)], spent)
+            schedules.append(sched)
+            nbytes.append(size)
+    return schedules, nbytes
 
 
 def _from_json(path: str) -> ir.Schedule:
@@ -144,47 +205,63 @@ def cmd_run(args: argparse.Namespace, out) -> int:
     from .runtime import launch
 
     backend = _backend(args.backend)
+    if args.joint and args.backend != "mpi-cpu":
+        raise BackendError("--joint is an option of the mpi-cpu backend (acknowledgements and barriers over MPI); "
+                           f"leave it out with --backend {args.backend}")
     if launch.inside_mpi_job():
         return _run_inside(args, out, backend)
-    launch.find_mpiexec()
-    launch.require_mpi4py()
-    schedules = _schedules(args)
+    if args.backend == "mpi-cpu":
+        launch.find_mpiexec()
+        launch.require_mpi4py()
+    schedules, nbytes = _schedules(args)
     for sched in schedules:
         _supported(backend, sched)
+    if args.backend == "cupy":
+        _require_gpus(max(s.world for s in schedules))
+        launch.find_mpiexec()
+        launch.require_mpi4py()
     references = _references(args, schedules)
-    summary = _launch(args, schedules, references)
+    summary = _launch(args, schedules, references, nbytes)
     _print(args, out, summary)
     return EXIT_MATCH if summary["verdict"] == "match" else EXIT_FAILED
 
 
-def _job(args: argparse.Namespace, schedules, references, left: float | None):
+def _job(args: argparse.Namespace, schedules, references, left: float | None, nbytes=None):
     from .runtime import job as job_mod
     from .runtime.worker import FAULT_ENV
 
     deadline = None if left is None else time.time() + left - min(REPORT_MARGIN_S, 0.25 * left)
+    nbytes = nbytes or [None] * len(schedules)
     items = [job_mod.Item(name=s.name, world=s.world, schedule_json=s.to_json(), reference=ref, timeout=None,
-                          joint=args.joint) for s, ref in zip(schedules, references)]
+                          joint=args.joint, nbytes=size) for s, ref, size in zip(schedules, references, nbytes)]
     return job_mod.Job(items=items, ranks=max(s.world for s in schedules), iters=args.iters, jitter=args.jitter,
-                       fault=os.environ.get(FAULT_ENV) or None, deadline=deadline)
+                       fault=os.environ.get(FAULT_ENV) or None, deadline=deadline, backend=args.backend)
 
 
-def _launch(args: argparse.Namespace, schedules, references) -> dict:
+def _launch(args: argparse.Namespace, schedules, references, nbytes=None) -> dict:
     from . import cli
     from .runtime import launch, verdict
 
     left = cli._left(args, cli._elapsed(args))
     if left is not None and left <= 0:
         raise CheckIncomplete(f"--timeout {args.timeout:g} s passed before the run could start")
-    job = _job(args, schedules, references, left)
+    job = _job(args, schedules, references, left, nbytes)
     outcome = launch.run(job, timeout=left)
     summary = verdict.summarize(schedules, outcome)
     summary.update(backend=args.backend, np=job.ranks)
     if summary["verdict"] in ("crash", "hang") and outcome.stderr.strip():
         summary["mpiexec_stderr"] = outcome.stderr
-    for result, ref in zip(summary["results"], references):
+    _annotate(summary, references, nbytes)
+    return summary
+
+
+def _annotate(summary: dict, references, nbytes) -> None:
+    """Each result's note from the checker and, with --sizes, its bytes per rank."""
+    for result, ref, size in zip(summary["results"], references, nbytes or [None] * len(references)):
         if ref.note:
             result["note"] = ref.note
-    return summary
+        if size is not None:
+            result["bytes"] = size
 
 
 def _print(args: argparse.Namespace, out, summary: dict) -> None:
@@ -194,7 +271,8 @@ def _print(args: argparse.Namespace, out, summary: dict) -> None:
     for i, result in enumerate(summary["results"]):
         if i:
             out.text("")
-        out.text(f"{result['schedule']}, {result['world']} ranks, {summary['backend']}: {result['message']}")
+        size = f", {result['bytes']:,} bytes per rank" if result.get("bytes") is not None else ""
+        out.text(f"{result['schedule']}, {result['world']} ranks{size}, {summary['backend']}: {result['message']}")
         if result.get("note"):
             out.text(f"  note: {result['note']}")
         timing = result.get("time")
@@ -221,14 +299,18 @@ def _run_inside(args: argparse.Namespace, out, backend) -> int:
     if args.np is not None and args.np != world.Get_size():
         raise ClockworksError(f"--np {args.np}, but this MPI job has {world.Get_size()} ranks (leave --np out)")
     args.np = world.Get_size()
-    schedules = _schedules(args)
+    schedules, nbytes = _schedules(args)
     larger = [s for s in schedules if s.world > args.np]
     if larger:
         raise ClockworksError(f"{larger[0].name} has {larger[0].world} ranks, but this MPI job has {args.np}")
     for sched in schedules:
         _supported(backend, sched)
+    if args.backend == "cupy":
+        from .runtime.cupy_nccl import require_cupy
+
+        require_cupy()
     references = _references(args, schedules)
-    job = _job(args, schedules, references, _remaining(args))
+    job = _job(args, schedules, references, _remaining(args), nbytes)
     rank = world.Get_rank()
     progress = Progress(None, rank)
     lines: list[dict] = []
@@ -245,6 +327,7 @@ def _run_inside(args: argparse.Namespace, out, backend) -> int:
     outcome = launch.Outcome(lines=gathered, rows=[])
     summary = verdict.summarize(schedules, outcome)
     summary.update(backend=args.backend, np=args.np)
+    _annotate(summary, references, nbytes)
     _print(args, out, summary)
     return EXIT_MATCH if summary["verdict"] == "match" else EXIT_FAILED
 
