@@ -6,7 +6,8 @@ counts them), every element of every iteration checked against the checker's val
     python3 scripts/gpu/cupy_sweep.py --render FILE.json     # only rewrite FILE.md from FILE.json
 
 Per protocol, one job (one mpiexec, one NCCL initialisation) for the small sizes (1 KiB .. 16 MiB,
-`SMALL_ITERS` iterations each) and one for the large ones (64 MiB .. 1 GiB, `LARGE_ITERS`).
+`SMALL_ITERS` iterations each) and one for the large ones (64 MiB .. 1 GiB, `LARGE_ITERS`); a
+protocol with compute kernels (run on the host) runs `HOST_BOUND_ITERS` time at 1 GiB, last.
 Protocols with one-sided ops are listed as skipped with the backend's reason. Writes DIR/cupy_run.json
 (machine facts, the command, one record per protocol and size: verdict, the slowest rank's median,
 min and max time in the ops, algorithm and bus bandwidth) and DIR/cupy_run.md, after every job, so
@@ -32,8 +33,11 @@ sys.path.insert(0, ROOT)
 SIZES = [1024 * 4 ** k for k in range(11)]  # 1 KiB .. 1 GiB
 SPLIT = 16 << 20  # small: up to 16 MiB
 SMALL_ITERS, LARGE_ITERS = 20, 5
-JOB_TIMEOUT_S = {"small": 180, "large": 420}
-FIRST_GUESS_S = {"small": 40, "large": 120}  # before a job of that kind has been timed
+# Compute kernels run on the host (`numeric.opaque_output` over every byte they read): a protocol
+# with them runs once at the largest size, where one iteration takes most of a minute.
+HOST_BOUND_ITERS, HOST_BOUND_FROM = 1, 1 << 30
+JOB_TIMEOUT_S = {"small": 180, "large": 420, "host": 420}
+FIRST_GUESS_S = {"small": 40, "large": 120, "host": 150}  # before a job of that kind has been timed
 RANKS = 2
 
 
@@ -81,8 +85,9 @@ def machine() -> dict:
     return facts
 
 
-def protocols() -> tuple[list[tuple[str, object]], list[dict]]:
-    """(protocol file, busbw factor) of those the backend runs; and the skipped ones with why."""
+def protocols() -> tuple[list[tuple[str, tuple, bool]], list[dict]]:
+    """(protocol file, busbw factor, whether it has compute kernels) of those the backend runs; and
+    the skipped ones with why."""
     import clockworks_dist as cw
     from clockworks_dist import cli_run
     from clockworks_dist.perf.predict import busbw_factor
@@ -98,7 +103,8 @@ def protocols() -> tuple[list[tuple[str, object]], list[dict]]:
             except cli_run.BackendError as exc:
                 skipped.append({"protocol": name, "schedule": defn.name, "reason": str(exc)})
                 continue
-            runs.append((name, busbw_factor(sched)))
+            host_bound = any(op.kind == "compute" for program in sched.programs for op in program.ops)
+            runs.append((name, busbw_factor(sched), host_bound))
     return runs, skipped
 
 
@@ -124,6 +130,11 @@ def run_job(protocol: str, sizes: list[int], iters: int, timeout: float, log) ->
     except json.JSONDecodeError:
         summary = {"results": [], "error": {"message": (err.strip().splitlines() or ["no output"])[-1]}}
     by_size = {r.get("bytes"): r for r in summary.get("results", [])}
+    for result in by_size.values():
+        if result["verdict"] == "hang" and "in the setup" in result["message"] and "waiting for" not in result["message"]:
+            result["message"] = (f"not finished within the job's {timeout:.0f} s: every rank was still setting up "
+                                 "(computing the checker's values on the host, or filling its buffers): "
+                                 + result["message"])
     records = []
     for nbytes in sizes:
         result = by_size.get(nbytes)
@@ -224,32 +235,40 @@ def main() -> int:
     report = {"machine": machine(), "skipped": skipped, "results": [],
               "command": f"clockworks run protocols/PROTOCOL.py --backend cupy --np {RANKS} --sizes "
                          f"{','.join(map(str, small))} --iters {SMALL_ITERS} --json   # and --sizes "
-                         f"{','.join(map(str, large))} --iters {LARGE_ITERS}"}
+                         f"{','.join(map(str, large))} --iters {LARGE_ITERS} (--iters {HOST_BOUND_ITERS} from "
+                         f"{size_text(HOST_BOUND_FROM)} for a protocol with compute kernels)"}
     results = {key: record for key, record in earlier.items()}
     took: dict[str, float] = {}
     log = open(os.path.join(args.out, "sweep.log"), "a", encoding="utf-8")  # noqa: SIM115
-    for kind, sizes, iters in (("small", small, SMALL_ITERS), ("large", large, LARGE_ITERS)):
-        for protocol, (factor, _label) in runs:
+    jobs = []  # (kind, protocol, factor, sizes, iters): small sizes first, host-bound largest sizes last
+    for kind, sizes in (("small", small), ("large", large)):
+        for protocol, (factor, _label), host_bound in runs:
             todo = [s for s in sizes if (protocol, s) not in earlier]
-            if not todo:
-                continue
-            guess = took.get(kind, FIRST_GUESS_S[kind])
-            left = None if args.deadline is None else args.deadline - time.time()
-            if left is not None and left < guess:
-                for nbytes in todo:
-                    results[(protocol, nbytes)] = {"protocol": protocol, "bytes": nbytes, "verdict": "not run",
-                                                   "message": f"not run: the call's time ran out ({left:.0f} s left, "
-                                                              f"a {kind} job takes about {guess:.0f} s)"}
-                continue
-            timeout = JOB_TIMEOUT_S[kind] if left is None else min(JOB_TIMEOUT_S[kind], left - 5)
-            records, seconds = run_job(protocol, todo, iters, timeout, log)
-            took[kind] = max(took.get(kind, 0.0), seconds * 1.2)
-            for record in records:
-                results[(protocol, record["bytes"])] = with_bandwidth(record, factor)
-            report["results"] = sorted(results.values(), key=lambda r: (r["protocol"], r["bytes"]))
-            write(report, args.out)
-            print(f"{protocol} {kind}: {seconds:.1f} s, "
-                  + ", ".join(f"{size_text(r['bytes'])} {r['verdict']}" for r in records), flush=True)
+            once = [s for s in todo if host_bound and s >= HOST_BOUND_FROM]
+            rest = [s for s in todo if s not in once]
+            if rest:
+                jobs.append((kind, protocol, factor, rest, SMALL_ITERS if kind == "small" else LARGE_ITERS))
+            if once:
+                jobs.append(("host", protocol, factor, once, HOST_BOUND_ITERS))
+    jobs.sort(key=lambda job: ("small", "large", "host").index(job[0]))
+    for kind, protocol, factor, todo, iters in jobs:
+        guess = took.get(kind, FIRST_GUESS_S[kind])
+        left = None if args.deadline is None else args.deadline - time.time()
+        if left is not None and left < guess:
+            for nbytes in todo:
+                results[(protocol, nbytes)] = {"protocol": protocol, "bytes": nbytes, "verdict": "not run",
+                                               "message": f"not run: the call's time ran out ({left:.0f} s left, "
+                                                          f"a {kind} job takes about {guess:.0f} s)"}
+            continue
+        timeout = JOB_TIMEOUT_S[kind] if left is None else min(JOB_TIMEOUT_S[kind], left - 5)
+        records, seconds = run_job(protocol, todo, iters, timeout, log)
+        took[kind] = max(took.get(kind, 0.0), seconds * 1.2)
+        for record in records:
+            results[(protocol, record["bytes"])] = with_bandwidth(record, factor)
+        report["results"] = sorted(results.values(), key=lambda r: (r["protocol"], r["bytes"]))
+        write(report, args.out)
+        print(f"{protocol} {kind}: {seconds:.1f} s, "
+              + ", ".join(f"{size_text(r['bytes'])} {r['verdict']}" for r in records), flush=True)
     report["results"] = sorted(results.values(), key=lambda r: (r["protocol"], r["bytes"]))
     write(report, args.out)
     log.close()
