@@ -1,6 +1,8 @@
 """The checker at two commits, side by side in one run: median seconds of `check()` (search and
 symbolic checks, no bound) over a few protocols, and the ratio new/old. Each commit is exported to
 a temporary folder and run in its own Python process, alternately, so machine noise hits both.
+Each process starts in its exported tree (`python -c` puts the working directory first on the
+path, before PYTHONPATH: started from the repository, both sides would run the checkout).
 
     python scripts/bench_checker_compare.py --old e2b8619 --new HEAD --repeat 3
 """
@@ -56,7 +58,7 @@ def main() -> int:
             for _ in range(args.repeat):
                 for rev, tree in trees.items():
                     out = subprocess.run([sys.executable, "-c", RUN, os.path.join(tree, "protocols", name), str(world)],
-                                         capture_output=True, text=True, check=True,
+                                         capture_output=True, text=True, check=True, cwd=tree,
                                          env={**os.environ, "PYTHONPATH": tree})
                     elapsed, count, verdict = out.stdout.split()
                     seconds[rev].append(float(elapsed))

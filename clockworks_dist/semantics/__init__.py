@@ -10,7 +10,7 @@ executors and the code generators read these rules instead of restating them). I
 - `atoms` and `values`: the memory of a state (atoms aligned on the rules' flows, symbolic terms);
 - `machine`: the transition system built from the rules (states, enabled actions, effects), which
   the checker searches and the simulator runs in time;
-- `order`: the happens-before edge rules (program order, joint completion, issue -> delivery,
+- `order`: the happens-before edge rules (program order, joint step and landing, issue -> delivery,
   fence, quiet and barrier_all, signal -> wait), from which the checker's vector clocks and the
   static order of the z3 checks are both built;
 - `backends`: the table shape every executor, emitter and cost model fills (op class -> code, or
