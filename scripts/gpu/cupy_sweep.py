@@ -22,6 +22,7 @@ import glob
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -180,7 +181,9 @@ def render(report: dict) -> str:
              f"{facts.get('python')}, {facts.get('cpus')} CPUs. NVLink multicast off: "
              + ", ".join(f"{k}={v}" for k, v in facts.get("multicast", {}).items()) + ".", ""]
     if facts.get("topology"):
-        lines += ["```", *facts["topology"], "```", ""]
+        lines += ["```", *(re.sub(r"\x1b\[[0-9;]*m", "", line).rstrip() for line in facts["topology"]), "```", ""]
+    for note in report.get("notes", []):
+        lines += [note, ""]
     lines += ["| protocol | bytes per rank | verdict | median us | min us | max us | algbw GB/s | busbw GB/s | "
               "iterations | elements checked (both ranks, every iteration) |",
               "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
