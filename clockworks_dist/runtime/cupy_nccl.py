@@ -47,15 +47,15 @@ and rounded back to bfloat16 after the reduction (nearest even, `numeric.to_dtyp
 integers wrap in NCCL as in numpy. Every dtype and reduction op of the IR has an exact NCCL
 mapping (`NCCL_TYPES`, `NCCL_OPS`); a missing one is an error that names it.
 
-Where NCCL is weaker than the checker's semantics (it may allow executions the checker forbids):
+Where NCCL is weaker than the checker's semantics, or was until recently:
 - a send may complete before its recv is posted: NCCL writes into the receiver's staging buffers
   while there is room (no rendezvous), so a schedule that deadlocks under rendezvous, which the
-  checker reports, may run to the end here;
+  checker reports, may run to the end here (it may allow executions the checker forbids);
 - a collective member, or a recv's sender, may complete and go on before the other side has
   written its output: NCCL completes a collective, and a send and its recv, on each GPU on its own.
-  The checker's semantics is being changed to model exactly that (a member's output lands after
-  the joint step);
-- a send reads its source while the group runs, not at one instant: a send that reads what a recv
+  The checker's semantics now models exactly that (each side completes on its own, a member's
+  output lands after the joint step); schedules verified before that change may rely on more;
+- a send reads its source while its group runs, not at one instant: a send that reads what a recv
   of its own group writes may send either value (`runtime.known`).
 """
 
