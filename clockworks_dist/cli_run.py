@@ -66,9 +66,6 @@ def add_parser(sub, positive, size_arg, seconds) -> None:
                           f"(default: {RUN_TIMEOUT_S:g}; 0 or 'none' for no bound)")
     run.add_argument("--jitter", metavar="SEED", type=int,
                      help="sleep a random while (up to 2 ms) before half the ops, seeded: shakes out orderings")
-    run.add_argument("--joint", action="store_true",
-                     help="complete every send/recv and collective jointly, as the checker's semantics does (an "
-                          "acknowledgement, a barrier): tells a disagreement that comes from that rule apart")
     run.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     run.add_argument("--debug", action="store_true", help="print tracebacks of errors in the input")
 
@@ -205,9 +202,6 @@ def cmd_run(args: argparse.Namespace, out) -> int:
     from .runtime import launch
 
     backend = _backend(args.backend)
-    if args.joint and args.backend != "mpi-cpu":
-        raise BackendError("--joint is an option of the mpi-cpu backend (acknowledgements and barriers over MPI); "
-                           f"leave it out with --backend {args.backend}")
     if launch.inside_mpi_job():
         return _run_inside(args, out, backend)
     if args.backend == "mpi-cpu":
@@ -233,7 +227,7 @@ def _job(args: argparse.Namespace, schedules, references, left: float | None, nb
     deadline = None if left is None else time.time() + left - min(REPORT_MARGIN_S, 0.25 * left)
     nbytes = nbytes or [None] * len(schedules)
     items = [job_mod.Item(name=s.name, world=s.world, schedule_json=s.to_json(), reference=ref, timeout=None,
-                          joint=args.joint, nbytes=size) for s, ref, size in zip(schedules, references, nbytes)]
+                          nbytes=size) for s, ref, size in zip(schedules, references, nbytes)]
     return job_mod.Job(items=items, ranks=max(s.world for s in schedules), iters=args.iters, jitter=args.jitter,
                        fault=os.environ.get(FAULT_ENV) or None, deadline=deadline, backend=args.backend)
 

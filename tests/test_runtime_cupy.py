@@ -133,12 +133,6 @@ def test_more_ranks_than_visible_gpus_is_bad_input(capsys, outside_mpi):
     assert "--np 64: the cupy backend runs one rank per GPU" in capsys.readouterr().err
 
 
-def test_joint_completion_is_an_mpi_cpu_option(capsys, outside_mpi):
-    code = cli.main(["run", os.path.join(PROTOCOLS, "ring_allreduce.py"), "--backend", "cupy", "--joint"])
-    assert code == 2
-    assert "--joint is an option of the mpi-cpu backend" in capsys.readouterr().err
-
-
 def test_sizes_that_the_main_buffer_cannot_hold_are_bad_input(capsys, outside_mpi):
     code = cli.main(["run", os.path.join(PROTOCOLS, "ring_allreduce.py"), "--backend", "cupy", "--sizes", "1KiB,6"])
     assert code == 2

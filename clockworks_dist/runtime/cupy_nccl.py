@@ -47,16 +47,15 @@ and rounded back to bfloat16 after the reduction (nearest even, `numeric.to_dtyp
 integers wrap in NCCL as in numpy. Every dtype and reduction op of the IR has an exact NCCL
 mapping (`NCCL_TYPES`, `NCCL_OPS`); a missing one is an error that names it.
 
-Where NCCL is weaker than the checker's semantics, or was until recently:
+Where NCCL orders less than the checker's semantics:
 - a send may complete before its recv is posted: NCCL writes into the receiver's staging buffers
   while there is room (no rendezvous), so a schedule that deadlocks under rendezvous, which the
-  checker reports, may run to the end here (it may allow executions the checker forbids);
-- a collective member, or a recv's sender, may complete and go on before the other side has
-  written its output: NCCL completes a collective, and a send and its recv, on each GPU on its own.
-  The checker's semantics now models exactly that (each side completes on its own, a member's
-  output lands after the joint step); schedules verified before that change may rely on more;
-- a send reads its source while its group runs, not at one instant: a send that reads what a recv
-  of its own group writes may send either value (`runtime.known`).
+  checker reports, may run to the end here; and a broadcast's root (or a reduce's other members)
+  may return before the other members arrive. With two-sided ops and collectives alone (all this
+  backend runs) neither is visible in memory: a rank's buffers change only through its own ops.
+- a collective member, or a send, completes and goes on while the other side still writes its
+  output, and a send reads its source while its group runs: the checker models both (each side
+  completes on its own; a posted send may read its source until it completes).
 """
 
 from __future__ import annotations
@@ -185,7 +184,6 @@ class Executor:
     jitter: int | None = None
     failed: object = None
     hook: object = None
-    joint: bool = False  # an mpi-cpu option; the cupy backend refuses it
     buffers: dict[str, object] = field(default_factory=dict)
     initial: dict[str, object] = field(default_factory=dict)
     comms: dict[str, tuple[object, tuple[int, ...]]] = field(default_factory=dict)
@@ -194,8 +192,6 @@ class Executor:
     def setup(self) -> None:
         """Pick the GPU, create the NCCL communicators (collective over the schedule's ranks), the
         buffers and their initial values."""
-        if self.joint:
-            raise ValueError("joint completion is an option of the mpi-cpu backend only")
         MPI = _mpi()
         self.MPI = MPI
         os.environ.setdefault("NCCL_RUNTIME_CONNECT", "0")  # connect at init: no handshake inside a run

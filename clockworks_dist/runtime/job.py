@@ -28,7 +28,6 @@ class Item:
     reference: Reference | None
     timeout: float | None  # seconds for this schedule on each rank (None: no bound)
     jitter: int | None = None  # this schedule's seed of random delays (None: the job's)
-    joint: bool = False  # run with `mpi_cpu.Executor.joint`: joint completion, as the checker's semantics
     backend: str | None = None  # the executor (`semantics.backends` name); None: the job's
     nbytes: int | None = None  # the main buffer's bytes per rank, when the run sweeps sizes (`--sizes`)
 

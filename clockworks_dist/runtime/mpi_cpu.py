@@ -20,16 +20,14 @@ strong (it may forbid executions the checker allows, never allow one it forbids)
   (`Lock_all` once). Each NVSHMEM rule, next to its op below, names the MPI rule it maps to.
 - local reduce, copy, fill, compute: numpy, through the rules' data flow and `numeric`'s arithmetic.
 
-Where MPI is weaker than the checker (found by running random verified schedules; each is a place
-where the checker's semantics promises more order than MPI or NCCL give, so the checker misses a
-race, and each has a schedule in protocols/runtime/ that shows it):
-- a send's source is read at any time after it is posted, not when it completes: a send that reads
-  what a recv of its own group writes may send the old data;
-- a send and its recv, and a collective, are one joint step in the checker: every member's writes
-  happen before any member's next op. An MPI synchronous send completes once its recv has matched,
-  before the receiver has written (or reduced into) dst, and a collective completes on one member
-  before another has written its output. `Executor.joint` (`clockworks run --joint`) adds what the
-  checker assumes: an acknowledgement after each recv, a barrier after each collective.
+Where MPI orders less than one might assume, the checker's semantics follows MPI (found by running
+random verified schedules; each is a seeded race in protocols/buggy/ now): a send's source may be
+read at any time from its post until it completes; a synchronous send completes once its recv has
+matched, before the receiver has written (or reduced into) dst; a collective completes on one
+member before another has written its output. Where the checker's semantics is stronger than MPI,
+the executor adds the order: a rooted collective (broadcast, reduce) starts with a barrier, since
+the checker starts a collective only once every member has arrived and MPI lets a root return
+before the others arrive.
 """
 
 from __future__ import annotations
@@ -51,7 +49,6 @@ from .progress import Phase, Progress
 
 NAME = "mpi-cpu"
 TAG = 7  # one tag for every send and recv: FIFO per (communicator, sender, receiver)
-ACK_TAG = 8  # acknowledgements of joint completion (`Executor.joint`)
 SPIN = 32  # tests of a request before a wait starts to sleep between tests
 NAP_S = (2e-5, 1e-3)  # first and longest sleep between tests: ranks may outnumber the cores
 JITTER_S = 2e-3  # --jitter: up to this long before an op, for half the ops
@@ -101,7 +98,6 @@ class Executor:
     jitter: int | None = None
     failed: object = None
     hook: object = None  # called with each op's index before it runs (fault injection in tests)
-    joint: bool = False  # complete sends and collectives jointly, as the checker's semantics does
     buffers: dict[str, np.ndarray] = field(default_factory=dict)
     windows: dict[str, object] = field(default_factory=dict)
     comms: dict[str, tuple[object, tuple[int, ...]]] = field(default_factory=dict)
@@ -241,13 +237,11 @@ def _bytes(array: np.ndarray) -> np.ndarray:
 
 
 class _Member:
-    """One send or recv of a p2p op in flight: its request, then (joint completion) the
-    acknowledgement's."""
+    """One send or recv of a p2p op in flight: its request."""
 
     def __init__(self, ex: Executor, sub: int | None, op):
         self.ex, self.sub, self.op = ex, sub, op
         self.comm, self.peer = ex.peer(op.comm, op.peer)
-        self.acknowledging = False
         self.done = False
         self.received = None
         if op.kind == "send":
@@ -262,32 +256,14 @@ class _Member:
         """Advance; True once this member is complete."""
         if self.done or not self.request.Test():
             return self.done
-        if self.acknowledging or not self.ex.joint:
-            self._finish()
-            return self.done
-        # joint completion: the receiver acknowledges once dst is written; the send waits for it
-        self._finish_data()
-        nothing = [np.empty(0, dtype=np.uint8), self.ex.MPI.BYTE]
-        if self.op.kind == "send":
-            self.request = self.comm.Irecv(nothing, source=self.peer, tag=ACK_TAG)
-        else:
-            self.request = self.comm.Isend(nothing, dest=self.peer, tag=ACK_TAG)
-        self.acknowledging = True
-        return False
-
-    def _finish_data(self) -> None:
         if self.received is not None:
             dst = self.ex.view(self.op.dst)
             dst[:] = numeric.combine(self.op.reduce, dst, self.received, self.ex.dtype(self.op.dst))
             self.received = None
-
-    def _finish(self) -> None:
-        self._finish_data()
         self.done = True
+        return True
 
     def waiting(self) -> str:
-        if self.acknowledging and self.op.kind == "send":
-            return f"the acknowledgement of joint completion from rank {self.op.peer}"
         what = "its matching recv on" if self.op.kind == "send" else "the matching send from"
         return f"{what} rank {self.op.peer}"
 
@@ -295,9 +271,7 @@ class _Member:
 def p2p(ex: Executor, op) -> None:
     """Send, recv or a group: every member posted at once (`Issend`, `Irecv`), then all completed.
     A recv with `reduce` receives into scratch and then computes `dst reduce received` (RecvRule:
-    the received data on the right). With `Executor.joint`, each recv acknowledges once dst is
-    written, and a send completes only with that acknowledgement (member by member, so a group
-    waits for nothing its own other members hold back)."""
+    the received data on the right)."""
     members = [_Member(ex, sub, member) for sub, member in members_of(op)]
 
     def test() -> bool:
@@ -593,13 +567,13 @@ def _opaque(ex: Executor, move, sources: list[np.ndarray]) -> None:
         offset += dst.count
 
 
-def _jointly(collective):
-    """With `Executor.joint`, a collective ends with a barrier of its members, after every member
-    wrote its dst: one joint completion, as the checker's transition."""
+def _after_arrival(collective):
+    """A rooted collective starts with a barrier of its members: the checker's semantics starts a
+    collective once every member has arrived, and MPI lets a broadcast's root (or a reduce's
+    other members) return before the others arrive."""
     def run(ex: Executor, op) -> None:
+        _collective(ex, op, lambda c, _m: c.Ibarrier())
         collective(ex, op)
-        if ex.joint:
-            _collective(ex, op, lambda c, _m: c.Ibarrier())
 
     run.__doc__ = collective.__doc__
     run.__name__ = collective.__name__
@@ -608,9 +582,9 @@ def _jointly(collective):
 
 TABLE = {
     ir.Send: p2p, ir.Recv: p2p, ir.Group: p2p,
-    ir.AllReduce: _jointly(all_reduce), ir.AllGather: _jointly(all_gather),
-    ir.ReduceScatter: _jointly(reduce_scatter), ir.Broadcast: _jointly(broadcast), ir.ReduceTo: _jointly(reduce_to),
-    ir.AllToAll: _jointly(all_to_all), ir.Barrier: barrier,
+    ir.AllReduce: all_reduce, ir.AllGather: all_gather, ir.ReduceScatter: reduce_scatter,
+    ir.Broadcast: _after_arrival(broadcast), ir.ReduceTo: _after_arrival(reduce_to),
+    ir.AllToAll: all_to_all, ir.Barrier: barrier,
     ir.Put: put, ir.PutSignal: put_signal, ir.SignalUpdate: word_update, ir.Atomic: word_update, ir.Get: get,
     ir.GetNbi: get_nbi, ir.FetchAtomic: fetch_atomic, ir.WaitUntil: wait_until, ir.WaitUntilAll: wait_until,
     ir.WaitUntilAny: wait_until, ir.Fence: fence, ir.Quiet: quiet, ir.BarrierAll: barrier_all, ir.SyncAll: sync_all,

@@ -135,7 +135,7 @@ def run_item(item: job_mod.Item, index: int, job: job_mod.Job, rank: int, comm, 
     if item.nbytes is not None:
         line["bytes"] = item.nbytes
     ex = executor_class(backend)(sched, rank, comm, deadline, progress, jitter=jitter, failed=failed,
-                                 hook=fault.before if fault else None, joint=item.joint)
+                                 hook=fault.before if fault else None)
     total = expect = None
     try:
         expect = expect_rank(item.reference, rank) if item.reference is not None else None
