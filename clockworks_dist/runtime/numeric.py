@@ -25,14 +25,19 @@ Storage: numpy has no bfloat16, so a bfloat16 buffer is stored as float32 holdin
 raw bytes, and reduce float16 and bfloat16 through float32 (exact for these values).
 
 Compute kernels (`compute(name=...)`) are opaque to the checker; here kernel `name` of op `index`
-on `rank` writes, at output position j (over its `writes`, concatenated), `LEVELS[mix(h, j) % 3]`
-where h hashes the bytes it read (`opaque_output`): a deterministic function of what it read, the
-same in the expected values and in every executor.
+on `rank` writes, at output position j (over its `writes`, concatenated), `LEVELS[mix(h + j) % 3]`,
+where h hashes the values it read (`opaque_output`), in uint64 arithmetic:
+
+    seed = mix(crc32("name/rank/index")),   h = seed + sum over p of mix(v(x_p) ^ mix(seed + p)),
+
+p running over the elements of its `reads`, concatenated, and v(x) the 64 bits of x as a double
+(float dtypes), an int64 (signed) or a uint64 (unsigned). A deterministic function of what it read,
+however the reads are cut, the same in the expected values, in every executor and in generated CUDA
+(a sum of independent terms: one thread per element and an atomic add).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -172,14 +177,38 @@ def atomic_update(how: str, old: np.ndarray, operand, dtype: str) -> np.ndarray:
     return from_int(new & mask, dtype)
 
 
+def opaque_seed(kernel: str, rank: int, index: int) -> int:
+    """The seed of compute kernel `kernel`, op `index` of `rank` (the module docstring)."""
+    key = np.array([zlib.crc32(f"{kernel}/{rank}/{index}".encode())], dtype=np.uint64)
+    return int(_mix(key)[0])
+
+
+def opaque_word(array: np.ndarray) -> np.ndarray:
+    """v(x) of the module docstring: each element's 64 bits as a double, an int64 or a uint64."""
+    kind = array.dtype.kind
+    wide = np.float64 if kind == "f" else np.int64 if kind == "i" else np.uint64
+    return np.ascontiguousarray(array, dtype=wide).reshape(-1).view(np.uint64)
+
+
+OPAQUE_PIECE = 1 << 22  # elements hashed at a time (bounds the temporaries of gigabyte reads)
+
+
 def opaque_output(kernel: str, rank: int, index: int, reads: Sequence[np.ndarray], count: int) -> np.ndarray:
     """The `count` outputs (as float64 1, 2 or 4) of compute kernel `kernel`, op `index` of `rank`,
-    that read the arrays `reads` (in order; only their bytes matter, so how they are cut does not)."""
-    digest = hashlib.blake2b(f"{kernel}/{rank}/{index}".encode(), digest_size=8)
-    for array in reads:
-        digest.update(memoryview(np.ascontiguousarray(array)).cast("B"))
-    seed = np.uint64(int.from_bytes(digest.digest(), "little"))
-    return _levels(seed, 0, count)
+    that read the arrays `reads` (in order; only their values and positions matter, so how they are
+    cut does not): the module docstring's formula."""
+    seed = np.uint64(opaque_seed(kernel, rank, index))
+    total = np.uint64(seed)
+    position = 0
+    with np.errstate(over="ignore"):
+        for array in reads:
+            words = opaque_word(np.asarray(array))
+            for start in range(0, len(words), OPAQUE_PIECE):
+                piece = words[start:start + OPAQUE_PIECE]
+                keys = seed + np.arange(position + start, position + start + len(piece), dtype=np.uint64)
+                total += np.add.reduce(_mix(piece ^ _mix(keys)), dtype=np.uint64)
+            position += len(words)
+    return _levels(total, 0, count)
 
 
 def same_bits(left: np.ndarray, right: np.ndarray) -> np.ndarray:
