@@ -28,7 +28,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 
-from . import cli_perf, cli_run, ir
+from . import cli_codegen, cli_perf, cli_run, ir
 from .dsl import ScheduleDef, guard, load_file
 from .errors import CheckIncomplete, ClockworksError, ScheduleError, TopologyError
 
@@ -194,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     _topology_parser(sub)
     cli_perf.add_parsers(sub, _positive, _size, _seconds)
     cli_run.add_parser(sub, _positive, _size, _seconds)
+    cli_codegen.add_parsers(sub, _positive, _size, _seconds)
     return parser
 
 
@@ -551,7 +552,8 @@ def _write(path: str, text: str) -> None:
 
 
 COMMANDS = {"show": cmd_show, "check": cmd_check, "topology": cmd_topology,
-            "predict": cli_perf.cmd_predict, "calibrate": cli_perf.cmd_calibrate, "run": cli_run.cmd_run}
+            "predict": cli_perf.cmd_predict, "calibrate": cli_perf.cmd_calibrate, "run": cli_run.cmd_run,
+            "codegen": cli_codegen.cmd_codegen, "build": cli_codegen.cmd_build, "validate": cli_codegen.cmd_validate}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,7 +21,9 @@ C_TYPE = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float", 
 DTYPE_CODE = {"float16": "CW_F16", "bfloat16": "CW_BF16", "float32": "CW_F32", "float64": "CW_F64",
               "int32": "CW_I32", "int64": "CW_I64", "uint32": "CW_U32", "uint64": "CW_U64"}
 REDUCE_CODE = {"sum": "CW_SUM", "prod": "CW_PROD", "max": "CW_MAX", "min": "CW_MIN"}
-_SAFE_COMMENT = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _-.,:;=+()[]<>{}'\"!#%&|^~@$`")
+# Generated comments are `//` comments, which end only at a newline: what could end one early is a
+# newline or a backslash before it (a line splice); '?' goes too (no trigraph can form).
+_SAFE_COMMENT = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _-.,:;=+*/()[]<>{}'\"!#%&|^~@$`")
 
 
 class UnsafeName(ValueError):
@@ -37,8 +39,8 @@ def ident(kind: str, name: str) -> str:
 
 
 def comment(text: str) -> str:
-    """`text` made safe inside a `//` comment: printable ASCII (no '*' or '/' pairs, no backslash,
-    no '?'), anything else as '_'."""
+    """`text` made safe inside a `//` comment: printable ASCII without backslash or '?', anything
+    else as '_'."""
     return "".join(ch if ch in _SAFE_COMMENT else "_" for ch in str(text))
 
 
