@@ -5,7 +5,8 @@
     mpiexec -disable-auto-cleanup -n N python -m clockworks_dist.runtime.worker DIR      (MPICH)
     mpiexec [--allow-run-as-root] [--oversubscribe] -x NCCL_NVLS_ENABLE ... -n N python ...  (Open MPI)
 
-(the flavour read from `mpiexec --version`, `mpiexec_command`) in a session of its own, and polls
+(the flavour read from `mpiexec --version`, `mpiexec_command`; or, with `argv`, any program that
+follows the same contract: a generated CUDA program, `codegen`) in a session of its own, and polls
 (every `POLL_S`) the ranks' result lines, their progress words and whether each rank's process is
 alive. It stops the job by killing mpiexec's process group and every process that runs a rank of
 it (Open MPI puts each rank in a process group of its own), so no process is left behind:
@@ -302,22 +303,36 @@ class _Watch:
 
 
 def run(job: job_mod.Job, timeout: float | None, stall: float | None = None, mpiexec: str | None = None,
-        env: dict | None = None) -> Outcome:
-    """Run `job` under mpiexec with `job.ranks` processes; see the module docstring."""
+        env: dict | None = None, argv: list[str] | None = None, directory: str | None = None) -> Outcome:
+    """Run `job` under mpiexec with `job.ranks` processes; see the module docstring.
+
+    `argv`: the command of each rank, where "{dir}" stands for the job directory (default: the
+    Python worker, `python -m clockworks_dist.runtime.worker DIR`); a generated program follows the
+    same contract (`codegen`). `directory`: an empty directory the caller made and removes itself,
+    to write files there before the run and read them after (default: a private temporary one)."""
     mpiexec = mpiexec or find_mpiexec()
-    require_mpi4py()
+    if argv is None:
+        require_mpi4py()
+    if directory is not None:
+        return _run_in(job, directory, timeout, stall, mpiexec, env, argv)
     directory = tempfile.mkdtemp(prefix="clockworks-run-")
     try:
-        return _run_in(job, directory, timeout, stall, mpiexec, env)
+        return _run_in(job, directory, timeout, stall, mpiexec, env, argv)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _run_in(job, directory, timeout, stall, mpiexec, env) -> Outcome:
+def rank_command(argv: list[str] | None, directory: str) -> list[str]:
+    """Each rank's command: `argv` with "{dir}" replaced by `directory`, else the Python worker."""
+    if argv is None:
+        return [sys.executable, "-m", "clockworks_dist.runtime.worker", directory]
+    return [part.replace("{dir}", directory) for part in argv]
+
+
+def _run_in(job, directory, timeout, stall, mpiexec, env, argv=None) -> Outcome:
     job_mod.write(directory, job)
     progress_mod.create(os.path.join(directory, job_mod.PROGRESS_FILE), job.ranks)
-    command = mpiexec_command(mpiexec, flavor(mpiexec), job.ranks,
-                              [sys.executable, "-m", "clockworks_dist.runtime.worker", directory])
+    command = mpiexec_command(mpiexec, flavor(mpiexec), job.ranks, rank_command(argv, directory))
     errors_path = os.path.join(directory, "stderr.txt")
     watch = _Watch(job, directory, timeout, stall)
     with open(errors_path, "wb") as errors, open(os.path.join(directory, "stdout.txt"), "wb") as output:

@@ -1,0 +1,1003 @@
+"""`clockworks validate`: build a schedule's generated program, run it under mpirun, check it bit for
+bit, time it, and set it beside the prediction and NCCL's own collective (DESIGN.md, "Execution").
+
+Per size of the main buffer (bytes per rank, as `clockworks predict` counts them), top to bottom:
+1. trace the schedule at that size and check it (an unverified schedule is refused: `no_check`);
+2. the checker's values (`runtime.expected.build_reference`) and, per rank, its expectation file
+   (`write_expectations`, the format in `codegen/__init__.py`);
+3. generate the program (`program.generate`), compile it (`build.compile_program`);
+4. run it under the runtime's launcher (`runtime.launch.run` with the program as each rank's
+   command, NVLink multicast off), which ends hangs and crashes within the timeout and leaves no
+   process behind; a rank that dumped its memory is compared again with every execution of the
+   checker (`recompare`); the verdict (`runtime.verdict.summarize`) and the times, eager and graph;
+5. predict the same cell with a calibrated topology (eager and graph modes);
+then NCCL's collective for the schedule's postcondition at the same sizes (`calibrate/bench_nccl.cu`),
+and the results folder: `results.json`, `results.md` (`render_table`), `results.png` (`plot_cells`).
+
+`--launcher slurm` does steps 1-3 here, writes every job directory and an sbatch script
+(`write_sbatch`) that builds, runs each size with `srun --mpi=pmix` and summarises (`collect`) on
+the cluster. `--backend cupy` runs the schedule with the cupy executor (`clockworks run`'s path)
+instead of generated code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import datetime
+import json
+import os
+import shlex
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .. import ir
+from ..errors import ClockworksError, MissingDependency
+from ..runtime import job as job_mod
+from ..runtime import launch, verdict
+from ..runtime import progress as progress_mod
+from ..runtime.compare import annotate, compare_rank
+from ..runtime.expected import Reference, build_reference, expect_rank
+from ..runtime.numeric import storage
+
+BACKENDS = ("nccl", "nvshmem", "cupy")
+LAUNCHERS = ("local", "slurm")
+MAGIC = b"CWEXPECT"
+VERSION = 1
+DEFAULT_ITERS, DEFAULT_WARMUP, DEFAULT_TIMEOUT_S = 20, 2, 60.0
+# A program's own --timeout ends this much before the launcher's, so each rank can still say where it was.
+REPORT_MARGIN_S = 2.0
+SEARCH_SHARE = 0.5  # of the timeout, for the checker's search of every final value
+BUILD_TIMEOUT_S = 600.0  # NCCL's benchmark; nvcc takes about a minute
+SAVED_FILES = ("stdout.txt", "stderr.txt")  # kept from a job directory when a cell does not match
+# postcondition (its label's first word) -> bench_nccl.cu's --ops name
+NCCL_COLLECTIVE = {"allreduce": "allreduce", "allgather": "allgather", "reduce_scatter": "reducescatter",
+                   "alltoall": "alltoall", "broadcast": "broadcast"}
+MANIFEST = "validate.json"
+SBATCH = "validate.sbatch"
+NCCL_LINES = "nccl.jsonl"
+CALIBRATED = "measured"  # the folder of calibrated topologies among the shipped ones
+
+
+class ValidateError(ClockworksError):
+    """Bad input to validate, or a step (build, run, the baseline) that cannot be done here."""
+
+
+# ------------------------------------------------------------------------------ expectation files
+def expect_file(directory: str, rank: int) -> str:
+    """Where rank `rank` finds its expected values in a job directory."""
+    return os.path.join(directory, f"expect{rank}.bin")
+
+
+def dump_file(directory: str, rank: int) -> str:
+    """Where rank `rank` writes its memory when it differs from the expected values."""
+    return os.path.join(directory, f"dump{rank}.bin")
+
+
+def mask_ranges(mask: np.ndarray) -> np.ndarray:
+    """The runs of True in `mask` as (start, stop) rows, little-endian uint64 (vectorised: a gigabyte
+    buffer's mask takes a few passes of numpy, no Python loop)."""
+    mask = np.asarray(mask, dtype=bool)
+    if not mask.size:
+        return np.zeros((0, 2), dtype="<u8")
+    edges = np.flatnonzero(mask[1:] != mask[:-1]) + 1
+    bounds = np.concatenate(([0], edges, [mask.size]))
+    starts, stops = bounds[:-1], bounds[1:]
+    keep = mask[starts]
+    return np.stack([starts[keep], stops[keep]], axis=1).astype("<u8")
+
+
+def to_device(values: np.ndarray, dtype: str) -> np.ndarray:
+    """Values in runtime storage as the device holds them: bfloat16 (stored as float32 holding
+    bfloat16 values) becomes its 2-byte bits, the top half of the float32; the rest little-endian."""
+    if dtype == "bfloat16":
+        bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+        return (bits >> np.uint32(16)).astype("<u2")
+    return np.ascontiguousarray(values, dtype=storage(dtype).newbyteorder("<"))
+
+
+def from_device(raw: np.ndarray, dtype: str) -> np.ndarray:
+    """The inverse of `to_device`: device bytes (uint8) as runtime storage."""
+    raw = np.ascontiguousarray(raw, dtype=np.uint8)
+    if dtype == "bfloat16":
+        return (raw.view("<u2").astype(np.uint32) << np.uint32(16)).view(np.float32)
+    return raw.view(storage(dtype).newbyteorder("<")).astype(storage(dtype))
+
+
+def _fit(array: np.ndarray | None, count: int, fill=0) -> np.ndarray | None:
+    """`array` cut or padded to `count` elements (a buffer the atoms do not cover to its end)."""
+    if array is None or len(array) == count:
+        return array
+    out = np.full(count, fill, dtype=array.dtype)
+    out[:min(count, len(array))] = array[:count]
+    return out
+
+
+def _write_section(handle, mask: np.ndarray | None, values: np.ndarray | None, dtype: str) -> None:
+    ranges = mask_ranges(mask) if mask is not None else np.zeros((0, 2), dtype="<u8")
+    handle.write(struct.pack("<Q", len(ranges)))
+    ranges.tofile(handle)
+    if len(ranges):
+        to_device(values, dtype).tofile(handle)
+
+
+def write_expectations(directory: str, sched: ir.Schedule, reference: Reference) -> list[str]:
+    """Write `expect<k>.bin` for every rank of `sched` into `directory` (the format in
+    `codegen/__init__.py`), from the checker's values; the paths, by rank."""
+    paths = []
+    for program in sched.programs:
+        expect = expect_rank(reference, program.rank)
+        words = len(expect.signals)
+        path = expect_file(directory, program.rank)
+        with open(path, "wb") as handle:
+            handle.write(struct.pack("<8sIIII", MAGIC, VERSION, program.rank, len(program.buffers), words))
+            for decl in program.buffers:
+                want = expect.buffers[decl.name]
+                handle.write(struct.pack("<QII", decl.count, ir.DTYPE_BYTES[decl.dtype], 0))
+                _write_section(handle, _fit(want.checked, decl.count, False), _fit(want.expected, decl.count),
+                               decl.dtype)
+                _write_section(handle, _fit(want.post_mask, decl.count, False), _fit(want.post, decl.count),
+                               decl.dtype)
+            handle.write(struct.pack("<Q", words))
+            expect.signals.astype("<u8").tofile(handle)
+            expect.signals_checked.astype(np.uint8).tofile(handle)
+        paths.append(path)
+    return paths
+
+
+# ------------------------------------------------------------------------------------ dumps
+def read_dump(path: str, sched: ir.Schedule, rank: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Rank `rank`'s memory as its program dumped it: every buffer (runtime storage dtype, by
+    name) and its signal words (uint64)."""
+    program = sched.programs[rank]
+    sizes = [decl.count * ir.DTYPE_BYTES[decl.dtype] for decl in program.buffers]
+    words = sum(decl.count for decl in program.signals)
+    want = sum(sizes) + 8 * words
+    got = os.path.getsize(path)
+    if got != want:
+        raise ValidateError(f"{path}: rank {rank}'s dump holds {got:,} bytes, but its buffers "
+                            f"({', '.join(d.name for d in program.buffers)}) and {words} signal words take "
+                            f"{want:,}: the program was generated from another schedule (generate it again)")
+    raw = np.fromfile(path, dtype=np.uint8)
+    memory, offset = {}, 0
+    for decl, size in zip(program.buffers, sizes):
+        memory[decl.name] = from_device(raw[offset:offset + size], decl.dtype)
+        offset += size
+    return memory, raw[offset:].view("<u8").astype(np.uint64)
+
+
+def recompare(line: dict, directory: str, sched: ir.Schedule, reference: Reference) -> dict:
+    """A rank line whose program dumped its memory (`compare.dumped`), compared again on the host
+    with every execution of the checker: a value another execution leaves is no mismatch. The
+    line's `compare` and `status` are replaced (the program's own counts of checked elements over
+    all its checks are kept); returns the line."""
+    found = line.get("compare") or {}
+    if not found.get("dumped") or reference is None:
+        return line
+    rank = line["rank"]
+    path = dump_file(directory, rank)
+    if not os.path.exists(path):
+        line["message"] = (f"rank {rank} says it dumped its memory, but {os.path.basename(path)} is missing "
+                           "(the program's dump failed: is the job directory writable?)")
+        return line
+    memory, signals = read_dump(path, sched, rank)
+    first = found.get("first") or [{}]
+    comparison = compare_rank(expect_rank(reference, rank), memory, signals, first[0].get("iteration", 0))
+    annotate(reference, comparison.first)
+    again = comparison.to_json()
+    again.update(checked=found.get("checked", again["checked"]),
+                 post_checked=found.get("post_checked", again["post_checked"]), dumped=True, recompared=True)
+    line["compare"] = again
+    if line["status"] in ("match", "mismatch"):
+        line["status"] = "match" if comparison.ok else "mismatch"
+    return line
+
+
+# ------------------------------------------------------------------------------- running one program
+def program_argv(binary: str, iters: int, warmup: int, timeout: float | None, graph: bool) -> list[str]:
+    """Each rank's command line (the contract in `codegen/__init__.py`); "{dir}": the job directory."""
+    argv = [binary, "--job", "{dir}", "--iters", str(iters), "--warmup", str(warmup)]
+    if timeout is not None:
+        argv += ["--timeout", f"{program_timeout(timeout):g}"]
+    return argv if graph else argv + ["--no-graph"]
+
+
+def program_timeout(timeout: float) -> float:
+    """The program's own bound: the launcher's, less a margin to report in."""
+    return round(max(1.0, timeout - min(REPORT_MARGIN_S, 0.25 * timeout)), 1)
+
+
+def timing(lines: list[dict], key: str = "seconds", skip: int = 0) -> dict | None:
+    """Per run, the slowest rank's time in `key` (after the first `skip`); median, min and max in
+    us (`verdict`'s convention)."""
+    return verdict._timing([{"seconds": (line.get(key) or [])[skip:]} for line in lines])
+
+
+def summarize_run(sched: ir.Schedule, reference: Reference | None, outcome: launch.Outcome,
+                  directory: str) -> dict:
+    """One program's run summed up: dumped lines compared again, the verdict, eager and graph times."""
+    for line in outcome.lines:
+        recompare(line, directory, sched, reference)
+    summary = verdict.summarize([sched], outcome)
+    result = summary["results"][0]
+    result["graph_time"] = timing(result["ranks"], "graph_seconds")
+    result["checked"] = sum((line.get("compare") or {}).get("checked", 0) for line in result["ranks"])
+    result["returncode"] = outcome.returncode
+    if result["verdict"] in ("crash", "hang") and outcome.stderr.strip():
+        result["mpiexec_stderr"] = outcome.stderr
+    if reference is not None and reference.note:
+        result["note"] = reference.note
+    return result
+
+
+def _job(sched: ir.Schedule, reference: Reference | None, timeout: float | None, iters: int, backend: str,
+         nbytes: int | None) -> job_mod.Job:
+    item = job_mod.Item(name=sched.name, world=sched.world, schedule_json=sched.to_json(), reference=reference,
+                        timeout=timeout, backend=backend, nbytes=nbytes)
+    return job_mod.Job(items=[item], ranks=sched.world, iters=iters, backend=backend)
+
+
+def prepare_job_dir(directory: str, sched: ir.Schedule, reference: Reference | None, timeout: float | None,
+                    iters: int, backend: str, nbytes: int | None = None) -> job_mod.Job:
+    """A job directory a program runs in: the job (for `collect`), every rank's expected values
+    (none when no execution of the checker finishes: the ranks only run), the progress file."""
+    job = _job(sched, reference, timeout, iters, backend, nbytes)
+    job_mod.write(directory, job)
+    if reference is not None and reference.final is not None:
+        write_expectations(directory, sched, reference)
+    progress_mod.create(os.path.join(directory, job_mod.PROGRESS_FILE), job.ranks)
+    return job
+
+
+def run_program(binary: str, sched: ir.Schedule, reference: Reference | None, ranks: int | None = None,
+                timeout: float | None = DEFAULT_TIMEOUT_S, iters: int = DEFAULT_ITERS,
+                warmup: int = DEFAULT_WARMUP, graph: bool = True, env: dict | None = None, *,
+                backend: str = "nccl", nbytes: int | None = None, save_to: str | None = None) -> dict:
+    """Run a generated program of `sched` under mpiexec (one rank per process, NVLink multicast
+    off), within `timeout` seconds, and return its result: `verdict` (match, ran, mismatch, hang,
+    crash), `message`, each rank's line, `time` (eager) and `graph_time` (us: median, min, max of
+    the slowest rank per run), `checked`. `save_to`: a folder that keeps mpiexec's output of a run
+    that did not match."""
+    if ranks is not None and ranks != sched.world:
+        raise ValidateError(f"{sched.name} is traced at {sched.world} ranks, but the run asks for {ranks} "
+                            "(trace it again at that size)")
+    directory = tempfile.mkdtemp(prefix="clockworks-validate-")
+    try:
+        job = _job(sched, reference, timeout, iters, backend, nbytes)
+        if reference is not None and reference.final is not None:
+            write_expectations(directory, sched, reference)
+        argv = program_argv(binary, iters, warmup, timeout, graph)
+        outcome = launch.run(job, timeout=timeout, env=env, argv=argv, directory=directory)
+        result = summarize_run(sched, reference, outcome, directory)
+        if save_to and result["verdict"] != "match":
+            os.makedirs(save_to, exist_ok=True)
+            for name in SAVED_FILES + tuple(f"rank{r}.jsonl" for r in range(sched.world)):
+                if os.path.exists(os.path.join(directory, name)):
+                    shutil.copy(os.path.join(directory, name), os.path.join(save_to, name))
+        return result
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------------- bounded runs
+def run_bounded(command: list[str], env: dict | None, timeout: float, log: str,
+                mark: str | None = None) -> tuple[int | None, str]:
+    """Run `command` in a session of its own, its output to `log`, for at most `timeout` seconds;
+    every process it started is ended after: its descendants, its session, and every process
+    whose command line has the argument `mark` (Open MPI's ranks leave mpirun's session).
+    (exit code, None when it was stopped; output)."""
+    with open(log, "wb") as output:
+        proc = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env={**(os.environ if env is None else env),
+                                                             **launch.NO_MULTICAST})
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            launch._kill_group(proc, mark or log)
+    with open(log, "rb") as handle:
+        return code, handle.read().decode("utf-8", "replace")
+
+
+# ------------------------------------------------------------------------------- the NCCL baseline
+def nccl_collective(sched: ir.Schedule) -> str | None:
+    """bench_nccl.cu's op for the schedule's postcondition (all_reduce -> allreduce, ...), or None
+    when it names none of them (or several)."""
+    kinds = {expectation.label.split("(")[0] for expectation in sched.expect}
+    if len(kinds) != 1:
+        return None
+    return NCCL_COLLECTIVE.get(kinds.pop())
+
+
+def _runner():
+    from ..calibrate import runner
+
+    return runner
+
+
+def gpu_arch() -> str:
+    """nvcc's -arch for the GPUs here (their compute capability), else sm_90."""
+    runner = _runner()
+    rows = runner._csv_query(["compute_cap"]) or [{}]
+    return runner.arch_from_compute_cap(rows[0].get("compute_cap", "")) or "sm_90"
+
+
+def build_nccl_bench(build_dir: str, timeout: float = BUILD_TIMEOUT_S) -> str:
+    """Compile calibrate/bench_nccl.cu into `build_dir` (within `timeout`); the binary's path."""
+    runner = _runner()
+    nvcc = runner.find_nvcc()
+    if nvcc is None:
+        raise MissingDependency("the NCCL baseline needs nvcc: put the CUDA toolkit's bin on PATH or set CUDA_HOME")
+    nccl_home = runner.find_wheel_lib("nccl", "nccl.h", "CLOCKWORKS_NCCL_HOME")
+    if nccl_home is None:
+        raise MissingDependency("the NCCL baseline needs NCCL's headers: pip install nvidia-nccl-cu13 (or set "
+                                "CLOCKWORKS_NCCL_HOME)")
+    compile_flags, link_flags, _how = runner.mpi_build_flags()
+    os.makedirs(build_dir, exist_ok=True)
+    command = runner.build_commands(nvcc, gpu_arch(), runner.HERE, Path(build_dir), nccl_home, None,
+                                    compile_flags, link_flags)["nccl"]
+    log = os.path.join(build_dir, "bench_nccl.build.log")
+    code, output = run_bounded(command, None, timeout, log)
+    binary = os.path.join(build_dir, "bench_nccl")
+    if code != 0 or not os.path.exists(binary):
+        why = f"did not finish within {timeout:g} s" if code is None else f"failed (exit {code})"
+        tail = " / ".join(output.strip().splitlines()[-3:])
+        raise ValidateError(f"building bench_nccl.cu {why}: {tail} (the whole log: {log})")
+    return binary
+
+
+def nccl_command(binary: str, op: str, sizes: list[int], ranks: int, out_file: str,
+                 mpiexec: str | None = None) -> list[str]:
+    """mpirun's line for bench_nccl: `op` at `sizes` (bytes per rank, its convention: all-gather the
+    gathered output, reduce-scatter the input, all-to-all the total sent)."""
+    runner = _runner()
+    mpiexec = mpiexec or launch.find_mpiexec()
+    argv = [binary, "--ops", op, "--sizes", ",".join(str(size) for size in sizes), "--out", out_file,
+            "--label", "validate"]
+    as_root = hasattr(os, "geteuid") and os.geteuid() == 0
+    return runner.mpirun_command(mpiexec, launch.flavor(mpiexec), ranks, argv, list(launch.NO_MULTICAST), as_root)
+
+
+def nccl_sizes(sizes: list[int], ranks: int) -> list[int]:
+    """The sizes bench_nccl accepts: multiples of 4 bytes x ranks."""
+    return [size for size in sizes if size % (4 * ranks) == 0]
+
+
+def parse_nccl(lines: list[dict]) -> tuple[dict | None, dict[int, dict]]:
+    """bench_nccl's header line, and its measurements by bytes per rank."""
+    header = next((line for line in lines if line.get("bench") == "nccl_header"), None)
+    cells = {int(line["bytes"]): line for line in lines if line.get("bench") == "nccl" and "bytes" in line}
+    return header, cells
+
+
+def run_nccl_bench(binary: str, op: str, sizes: list[int], ranks: int, timeout: float,
+                   work_dir: str) -> tuple[dict | None, dict[int, dict], str | None]:
+    """NCCL's `op` at `sizes` (bytes per rank), one mpirun, within `timeout`: (header, measurements
+    by bytes, what went wrong or None)."""
+    out_file = os.path.join(work_dir, NCCL_LINES)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(out_file)
+    command = nccl_command(binary, op, sizes, ranks, out_file)
+    code, output = run_bounded(command, None, timeout, os.path.join(work_dir, "nccl.log"), mark=out_file)
+    text = Path(out_file).read_text() if os.path.exists(out_file) else output
+    header, cells = parse_nccl(_runner().parse_json_lines(text))
+    problem = None
+    if code != 0:
+        why = f"did not finish within {timeout:g} s" if code is None else f"exited with code {code}"
+        tail = " / ".join(output.strip().splitlines()[-3:])
+        problem = f"NCCL's {op} (bench_nccl) {why}; measured {len(cells)} of {len(sizes)} sizes: {tail}"
+    return header, cells, problem
+
+
+# ----------------------------------------------------------------------------------- predictions
+def pick_topology(topology: str | None, world: int, gpu_names: list[str]):
+    """The topology to predict with: `topology` when given, else the calibrated one of this machine
+    (a shipped file under measured/ whose provenance names these GPUs and that has `world` of
+    them). (topology or None, a note saying which and why)."""
+    from ..topology import gpus, load_topology
+    from ..topology.model import DATA_DIR
+
+    if topology:
+        topo = load_topology(topology)
+        if len(gpus(topo)) < world:
+            raise ValidateError(f"--topology {topology}: {topo.name} has {len(gpus(topo))} GPUs, but the schedule "
+                                f"has {world} ranks (give a topology of this machine)")
+        return topo, f"{topo.name} ({topology})"
+    names = sorted(set(gpu_names))
+    if not names:
+        return None, "no prediction: no GPU is visible here to pick a calibrated topology (pass --topology)"
+    for path in sorted((DATA_DIR / CALIBRATED).glob("*.yaml")):
+        topo = load_topology(path)
+        made_on = topo.provenance.gpu if topo.provenance else None
+        if made_on and names == [made_on] and len(gpus(topo)) >= world:
+            return topo, f"{topo.name}, calibrated on {made_on} ({topo.provenance.date})"
+    return None, (f"no prediction: no calibrated topology of {', '.join(names)} x {world} ships with clockworks "
+                  "(run clockworks calibrate there, then pass --topology FILE)")
+
+
+def predict_cell(sched: ir.Schedule, topo, mode: str) -> float:
+    """The predicted time per run of `sched` on `topo` in `mode` (graph or eager), us: what
+    `clockworks predict` prints for this schedule and size."""
+    from ..perf.network import from_topology
+    from ..perf.predict import simulate, steady_state_us
+    from ..perf.simulate import compile_model
+
+    network = from_topology(topo, sched.world)
+    model = compile_model(sched)
+    timeline = simulate(sched, network, topo.constants, mode, model=model)
+    return steady_state_us(sched, timeline, topo.constants, mode, network, model=model)
+
+
+def predictions(sched: ir.Schedule, topo) -> tuple[dict | None, str | None]:
+    """Eager and graph predictions of one cell ({mode}_us), or None and why."""
+    if topo is None:
+        return None, None
+    try:
+        return {f"{mode}_us": round(predict_cell(sched, topo, mode), 2) for mode in ("eager", "graph")}, None
+    except ClockworksError as exc:
+        return None, f"no prediction: {exc}"
+
+
+# ------------------------------------------------------------------------------------- the cells
+def main_bytes(sched: ir.Schedule) -> int:
+    """Bytes per rank of the main buffer, as `clockworks predict` counts them."""
+    from ..perf.predict import main_buffer
+
+    buf = main_buffer(sched)
+    return buf.count * ir.DTYPE_BYTES[buf.dtype]
+
+
+def _ratio(numerator, denominator) -> float | None:
+    if numerator is None or not denominator:
+        return None
+    return round(numerator / denominator, 4)
+
+
+def make_cell(nbytes: int, result: dict, predicted: dict | None, nccl: dict | None, notes: list[str]) -> dict:
+    """One row of the results: the measured times of a run, its prediction, NCCL's time at the
+    same size, the errors and speedups."""
+    eager, graph = result.get("time"), result.get("graph_time")
+    measured = {"eager": eager["median_us"] if eager else None, "graph": graph["median_us"] if graph else None}
+    cell = {"bytes": nbytes, "size": size_text(nbytes), "verdict": result["verdict"], "message": result["message"],
+            "eager": eager, "graph": graph, "predicted": predicted, "error": None, "nccl": nccl,
+            "speedup_vs_nccl": None, "elements_checked": result.get("checked", 0), "notes": list(notes)}
+    if predicted:
+        cell["error"] = {mode: _ratio((predicted[f"{mode}_us"] - measured[mode]) if measured[mode] else None,
+                                      measured[mode]) for mode in ("eager", "graph")}
+    if nccl and nccl.get("eager_us") is not None:
+        cell["speedup_vs_nccl"] = {mode: _ratio(nccl.get(f"{mode}_us"), measured[mode]) for mode in ("eager", "graph")}
+    if result.get("note"):
+        cell["notes"].append(result["note"])
+    return cell
+
+
+def nccl_cell(op: str | None, found: dict[int, dict], nbytes: int, ranks: int, problem: str | None) -> tuple:
+    """NCCL's measurement of one size ({op, eager_us, graph_us, correct}) or None, and a note."""
+    if op is None:
+        return None, "no NCCL collective"
+    line = found.get(nbytes)
+    if line is not None:
+        return {"op": op, "eager_us": line.get("eager_us"), "graph_us": line.get("graph_us"),
+                "correct": line.get("correct")}, None
+    if nbytes % (4 * ranks):
+        return None, f"NCCL's {op} not measured: {nbytes} bytes is not a multiple of 4 x {ranks} ranks"
+    return None, problem or f"NCCL's {op} not measured at {nbytes} bytes"
+
+
+def size_text(nbytes: int) -> str:
+    """1024 -> "1 KiB"; sizes not a whole number of units stay in bytes."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale and nbytes % scale == 0:
+            return f"{nbytes // scale} {unit}"
+    return f"{nbytes} B"
+
+
+# ------------------------------------------------------------------------------------ the outputs
+COLUMNS = ("size", "result", "eager us (median, min..max)", "graph us (median, min..max)",
+           "predicted eager / graph us", "error eager / graph", "NCCL eager / graph us",
+           "speedup vs NCCL eager / graph", "elements checked")
+ALIGN = ("---:", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---:")
+
+
+def _time_text(found: dict | None) -> str:
+    if not found:
+        return "-"
+    return f"{found['median_us']:,.1f} ({found['min_us']:,.1f}..{found['max_us']:,.1f})"
+
+
+def _pair(values: dict | None, first: str, second: str, fmt: str) -> str:
+    if not values:
+        return "-"
+    shown = [fmt.format(values[key]) if values.get(key) is not None else "-" for key in (first, second)]
+    return " / ".join(shown)
+
+
+def table_row(cell: dict) -> list[str]:
+    """A cell as the table's columns (`COLUMNS`)."""
+    nccl = cell.get("nccl")
+    nccl_text = _pair(nccl, "eager_us", "graph_us", "{:,.1f}") if nccl else next(
+        (note for note in cell.get("notes", ()) if note.startswith(("no NCCL", "NCCL"))), "-")
+    return [cell["size"], cell["verdict"], _time_text(cell.get("eager")), _time_text(cell.get("graph")),
+            _pair(cell.get("predicted"), "eager_us", "graph_us", "{:,.1f}"),
+            _pair(cell.get("error"), "eager", "graph", "{:+.0%}"), nccl_text,
+            _pair(cell.get("speedup_vs_nccl"), "eager", "graph", "{:.2f}x"), f"{cell.get('elements_checked', 0):,}"]
+
+
+def render_table(cells: list[dict], meta: dict) -> str:
+    """results.md: what was run and how it was timed, then one row per size; problems below."""
+    backend, ranks = meta.get("backend", "?"), meta.get("ranks", "?")
+    machine = meta.get("machine") or {}
+    names = machine.get("gpu_names") or []
+    gpus = ", ".join(f"{names.count(name)} x {name}" for name in dict.fromkeys(names)) or "GPUs not named"
+    graph_note = (f"{meta.get('iters')} as replays of a CUDA graph of the ops" if meta.get("graph")
+                  else "no CUDA graph (--no-graph)")
+    if backend == "cupy":
+        how = (f"the cupy executor (`clockworks run --backend cupy`), {ranks} ranks, one GPU each; "
+               f"{meta.get('warmup')} warm-up runs left out of the times, then {meta.get('iters')} runs issued by "
+               "the host (no CUDA graph), each timed with CUDA events around its ops")
+    else:
+        how = (f"the generated {backend} program, {ranks} ranks, one GPU each, under mpirun; "
+               f"{meta.get('warmup')} warm-up runs, then {meta.get('iters')} timed runs eagerly and "
+               f"{graph_note}; inputs written again before every run, outside the timed span; each run "
+               "timed on its own with CUDA events around the ops")
+    lines = [f"# `clockworks validate` {meta.get('schedule')} ({meta.get('file')}), {backend}", "",
+             f"Measured with {how}; the slowest rank per run, median (min..max) over the runs. Size: bytes per "
+             "rank of the main buffer, as `clockworks predict` counts them. Result: every element and signal word "
+             "compared bit for bit with the checker's values (a value another execution of the checker leaves "
+             f"is accepted). Predicted: `clockworks predict` on {meta.get('topology') or 'no topology'}, eager "
+             "and graph modes; error = (predicted - measured) / measured. NCCL: its own "
+             f"{meta.get('nccl_op') or 'collective'} (calibrate/bench_nccl.cu, float32, the same bytes per rank, "
+             "per launch over back-to-back launches, eager and captured in one CUDA graph); speedup vs NCCL = "
+             "NCCL's time / the measured time (above 1: faster than NCCL).", "",
+             f"Machine: {gpus}; NCCL {meta.get('nccl_version') or '-'}. NVLink multicast off: "
+             + ", ".join(f"{k}={v}" for k, v in launch.NO_MULTICAST.items()) + ".", "",
+             "| " + " | ".join(COLUMNS) + " |",
+             "| " + " | ".join(ALIGN) + " |"]
+    for cell in cells:
+        lines.append("| " + " | ".join(text.replace("|", "/") for text in table_row(cell)) + " |")
+    problems = [f"- {cell['size']}: {cell['message']}" for cell in cells if cell["verdict"] not in ("match", "ran")]
+    notes = sorted({note for cell in cells for note in cell.get("notes", ())
+                    if not note.startswith(("no NCCL collective",))})
+    if problems:
+        lines += ["", "Problems:", ""] + problems
+    if notes:
+        lines += ["", "Notes:", ""] + [f"- {note}" for note in notes]
+    return "\n".join(lines) + "\n"
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise MissingDependency("the plot needs matplotlib: pip install 'clockworks-dist[plot]'") from exc
+    return plt
+
+
+def plot_cells(cells: list[dict], path: str, title: str) -> None:
+    """results.png: time against bytes per rank, log-log: measured eager and graph (median, min..max
+    as error bars), predicted eager and graph, NCCL eager and graph."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(figsize=(8, 5))
+
+    def series(get):
+        points = [(cell["bytes"], get(cell)) for cell in cells]
+        return [p for p in points if p[1] is not None]
+
+    for mode, color in (("eager", "tab:blue"), ("graph", "tab:orange")):
+        measured = [(c["bytes"], c[mode]) for c in cells if c.get(mode)]
+        if measured:
+            xs = [x for x, _ in measured]
+            mid = [t["median_us"] for _, t in measured]
+            spread = [[t["median_us"] - t["min_us"] for _, t in measured], [t["max_us"] - t["median_us"] for _, t in measured]]
+            axes.errorbar(xs, mid, yerr=spread, marker="o", color=color, capsize=3, label=f"measured {mode}")
+        for label, get, style in (("predicted", lambda c, m=mode: (c.get("predicted") or {}).get(f"{m}_us"), "--"),
+                                  ("NCCL", lambda c, m=mode: (c.get("nccl") or {}).get(f"{m}_us"), ":")):
+            points = series(get)
+            if points:
+                axes.plot([x for x, _ in points], [y for _, y in points], style, marker=".", color=color,
+                          label=f"{label} {mode}")
+    axes.set_xscale("log", base=2)
+    axes.set_yscale("log")
+    axes.set_xlabel("bytes per rank")
+    axes.set_ylabel("time per run (us)")
+    axes.set_title(title)
+    axes.grid(True, which="both", alpha=0.3)
+    if axes.get_legend_handles_labels()[0]:
+        axes.legend(fontsize=8)
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
+
+
+def machine_provenance() -> dict:
+    """The GPUs (nvidia-smi), driver, MPI and wheels here."""
+    runner = _runner()
+    try:
+        mpiexec = launch.find_mpiexec()
+    except MissingDependency:
+        mpiexec = None
+    found = runner.collect_provenance(runner.find_nvcc(), mpiexec)
+    names = [gpu.get("name") for gpu in found.get("gpus") or []]
+    keep = ("date_utc", "gpus", "driver", "nvidia_smi_topo", "nvcc_version", "mpi_version", "wheels", "python",
+            "platform", "env")
+    return {"gpu_names": names, **{key: found.get(key) for key in keep}}
+
+
+def write_results(out_dir: str, cells: list[dict], meta: dict) -> dict:
+    """results.json, results.md and results.png in `out_dir`; the JSON's content."""
+    worst = max((cell["verdict"] for cell in cells), key=verdict.VERDICTS.index, default="not run")
+    report = {"verdict": worst, **meta, "cells": cells}
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "results.json"), "w", encoding="utf-8") as handle:
+        json.dump(report, handle, indent=1)
+    with open(os.path.join(out_dir, "results.md"), "w", encoding="utf-8") as handle:
+        handle.write(render_table(cells, meta))
+    plot_cells(cells, os.path.join(out_dir, "results.png"),
+               f"{meta.get('schedule')}, {meta.get('ranks')} ranks, {meta.get('backend')}")
+    report["files"] = [os.path.join(out_dir, name) for name in ("results.json", "results.md", "results.png")]
+    return report
+
+
+# ------------------------------------------------------------------------------------ Slurm
+def write_sbatch(path: str, out_dir: str, cells: list[dict], ranks: int, *, nodes: int = 1, iters: int,
+                 warmup: int, graph: bool, timeout: float, nccl: dict | None, python: str | None = None,
+                 name: str = "clockworks-validate", account: str | None = None, partition: str | None = None) -> str:
+    """An sbatch script that, on the cluster: turns NVLink multicast off, builds every program and
+    NCCL's benchmark (`python -m clockworks_dist.codegen.validate build OUT`), runs each size with
+    `srun --mpi=pmix` (one task per GPU, each bounded by `timeout`), NCCL's collective, and sums up
+    (`... validate collect OUT`). `cells`: {source, binary, job} per size, paths. Returns the text."""
+    python = python or sys.executable
+    q = shlex.quote
+    per_run = int(timeout) + 30
+    limit = 600 + per_run * (len(cells) + 1)  # builds, every size, NCCL, the summary
+    lines = ["#!/bin/bash", f"#SBATCH --job-name={q(name)}", f"#SBATCH --nodes={nodes}", f"#SBATCH --ntasks={ranks}",
+             f"#SBATCH --ntasks-per-node={-(-ranks // nodes)}", "#SBATCH --gpus-per-task=1",
+             f"#SBATCH --time={limit // 3600:02d}:{limit % 3600 // 60:02d}:{limit % 60:02d}",
+             f"#SBATCH --output={q(os.path.join(out_dir, 'slurm-%j.out'))}"]
+    if account:
+        lines.append(f"#SBATCH --account={q(account)}")
+    if partition:
+        lines.append(f"#SBATCH --partition={q(partition)}")
+    lines += ["# Written by clockworks validate --launcher slurm: build, run every size, sum up.", "set -u"]
+    lines += [f"export {key}={value}" for key, value in launch.NO_MULTICAST.items()]
+    lines += [f"OUT={q(out_dir)}", f"PYTHON={q(python)}", "",
+              "# every generated program and NCCL's benchmark, compiled on a node of the job",
+              '"$PYTHON" -m clockworks_dist.codegen.validate build "$OUT" || exit 2', ""]
+    srun = ["srun", "--mpi=pmix", f"--ntasks={ranks}", "--gpus-per-task=1", "--kill-on-bad-exit=0"]
+    for cell in cells:
+        argv = [part if part != "{dir}" else cell["job"] for part in
+                program_argv(cell["binary"], iters, warmup, timeout, graph)]
+        lines.append(f"# {cell['size']} per rank: the program's own --timeout reports each rank's op; "
+                     "timeout(1) ends srun if it cannot")
+        lines.append(shlex.join(["timeout", "--kill-after=10", str(per_run), *srun, *argv])
+                     + f" > {q(os.path.join(cell['job'], 'stdout.txt'))} 2> {q(os.path.join(cell['job'], 'stderr.txt'))}")
+    if nccl:
+        bench = [os.path.join(out_dir, "build", "bench_nccl"), "--ops", nccl["op"], "--sizes",
+                 ",".join(str(size) for size in nccl["sizes"]), "--out", os.path.join(out_dir, NCCL_LINES),
+                 "--label", "validate"]
+        lines += ["", f"# NCCL's own {nccl['op']} at the same sizes",
+                  shlex.join(["timeout", "--kill-after=10", str(per_run * max(1, len(nccl["sizes"]) // 4 + 1)),
+                              *srun, *bench]) + f" > {q(os.path.join(out_dir, 'nccl.log'))} 2>&1"]
+    lines += ["", "# the verdicts, the times, the predictions: results.json, results.md, results.png",
+              '"$PYTHON" -m clockworks_dist.codegen.validate collect "$OUT"', ""]
+    text = "\n".join(lines)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.chmod(path, 0o755)
+    return text
+
+
+def _outcome_of(directory: str, ranks: int) -> launch.Outcome:
+    """What a job directory holds after a run the launcher did not watch (srun): every rank's
+    lines and progress row; a rank that started, did not finish and wrote no line died."""
+    lines = launch._read_lines(directory, ranks)
+    path = os.path.join(directory, job_mod.PROGRESS_FILE)
+    rows = progress_mod.Progress(path).read() if os.path.exists(path) else []
+    said = {line["rank"] for line in lines}
+    dead = [rank for rank, row in enumerate(rows) if row["pid"] and row["phase"] != "finished" and rank not in said]
+    stderr = ""
+    with contextlib.suppress(OSError):
+        stderr = Path(directory, "stderr.txt").read_text(errors="replace")[-launch.STDERR_TAIL:]
+    return launch.Outcome(lines=lines, rows=rows, dead=dead, stderr=stderr)
+
+
+def build_all(out_dir: str) -> None:
+    """The sbatch script's build step: compile every program of the manifest (in parallel) and
+    NCCL's benchmark; each binary lands where the script runs it."""
+    manifest = _read_manifest(out_dir)
+    from . import build
+
+    def one(cell: dict) -> None:
+        binary = build.compile_program(cell["source"], manifest["backend"], os.path.dirname(cell["binary"]))
+        if os.path.abspath(binary) != os.path.abspath(cell["binary"]):
+            shutil.copy(binary, cell["binary"])
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=_build_workers(len(manifest["cells"]))) as pool:
+        jobs = [pool.submit(one, cell) for cell in manifest["cells"]]
+        if manifest.get("nccl"):
+            jobs.append(pool.submit(build_nccl_bench, os.path.join(out_dir, "build")))
+        for job in jobs:
+            job.result()
+
+
+def collect(out_dir: str) -> dict:
+    """Sum up a results folder the sbatch script ran: every size's verdict and times (dumped
+    memory compared again), the predictions, NCCL's lines; writes results.json/.md/.png."""
+    manifest = _read_manifest(out_dir)
+    header, found = (None, {})
+    nccl_path = os.path.join(out_dir, NCCL_LINES)
+    if os.path.exists(nccl_path):
+        header, found = parse_nccl(_runner().parse_json_lines(Path(nccl_path).read_text()))
+    machine = machine_provenance()
+    topo = None
+    topo_note = None
+    cells = []
+    for entry in manifest["cells"]:
+        job = job_mod.read(entry["job"])
+        item = job.items[0]
+        sched = ir.Schedule.from_json(item.schedule_json)
+        if topo is None and topo_note is None:
+            topo, topo_note = pick_topology(manifest.get("topology"), sched.world, machine["gpu_names"])
+        result = summarize_run(sched, item.reference, _outcome_of(entry["job"], job.ranks), entry["job"])
+        predicted, why = predictions(sched, topo)
+        nccl, nccl_note = nccl_cell((manifest.get("nccl") or {}).get("op"), found, entry["bytes"], sched.world,
+                                    None if header else "NCCL's benchmark wrote nothing (see nccl.log)")
+        cells.append(make_cell(entry["bytes"], result, predicted, nccl, [n for n in (why, nccl_note) if n]))
+    meta = {**{k: manifest[k] for k in ("schedule", "file", "backend", "ranks", "iters", "warmup", "graph",
+                                          "timeout")},
+            "launcher": "slurm", "topology": topo_note, "nccl_op": (manifest.get("nccl") or {}).get("op"),
+            "nccl_version": (header or {}).get("nccl_version"), "nccl_header": header, "machine": machine}
+    return write_results(out_dir, cells, meta)
+
+
+def _read_manifest(out_dir: str) -> dict:
+    path = os.path.join(out_dir, MANIFEST)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except OSError as exc:
+        raise ValidateError(f"{path}: {exc.strerror or exc} (write the folder with clockworks validate "
+                            "--launcher slurm first)") from None
+
+
+def _build_workers(count: int) -> int:
+    return max(1, min(count + 1, 8, (os.cpu_count() or 2) // 2))
+
+
+# ---------------------------------------------------------------------------------- the command
+def load_schedules(path: str, ranks: int | None, sizes, schedule_name: str | None,
+                   timeout: float | None) -> tuple[list[ir.Schedule], list[int]]:
+    """The schedule of `path` traced at `ranks` (at each of `sizes`: "1KiB..1GiB", "4096,1MiB" or a
+    list of ints; bytes per rank of the main buffer) with `clockworks run`'s helpers; the main
+    buffer's bytes per rank of each."""
+    from .. import cli_run
+
+    if isinstance(sizes, (list, tuple)):
+        sizes = ",".join(str(int(size)) for size in sizes)
+    args = argparse.Namespace(file=path, np=ranks, sizes=sizes or None, size=[], schedule=schedule_name,
+                              timeout=timeout, started=time.monotonic(), json=False, debug=False)
+    schedules, _ = cli_run._schedules(args)
+    names = list(dict.fromkeys(sched.name for sched in schedules))
+    if len(names) > 1:
+        raise ValidateError(f"{path} defines {len(names)} schedules ({', '.join(names)}); name the one to validate "
+                            "with --schedule NAME")
+    return schedules, [main_bytes(sched) for sched in schedules]
+
+
+def verify(sched: ir.Schedule, timeout: float | None) -> None:
+    """`ValidateError` unless the checker verifies `sched` (the first error, and the fix)."""
+    from ..check import check
+
+    result = check(sched, timeout=timeout)
+    if result.verdict == "verified":
+        return
+    where = f"{sched.loc.file}:{sched.loc.line}: {sched.name} at {sched.world} ranks"
+    if result.verdict == "violated":
+        first = result.errors[0]
+        raise ValidateError(f"{where}: the checker finds {len(result.errors)} error(s), first {first.kind}: "
+                            f"{first.message} (run clockworks check on it; fix the schedule, or pass --no-check "
+                            "to run it anyway)")
+    raise ValidateError(f"{where}: the check did not finish (stopped by {result.stopped_by} in "
+                        f"{result.stopped_in or 'the search'}); raise --timeout, or pass --no-check")
+
+
+def _require_gpus(ranks: int, backend: str) -> None:
+    visible = _runner().gpu_count()
+    if visible < ranks:
+        raise ValidateError(f"--np {ranks}: the {backend} program runs one rank per GPU, but {visible} GPU(s) are "
+                            "visible here (nvidia-smi -L): run on a machine with enough GPUs, or write a Slurm job "
+                            "with --launcher slurm")
+
+
+def _generate(sched: ir.Schedule, backend: str, path: str) -> str:
+    from . import program
+
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(program.generate(sched, backend))
+    return path
+
+
+def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, sizes=None,
+                  timeout: float | None = DEFAULT_TIMEOUT_S, out_dir: str | None = None, iters: int = DEFAULT_ITERS,
+                  warmup: int = DEFAULT_WARMUP, graph: bool = True, launcher: str = "local",
+                  topology: str | None = None, schedule_name: str | None = None, no_check: bool = False,
+                  nodes: int = 1) -> dict:
+    """`clockworks validate FILE`: see the module docstring. Returns the report (`results.json`'s
+    content: `verdict`, the worst over the sizes, and one cell per size); with `--launcher
+    slurm`, what was prepared (`verdict` "prepared", `sbatch`)."""
+    if backend not in BACKENDS:
+        raise ValidateError(f"unknown backend {backend!r}; clockworks validate knows {', '.join(BACKENDS)}")
+    if launcher not in LAUNCHERS:
+        raise ValidateError(f"unknown launcher {launcher!r}; one of {', '.join(LAUNCHERS)}")
+    schedules, nbytes = load_schedules(path, ranks, sizes, schedule_name, timeout)
+    if not no_check:
+        for sched in schedules:
+            verify(sched, timeout)
+    out_dir = out_dir or f"validate-{schedules[0].name}"
+    os.makedirs(out_dir, exist_ok=True)
+    search = None if timeout is None else timeout * SEARCH_SHARE
+    meta = {"schedule": schedules[0].name, "file": path, "backend": backend, "ranks": schedules[0].world,
+            "iters": iters, "warmup": warmup, "graph": graph and backend != "cupy", "timeout": timeout,
+            "nccl_op": nccl_collective(schedules[0])}
+    if launcher == "slurm":
+        return _prepare_slurm(schedules, nbytes, out_dir, meta, topology, search, nodes)
+    launch.find_mpiexec()
+    if backend == "cupy":
+        return _validate_cupy(schedules, nbytes, out_dir, meta, topology, search)
+    _require_gpus(schedules[0].world, backend)
+    from . import build
+
+    build_root = os.path.join(out_dir, "build")
+    with concurrent.futures.ThreadPoolExecutor(max_workers=_build_workers(len(schedules))) as pool:
+        bench = pool.submit(build_nccl_bench, build_root) if meta["nccl_op"] and schedules[0].world > 1 else None
+        binaries = []
+        for sched, size in zip(schedules, nbytes):
+            folder = os.path.join(build_root, str(size))
+            os.makedirs(folder, exist_ok=True)
+            source = _generate(sched, backend, os.path.join(folder, f"{sched.name}.cu"))
+            binaries.append(pool.submit(build.compile_program, source, backend, folder))
+        binaries = [job.result() for job in binaries]
+        bench_binary, bench_problem = None, None
+        if bench is not None:
+            try:
+                bench_binary = bench.result()
+            except ClockworksError as exc:
+                bench_problem = f"no NCCL baseline: {exc}"
+    results = []
+    for sched, size, binary in zip(schedules, nbytes, binaries):
+        reference = build_reference(sched, timeout=search)
+        results.append(run_program(binary, sched, reference, sched.world, timeout, iters, warmup, graph,
+                                   backend=backend, nbytes=size, save_to=os.path.join(out_dir, "runs", str(size))))
+    return _finish(schedules, nbytes, results, out_dir, meta, topology, bench_binary, bench_problem, timeout)
+
+
+def _finish(schedules, nbytes, results, out_dir, meta, topology, bench_binary, bench_problem, timeout) -> dict:
+    """NCCL's collective at the same sizes, the predictions, the results folder."""
+    world = schedules[0].world
+    header, found = None, {}
+    if bench_binary is not None:
+        wanted = nccl_sizes(nbytes, world)
+        if wanted:
+            bound = (timeout or DEFAULT_TIMEOUT_S) * max(1, len(wanted))
+            header, found, bench_problem = run_nccl_bench(bench_binary, meta["nccl_op"], wanted, world, bound,
+                                                          os.path.join(out_dir, "build"))
+    machine = machine_provenance()
+    topo, topo_note = pick_topology(topology, world, machine["gpu_names"])
+    cells = []
+    for sched, size, result in zip(schedules, nbytes, results):
+        predicted, why = predictions(sched, topo)
+        nccl, nccl_note = nccl_cell(meta["nccl_op"] if world > 1 else None, found, size, world, bench_problem)
+        cells.append(make_cell(size, result, predicted, nccl, [n for n in (why, nccl_note) if n]))
+    meta = {**meta, "launcher": "local", "topology": topo_note, "nccl_version": (header or {}).get("nccl_version"),
+            "nccl_header": header, "machine": machine,
+            "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    if topo is None:
+        meta["prediction_note"] = topo_note
+    return write_results(out_dir, cells, meta)
+
+
+def _validate_cupy(schedules, nbytes, out_dir, meta, topology, search) -> dict:
+    """The cupy executor (`clockworks run --backend cupy`'s path): every size in one mpiexec job,
+    `warmup` + `iters` iterations each, the first `warmup` left out of the times."""
+    from .. import cli_run
+    from ..runtime.cupy_nccl import CUPY
+
+    for sched in schedules:
+        cli_run._supported(CUPY, sched)
+    cli_run._require_gpus(schedules[0].world)
+    launch.require_mpi4py()
+    timeout = meta["timeout"]
+    warmup, iters = meta["warmup"], meta["iters"]
+    items = [job_mod.Item(name=s.name, world=s.world, schedule_json=s.to_json(),
+                          reference=build_reference(s, timeout=search), timeout=timeout, nbytes=size)
+             for s, size in zip(schedules, nbytes)]
+    job = job_mod.Job(items=items, ranks=schedules[0].world, iters=warmup + iters, backend="cupy")
+    total = None if timeout is None else timeout * len(items) + 30.0
+    outcome = launch.run(job, timeout=total)
+    summary = verdict.summarize(schedules, outcome)
+    results = []
+    for result, item in zip(summary["results"], items):
+        result["time"] = timing(result["ranks"], "seconds", skip=warmup)
+        result["graph_time"] = None
+        result["checked"] = sum((line.get("compare") or {}).get("checked", 0) for line in result["ranks"])
+        if item.reference.note:
+            result["note"] = item.reference.note
+        results.append(result)
+    if summary["verdict"] in ("crash", "hang") and outcome.stderr.strip():
+        results[-1]["mpiexec_stderr"] = outcome.stderr
+    bench_binary, bench_problem = None, None
+    if meta["nccl_op"] and schedules[0].world > 1:
+        try:
+            bench_binary = build_nccl_bench(os.path.join(out_dir, "build"))
+        except ClockworksError as exc:
+            bench_problem = f"no NCCL baseline: {exc}"
+    return _finish(schedules, nbytes, results, out_dir, meta, topology, bench_binary, bench_problem, timeout)
+
+
+def _prepare_slurm(schedules, nbytes, out_dir, meta, topology, search, nodes) -> dict:
+    """Generate every program, write every job directory and the sbatch script; nothing runs here."""
+    if meta["backend"] == "cupy":
+        raise ValidateError("--launcher slurm runs generated programs: use --backend nccl or nvshmem "
+                            "(the cupy backend runs under clockworks run inside the allocation)")
+    out_dir = os.path.abspath(out_dir)
+    cells = []
+    for sched, size in zip(schedules, nbytes):
+        folder = os.path.join(out_dir, "build", str(size))
+        job_dir = os.path.join(out_dir, "runs", str(size))
+        os.makedirs(folder, exist_ok=True)
+        os.makedirs(job_dir, exist_ok=True)
+        source = _generate(sched, meta["backend"], os.path.join(folder, f"{sched.name}.cu"))
+        reference = build_reference(sched, timeout=search)
+        prepare_job_dir(job_dir, sched, reference, meta["timeout"], meta["iters"], meta["backend"], size)
+        cells.append({"bytes": size, "size": size_text(size), "source": source,
+                      "binary": os.path.join(folder, "prog"), "job": job_dir})
+    world = schedules[0].world
+    nccl = None
+    if meta["nccl_op"] and world > 1 and nccl_sizes(nbytes, world):
+        nccl = {"op": meta["nccl_op"], "sizes": nccl_sizes(nbytes, world)}
+    manifest = {**meta, "topology": topology, "nodes": nodes, "cells": cells, "nccl": nccl}
+    with open(os.path.join(out_dir, MANIFEST), "w", encoding="utf-8") as handle:
+        json.dump(manifest, handle, indent=1)
+    script = os.path.join(out_dir, SBATCH)
+    write_sbatch(script, out_dir, cells, world, nodes=nodes, iters=meta["iters"], warmup=meta["warmup"],
+                 graph=meta["graph"], timeout=meta["timeout"] or DEFAULT_TIMEOUT_S, nccl=nccl,
+                 name=f"validate-{meta['schedule']}")
+    return {"verdict": "prepared", "sbatch": script, "out": out_dir, **manifest}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The sbatch script's steps: `python -m clockworks_dist.codegen.validate build|collect OUT`."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2 or argv[0] not in ("build", "collect"):
+        sys.stderr.write("usage: python -m clockworks_dist.codegen.validate build|collect OUT\n")
+        return 2
+    try:
+        if argv[0] == "build":
+            build_all(argv[1])
+            return 0
+        report = collect(argv[1])
+    except ClockworksError as exc:
+        sys.stderr.write(f"clockworks validate: error: {exc}\n")
+        return 2
+    for cell in report["cells"]:
+        print(f"{cell['size']}: {cell['message']}")
+    print(f"wrote {', '.join(report['files'])}")
+    return 0 if report["verdict"] == "match" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
