@@ -265,7 +265,7 @@ def test_the_backend_decides_what_is_missing(fake):
     assert build.find_toolchain("nccl").ok
     tc = build.find_toolchain("nvshmem")
     assert [m.what.split()[0] for m in tc.missing] == ["NVSHMEM"]
-    assert tc.missing_for("nccl") == [] and len(tc.missing_for("nvshmem")) == 1
+    assert tc.missing_for("nccl") == [] and len(tc.missing_for("nvshmem")) == 1 == len(tc.missing_for(None))
     assert "(not needed here)" in build.describe(build.find_toolchain("nccl"))
     with pytest.raises(BuildError, match="unknown backend 'mscclpp'"):
         build.find_toolchain("mscclpp")
@@ -287,7 +287,8 @@ def test_the_arch_is_given_else_from_the_environment_else_the_gpu_else_sm_90(fak
     assert tc.arch == "sm_100" and "10.0" in tc.arch_source
     monkeypatch.setenv("CLOCKWORKS_CUDA_ARCH", "sm_90a")
     assert build.find_toolchain().arch == "sm_90a"
-    assert (build.find_toolchain(arch="sm_80").arch, build.find_toolchain(arch="sm_80").arch_source) == ("sm_80", "given")
+    given = build.find_toolchain(arch="sm_80")
+    assert (given.arch, given.arch_source) == ("sm_80", "given")
     with pytest.raises(BuildError, match="not a CUDA architecture"):
         build.find_toolchain(arch="hopper")
     monkeypatch.setenv("CLOCKWORKS_CUDA_ARCH", "90")
@@ -307,7 +308,8 @@ esac
 """)
     tc = build.find_toolchain()
     assert tc.mpi_compile == (f"-I{inc}",) and tc.mpi_header == inc / "mpi.h"
-    assert tc.mpi_link == ("-Xcompiler", "-pthread", "-L/ompi/lib", "-Xlinker", "-rpath", "-Xlinker", "/ompi/lib", "-lmpi")
+    assert tc.mpi_link == ("-Xcompiler", "-pthread", "-L/ompi/lib", "-Xlinker", "-rpath", "-Xlinker", "/ompi/lib",
+                           "-lmpi")
     assert tc.mpi_source.endswith("--showme")
 
 
@@ -569,6 +571,18 @@ def test_an_nvshmem_program_compiles_and_links(tmp_path):
     assert "libcuda.so.1" in needed and any(n.startswith("libnvshmem_host.so") for n in needed)
     assert "libnccl.so.2" not in needed
     assert str(tc.nvshmem_lib) in rpath and all("stubs" not in p and ".link" not in p for p in rpath)
+
+
+def test_the_generated_libcuda_stub_stands_in_for_the_driver(tmp_path):
+    tc = _ready("nccl")
+    stub = build.make_libcuda_stub(tc, tmp_path / "cuda")
+    if not shutil.which("readelf"):
+        pytest.skip("readelf not found (binutils): cannot read the stub's soname and symbols")
+    dynamic = subprocess.run(["readelf", "-d", str(stub)], capture_output=True, text=True, timeout=60).stdout
+    assert "Library soname: [libcuda.so.1]" in dynamic
+    symbols = subprocess.run(["readelf", "--dyn-syms", "-W", str(stub)], capture_output=True, text=True,
+                             timeout=60).stdout.split()
+    assert {"cuStreamWriteValue32_v2", "cuInit", "cuMemAlloc_v2"} <= set(symbols)
 
 
 def test_a_compile_error_shows_nvccs_lines_and_the_command(tmp_path):

@@ -78,7 +78,8 @@ def _wheel_fix(lib: str, home_env: str, files: str) -> str:
 
 
 NCCL_FIX = _wheel_fix("nccl", NCCL_ENV, "include/nccl.h and lib/libnccl.so.2")
-NVSHMEM_FIX = _wheel_fix("nvshmem", NVSHMEM_ENV, "include/nvshmem.h, lib/libnvshmem_host.so.3 and lib/libnvshmem_device.a")
+NVSHMEM_FIX = _wheel_fix("nvshmem", NVSHMEM_ENV,
+                         "include/nvshmem.h, lib/libnvshmem_host.so.3 and lib/libnvshmem_device.a")
 
 
 class BuildError(ClockworksError):
@@ -146,8 +147,10 @@ class Toolchain:
         wanted = BACKENDS if self.backend is None else (self.backend,)
         return [m for m in self.problems if set(m.backends) & set(wanted)]
 
-    def missing_for(self, backend: str) -> list[Missing]:
-        """What building `backend` programs lacks."""
+    def missing_for(self, backend: str | None) -> list[Missing]:
+        """What building `backend` programs lacks (None: programs of either backend)."""
+        if backend is None:
+            return list(self.problems)
         _check_backend(backend)
         return [m for m in self.problems if backend in m.backends]
 
@@ -325,8 +328,8 @@ def _find_library(name: str, env: str, sub: str, header: str, lib_ok, system: li
             inc, lib = site / pkg / "include", site / pkg / "lib"
             if (inc / header).is_file() and lib_ok(lib):
                 dist, wheel_major = _wheel_of(site, sub, pkg, header)
-                return _Found(inc, lib, _header_version(name, inc), f"wheel {dist}" if dist else f"wheel ({site / pkg})",
-                              cuda_major=wheel_major)
+                source = f"wheel {dist}" if dist else f"wheel ({site / pkg})"
+                return _Found(inc, lib, _header_version(name, inc), source, cuda_major=wheel_major)
     majors = [cuda_major] if cuda_major else []
     majors += [m for m in sorted(CUDA_MAJORS, reverse=True) if m not in majors]
     for inc_t, lib_t in system:
@@ -734,7 +737,8 @@ def describe(toolchain: Toolchain) -> str:
         out.append(f"  {name:<8} {text}")
 
     if tc.nvcc:
-        row("nvcc", f"{tc.nvcc_version or 'unknown version'}  {tc.nvcc}" + (f" (toolkit {tc.cuda_root})" if tc.cuda_root else ""))
+        toolkit = f" (toolkit {tc.cuda_root})" if tc.cuda_root else ""
+        row("nvcc", f"{tc.nvcc_version or 'unknown version'}  {tc.nvcc}{toolkit}")
     else:
         row("nvcc", "MISSING")
     row("arch", f"{tc.arch}  ({tc.arch_source})")
