@@ -357,9 +357,10 @@ def test_validate_with_slurm_prepares_every_size_and_collect_sums_up(tmp_path, m
     report = validate.validate_file(os.path.join(PROTOCOLS, "ring_allreduce.py"), backend="nccl", ranks=2,
                                     sizes="1KiB,4KiB", timeout=30, out_dir=str(out), launcher="slurm",
                                     topology="h200x2-nv18")
-    assert report["verdict"] == "prepared" and report["nccl"] == {"op": "allreduce", "sizes": [1024, 4096]}
+    assert report["verdict"] == "written" and report["nccl"] == {"op": "allreduce", "sizes": [1024, 4096]}
     script = (out / "validate.sbatch").read_text()
-    assert script.count("srun --mpi=pmix") == 3
+    assert script.count("srun --mpi=pmix") == 3 and f"{out}/build/1024/ring_allreduce --job" in script
+    assert validate.summary_lines(report)[1].startswith(f"submit it: sbatch {out}/validate.sbatch")
     for size, elements in ((1024, 256), (4096, 1024)):
         assert (out / "build" / str(size) / "ring_allreduce.cu").read_text() == f"// ring_allreduce nccl {elements}\n"
         job = out / "runs" / str(size)
@@ -405,7 +406,7 @@ def test_unverified_schedules_are_refused_with_the_fix():
 def test_unknown_backend_and_launcher_are_bad_input():
     with pytest.raises(validate.ValidateError, match="unknown backend 'mpi'; clockworks validate knows nccl"):
         validate.validate_file("x.py", backend="mpi")
-    with pytest.raises(validate.ValidateError, match="unknown launcher 'pbs'; one of local, slurm"):
+    with pytest.raises(validate.ValidateError, match="unknown launcher 'pbs'; one of mpirun, local, slurm"):
         validate.validate_file("x.py", launcher="pbs")
 
 

@@ -49,7 +49,7 @@ from ..runtime.expected import Reference, build_reference, expect_rank
 from ..runtime.numeric import storage
 
 BACKENDS = ("nccl", "nvshmem", "cupy")
-LAUNCHERS = ("local", "slurm")
+LAUNCHERS = ("mpirun", "local", "slurm")  # local: mpirun here, as mpirun
 MAGIC = b"CWEXPECT"
 VERSION = 1
 DEFAULT_ITERS, DEFAULT_WARMUP, DEFAULT_TIMEOUT_S = 20, 2, 60.0
@@ -480,10 +480,12 @@ def make_cell(nbytes: int, result: dict, predicted: dict | None, nccl: dict | No
     return cell
 
 
-def nccl_cell(op: str | None, found: dict[int, dict], nbytes: int, ranks: int, problem: str | None) -> tuple:
-    """NCCL's measurement of one size ({op, eager_us, graph_us, correct}) or None, and a note."""
+def nccl_cell(op: str | None, found: dict[int, dict], nbytes: int, ranks: int, problem: str | None,
+              none: str = "no NCCL collective") -> tuple:
+    """NCCL's measurement of one size ({op, eager_us, graph_us, correct}) or None, and a note
+    (`none` when there is no op to measure)."""
     if op is None:
-        return None, "no NCCL collective"
+        return None, none
     line = found.get(nbytes)
     if line is not None:
         return {"op": op, "eager_us": line.get("eager_us"), "graph_us": line.get("graph_us"),
@@ -526,6 +528,8 @@ def table_row(cell: dict) -> list[str]:
     nccl = cell.get("nccl")
     nccl_text = _pair(nccl, "eager_us", "graph_us", "{:,.1f}") if nccl else next(
         (note for note in cell.get("notes", ()) if note.startswith(("no NCCL", "NCCL"))), "-")
+    if nccl and nccl.get("correct") is False:
+        nccl_text += " (NCCL's own output was wrong)"
     return [cell["size"], cell["verdict"], _time_text(cell.get("eager")), _time_text(cell.get("graph")),
             _pair(cell.get("predicted"), "eager_us", "graph_us", "{:,.1f}"),
             _pair(cell.get("error"), "eager", "graph", "{:+.0%}"), nccl_text,
@@ -566,7 +570,7 @@ def render_table(cells: list[dict], meta: dict) -> str:
         lines.append("| " + " | ".join(text.replace("|", "/") for text in table_row(cell)) + " |")
     problems = [f"- {cell['size']}: {cell['message']}" for cell in cells if cell["verdict"] not in ("match", "ran")]
     notes = sorted({note for cell in cells for note in cell.get("notes", ())
-                    if not note.startswith(("no NCCL collective",))})
+                    if not note.startswith(("no NCCL collective", "NCCL not measured"))})
     if problems:
         lines += ["", "Problems:", ""] + problems
     if notes:
@@ -779,16 +783,17 @@ def _build_workers(count: int) -> int:
 
 
 # ---------------------------------------------------------------------------------- the command
-def load_schedules(path: str, ranks: int | None, sizes, schedule_name: str | None,
-                   timeout: float | None) -> tuple[list[ir.Schedule], list[int]]:
+def load_schedules(path: str, ranks: int | None, sizes, schedule_name: str | None, timeout: float | None,
+                   size_bindings: dict[str, int] | None = None) -> tuple[list[ir.Schedule], list[int]]:
     """The schedule of `path` traced at `ranks` (at each of `sizes`: "1KiB..1GiB", "4096,1MiB" or a
-    list of ints; bytes per rank of the main buffer) with `clockworks run`'s helpers; the main
-    buffer's bytes per rank of each."""
+    list of ints; bytes per rank of the main buffer; `size_bindings`: the other size symbols) with
+    `clockworks run`'s helpers; the main buffer's bytes per rank of each."""
     from .. import cli_run
 
     if isinstance(sizes, (list, tuple)):
         sizes = ",".join(str(int(size)) for size in sizes)
-    args = argparse.Namespace(file=path, np=ranks, sizes=sizes or None, size=[], schedule=schedule_name,
+    args = argparse.Namespace(file=path, np=ranks, sizes=sizes or None, size=list((size_bindings or {}).items()),
+                              schedule=schedule_name,
                               timeout=timeout, started=time.monotonic(), json=False, debug=False)
     schedules, _ = cli_run._schedules(args)
     names = list(dict.fromkeys(sched.name for sched in schedules))
@@ -824,10 +829,17 @@ def _require_gpus(ranks: int, backend: str) -> None:
 
 
 def _generate(sched: ir.Schedule, backend: str, path: str) -> str:
+    """Write the program of `sched` for `backend` to `path`; an op the backend cannot emit is named."""
+    from ..semantics.backends import Unsupported
     from . import program
 
+    try:
+        text = program.generate(sched, backend)
+    except Unsupported as exc:
+        raise ValidateError(f"{sched.name}: {exc} (the {backend} backend cannot generate it: try another "
+                            "--backend)") from None
     with open(path, "w", encoding="utf-8") as handle:
-        handle.write(program.generate(sched, backend))
+        handle.write(text)
     return path
 
 
@@ -835,15 +847,15 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
                   timeout: float | None = DEFAULT_TIMEOUT_S, out_dir: str | None = None, iters: int = DEFAULT_ITERS,
                   warmup: int = DEFAULT_WARMUP, graph: bool = True, launcher: str = "local",
                   topology: str | None = None, schedule_name: str | None = None, no_check: bool = False,
-                  nodes: int = 1) -> dict:
+                  size_bindings: dict[str, int] | None = None, nccl: bool = True, nodes: int = 1) -> dict:
     """`clockworks validate FILE`: see the module docstring. Returns the report (`results.json`'s
     content: `verdict`, the worst over the sizes, and one cell per size); with `--launcher
-    slurm`, what was prepared (`verdict` "prepared", `sbatch`)."""
+    slurm`, what was written (`verdict` "written", `sbatch`). `nccl`: measure NCCL's collective."""
     if backend not in BACKENDS:
         raise ValidateError(f"unknown backend {backend!r}; clockworks validate knows {', '.join(BACKENDS)}")
     if launcher not in LAUNCHERS:
         raise ValidateError(f"unknown launcher {launcher!r}; one of {', '.join(LAUNCHERS)}")
-    schedules, nbytes = load_schedules(path, ranks, sizes, schedule_name, timeout)
+    schedules, nbytes = load_schedules(path, ranks, sizes, schedule_name, timeout, size_bindings)
     if not no_check:
         for sched in schedules:
             verify(sched, timeout)
@@ -852,7 +864,7 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
     search = None if timeout is None else timeout * SEARCH_SHARE
     meta = {"schedule": schedules[0].name, "file": path, "backend": backend, "ranks": schedules[0].world,
             "iters": iters, "warmup": warmup, "graph": graph and backend != "cupy", "timeout": timeout,
-            "nccl_op": nccl_collective(schedules[0])}
+            "nccl_op": nccl_collective(schedules[0]) if nccl else None, "nccl": nccl}
     if launcher == "slurm":
         return _prepare_slurm(schedules, nbytes, out_dir, meta, topology, search, nodes)
     launch.find_mpiexec()
@@ -861,6 +873,8 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
     _require_gpus(schedules[0].world, backend)
     from . import build
 
+    toolchain = build.find_toolchain(backend)
+    toolchain.require(backend)
     build_root = os.path.join(out_dir, "build")
     with concurrent.futures.ThreadPoolExecutor(max_workers=_build_workers(len(schedules))) as pool:
         bench = pool.submit(build_nccl_bench, build_root) if meta["nccl_op"] and schedules[0].world > 1 else None
@@ -869,7 +883,7 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
             folder = os.path.join(build_root, str(size))
             os.makedirs(folder, exist_ok=True)
             source = _generate(sched, backend, os.path.join(folder, f"{sched.name}.cu"))
-            binaries.append(pool.submit(build.compile_program, source, backend, folder))
+            binaries.append(pool.submit(build.compile_program, source, backend, folder, toolchain))
         binaries = [job.result() for job in binaries]
         bench_binary, bench_problem = None, None
         if bench is not None:
@@ -900,7 +914,8 @@ def _finish(schedules, nbytes, results, out_dir, meta, topology, bench_binary, b
     cells = []
     for sched, size, result in zip(schedules, nbytes, results):
         predicted, why = predictions(sched, topo)
-        nccl, nccl_note = nccl_cell(meta["nccl_op"] if world > 1 else None, found, size, world, bench_problem)
+        nccl, nccl_note = nccl_cell(meta["nccl_op"] if world > 1 else None, found, size, world, bench_problem,
+                                    none="no NCCL collective" if meta.get("nccl", True) else "NCCL not measured")
         cells.append(make_cell(size, result, predicted, nccl, [n for n in (why, nccl_note) if n]))
     meta = {**meta, "launcher": "local", "topology": topo_note, "nccl_version": (header or {}).get("nccl_version"),
             "nccl_header": header, "machine": machine,
@@ -964,19 +979,38 @@ def _prepare_slurm(schedules, nbytes, out_dir, meta, topology, search, nodes) ->
         reference = build_reference(sched, timeout=search)
         prepare_job_dir(job_dir, sched, reference, meta["timeout"], meta["iters"], meta["backend"], size)
         cells.append({"bytes": size, "size": size_text(size), "source": source,
-                      "binary": os.path.join(folder, "prog"), "job": job_dir})
+                      "binary": os.path.join(folder, sched.name), "job": job_dir})
     world = schedules[0].world
     nccl = None
     if meta["nccl_op"] and world > 1 and nccl_sizes(nbytes, world):
         nccl = {"op": meta["nccl_op"], "sizes": nccl_sizes(nbytes, world)}
-    manifest = {**meta, "topology": topology, "nodes": nodes, "cells": cells, "nccl": nccl}
+    manifest = {**meta, "topology": topology, "nodes": nodes, "cells": cells, "nccl": nccl}  # the baseline to run
     with open(os.path.join(out_dir, MANIFEST), "w", encoding="utf-8") as handle:
         json.dump(manifest, handle, indent=1)
     script = os.path.join(out_dir, SBATCH)
     write_sbatch(script, out_dir, cells, world, nodes=nodes, iters=meta["iters"], warmup=meta["warmup"],
                  graph=meta["graph"], timeout=meta["timeout"] or DEFAULT_TIMEOUT_S, nccl=nccl,
                  name=f"validate-{meta['schedule']}")
-    return {"verdict": "prepared", "sbatch": script, "out": out_dir, **manifest}
+    return {**manifest, "verdict": "written", "sbatch": script, "out": out_dir}
+
+
+def summary_lines(report: dict) -> list[str]:
+    """What `clockworks validate` prints: one line per size (verdict, times, prediction, NCCL), then
+    the files written; for a Slurm folder, how to submit it."""
+    if report.get("verdict") == "written":
+        return [f"wrote {report['sbatch']} and the job directories of {len(report['cells'])} size(s) under "
+                f"{report['out']}", f"submit it: sbatch {shlex.quote(report['sbatch'])} (results.md, results.json "
+                "and results.png land in the same folder)"]
+    lines = [f"{report.get('schedule')}, {report.get('ranks')} ranks, {report.get('backend')}: {report['verdict']}"]
+    for cell in report["cells"]:
+        row = dict(zip(COLUMNS, table_row(cell)))
+        lines.append(f"  {cell['size']}: {cell['message']}")
+        lines.append(f"    eager {row[COLUMNS[2]]} us, graph {row[COLUMNS[3]]} us; predicted {row[COLUMNS[4]]}; "
+                     f"NCCL {row[COLUMNS[6]]}; speedup vs NCCL {row[COLUMNS[7]]}")
+    if report.get("prediction_note"):
+        lines.append(f"  {report['prediction_note']}")
+    lines.append(f"wrote {', '.join(report.get('files', ()))}")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -993,9 +1027,7 @@ def main(argv: list[str] | None = None) -> int:
     except ClockworksError as exc:
         sys.stderr.write(f"clockworks validate: error: {exc}\n")
         return 2
-    for cell in report["cells"]:
-        print(f"{cell['size']}: {cell['message']}")
-    print(f"wrote {', '.join(report['files'])}")
+    print("\n".join(summary_lines(report)))
     return 0 if report["verdict"] == "match" else 1
 
 
