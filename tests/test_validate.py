@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -335,7 +336,7 @@ def test_sbatch_script_runs_every_size_under_srun_pmix_with_multicast_off(tmp_pa
         assert wanted in lines
     runs = [line for line in lines if " srun --mpi=pmix " in line]
     assert len(runs) == 3  # two sizes and NCCL's baseline
-    first = f"'{out}/build/1024/prog' --job '{out}/runs/1024' --iters 20 --warmup 2 --timeout 58 --no-graph"
+    first = f"'{out}/build/1024/prog' --job '{out}/runs/1024' --iters 20 --warmup 2 --timeout 60 --no-graph"
     assert first in runs[0] and runs[0].startswith("timeout --kill-after=10 90 srun --mpi=pmix --ntasks=8")
     assert "--ops allreduce --sizes 1024,4096" in runs[2]
     build = lines.index('"$PYTHON" -m clockworks_dist.codegen.validate build "$OUT" || exit 2')
@@ -564,6 +565,8 @@ def test_run_program_compares_a_dump_with_every_execution(program, tmp_path):
     result = validate.run_program(program, sched, ref, 2, timeout=30.0, iters=3, warmup=1,
                                   env={**env, "FAKE_TICKET_0": str(mine[1])})
     assert result["verdict"] == "match", result["message"]
+    assert result["message"].endswith("equal the checker's values (1 hold the value of another execution of the "
+                                      "checker)")
     assert result["ranks"][0]["compare"]["other_execution"] == 1 and result["ranks"][0]["compare"]["recompared"]
     assert result["graph_time"]["median_us"] == 10.0 and result["time"]["median_us"] == 20.0
     # a ticket no execution takes: a mismatch naming the buffer, the value and the possible ones
@@ -578,9 +581,10 @@ def test_run_program_compares_a_dump_with_every_execution(program, tmp_path):
 
 def test_program_argv_follows_the_contract():
     assert validate.program_argv("./prog", 20, 2, 60.0, True) == [
-        "./prog", "--job", "{dir}", "--iters", "20", "--warmup", "2", "--timeout", "58"]
-    assert validate.program_argv("./prog", 5, 0, 4.0, False)[-3:] == ["--timeout", "3", "--no-graph"]
+        "./prog", "--job", "{dir}", "--iters", "20", "--warmup", "2", "--timeout", "60"]
+    assert validate.program_argv("./prog", 5, 0, 4.0, False)[-3:] == ["--timeout", "4", "--no-graph"]
     assert launch.rank_command(["./prog", "--job", "{dir}"], "/tmp/j") == ["./prog", "--job", "/tmp/j"]
+    assert launch.rank_command([Path("./prog"), "--job={dir}"], "/tmp/j") == ["prog", "--job=/tmp/j"]
     assert launch.rank_command(None, "/tmp/j")[1:] == ["-m", "clockworks_dist.runtime.worker", "/tmp/j"]
 
 
@@ -621,3 +625,21 @@ def test_a_dead_rank_in_a_slurm_job_directory_is_a_crash(tmp_path):
     assert outcome.dead == [1]
     result = validate.summarize_run(sched, ref, outcome, str(tmp_path))
     assert result["verdict"] == "crash" and "rank 1 died" in result["message"] and "fetch_add" in result["message"]
+
+
+def test_no_check_runs_a_schedule_without_expected_values_when_none_can_be_built(tmp_path, monkeypatch):
+    """recv_never_matched does not even match statically: with no_check its program still runs (to
+    show the hang), with no expectation files; without no_check it is refused."""
+    fake = type(sys)("clockworks_dist.codegen.program")
+    fake.generate = lambda sched, backend: "// program\n"
+    monkeypatch.setitem(sys.modules, "clockworks_dist.codegen.program", fake)
+    monkeypatch.setattr(codegen, "program", fake, raising=False)
+    path = os.path.join(PROTOCOLS, "buggy", "recv_never_matched.py")
+    with pytest.raises(validate.ValidateError, match="recv_never_matched.py:24: recv_never_matched at 2 ranks, rank 0: the "
+                                                     "checker finds"):
+        validate.validate_file(path, ranks=2, launcher="slurm", out_dir=str(tmp_path / "refused"), timeout=30)
+    report = validate.validate_file(path, ranks=2, launcher="slurm", out_dir=str(tmp_path / "out"), timeout=30,
+                                    no_check=True)
+    job = report["cells"][0]["job"]
+    assert sorted(os.listdir(job)) == ["job.pkl", "progress.bin"]
+    assert job_mod.read(job).items[0].reference is None

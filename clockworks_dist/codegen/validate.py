@@ -53,8 +53,10 @@ LAUNCHERS = ("mpirun", "local", "slurm")  # local: mpirun here, as mpirun
 MAGIC = b"CWEXPECT"
 VERSION = 1
 DEFAULT_ITERS, DEFAULT_WARMUP, DEFAULT_TIMEOUT_S = 20, 2, 60.0
-# A program's own --timeout ends this much before the launcher's, so each rank can still say where it was.
-REPORT_MARGIN_S = 2.0
+# The launcher's backstop: a program gets its --timeout for its run, counted once MPI, NCCL or NVSHMEM and
+# its buffers are set up; the launcher ends the job this much later (start-up, the report, the exit), so
+# each rank can say where it was.
+STARTUP_S = 30.0
 SEARCH_SHARE = 0.5  # of the timeout, for the checker's search of every final value
 BUILD_TIMEOUT_S = 600.0  # NCCL's benchmark; nvcc takes about a minute
 SAVED_FILES = ("stdout.txt", "stderr.txt")  # kept from a job directory when a cell does not match
@@ -204,15 +206,15 @@ def recompare(line: dict, directory: str, sched: ir.Schedule, reference: Referen
 # ------------------------------------------------------------------------------- running one program
 def program_argv(binary: str, iters: int, warmup: int, timeout: float | None, graph: bool) -> list[str]:
     """Each rank's command line (the contract in `codegen/__init__.py`); "{dir}": the job directory."""
-    argv = [binary, "--job", "{dir}", "--iters", str(iters), "--warmup", str(warmup)]
+    argv = [os.fspath(binary), "--job", "{dir}", "--iters", str(iters), "--warmup", str(warmup)]
     if timeout is not None:
-        argv += ["--timeout", f"{program_timeout(timeout):g}"]
+        argv += ["--timeout", f"{timeout:g}"]
     return argv if graph else argv + ["--no-graph"]
 
 
-def program_timeout(timeout: float) -> float:
-    """The program's own bound: the launcher's, less a margin to report in."""
-    return round(max(1.0, timeout - min(REPORT_MARGIN_S, 0.25 * timeout)), 1)
+def launcher_timeout(timeout: float | None) -> float | None:
+    """The launcher's bound on a program whose own bound is `timeout` (None: none)."""
+    return None if timeout is None else timeout + STARTUP_S
 
 
 def timing(lines: list[dict], key: str = "seconds", skip: int = 0) -> dict | None:
@@ -230,6 +232,11 @@ def summarize_run(sched: ir.Schedule, reference: Reference | None, outcome: laun
     result = summary["results"][0]
     result["graph_time"] = timing(result["ranks"], "graph_seconds")
     result["checked"] = sum((line.get("compare") or {}).get("checked", 0) for line in result["ranks"])
+    if result["verdict"] == "match":  # a program checks after some runs only, not after each iteration
+        others = sum((line.get("compare") or {}).get("other_execution", 0) for line in result["ranks"])
+        also = f" ({others:,} hold the value of another execution of the checker)" if others else ""
+        result["message"] = (f"results match: {result['checked']:,} comparisons of elements and signal words "
+                             f"(every rank, every check) equal the checker's values{also}")
     result["returncode"] = outcome.returncode
     if result["verdict"] in ("crash", "hang") and outcome.stderr.strip():
         result["mpiexec_stderr"] = outcome.stderr
@@ -262,7 +269,8 @@ def run_program(binary: str, sched: ir.Schedule, reference: Reference | None, ra
                 warmup: int = DEFAULT_WARMUP, graph: bool = True, env: dict | None = None, *,
                 backend: str = "nccl", nbytes: int | None = None, save_to: str | None = None) -> dict:
     """Run a generated program of `sched` under mpiexec (one rank per process, NVLink multicast
-    off), within `timeout` seconds, and return its result: `verdict` (match, ran, mismatch, hang,
+    off): its run bounded by `timeout` seconds (the program's --timeout; the launcher ends the job
+    `STARTUP_S` later at the latest), and return its result: `verdict` (match, ran, mismatch, hang,
     crash), `message`, each rank's line, `time` (eager) and `graph_time` (us: median, min, max of
     the slowest rank per run), `checked`. `save_to`: a folder that keeps mpiexec's output of a run
     that did not match."""
@@ -275,7 +283,7 @@ def run_program(binary: str, sched: ir.Schedule, reference: Reference | None, ra
         if reference is not None and reference.final is not None:
             write_expectations(directory, sched, reference)
         argv = program_argv(binary, iters, warmup, timeout, graph)
-        outcome = launch.run(job, timeout=timeout, env=env, argv=argv, directory=directory)
+        outcome = launch.run(job, timeout=launcher_timeout(timeout), env=env, argv=argv, directory=directory)
         result = summarize_run(sched, reference, outcome, directory)
         if save_to and result["verdict"] != "match":
             os.makedirs(save_to, exist_ok=True)
@@ -469,7 +477,10 @@ def make_cell(nbytes: int, result: dict, predicted: dict | None, nccl: dict | No
     measured = {"eager": eager["median_us"] if eager else None, "graph": graph["median_us"] if graph else None}
     cell = {"bytes": nbytes, "size": size_text(nbytes), "verdict": result["verdict"], "message": result["message"],
             "eager": eager, "graph": graph, "predicted": predicted, "error": None, "nccl": nccl,
-            "speedup_vs_nccl": None, "elements_checked": result.get("checked", 0), "notes": list(notes)}
+            "speedup_vs_nccl": None, "elements_checked": result.get("checked", 0), "notes": list(notes),
+            "ranks": result.get("ranks", [])}
+    if result.get("mpiexec_stderr"):
+        cell["mpiexec_stderr"] = result["mpiexec_stderr"]
     if predicted:
         cell["error"] = {mode: _ratio((predicted[f"{mode}_us"] - measured[mode]) if measured[mode] else None,
                                       measured[mode]) for mode in ("eager", "graph")}
@@ -650,10 +661,24 @@ def write_results(out_dir: str, cells: list[dict], meta: dict) -> dict:
         json.dump(report, handle, indent=1)
     with open(os.path.join(out_dir, "results.md"), "w", encoding="utf-8") as handle:
         handle.write(render_table(cells, meta))
-    plot_cells(cells, os.path.join(out_dir, "results.png"),
-               f"{meta.get('schedule')}, {meta.get('ranks')} ranks, {meta.get('backend')}")
-    report["files"] = [os.path.join(out_dir, name) for name in ("results.json", "results.md", "results.png")]
+    written = ["results.json", "results.md"]
+    try:  # the measurements are kept even where matplotlib is missing (plot them elsewhere: `replot`)
+        plot_cells(cells, os.path.join(out_dir, "results.png"),
+                   f"{meta.get('schedule')}, {meta.get('ranks')} ranks, {meta.get('backend')}")
+        written.append("results.png")
+    except MissingDependency as exc:
+        report["plot_note"] = f"results.png not written: {exc}"
+    report["files"] = [os.path.join(out_dir, name) for name in written]
     return report
+
+
+def replot(out_dir: str) -> str:
+    """results.png again from a folder's results.json (made where matplotlib was missing)."""
+    with open(os.path.join(out_dir, "results.json"), encoding="utf-8") as handle:
+        report = json.load(handle)
+    path = os.path.join(out_dir, "results.png")
+    plot_cells(report["cells"], path, f"{report.get('schedule')}, {report.get('ranks')} ranks, {report.get('backend')}")
+    return path
 
 
 # ------------------------------------------------------------------------------------ Slurm
@@ -666,7 +691,7 @@ def write_sbatch(path: str, out_dir: str, cells: list[dict], ranks: int, *, node
     (`... validate collect OUT`). `cells`: {source, binary, job} per size, paths. Returns the text."""
     python = python or sys.executable
     q = shlex.quote
-    per_run = int(timeout) + 30
+    per_run = int(launcher_timeout(timeout))
     limit = 600 + per_run * (len(cells) + 1)  # builds, every size, NCCL, the summary
     lines = ["#!/bin/bash", f"#SBATCH --job-name={q(name)}", f"#SBATCH --nodes={nodes}", f"#SBATCH --ntasks={ranks}",
              f"#SBATCH --ntasks-per-node={-(-ranks // nodes)}", "#SBATCH --gpus-per-task=1",
@@ -813,11 +838,27 @@ def verify(sched: ir.Schedule, timeout: float | None) -> None:
     where = f"{sched.loc.file}:{sched.loc.line}: {sched.name} at {sched.world} ranks"
     if result.verdict == "violated":
         first = result.errors[0]
+        op = next((ref for ref in first.ops if ref.loc is not None), None)
+        if op is not None:  # the user's line of the first op involved, and its rank
+            where = f"{op.loc.file}:{op.loc.line}: {sched.name} at {sched.world} ranks, rank {op.rank}"
         raise ValidateError(f"{where}: the checker finds {len(result.errors)} error(s), first {first.kind}: "
                             f"{first.message} (run clockworks check on it; fix the schedule, or pass --no-check "
                             "to run it anyway)")
     raise ValidateError(f"{where}: the check did not finish (stopped by {result.stopped_by} in "
                         f"{result.stopped_in or 'the search'}); raise --timeout, or pass --no-check")
+
+
+def reference_of(sched: ir.Schedule, search: float | None, no_check: bool) -> Reference | None:
+    """The checker's values of `sched`; with `no_check`, None for a schedule whose sends, recvs or
+    collectives do not even match (the program then runs without expected values: "ran", or a hang)."""
+    from ..errors import ScheduleError
+
+    try:
+        return build_reference(sched, timeout=search)
+    except ScheduleError:
+        if not no_check:
+            raise
+        return None
 
 
 def _require_gpus(ranks: int, backend: str) -> None:
@@ -864,7 +905,7 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
     search = None if timeout is None else timeout * SEARCH_SHARE
     meta = {"schedule": schedules[0].name, "file": path, "backend": backend, "ranks": schedules[0].world,
             "iters": iters, "warmup": warmup, "graph": graph and backend != "cupy", "timeout": timeout,
-            "nccl_op": nccl_collective(schedules[0]) if nccl else None, "nccl": nccl}
+            "nccl_op": nccl_collective(schedules[0]) if nccl else None, "nccl": nccl, "no_check": no_check}
     if launcher == "slurm":
         return _prepare_slurm(schedules, nbytes, out_dir, meta, topology, search, nodes)
     launch.find_mpiexec()
@@ -884,7 +925,7 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
             os.makedirs(folder, exist_ok=True)
             source = _generate(sched, backend, os.path.join(folder, f"{sched.name}.cu"))
             binaries.append(pool.submit(build.compile_program, source, backend, folder, toolchain))
-        binaries = [job.result() for job in binaries]
+        binaries = [os.fspath(job.result()) for job in binaries]
         bench_binary, bench_problem = None, None
         if bench is not None:
             try:
@@ -893,7 +934,7 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
                 bench_problem = f"no NCCL baseline: {exc}"
     results = []
     for sched, size, binary in zip(schedules, nbytes, binaries):
-        reference = build_reference(sched, timeout=search)
+        reference = reference_of(sched, search, no_check)
         results.append(run_program(binary, sched, reference, sched.world, timeout, iters, warmup, graph,
                                    backend=backend, nbytes=size, save_to=os.path.join(out_dir, "runs", str(size))))
     return _finish(schedules, nbytes, results, out_dir, meta, topology, bench_binary, bench_problem, timeout)
@@ -938,7 +979,7 @@ def _validate_cupy(schedules, nbytes, out_dir, meta, topology, search) -> dict:
     timeout = meta["timeout"]
     warmup, iters = meta["warmup"], meta["iters"]
     items = [job_mod.Item(name=s.name, world=s.world, schedule_json=s.to_json(),
-                          reference=build_reference(s, timeout=search), timeout=timeout, nbytes=size)
+                          reference=reference_of(s, search, meta["no_check"]), timeout=timeout, nbytes=size)
              for s, size in zip(schedules, nbytes)]
     job = job_mod.Job(items=items, ranks=schedules[0].world, iters=warmup + iters, backend="cupy")
     total = None if timeout is None else timeout * len(items) + 30.0
@@ -949,7 +990,7 @@ def _validate_cupy(schedules, nbytes, out_dir, meta, topology, search) -> dict:
         result["time"] = timing(result["ranks"], "seconds", skip=warmup)
         result["graph_time"] = None
         result["checked"] = sum((line.get("compare") or {}).get("checked", 0) for line in result["ranks"])
-        if item.reference.note:
+        if item.reference is not None and item.reference.note:
             result["note"] = item.reference.note
         results.append(result)
     if summary["verdict"] in ("crash", "hang") and outcome.stderr.strip():
@@ -976,7 +1017,7 @@ def _prepare_slurm(schedules, nbytes, out_dir, meta, topology, search, nodes) ->
         os.makedirs(folder, exist_ok=True)
         os.makedirs(job_dir, exist_ok=True)
         source = _generate(sched, meta["backend"], os.path.join(folder, f"{sched.name}.cu"))
-        reference = build_reference(sched, timeout=search)
+        reference = reference_of(sched, search, meta["no_check"])
         prepare_job_dir(job_dir, sched, reference, meta["timeout"], meta["iters"], meta["backend"], size)
         cells.append({"bytes": size, "size": size_text(size), "source": source,
                       "binary": os.path.join(folder, sched.name), "job": job_dir})
@@ -1010,6 +1051,8 @@ def summary_lines(report: dict) -> list[str]:
     if report.get("prediction_note"):
         lines.append(f"  {report['prediction_note']}")
     lines.append(f"wrote {', '.join(report.get('files', ()))}")
+    if report.get("plot_note"):
+        lines.append(report["plot_note"])
     return lines
 
 

@@ -326,7 +326,7 @@ def rank_command(argv: list[str] | None, directory: str) -> list[str]:
     """Each rank's command: `argv` with "{dir}" replaced by `directory`, else the Python worker."""
     if argv is None:
         return [sys.executable, "-m", "clockworks_dist.runtime.worker", directory]
-    return [part.replace("{dir}", directory) for part in argv]
+    return [os.fspath(part).replace("{dir}", directory) for part in argv]
 
 
 def _run_in(job, directory, timeout, stall, mpiexec, env, argv=None) -> Outcome:
