@@ -635,8 +635,8 @@ def test_no_check_runs_a_schedule_without_expected_values_when_none_can_be_built
     monkeypatch.setitem(sys.modules, "clockworks_dist.codegen.program", fake)
     monkeypatch.setattr(codegen, "program", fake, raising=False)
     path = os.path.join(PROTOCOLS, "buggy", "recv_never_matched.py")
-    with pytest.raises(validate.ValidateError, match="recv_never_matched.py:24: recv_never_matched at 2 ranks, rank 0: the "
-                                                     "checker finds"):
+    refused = "recv_never_matched.py:24: recv_never_matched at 2 ranks, rank 0: the checker finds"
+    with pytest.raises(validate.ValidateError, match=refused):
         validate.validate_file(path, ranks=2, launcher="slurm", out_dir=str(tmp_path / "refused"), timeout=30)
     report = validate.validate_file(path, ranks=2, launcher="slurm", out_dir=str(tmp_path / "out"), timeout=30,
                                     no_check=True)

@@ -615,7 +615,8 @@ def plot_cells(cells: list[dict], path: str, title: str) -> None:
         if measured:
             xs = [x for x, _ in measured]
             mid = [t["median_us"] for _, t in measured]
-            spread = [[t["median_us"] - t["min_us"] for _, t in measured], [t["max_us"] - t["median_us"] for _, t in measured]]
+            spread = [[t["median_us"] - t["min_us"] for _, t in measured],
+                      [t["max_us"] - t["median_us"] for _, t in measured]]
             axes.errorbar(xs, mid, yerr=spread, marker="o", color=color, capsize=3, label=f"measured {mode}")
         for label, get, style in (("predicted", lambda c, m=mode: (c.get("predicted") or {}).get(f"{m}_us"), "--"),
                                   ("NCCL", lambda c, m=mode: (c.get("nccl") or {}).get(f"{m}_us"), ":")):
@@ -712,8 +713,8 @@ def write_sbatch(path: str, out_dir: str, cells: list[dict], ranks: int, *, node
                 program_argv(cell["binary"], iters, warmup, timeout, graph)]
         lines.append(f"# {cell['size']} per rank: the program's own --timeout reports each rank's op; "
                      "timeout(1) ends srun if it cannot")
-        lines.append(shlex.join(["timeout", "--kill-after=10", str(per_run), *srun, *argv])
-                     + f" > {q(os.path.join(cell['job'], 'stdout.txt'))} 2> {q(os.path.join(cell['job'], 'stderr.txt'))}")
+        output = f" > {q(os.path.join(cell['job'], 'stdout.txt'))} 2> {q(os.path.join(cell['job'], 'stderr.txt'))}"
+        lines.append(shlex.join(["timeout", "--kill-after=10", str(per_run), *srun, *argv]) + output)
     if nccl:
         bench = [os.path.join(out_dir, "build", "bench_nccl"), "--ops", nccl["op"], "--sizes",
                  ",".join(str(size) for size in nccl["sizes"]), "--out", os.path.join(out_dir, NCCL_LINES),
