@@ -1,0 +1,67 @@
+#!/bin/bash
+# clockworks validate on a machine with 2 GPUs (2 x H200): every protocol that runs at 2 ranks, with
+# each backend that applies, at the sizes of SIZES; then compute-sanitizer's memcheck once on each
+# generated program at the smallest size. Run from the repository root.
+#   RESULTS=DIR    results (default /tmp/cw-validate): one folder per protocol and backend
+#                  (results.json, results.md, results.png when matplotlib is there), sweep.log,
+#                  memcheck.txt; packed at the end into $OUT/validate.tgz (builds and dumps left out)
+#   WHEELS=DIR     install the wheels in DIR first (what the machine's Python lacks: pydantic,
+#                  pyyaml, networkx, z3-solver and their dependencies)
+#   PROTOCOLS="a b" the protocols (default: every protocols/*.py)
+#   BACKENDS="nccl nvshmem"
+#   SIZES=LIST     bytes per rank (default 1KiB,16KiB,256KiB,4MiB,64MiB,1GiB)
+#   ITERS=K        timed runs per mode (default 10)
+#   SECONDS_MAX=N  start no validation after N seconds from now (default 540)
+#   MEMCHECK=0     skip compute-sanitizer
+# NVLink multicast stays off in every process (the launcher passes these on to every rank too).
+export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+set -uo pipefail
+START=$(date +%s)
+PACK=${OUT:-.}
+OUT=${RESULTS:-/tmp/cw-validate}
+SIZES=${SIZES:-1KiB,16KiB,256KiB,4MiB,64MiB,1GiB}
+ITERS=${ITERS:-10}
+mkdir -p "$OUT"
+if [ -n "${WHEELS:-}" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/clockworks-site "$WHEELS"/*.whl || exit 2
+    export PYTHONPATH=/tmp/clockworks-site${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+LOG="$OUT/sweep.log"
+{ echo "python3: $(command -v python3)"; nvidia-smi -L; command -v mpirun nvcc compute-sanitizer; } >> "$LOG" 2>&1
+PROTOCOLS=${PROTOCOLS:-$(ls protocols/*.py | xargs -n1 basename | sed 's/\.py$//')}
+for backend in ${BACKENDS:-nccl nvshmem}; do
+    for p in $PROTOCOLS; do
+        now=$(date +%s)
+        if [ $((now - START)) -gt "${SECONDS_MAX:-540}" ]; then
+            echo "SKIPPED (time) $p $backend" | tee -a "$LOG"; continue
+        fi
+        folder="$OUT/${p}_${backend}"
+        t0=$SECONDS
+        python3 -m clockworks_dist.cli validate "protocols/$p.py" --np 2 --backend "$backend" --sizes "$SIZES" \
+            --iters "$ITERS" --timeout 120 --out "$folder" > "$folder.txt" 2>&1
+        rc=$?
+        if grep -q "cannot generate it\|cannot run" "$folder.txt" && [ $rc = 2 ]; then
+            rm -rf "$folder" "$folder.txt"; echo "n/a $p $backend (an op the backend lacks)" >> "$LOG"; continue
+        fi
+        echo "$p $backend rc=$rc $((SECONDS - t0)) s" | tee -a "$LOG"
+        tail -n 12 "$folder.txt" >> "$LOG"
+        rm -rf "$folder/build/"*/*.link "$folder/runs/"*/dump*.bin "$folder/runs/"*/expect*.bin
+    done
+done
+if [ "${MEMCHECK:-1}" = 1 ] && command -v compute-sanitizer > /dev/null; then
+    for folder in "$OUT"/*_nccl "$OUT"/*_nvshmem; do
+        [ -d "$folder/build" ] || continue
+        first=$(ls "$folder/build" | sort -n | head -1)
+        bin=$(find "$folder/build/$first" -maxdepth 1 -type f -perm -u+x | head -1)
+        [ -n "$bin" ] || continue
+        echo "== memcheck $bin" >> "$OUT/memcheck.txt"
+        timeout 300 mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS \
+            -x TORCH_SYMM_MEM_DISABLE_MULTICAST compute-sanitizer --tool memcheck --error-exitcode 9 \
+            "$bin" --iters 1 --warmup 0 --no-graph --timeout 200 >> "$OUT/memcheck.txt" 2>&1
+        echo "rc=$?" >> "$OUT/memcheck.txt"
+    done
+fi
+echo "done in $(( $(date +%s) - START )) s" | tee -a "$LOG"
+tar czf "$PACK/validate.tgz" -C "$OUT" --exclude=build --exclude='*.bin' .
+ls -la "$PACK/validate.tgz"
