@@ -188,7 +188,7 @@ def _dumped_line(rank, buffer, element):
     return {"rank": rank, "item": 0, "schedule": "s", "world": 2, "status": "mismatch", "seconds": [1e-5],
             "compare": {"checked": 10, "mismatches": 1, "other_execution": 0, "post_checked": 4, "post_failures": 0,
                         "first": [{"rank": rank, "buffer": buffer, "element": element, "against": "checker",
-                                   "iteration": 3}], "dumped": True}}
+                                   "iteration": 3}], "dumped": True, "dumps": [3]}}
 
 
 def test_read_dump_gives_runtime_storage_and_signal_words(tmp_path):
@@ -220,7 +220,7 @@ def test_recompare_accepts_another_executions_value_and_names_a_wrong_one(tmp_pa
     memory = {name: b.expected.copy() for name, b in want.buffers.items()}
     for ticket, status in ((other, "match"), (counter0 + 7, "mismatch")):
         memory["ticket"][0] = ticket
-        _write_dump(tmp_path / "dump1.bin", sched, 1, memory)
+        _write_dump(tmp_path / "dump1_3.bin", sched, 1, memory)
         line = validate.recompare(_dumped_line(1, "ticket", 0), str(tmp_path), sched, ref)
         assert line["status"] == status
         found = line["compare"]
@@ -241,7 +241,7 @@ def test_recompare_names_the_symbolic_expected_value(tmp_path):
     want = expected.expect_rank(ref, 1)
     memory = {name: b.expected.copy() for name, b in want.buffers.items()}
     memory["x"][5] += 1
-    _write_dump(tmp_path / "dump1.bin", sched, 1, memory)
+    _write_dump(tmp_path / "dump1_3.bin", sched, 1, memory)
     line = validate.recompare(_dumped_line(1, "x", 5), str(tmp_path), sched, ref)
     assert line["status"] == "mismatch"
     records = line["compare"]["first"]
@@ -445,14 +445,14 @@ def main():
                         "post_failures": 0, "first": [], "dumped": False}}}}
     ticket = os.environ.get(f"FAKE_TICKET_{{rank}}")
     if mode == "dump" and ticket is not None:
-        with open(os.path.join(directory, f"dump{{rank}}.bin"), "wb") as handle:
+        with open(os.path.join(directory, f"dump{{rank}}_0.bin"), "wb") as handle:
             for entry in expect["buffers"]:
                 handle.write(entry["checked_values"] if entry["checked"] else bytes(entry["count"] * entry["itemsize"]))
             handle.seek(-8, 1)  # the ticket: the last buffer's only element
             handle.write(int(ticket).to_bytes(8, "little"))
             handle.write(np.asarray(expect["signals"], dtype="<u8").tobytes())
         line["status"] = "mismatch"
-        line["compare"].update(mismatches=1, dumped=True,
+        line["compare"].update(mismatches=1, dumped=True, dumps=[0],
                                first=[{{"rank": rank, "buffer": "ticket", "element": 0, "against": "checker",
                                        "iteration": 0}}])
     with open(os.path.join(directory, f"rank{{rank}}.jsonl"), "a") as out:

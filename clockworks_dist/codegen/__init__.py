@@ -26,10 +26,10 @@ The contract of a generated program (what `validate` and the runtime's launcher 
   - `DIR/progress.bin` is the job's progress file (`runtime.progress`): rank k keeps row k
     current (pid, phase, op, member, beat).
   - `DIR/rank<k>.jsonl`: rank k appends its line (below), and prints it on stdout too.
-  - `DIR/dump<k>.bin`: on any difference from the expected values, rank k writes its memory here
-    (every buffer's bytes in declaration order, then its signal words as uint64), so the harness
-    can compare with every execution of the checker (`runtime.compare.compare_rank`) and name the
-    symbolic expected value.
+  - `DIR/dump<k>_<i>.bin`: when the check after run i differs from the expected values, rank k
+    writes its memory here (every buffer's bytes in declaration order, then its signal words as
+    uint64), so the harness can compare with every execution of the checker
+    (`runtime.compare.compare_rank`) and name the symbolic expected value.
 - `--timeout S` (default 60): a rank whose run has not finished S seconds after it started writes a
   `timeout` line naming its op (for NVSHMEM: each thread block's op) and exits; the host never
   blocks on the GPU without a deadline (it polls CUDA events).
@@ -42,7 +42,8 @@ The line of rank k (the runtime worker's line, `runtime.worker`, plus `graph_sec
      "status": "match"|"mismatch"|"ran"|"timeout"|"stopped"|"error",
      "seconds": [eager run times, s], "graph_seconds": [graph replay times, s],
      "compare": {"checked", "mismatches", "other_execution", "post_checked", "post_failures",
-                 "first": [{"rank", "buffer", "element", "against", "iteration"}], "dumped": bool},
+                 "first": [{"rank", "buffer", "element", "against", "iteration"}], "dumped": bool,
+                 "dumps": [the runs whose check differed, each dumped]},
      "op": {"index", "member", "text", "file", "line", "blocks": [op index per block] (nvshmem)},
      "phase", "message"}
 

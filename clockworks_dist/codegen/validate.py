@@ -45,6 +45,7 @@ from ..runtime import job as job_mod
 from ..runtime import launch, verdict
 from ..runtime import progress as progress_mod
 from ..runtime.compare import annotate, compare_rank
+from ..runtime.worker import _merge
 from ..runtime.expected import Reference, build_reference, expect_rank
 from ..runtime.numeric import storage
 
@@ -79,9 +80,10 @@ def expect_file(directory: str, rank: int) -> str:
     return os.path.join(directory, f"expect{rank}.bin")
 
 
-def dump_file(directory: str, rank: int) -> str:
-    """Where rank `rank` writes its memory when it differs from the expected values."""
-    return os.path.join(directory, f"dump{rank}.bin")
+def dump_file(directory: str, rank: int, iteration: int) -> str:
+    """Where rank `rank` writes its memory when the check after run `iteration` differs from the
+    expected values."""
+    return os.path.join(directory, f"dump{rank}_{iteration}.bin")
 
 
 def mask_ranges(mask: np.ndarray) -> np.ndarray:
@@ -177,29 +179,35 @@ def read_dump(path: str, sched: ir.Schedule, rank: int) -> tuple[dict[str, np.nd
 
 
 def recompare(line: dict, directory: str, sched: ir.Schedule, reference: Reference) -> dict:
-    """A rank line whose program dumped its memory (`compare.dumped`), compared again on the host
-    with every execution of the checker: a value another execution leaves is no mismatch. The
-    line's `compare` and `status` are replaced (the program's own counts of checked elements over
-    all its checks are kept); returns the line."""
+    """A rank line whose program dumped its memory (`compare.dumps`: the checks that differed from
+    the reference execution), each dump compared again on the host with every execution of the
+    checker: a value another execution leaves is no mismatch. The line's `compare` and `status` are
+    replaced (the program's own counts of checked elements over all its checks are kept); returns
+    the line."""
     found = line.get("compare") or {}
     if not found.get("dumped") or reference is None:
         return line
     rank = line["rank"]
-    path = dump_file(directory, rank)
-    if not os.path.exists(path):
-        line["message"] = (f"rank {rank} says it dumped its memory, but {os.path.basename(path)} is missing "
-                           "(the program's dump failed: is the job directory writable?)")
+    total, expect = None, expect_rank(reference, rank)
+    for iteration in found.get("dumps") or []:
+        path = dump_file(directory, rank, iteration)
+        if not os.path.exists(path):
+            line["message"] = (f"rank {rank} says it dumped its memory, but {os.path.basename(path)} is missing "
+                               "(the program's dump failed: is the job directory writable?)")
+            return line
+        memory, signals = read_dump(path, sched, rank)
+        comparison = compare_rank(expect, memory, signals, iteration)
+        total = comparison if total is None else _merge(total, comparison)
+    if total is None:
         return line
-    memory, signals = read_dump(path, sched, rank)
-    first = found.get("first") or [{}]
-    comparison = compare_rank(expect_rank(reference, rank), memory, signals, first[0].get("iteration", 0))
-    annotate(reference, comparison.first)
-    again = comparison.to_json()
+    annotate(reference, total.first)
+    again = total.to_json()
     again.update(checked=found.get("checked", again["checked"]),
-                 post_checked=found.get("post_checked", again["post_checked"]), dumped=True, recompared=True)
+                 post_checked=found.get("post_checked", again["post_checked"]), dumped=True,
+                 dumps=found.get("dumps"), recompared=True)
     line["compare"] = again
     if line["status"] in ("match", "mismatch"):
-        line["status"] = "match" if comparison.ok else "mismatch"
+        line["status"] = "match" if total.ok else "mismatch"
     return line
 
 

@@ -185,7 +185,9 @@ static std::string cw_line_head(const char* status) {
   cw_json_str(line, message.c_str());
   if (!cw_status_detail.empty()) { line += ",\"waiting\":"; cw_json_str(line, cw_status_detail.c_str()); }
   cw_op_json(line, cw_current_op());
-  int phase = (int)cw_row[CW_F_PHASE];
+  int phase = (int)cw_row[CW_F_PHASE], count = 0;
+  cw_op_info(cw_rank, &count);
+  if (phase == CW_RUNNING && cw_current_op() >= count) phase = CW_SETTLING;  // past its last op
   line += ",\"phase\":";
   cw_json_str(line, CW_PHASE_NAMES[phase >= 0 && phase <= CW_FINISHED ? phase : 0]);
   line += '}';
@@ -501,7 +503,7 @@ struct CwTally {
   unsigned long long checked = 0, mismatches = 0, post_checked = 0, post_failures = 0;
   std::string first;  // JSON objects, comma-separated
   int shown = 0;
-  bool dumped = false;
+  std::string dumps;  // the checks (iterations) whose memory was dumped, comma-separated
 };
 
 static void cw_note(CwTally& t, const char* buffer, long long element, const char* against, int iteration) {
@@ -532,9 +534,9 @@ static unsigned long long cw_compare_ranges(cudaStream_t s, const CwBuf& b, cons
   return miss->count;
 }
 
-static void cw_dump(CwBuf* bufs, int nbufs, const uint64_t* signals, int words) {
+static void cw_dump(CwBuf* bufs, int nbufs, const uint64_t* signals, int words, int iteration) {
   if (cw_job.empty()) return;
-  std::string path = cw_job + "/dump" + std::to_string(cw_rank) + ".bin";
+  std::string path = cw_job + "/dump" + std::to_string(cw_rank) + "_" + std::to_string(iteration) + ".bin";
   FILE* f = fopen(path.c_str(), "wb");
   if (!f) return;
   std::vector<char> host((size_t)64 << 20);
@@ -589,9 +591,9 @@ static void cw_compare(cudaStream_t s, CwBuf* bufs, int nbufs, const uint64_t* s
       differs = true;
     }
   }
-  if (differs && !t.dumped) {  // the harness compares the dump with every execution of the checker
-    cw_dump(bufs, nbufs, got.data(), words);
-    t.dumped = true;
+  if (differs && !cw_job.empty()) {  // the harness compares each dump with every execution of the checker
+    cw_dump(bufs, nbufs, got.data(), words, iteration);
+    t.dumps += (t.dumps.empty() ? "" : ",") + std::to_string(iteration);
   }
 }
 
@@ -948,7 +950,8 @@ int main(int argc, char** argv) {
     line += ",\"compare\":{\"checked\":" + std::to_string(tally.checked) + ",\"mismatches\":" +
             std::to_string(tally.mismatches) + ",\"other_execution\":0,\"post_checked\":" +
             std::to_string(tally.post_checked) + ",\"post_failures\":" + std::to_string(tally.post_failures) +
-            ",\"first\":[" + tally.first + "],\"dumped\":" + (tally.dumped ? "true" : "false") + "}";
+            ",\"first\":[" + tally.first + "],\"dumped\":" + (tally.dumps.empty() ? "false" : "true") +
+            ",\"dumps\":[" + tally.dumps + "]}";
   }
   line += "}";
   cw_emit(line);
