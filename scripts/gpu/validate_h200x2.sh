@@ -12,7 +12,7 @@
 #   SIZES=LIST     bytes per rank (default 1KiB,16KiB,256KiB,4MiB,64MiB,1GiB)
 #   ITERS=K        timed runs per mode (default 10)
 #   SECONDS_MAX=N  start no validation after N seconds from now (default 540)
-#   MEMCHECK=0     skip compute-sanitizer
+#   MEMCHECK=0     skip compute-sanitizer; MEMCHECK_MAX=N: start none after N seconds (default 540)
 # NVLink multicast stays off in every process (the launcher passes these on to every rank too).
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 set -uo pipefail
@@ -55,10 +55,13 @@ if [ "${MEMCHECK:-1}" = 1 ] && command -v compute-sanitizer > /dev/null; then
         first=$(ls "$folder/build" | sort -n | head -1)
         bin=$(find "$folder/build/$first" -maxdepth 1 -type f -perm -u+x | head -1)
         [ -n "$bin" ] || continue
+        if [ $(( $(date +%s) - START )) -gt "${MEMCHECK_MAX:-540}" ]; then
+            echo "== memcheck skipped (time): $bin" >> "$OUT/memcheck.txt"; continue
+        fi
         echo "== memcheck $bin" >> "$OUT/memcheck.txt"
-        timeout 300 mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS \
+        timeout 60 mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS \
             -x TORCH_SYMM_MEM_DISABLE_MULTICAST compute-sanitizer --tool memcheck --error-exitcode 9 \
-            "$bin" --iters 1 --warmup 0 --no-graph --timeout 200 >> "$OUT/memcheck.txt" 2>&1
+            "$bin" --iters 1 --warmup 0 --no-graph --timeout 50 >> "$OUT/memcheck.txt" 2>&1
         echo "rc=$?" >> "$OUT/memcheck.txt"
     done
 fi
