@@ -1,0 +1,236 @@
+// ---------------------------------------------------------------------------------------------
+// The NVSHMEM backend's device pieces (clockworks_dist/codegen/nvshmem.cuh), inlined in every program
+// the backend generates after support.cuh: each rank's ops run in one cooperative kernel (rank<k>()
+// below them) that calls these. Why each sync is where it is: clockworks_dist/codegen/nvshmem.py.
+// ---------------------------------------------------------------------------------------------
+namespace cg = cooperative_groups;
+#define CW_NV(x) do { int r_ = (int)(x); if (r_ != 0) { char b_[48]; snprintf(b_, sizeof b_, "NVSHMEM status %d", r_); \
+  cw_fail(#x, b_, __FILE__, __LINE__); } } while (0)
+static const int CW_NV_THREADS = 512;          // threads per block
+static int cw_nv_grid = 1;                     // blocks of this rank's kernel (setup: wanted, capped by SMs and residency)
+static unsigned* cw_nv_arrive = nullptr;       // arrival counters of the "last block runs it" handoffs, left at 0
+static unsigned long long* cw_nv_hash = nullptr;  // compute ops: each block's partial hash of what it read
+static char* cw_nv_pool = nullptr;             // per-rank buffers: one symmetric allocation, carved in order
+static size_t cw_nv_pool_bytes = 0, cw_nv_pool_used = 0;
+
+static void* cw_nv_malloc(size_t bytes) {      // symmetric: every PE calls it in the same order, same size
+  void* p = nvshmem_malloc(std::max<size_t>(bytes, 16));
+  if (!p) cw_abandon("error", "nvshmem_malloc failed: the symmetric heap is too small (set NVSHMEM_SYMMETRIC_SIZE)", 2);
+  return p;
+}
+static void* cw_nv_local(size_t bytes) {       // a per-rank buffer, from the pool (valid as a put's or get's local side)
+  size_t at = cw_nv_pool_used;
+  cw_nv_pool_used += (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+  if (cw_nv_pool_used > cw_nv_pool_bytes) cw_abandon("error", "the pool of per-rank buffers is too small", 2);
+  return cw_nv_pool + at;
+}
+
+// This block's share [begin, end) of n units of an op spread over `want` blocks from block `base`
+// (want 1: block `base` does it all); shares are multiples of `quantum` (16 bytes: vector copies).
+struct CwNvShare { size_t begin, end; };
+__device__ inline CwNvShare cw_nv_share(size_t n, unsigned want, unsigned base, size_t quantum) {
+  unsigned g = gridDim.x, nb = want < g ? want : g;
+  unsigned t = (blockIdx.x + g - base % g) % g;
+  CwNvShare s = {0, 0};
+  if (t >= nb) return s;
+  size_t per = ((n + nb - 1) / nb + quantum - 1) / quantum * quantum;
+  s.begin = per * t < n ? per * t : n;
+  s.end = s.begin + per < n ? s.begin + per : n;
+  return s;
+}
+__device__ inline bool cw_nv_mine(unsigned base) { return blockIdx.x == base % gridDim.x; }
+
+// Progress: block b's thread 0 writes "now in op i" to its word (block 0 to word 0 too); before a
+// wait or a barrier it also makes the word visible to the host, which reads it on a hang.
+__device__ inline void cw_nv_mark(uint32_t* marks, int op, bool blocking) {
+  if (threadIdx.x == 0) {
+    volatile uint32_t* m = marks;
+    m[1 + blockIdx.x] = (uint32_t)(op + 1);
+    if (blockIdx.x == 0) m[0] = (uint32_t)(op + 1);
+    if (blocking) __threadfence_system();
+  }
+}
+
+// The block's threads are done with what came before; with `fence`, thread 0's nvshmem_fence then
+// orders the block's deliveries (per PE) and makes its stores visible to every PE (cumulative: it
+// covers what the other threads did before the __syncthreads).
+__device__ inline void cw_nv_block(bool fence) {
+  __syncthreads();
+  if (fence && threadIdx.x == 0) nvshmem_fence();
+  __syncthreads();
+}
+
+// Every block, after its own work (and its fence), waits for every other block.
+__device__ inline void cw_nv_grid_sync(cg::grid_group& grid, bool fence) {
+  if (fence) {
+    __syncthreads();
+    if (threadIdx.x == 0) nvshmem_fence();
+  }
+  grid.sync();
+}
+
+// Every block arrives after its own work (with `fence`: after its nvshmem_fence); true in the last
+// block to arrive, which is then after every block's work and runs the op alone. The others go on
+// without waiting. The last one leaves the counter at 0 for the next run.
+__device__ inline bool cw_nv_last(unsigned* counter, bool fence) {
+  __shared__ int last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (fence) nvshmem_fence(); else __threadfence();
+    unsigned before = atomicAdd(counter, 1u);
+    last = before == gridDim.x - 1;
+    if (last) {
+      atomicExch(counter, 0u);
+      __threadfence();
+    }
+  }
+  __syncthreads();
+  return last != 0;
+}
+
+// Every block completes its own deliveries (quiet), then every block waits for every other.
+__device__ inline void cw_nv_quiet_all(cg::grid_group& grid) {
+  __syncthreads();
+  if (threadIdx.x == 0) nvshmem_quiet();
+  grid.sync();
+}
+
+// Thread 0 of every block polls the word, so each block's later work follows the write that satisfied it.
+__device__ inline void cw_nv_wait(uint64_t* word, int cmp, uint64_t value) {
+  if (threadIdx.x == 0) nvshmem_uint64_wait_until(word, cmp, value);
+  __syncthreads();
+}
+
+__device__ inline void cw_nv_put(void* dst, const void* src, size_t bytes, int pe, bool nbi, unsigned want,
+                                 unsigned base) {
+  CwNvShare s = cw_nv_share(bytes, want, base, 16);
+  if (s.begin >= s.end) return;
+  if (nbi) nvshmemx_putmem_nbi_block((char*)dst + s.begin, (const char*)src + s.begin, s.end - s.begin, pe);
+  else nvshmemx_putmem_block((char*)dst + s.begin, (const char*)src + s.begin, s.end - s.begin, pe);
+}
+
+__device__ inline void cw_nv_get(void* dst, const void* src, size_t bytes, int pe, bool nbi, unsigned want,
+                                 unsigned base) {
+  CwNvShare s = cw_nv_share(bytes, want, base, 16);
+  if (s.begin >= s.end) return;
+  if (nbi) nvshmemx_getmem_nbi_block((char*)dst + s.begin, (const char*)src + s.begin, s.end - s.begin, pe);
+  else nvshmemx_getmem_block((char*)dst + s.begin, (const char*)src + s.begin, s.end - s.begin, pe);
+}
+
+__device__ inline void cw_nv_copy(void* dst, const void* src, size_t bytes, unsigned want, unsigned base) {
+  CwNvShare s = cw_nv_share(bytes, want, base, 16);
+  char* d = (char*)dst + s.begin;
+  const char* p = (const char*)src + s.begin;
+  size_t n = s.end - s.begin;
+  if ((((uintptr_t)d | (uintptr_t)p) & 15) == 0) {
+    size_t v = n / 16;
+    for (size_t i = threadIdx.x; i < v; i += blockDim.x) ((int4*)d)[i] = ((const int4*)p)[i];
+    d += v * 16;
+    p += v * 16;
+    n -= v * 16;
+  }
+  for (size_t i = threadIdx.x; i < n; i += blockDim.x) d[i] = p[i];
+}
+
+// dst = srcs[0] op srcs[1] op ... (support.cuh's arithmetic, left to right, rounded after each step);
+// element i of every source is read before dst[i] is written, by the same thread (in place is fine).
+template <typename T> __device__ inline void cw_nv_reduce(T* dst, const T* const* srcs, int k, size_t n, int op,
+                                                          unsigned want, unsigned base) {
+  typedef typename CwArith<T>::acc A;
+  const int V = 16 / sizeof(T);
+  CwNvShare s = cw_nv_share(n, want, base, V);
+  size_t i0 = s.begin;
+  bool vec = ((uintptr_t)(dst + i0) & 15) == 0;
+  for (int j = 0; j < k; ++j) vec = vec && ((uintptr_t)(srcs[j] + i0) & 15) == 0;
+  if (vec) {
+    size_t nv = (s.end - s.begin) / V;
+    for (size_t v = threadIdx.x; v < nv; v += blockDim.x) {
+      uint4 accv = *(const uint4*)(srcs[0] + i0 + v * V);
+      T* acc = reinterpret_cast<T*>(&accv);
+      for (int j = 1; j < k; ++j) {
+        uint4 xv = *(const uint4*)(srcs[j] + i0 + v * V);
+        const T* x = reinterpret_cast<const T*>(&xv);
+        for (int l = 0; l < V; ++l) acc[l] = CwArith<T>::wrap(cw_apply<A>(op, cw_acc<T>(acc[l]), cw_acc<T>(x[l])));
+      }
+      *(uint4*)(dst + i0 + v * V) = accv;
+    }
+    i0 += nv * V;
+  }
+  for (size_t i = i0 + threadIdx.x; i < s.end; i += blockDim.x) {
+    T acc = srcs[0][i];
+    for (int j = 1; j < k; ++j) acc = CwArith<T>::wrap(cw_apply<A>(op, cw_acc<T>(acc), cw_acc<T>(srcs[j][i])));
+    dst[i] = acc;
+  }
+}
+
+template <typename T> __device__ inline T cw_nv_bits(uint64_t bits) {  // the exact stored bits of a fill value
+  T v;
+  memcpy(&v, &bits, sizeof(T));
+  return v;
+}
+template <typename T> __device__ inline void cw_nv_fill(T* p, size_t n, T value, unsigned want, unsigned base) {
+  CwNvShare s = cw_nv_share(n, want, base, 1);
+  for (size_t i = s.begin + threadIdx.x; i < s.end; i += blockDim.x) p[i] = value;
+}
+
+// compute (numeric.opaque_output): h = seed + sum of mix(v(x_p) ^ mix(seed + p)) over every element
+// read, p its position; then output j = level(h + j). Sums wrap modulo 2**64, so any split adds up alike.
+template <typename T> __device__ inline unsigned long long cw_nv_hash_part(const T* p, size_t n, uint64_t seed,
+                                                                       uint64_t pos, unsigned want, unsigned base) {
+  CwNvShare s = cw_nv_share(n, want, base, 1);
+  unsigned long long mine = 0;
+  for (size_t i = s.begin + threadIdx.x; i < s.end; i += blockDim.x) mine += cw_mix(cw_word<T>(p[i]) ^ cw_mix(seed + pos + i));
+  return mine;
+}
+__device__ inline unsigned long long cw_nv_block_sum(unsigned long long mine) {  // the block's total, in every thread
+  __shared__ unsigned long long part[32];
+  __shared__ unsigned long long total;
+  for (int off = 16; off > 0; off >>= 1) mine += __shfl_down_sync(0xffffffffu, mine, off);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = mine;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned long long t = 0;
+    for (unsigned w = 0; w < (blockDim.x + 31) / 32; ++w) t += part[w];
+    total = t;
+  }
+  __syncthreads();
+  unsigned long long t = total;
+  __syncthreads();
+  return t;
+}
+__device__ inline unsigned long long cw_nv_grid_sum(cg::grid_group& grid, unsigned long long* slots,
+                                                    unsigned long long mine) {  // every block's total, in every thread
+  unsigned long long block = cw_nv_block_sum(mine);
+  if (threadIdx.x == 0) slots[blockIdx.x] = block;
+  grid.sync();  // every block has hashed its share of every read before any output is written
+  __shared__ unsigned long long total;
+  if (threadIdx.x == 0) {
+    unsigned long long t = 0;
+    for (unsigned b = 0; b < gridDim.x; ++b) t += ((volatile unsigned long long*)slots)[b];
+    total = t;
+  }
+  __syncthreads();
+  unsigned long long t = total;
+  __syncthreads();
+  return t;
+}
+template <typename T> __device__ inline void cw_nv_opaque(T* p, size_t n, uint64_t h, uint64_t j0, unsigned want,
+                                                          unsigned base) {
+  CwNvShare s = cw_nv_share(n, want, base, 1);
+  for (size_t i = s.begin + threadIdx.x; i < s.end; i += blockDim.x) p[i] = cw_from<T>(cw_level(h + j0 + i));
+}
+
+// One run of a rank's ops: cooperative (every block resident), through NVSHMEM's collective launch;
+// while the stream is captured into a CUDA graph, directly on it (the same kernel and grid).
+static void cw_nv_launch(const void* kernel, void* args, cudaStream_t s) {
+  void* params[] = {args};
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CW_CUDA(cudaStreamIsCapturing(s, &capture));
+  if (capture == cudaStreamCaptureStatusActive) {
+    CW_CUDA(cudaLaunchCooperativeKernel(kernel, dim3(cw_nv_grid), dim3(CW_NV_THREADS), params, 0, s));
+  } else {
+    CW_NV(nvshmemx_collective_launch(kernel, dim3(cw_nv_grid), dim3(CW_NV_THREADS), params, 0, s));
+  }
+}
+// ---------------------------------------------------------------------- end of the NVSHMEM pieces

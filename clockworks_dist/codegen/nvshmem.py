@@ -1,0 +1,942 @@
+"""The NVSHMEM backend: device-initiated, one cooperative kernel per rank that runs all of the rank's ops.
+
+Each rank's ops run inside one kernel, launched with `nvshmemx_collective_launch` (cooperative, so
+every thread block is resident and grid-wide syncs and device barriers are legal). The ops are
+NVSHMEM's device API: put / put_nbi (`nvshmemx_putmem[_nbi]_block`), put_signal
+(`nvshmemx_putmem_signal[_nbi]_block`, or spread data then `nvshmemx_signal_op`), signal_op, atomics
+(`nvshmem_<type>_atomic_<op>`), get / get_nbi (`nvshmemx_getmem[_nbi]_block`),
+`nvshmem_uint64_wait_until[_all|_any]`, `nvshmem_fence`, `nvshmem_quiet`, `nvshmem_barrier_all`,
+`nvshmem_sync_all`; local ops (reduce, copy, fill, compute) are device loops in the same kernel
+with `support.cuh`'s arithmetic. Buffers live on the symmetric heap: symmetric ones by
+`nvshmem_malloc` in one order on every PE, per-rank ones carved from one symmetric pool (so any
+buffer is a valid local side of a put or get on every transport, also the network ones that need
+registered memory). main() bootstraps NVSHMEM over MPI (the unique id through `MPI_Bcast`).
+
+Thread blocks. One block reaches only about 37 GB/s of NVLink (reference/published-anchors.md), so
+an op of B bytes is spread over ceil(B / 64 KiB) blocks (at most 132, one per SM of an H200), each
+issuing its 16-byte-aligned share with the block-scoped call (16-byte vector copies when aligned).
+An op of at most 64 KiB, and every one-word op, runs on one block; independent small ops rotate
+over the blocks, so the puts to n - 1 peers of an all-to-all go out in parallel. The kernel has as
+many blocks as its largest op wants (capped at run time by the SM count and by what stays
+resident), and every block writes its own progress word (`cw_marks_dev[1 + block]`), so a hang
+names each block's op.
+
+Program order across blocks, only where the semantics needs it. Each block runs its part of the ops
+in program order, so one block's work is ordered by itself; across blocks the plan (`plan_rank`)
+derives, from the rules' accesses (`semantics.rules`) and the happens-before rules
+(`semantics.order`), what an op must wait for:
+- a hazard: the op touches (when issued, or in a delivery it performs now) memory that an earlier
+  op touched when issued, one of them writing (program order; a delivery landing later is not
+  ordered, `order.issue_to_delivery` only orders its issue);
+- a publication: the op updates a signal word (a signal_op, put_signal's signal, an atomic or
+  fetching atomic on a signal word): its target may go on once it sees it, so what earlier ops did
+  to memory another rank touches must be visible first (on the system scope: a fence);
+- a fence (`order.fence_order`): a delivery to PE p after a fence must land after the deliveries to p
+  before it, which other blocks may have issued;
+- put_signal: the signal lands after that call's data (one delivery), which every block put a
+  share of.
+How it is kept: nothing if every earlier op it depends on ran on the same single block (then
+`__syncthreads`, plus the block's `nvshmem_fence` where a fence or a publication needs one); for
+a one-block op, the last block to arrive runs it (every block arrives after its own work, fenced
+where needed; the others go on without waiting); for a spread op, a grid-wide sync. A quiet and
+barrier_all complete every delivery of the PE (every block's `nvshmem_quiet`, then a grid-wide
+sync); sync_all and barrier_all are one thread's device barrier between two grid-wide syncs.
+A wait is polled by thread 0 of every block, so each block's later ops follow the write that
+satisfied it without a grid-wide sync. The generated code says, above each of these, why it is
+there.
+
+NVSHMEM's memory model, as its device code implements it (NVIDIA/nvshmem, nvshmemi_common_device.cuh):
+on the NVLink (load/store) path `nvshmem_fence` and `nvshmem_quiet` are `__threadfence_system()` of
+the calling thread, which orders that thread's own stores and, cumulatively, what it has observed;
+NVSHMEM's own block-scoped put_signal relies on this (the block's threads copy, `__syncthreads`,
+thread 0 fences and signals). A fence or quiet by one thread therefore orders other threads' and
+blocks' deliveries only after they synchronise with it, which is why every block fences its own
+deliveries before the handoff (`__syncthreads`, then thread 0's fence), and the handoff (arrival
+counter or grid-wide sync) carries the order to the thread that goes on.
+
+The end of a run: every block quiets, then every rank meets (`nvshmem_barrier_all`), inside the
+kernel: a run ends when every delivery has landed on every rank (the final state the checker's
+values describe), and no rank's next reset can overwrite what a slower rank still delivers or reads.
+
+CUDA graphs: `nvshmemx_collective_launch` records an event on the caller's stream, launches on
+NVSHMEM's own stream and makes the caller's stream wait for it; while the stream is being captured
+the kernel is launched with `cudaLaunchCooperativeKernel` directly on it (same kernel and grid,
+checked resident with NVSHMEM's `nvshmemx_collective_launch_query_gridsize` at setup), so the
+graph is one cooperative kernel node.
+
+Send, recv, groups and the NCCL collectives are NCCL's (`--backend nccl`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import ir
+from ..semantics.arithmetic import signal_effect
+from ..semantics.backends import Backend, Unsupported, register
+from ..semantics.rules import SIG, SIG_READS, Mode, When, rule
+from . import cuda
+from .program import Gen, Target, bits, op_comment, signal_word
+
+THREADS = 512  # threads per block
+BLOCK_BYTES = 64 * 1024  # an op takes one more block per this many bytes ...
+MAX_BLOCKS = 132  # ... up to one block per SM of an H200
+POOL_ALIGN = 256  # per-rank buffers start on this boundary in the symmetric pool
+
+TWO_SIDED = "an NCCL op (two-sided or collective): generate this schedule with --backend nccl"
+READ_MODES = frozenset({Mode.READ, Mode.ATOMIC_READ, *SIG_READS})
+NV_TYPE = {"int32": "int32", "int64": "int64", "uint32": "uint32", "uint64": "uint64"}
+CMP = {"eq": "NVSHMEM_CMP_EQ", "ne": "NVSHMEM_CMP_NE", "gt": "NVSHMEM_CMP_GT", "ge": "NVSHMEM_CMP_GE",
+       "lt": "NVSHMEM_CMP_LT", "le": "NVSHMEM_CMP_LE"}
+SIGNAL_OP = {"set": "NVSHMEM_SIGNAL_SET", "add": "NVSHMEM_SIGNAL_ADD"}
+FETCH_CALL = {"fetch_add": "atomic_fetch_add", "fetch_inc": "atomic_fetch_inc", "fetch": "atomic_fetch",
+              "swap": "atomic_swap", "compare_swap": "atomic_compare_swap", "fetch_and": "atomic_fetch_and",
+              "fetch_or": "atomic_fetch_or", "fetch_xor": "atomic_fetch_xor"}
+
+
+# ------------------------------------------------------------------------------------ the plan
+@dataclass(frozen=True)
+class Who:
+    """Which thread blocks run an op: `all` (spread over `want` blocks from `base`, any of them may
+    touch any part), `one` (block `base` mod the grid), `last` (the last block to arrive)."""
+
+    kind: str
+    base: int = 0
+    want: int = 1
+
+    def same_block(self, other: "Who") -> bool:
+        """Both surely run on one and the same block."""
+        return self.kind == other.kind == "one" and self.base == other.base
+
+    def __str__(self) -> str:
+        if self.kind == "one":
+            return f"block {self.base}"
+        return "the last block to arrive" if self.kind == "last" else f"{self.want} blocks"
+
+
+@dataclass(frozen=True)
+class Touch:
+    """Elements [start, stop) of buffer or signal `key` in `owner`'s memory, read or written."""
+
+    space: int
+    owner: int
+    key: str
+    start: int
+    stop: int
+    write: bool
+
+    def conflicts(self, other: "Touch") -> bool:
+        return (self.space == other.space and self.owner == other.owner and self.key == other.key
+                and self.start < other.stop and other.start < self.stop and (self.write or other.write))
+
+    def __str__(self) -> str:
+        where = f"{self.key}[{self.start}]" if self.space == SIG else f"{self.key}[{self.start}:{self.stop}]"
+        return where if self.owner < 0 else f"{where} of rank {self.owner}"
+
+
+@dataclass
+class Item:
+    """What an earlier op did, for the ops after it: which blocks, which memory when issued."""
+
+    index: int
+    op: ir.OpBase
+    who: Who
+    touches: list[Touch]
+    observable: list[Touch]
+    pes: list[int]  # targets of its fenced deliveries
+
+
+@dataclass
+class Need:
+    """Why an op must come after `item` across blocks, and whether a fence is part of it."""
+
+    item: Item
+    why: str
+    fence: bool
+    fence_op: int | None = None
+
+
+@dataclass
+class Step:
+    """How one op runs: `who`, and `pre`: "" (nothing before it), "block" (`__syncthreads` in its
+    block), "last" (every block arrives, the last runs it), "grid" (a grid-wide sync first); `fence`:
+    the blocks fence before the handoff; `needs`: the reasons."""
+
+    index: int
+    who: Who
+    pre: str = ""
+    fence: bool = False
+    needs: list[Need] = field(default_factory=list)
+    counter: int | None = None  # arrival counter of a "last" handoff (or of a spread put_signal's signal)
+    signal_counter: int | None = None
+    hash_slot: int | None = None
+    fence_pes: list[int] = field(default_factory=list)  # a fence op: the PEs whose order it keeps
+    used_by: list[int] = field(default_factory=list)  # a fence op: the ops that keep its order
+    idle: bool = False  # a quiet with nothing in flight, a fence with nothing to order
+
+
+@dataclass
+class RankPlan:
+    rank: int
+    steps: list[Step]
+    blocks: int  # blocks the kernel wants
+    counters: int
+    hash_slots: int
+
+
+def _touch(access, rank: int) -> Touch:
+    where = access.where
+    owner = access.owner
+    if isinstance(where, ir.SignalRef):
+        return Touch(SIG, owner, where.signal, where.index, where.index + 1, access.mode not in READ_MODES)
+    return Touch(0, owner, where.buffer, where.start, where.stop, access.mode not in READ_MODES)
+
+
+def _touches(op, rank: int, when: tuple) -> list[Touch]:
+    return [_touch(a, rank) for a in rule(op).accesses(op, rank) if a.when in when]
+
+
+def touch_index(sched: ir.Schedule) -> dict[tuple, list[tuple[Touch, int]]]:
+    """Every access of every rank's ops, by the memory it touches: (space, owner, key) -> (touch, rank)."""
+    found: dict[tuple, list[tuple[Touch, int]]] = {}
+    for program in sched.programs:
+        for op in program.ops:
+            for member in (op.ops if isinstance(op, ir.Group) else (op,)):
+                for t in _touches(member, program.rank, (When.ISSUE, When.DELIVERY, When.JOINT)):
+                    found.setdefault((t.space, t.owner, t.key), []).append((t, program.rank))
+    return found
+
+
+def _observable(t: Touch, rank: int, index: dict) -> bool:
+    """Another rank touches the same memory, one of the two writing: what this rank did there must be
+    visible to it before this rank's signal lets it go on."""
+    return any(other != rank and t.conflicts(u) for u, other in index.get((t.space, t.owner, t.key), ()))
+
+
+def monotone_words(sched: ir.Schedule) -> set[tuple[int, str, int]]:
+    """Signal words (owner, signal, index) that only ever grow in a run: every update of them is an add
+    and all the adds together stay below 2**64 (the word starts at 0), so a ge/gt comparison that
+    holds stays true."""
+    adds: dict[tuple[int, str, int], int] = {}
+    other: set[tuple[int, str, int]] = set()
+    for program in sched.programs:
+        for op in program.ops:
+            effect = signal_effect(op)
+            if effect is None or effect[1] == "read":
+                continue
+            word = (op.pe, effect[0].signal, effect[0].index)
+            if effect[1] == "add":
+                adds[word] = adds.get(word, 0) + effect[2]
+            else:
+                other.add(word)
+    return {word for word, total in adds.items() if word not in other and total < 1 << 64}
+
+
+def _publishes(op, rank: int) -> bool:
+    """The op updates a signal word (a waiter may go on once it sees the update)."""
+    return any(a.space == SIG and a.mode not in READ_MODES for a in rule(op).accesses(op, rank))
+
+
+def _want(nbytes: int) -> int:
+    return max(1, min(MAX_BLOCKS, -(-nbytes // BLOCK_BYTES)))
+
+
+def _bytes(sched: ir.Schedule, rank: int, region: ir.Region, owner: int | None = None) -> int:
+    decl = sched.programs[rank if owner is None else owner].buffer(region.buffer)
+    return region.count * ir.DTYPE_BYTES[decl.dtype]
+
+
+def _op_bytes(sched: ir.Schedule, rank: int, op) -> int:
+    """The bytes an op moves, which decide how many blocks it takes (0: a one-word op)."""
+    if isinstance(op, (ir.Put, ir.PutSignal, ir.Get, ir.GetNbi, ir.Copy, ir.Fill)):
+        return _bytes(sched, rank, op.dst if isinstance(op, (ir.Get, ir.GetNbi, ir.Copy, ir.Fill)) else op.src)
+    if isinstance(op, ir.LocalReduce):
+        return _bytes(sched, rank, op.dst) * (1 + len(op.srcs))
+    if isinstance(op, ir.Compute):
+        return sum(_bytes(sched, rank, r) for r in (*op.reads, *op.writes))
+    return 0
+
+
+def staged(op, rank: int) -> ir.Region | None:
+    """The source that must be copied first: it overlaps the op's destination at another offset
+    (an element would be read after another thread wrote it). Such ops run on one block."""
+    pairs = []
+    if isinstance(op, (ir.Put, ir.PutSignal)) and op.pe == rank:
+        pairs = [(op.src, op.dst)]
+    elif isinstance(op, (ir.Get, ir.GetNbi)) and op.pe == rank:
+        pairs = [(op.src, op.dst)]
+    elif isinstance(op, ir.Copy):
+        pairs = [(op.src, op.dst)]
+    elif isinstance(op, ir.LocalReduce):
+        pairs = [(src, op.dst) for src in op.srcs]
+    for src, dst in pairs:
+        if src.buffer == dst.buffer and src.start != dst.start and src.start < dst.stop and dst.start < src.stop:
+            return src
+    return None
+
+
+def _next_signals(sched: ir.Schedule, rank: int, m: int) -> bool:
+    """The op after op m is a one-block op that updates a signal word too."""
+    ops = sched.programs[rank].ops
+    if m + 1 >= len(ops):
+        return False
+    nxt = ops[m + 1]
+    return _publishes(nxt, rank) and _want(_op_bytes(sched, rank, nxt)) == 1
+
+
+def _what(t: Touch, rank: int) -> str:
+    """A touch as the comments name it (the rank's own memory without its number)."""
+    return str(Touch(t.space, -1 if t.owner == rank else t.owner, t.key, t.start, t.stop, t.write))
+
+
+def plan_rank(sched: ir.Schedule, rank: int, index: dict | None = None, monotone: set | None = None) -> RankPlan:
+    """Who runs each op of `rank` and what it waits for across blocks (the module docstring)."""
+    index = touch_index(sched) if index is None else index
+    monotone = monotone_words(sched) if monotone is None else monotone
+    program = sched.programs[rank]
+    steps: list[Step] = []
+    pending: list[Item] = []  # since the last grid-wide sync: what each op touched when issued
+    unpublished: list[Item] = []  # observable touches not yet fenced by every block
+    since_fence: dict[int, list[Item]] = {}  # pe -> deliveries since the last fence
+    fenced: dict[int, list[tuple[Item, int]]] = {}  # pe -> deliveries a fence orders before later ones
+    in_flight: list[Item] = []  # deliveries since the last quiet or barrier_all
+    rotation = ones = counters = hash_slots = 0  # rotation: the next free block, for ops with no one to follow
+    widest = 1
+
+    def cleared(fence: bool) -> None:
+        nonlocal pending, unpublished, since_fence, fenced
+        pending = []
+        if fence:
+            unpublished, since_fence, fenced = [], {}, {}
+
+    for m, op in enumerate(program.ops):
+        if isinstance(op, ir.Fence):
+            step = Step(m, Who("all"))
+            for pe, items in since_fence.items():
+                fenced.setdefault(pe, []).extend((item, m) for item in items)
+                step.fence_pes.append(pe)
+            since_fence = {}
+            step.idle = not step.fence_pes
+            steps.append(step)
+            continue
+        if isinstance(op, (ir.Quiet, ir.BarrierAll, ir.SyncAll)):
+            step = Step(m, Who("all"), pre="grid", fence=True)
+            if isinstance(op, ir.Quiet) and not in_flight:
+                step.pre, step.fence, step.idle = "", False, True
+            else:
+                step.fence = not isinstance(op, ir.SyncAll) or bool(unpublished or fenced)
+                cleared(step.fence)
+                if not isinstance(op, ir.SyncAll):
+                    in_flight = []
+            steps.append(step)
+            continue
+        touches = _touches(op, rank, (When.ISSUE,))
+        now = touches + _touches(op, rank, (When.DELIVERY,))  # deliveries are performed as the op runs
+        needs: list[Need] = []
+        for item in pending:
+            hit = next((t for t in now for u in item.touches if t.conflicts(u)), None)
+            if hit is not None:
+                verb = "writes" if any(u.write and u.conflicts(hit) for u in item.touches) else "reads"
+                needs.append(Need(item, f"{_what(hit, rank)}: op {item.index} ({item.op.loc.file}:"
+                                        f"{item.op.loc.line}) {verb} it first", False))
+        publishes = _publishes(op, rank)
+        spread_signal = False
+        pes = [op.pe] if op.kind in ir.FENCED_KINDS else []
+        want = 1 if isinstance(op, (ir.WaitUntil, ir.WaitUntilAll, ir.WaitUntilAny)) else _want(
+            _op_bytes(sched, rank, op))
+        if staged(op, rank) is not None:
+            want = 1
+        if isinstance(op, ir.PutSignal) and want > 1:
+            spread_signal = True  # the signal goes out from the last block to arrive: publishes there
+        if publishes and not spread_signal:
+            for item in unpublished:
+                what = " and ".join(f"{'writes' if t.write else 'reads'} {_what(t, rank)}" for t in item.observable[:2])
+                needs.append(Need(item, f"its signal lets another rank go on, and op {item.index} ({item.op.loc.file}:"
+                                        f"{item.op.loc.line}) {what}, which that rank may touch then", True))
+        for pe in pes:
+            for item, fence_at in fenced.get(pe, []):
+                fop = program.ops[fence_at]
+                needs.append(Need(item, f"the fence at {fop.loc.file}:{fop.loc.line} orders op {item.index}'s "
+                                        f"delivery to PE {pe} before this one", True, fence_at))
+        unique: dict[int, Need] = {}
+        for need in needs:
+            kept = unique.get(need.item.index)
+            if kept is None or (need.fence and not kept.fence):
+                unique[need.item.index] = need
+        needs = list(unique.values())
+        if isinstance(op, (ir.WaitUntil, ir.WaitUntilAll, ir.WaitUntilAny)):
+            who = Who("all")
+            step = Step(m, who, pre="grid" if needs else "", fence=any(n.fence for n in needs), needs=needs)
+        elif want == 1:
+            blocks = {n.item.who.base for n in needs if n.item.who.kind == "one"}
+            others = [n for n in needs if n.item.who.kind != "one"]
+            if not needs:
+                who = Who("one", rotation)
+                rotation += 1
+                ones += 1
+                step = Step(m, who)
+            elif not others and len(blocks) == 1:
+                who = Who("one", blocks.pop())
+                step = Step(m, who, pre="block", fence=any(n.fence for n in needs), needs=needs)
+            elif publishes and _next_signals(sched, rank, m):
+                # a run of signals (to each peer, say), each after every block's work: one grid-wide sync
+                # lets them all go out at once, each from a block of its own
+                who = Who("one", rotation)
+                rotation += 1
+                ones += 1
+                step = Step(m, who, pre="grid", fence=any(n.fence for n in needs), needs=needs)
+            else:
+                who = Who("last")
+                step = Step(m, who, pre="last", fence=any(n.fence for n in needs), needs=needs, counter=counters)
+                counters += 1
+        else:
+            who = Who("all", rotation, want)
+            rotation += want
+            step = Step(m, who, pre="grid" if needs else "", fence=any(n.fence for n in needs), needs=needs)
+        for need in needs:
+            if need.fence_op is not None and m not in steps[need.fence_op].used_by:
+                steps[need.fence_op].used_by.append(m)
+        if step.pre == "grid":
+            cleared(step.fence)
+        if spread_signal:
+            step.signal_counter = counters
+            counters += 1
+        if isinstance(op, ir.Compute):
+            if want > 1:
+                step.hash_slot = hash_slots
+                hash_slots += 1
+                pending = []  # its reads are hashed by every block, then a grid-wide sync, then the writes
+        widest = max(widest, want)
+        # A wait read is observable (every block must have polled before the rank's next signal lets a
+        # peer change the word again), unless the word only grows and the wait is ge/gt: it stays true.
+        steady = getattr(op, "cmp", None) in ("ge", "gt") and not isinstance(op, ir.FetchAtomic)
+        observable = [t for t in touches if _observable(t, rank, index)
+                      and not (steady and t.space == SIG and (t.owner, t.key, t.start) in monotone)]
+        item = Item(m, op, who, touches, observable, pes)
+        pending.append(item)
+        if observable:
+            unpublished.append(item)
+        for pe in pes:
+            since_fence.setdefault(pe, []).append(item)
+        if op.kind in ir.DELIVERY_KINDS:
+            in_flight.append(item)
+        steps.append(step)
+    blocks = max(widest, min(MAX_BLOCKS, ones))  # each independent one-block op on a block of its own
+    return RankPlan(rank, steps, max(1, blocks), counters, hash_slots)
+
+
+# ------------------------------------------------------------------------------------ C++ text
+PRELUDE = Path(__file__).with_name("nvshmem.cuh")  # the device pieces every kernel calls
+
+# ------------------------------------------------------------------------------------ emitters
+@dataclass
+class _Kernel:
+    """What the emitters of one rank's kernel share (kept on the `Gen` while it is written)."""
+
+    plan: RankPlan
+    step: Step
+    statics: list[str] = field(default_factory=list)  # file-scope arrays the kernel reads
+
+
+def _kernel(gen: Gen) -> _Kernel:
+    return gen.__dict__["nvshmem_kernel"]
+
+
+def _share(step: Step) -> str:
+    """The (want, base) arguments of a spread helper: all of it on the running block, or its share."""
+    if step.who.kind == "all":
+        return f"{step.who.want}, {step.who.base}"
+    return "1, blockIdx.x"
+
+
+def _guarded(gen: Gen, body: list[str]) -> list[str]:
+    """`body` run by the step's blocks: all (each its share), one block, or the last to arrive."""
+    step = _kernel(gen).step
+    fence = "true" if step.fence else "false"
+    if step.who.kind == "all":
+        return body
+    if step.who.kind == "one":
+        head = f"  if (cw_nv_mine({step.who.base})) {{  // block {step.who.base} (mod the grid) runs it"
+        pre = [f"    cw_nv_block({fence});"] if step.pre == "block" else []
+    else:
+        head = f"  if (cw_nv_last(&cw_arrive[{step.counter}], {fence})) {{  // the last block to arrive runs it"
+        pre = []
+    return [head, *pre, *["  " + line for line in body], "  }"]
+
+
+def _remote(gen: Gen, region: ir.Region, pe: int, op) -> str:
+    """The symmetric address of `region` (the same on every PE), through this rank's declaration."""
+    try:
+        mine = gen.program.buffer(region.buffer)
+        theirs = gen.sched.programs[pe].buffer(region.buffer)
+    except KeyError:
+        raise Unsupported(f"{op.loc}: the nvshmem-codegen backend cannot run {op.kind}: symmetric buffer "
+                          f"{region.buffer} is not declared on rank {gen.rank} and rank {pe} alike (declare it on "
+                          "every rank)") from None
+    if not (mine.symmetric and theirs.symmetric) or mine.dtype != theirs.dtype:
+        raise Unsupported(f"{op.loc}: the nvshmem-codegen backend cannot run {op.kind}: {region.buffer} must be a "
+                          "symmetric buffer of one dtype on every rank")
+    return gen.ptr(region)
+
+
+def _signal(gen: Gen, ref: ir.SignalRef, owner: int) -> str:
+    """The signal word's symmetric address: its index in `owner`'s layout (declaration order)."""
+    return f"cw_sig + {signal_word(gen.sched.programs[owner], ref)}"
+
+
+def _source(gen: Gen, op, src: ir.Region, lines: list[str]) -> str:
+    """`src`'s pointer, or a scratch copy's (made by the running block) when it overlaps the destination
+    at another offset (`staged`)."""
+    if staged(op, gen.rank) != src:
+        return gen.ptr(src)
+    scratch = gen.add_scratch(gen.nbytes(src), f"op {gen.index} of rank {gen.rank}: a source overlapping its "
+                                                "destination at another offset, read before it is written")
+    lines += [f"  cw_nv_copy({scratch}, {gen.ptr(src)}, {gen.nbytes(src)}, 1, blockIdx.x);  // staged: the source "
+              "overlaps the destination at another offset",
+              "  __syncthreads();"]
+    return f"({gen.ctype(src)}*){scratch}"
+
+
+def put(gen: Gen, op: ir.Put) -> list[str]:
+    """Each block puts its share (`nvshmemx_putmem[_nbi]_block`): blocking reads src before it returns."""
+    body: list[str] = []
+    src = _source(gen, op, op.src, body)
+    dst = _remote(gen, op.dst, op.pe, op)
+    body.append(f"  cw_nv_put({dst}, {src}, {gen.nbytes(op.src)}, {op.pe}, {'true' if op.nbi else 'false'}, "
+                f"{_share(_kernel(gen).step)});  // to PE {op.pe}")
+    return _guarded(gen, body)
+
+
+def put_signal(gen: Gen, op: ir.PutSignal) -> list[str]:
+    """One block: `nvshmemx_putmem_signal[_nbi]_block` (its data, its fence, then the signal). Spread:
+    each block puts its share and fences it; the last block to arrive sends the signal."""
+    step = _kernel(gen).step
+    dst = _remote(gen, op.dst, op.pe, op)
+    sig = _signal(gen, op.signal, op.pe)
+    how = f"{cuda.u64(op.value)}, {SIGNAL_OP[op.sig_op]}"
+    if step.who.kind != "all":
+        body: list[str] = []
+        src = _source(gen, op, op.src, body)
+        call = "nvshmemx_putmem_signal_nbi_block" if op.nbi else "nvshmemx_putmem_signal_block"
+        body.append(f"  {call}({dst}, {src}, {gen.nbytes(op.src)}, {sig}, {how}, {op.pe});  // to PE {op.pe}")
+        return _guarded(gen, body)
+    return [f"  cw_nv_put({dst}, {gen.ptr(op.src)}, {gen.nbytes(op.src)}, {op.pe}, {'true' if op.nbi else 'false'}, "
+            f"{_share(step)});  // to PE {op.pe}",
+            "  // put_signal: the signal lands after the data, which every block put a share of: each block",
+            "  // fences its share (and makes what it did before visible, for the signal lets PE "
+            f"{op.pe} go on),",
+            "  // then the last block to arrive signals; the others go on without waiting.",
+            f"  if (cw_nv_last(&cw_arrive[{step.signal_counter}], true)) {{",
+            f"    if (threadIdx.x == 0) nvshmemx_signal_op({sig}, {how}, {op.pe});",
+            "  }"]
+
+
+def signal_op(gen: Gen, op: ir.SignalUpdate) -> list[str]:
+    sig = _signal(gen, op.signal, op.pe)
+    return _guarded(gen, [f"  if (threadIdx.x == 0) nvshmemx_signal_op({sig}, {cuda.u64(op.value)}, "
+                          f"{SIGNAL_OP[op.sig_op]}, {op.pe});"])
+
+
+# NVSHMEM has no int64 add, fetch_add, inc or fetch_inc (CUDA has no signed 64-bit atomicAdd): those
+# go through the uint64 call, which leaves the same bits (two's complement arithmetic modulo 2**64).
+_UNSIGNED_ONLY = frozenset({"add", "inc", "fetch_add", "fetch_inc"})
+
+
+def _word(gen: Gen, target, pe: int, op) -> tuple[str, str, str]:
+    """(address, C type, NVSHMEM type name) of an atomic's word on `pe`."""
+    if isinstance(target, ir.SignalRef):
+        return _signal(gen, target, pe), "uint64_t", "uint64"
+    dtype = gen.sched.programs[pe].buffer(target.buffer).dtype
+    addr = _remote(gen, target, pe, op)
+    if dtype == "int64" and op.op in _UNSIGNED_ONLY:
+        return f"(uint64_t*)({addr})", "uint64_t", "uint64"
+    return addr, cuda.C_TYPE[dtype], NV_TYPE[dtype]
+
+
+def atomic(gen: Gen, op: ir.Atomic) -> list[str]:
+    """`nvshmem_<type>_atomic_<op>` by one thread (inc takes no operand)."""
+    addr, ctype, name = _word(gen, op.target, op.pe, op)
+    operand = "" if op.op == "inc" else f"({ctype}){cuda.u64(op.value)}, "
+    return _guarded(gen, [f"  if (threadIdx.x == 0) nvshmem_{name}_atomic_{op.op}({addr}, {operand}{op.pe});"])
+
+
+def fetch_atomic(gen: Gen, op: ir.FetchAtomic) -> list[str]:
+    """`nvshmem_<type>_atomic_fetch_<op>` by one thread; the old value, cast to into's type (as a
+    store into that buffer casts it), lands in local `into`."""
+    addr, ctype, name = _word(gen, op.target, op.pe, op)
+    value = f"({ctype}){cuda.u64(op.value)}"
+    args = {"fetch": "", "fetch_inc": "", "compare_swap": f"({ctype}){cuda.u64(op.cond)}, {value}, "}.get(
+        op.op, f"{value}, ")
+    call = f"nvshmem_{name}_{FETCH_CALL[op.op]}({addr}, {args}{op.pe})"
+    return _guarded(gen, [f"  if (threadIdx.x == 0) *({gen.ptr(op.into)}) = ({gen.ctype(op.into)}){call};"])
+
+
+def get(gen: Gen, op) -> list[str]:
+    """Each block gets its share (`nvshmemx_getmem[_nbi]_block`)."""
+    body: list[str] = []
+    src = _remote(gen, op.src, op.pe, op)
+    if staged(op, gen.rank) is not None:
+        src = _source(gen, op, op.src, body)
+    nbi = "true" if isinstance(op, ir.GetNbi) else "false"
+    body.append(f"  cw_nv_get({gen.ptr(op.dst)}, {src}, {gen.nbytes(op.dst)}, {op.pe}, {nbi}, "
+                f"{_share(_kernel(gen).step)});  // from PE {op.pe}")
+    return _guarded(gen, body)
+
+
+def _span(gen: Gen, refs) -> tuple[int, int, list[int]]:
+    """The rank's signal words `refs` as a range [lo, lo + n) and its status array (0: waited on)."""
+    words = [signal_word(gen.program, ref) for ref in refs]
+    lo, hi = min(words), max(words)
+    return lo, hi - lo + 1, [0 if w in words else 1 for w in range(lo, hi + 1)]
+
+
+def wait(gen: Gen, op) -> list[str]:
+    """Thread 0 of every block polls (`nvshmem_uint64_wait_until[_all|_any]`, which ends with a fence),
+    then `__syncthreads`: each block's later work follows the write that satisfied it."""
+    why = "  // every block waits (its thread 0 polls): its later work follows the write that satisfied it"
+    if isinstance(op, ir.WaitUntil):
+        return [why, f"  cw_nv_wait({_signal(gen, op.signal, gen.rank)}, {CMP[op.cmp]}, {cuda.u64(op.value)});"]
+    lo, n, status = _span(gen, op.signals)
+    name = f"CW_NV_STATUS_{gen.rank}_{gen.index}"
+    _kernel(gen).statics.append(f"static __device__ const int {name}[] = {{{', '.join(map(str, status))}}};  "
+                                f"// op {gen.index} of rank {gen.rank}: 1 = not waited on")
+    call = "wait_until_all" if isinstance(op, ir.WaitUntilAll) else "wait_until_any"
+    if isinstance(op, ir.WaitUntilAny):
+        why += ("\n  // (any: a block may see another of the words first; each block's later work follows the write it"
+                " saw)")
+    return [*why.split("\n"),
+            f"  if (threadIdx.x == 0) nvshmem_uint64_{call}(cw_sig + {lo}, {n}, {name}, {CMP[op.cmp]}, "
+            f"{cuda.u64(op.value)});",
+            "  __syncthreads();"]
+
+
+def copy(gen: Gen, op: ir.Copy) -> list[str]:
+    if op.src == op.dst:
+        return ["  // the same elements: nothing to copy"]
+    body: list[str] = []
+    src = _source(gen, op, op.src, body)
+    body.append(f"  cw_nv_copy({gen.ptr(op.dst)}, {src}, {gen.nbytes(op.dst)}, {_share(_kernel(gen).step)});")
+    return _guarded(gen, body)
+
+
+def reduce(gen: Gen, op: ir.LocalReduce) -> list[str]:
+    ctype = gen.ctype(op.dst)
+    body: list[str] = []
+    sources = [_source(gen, op, src, body) for src in op.srcs]
+    body += [f"  {{ const {ctype}* cw_srcs[] = {{{', '.join(sources)}}};",
+             f"    cw_nv_reduce<{ctype}>({gen.ptr(op.dst)}, cw_srcs, {len(sources)}, {op.dst.count}, "
+             f"{cuda.REDUCE_CODE[op.op]}, {_share(_kernel(gen).step)}); }}"]
+    return _guarded(gen, body)
+
+
+def fill(gen: Gen, op: ir.Fill) -> list[str]:
+    value = bits(op.value, gen.dtype(op.dst)).replace("cw_bits<", "cw_nv_bits<", 1)
+    return _guarded(gen, [f"  cw_nv_fill<{gen.ctype(op.dst)}>({gen.ptr(op.dst)}, {op.dst.count}, {value}, "
+                          f"{_share(_kernel(gen).step)});"])
+
+
+def compute(gen: Gen, op: ir.Compute) -> list[str]:
+    """numeric.opaque_output: every block hashes its share of every read; the sum (a grid-wide sync
+    when spread) then gives every output."""
+    from ..runtime import numeric
+
+    step = _kernel(gen).step
+    seed = cuda.u64(numeric.opaque_seed(op.name, gen.rank, gen.index))
+    move = rule(op).flows(op, gen.rank)[0]
+    body = ["  {", "    unsigned long long cw_mine = 0;"]
+    position = 0
+    for _r, src in move.srcs:
+        body.append(f"    cw_mine += cw_nv_hash_part<{gen.ctype(src)}>({gen.ptr(src)}, {src.count}, {seed}, {position}, "
+                    f"{_share(step)});")
+        position += src.count
+    if step.who.kind == "all":
+        body.append(f"    uint64_t cw_h = {seed} + cw_nv_grid_sum(grid, cw_hash + {step.hash_slot} * gridDim.x, "
+                    "cw_mine);  // a grid-wide sync: every read is hashed before any output is written")
+    else:
+        body.append(f"    uint64_t cw_h = {seed} + cw_nv_block_sum(cw_mine);  // every read is hashed first")
+    offset = 0
+    for _r, dst in move.dsts:
+        body.append(f"    cw_nv_opaque<{gen.ctype(dst)}>({gen.ptr(dst)}, {dst.count}, cw_h, {offset}, {_share(step)});")
+        offset += dst.count
+    body.append("  }")
+    return _guarded(gen, body)
+
+
+def _none(gen: Gen, op) -> list[str]:
+    return []  # fence, quiet, barrier_all, sync_all: written by `NvshmemTarget._ordering`
+
+
+TABLE = {
+    ir.Put: put, ir.PutSignal: put_signal, ir.SignalUpdate: signal_op, ir.Atomic: atomic,
+    ir.FetchAtomic: fetch_atomic, ir.Get: get, ir.GetNbi: get, ir.WaitUntil: wait, ir.WaitUntilAll: wait,
+    ir.WaitUntilAny: wait, ir.Fence: _none, ir.Quiet: _none, ir.BarrierAll: _none, ir.SyncAll: _none,
+    ir.LocalReduce: reduce, ir.Copy: copy, ir.Fill: fill, ir.Compute: compute,
+}
+UNSUPPORTED = {cls: TWO_SIDED for cls in (
+    ir.Send, ir.Recv, ir.Group, ir.AllReduce, ir.AllGather, ir.ReduceScatter, ir.Broadcast, ir.ReduceTo,
+    ir.AllToAll, ir.Barrier)}
+NVSHMEM = register(Backend("nvshmem-codegen", table=TABLE, unsupported=UNSUPPORTED))
+
+
+# ---------------------------------------------------------------------------------- the target
+def _lines(text: str) -> list[str]:
+    return text.split("\n")
+
+
+def _why(step: Step, program: ir.Program) -> list[str]:
+    """The comment above a handoff: how the order is kept, and which earlier ops it keeps it after."""
+    fence = " and its nvshmem_fence" if step.fence else ""
+    how = {"grid": f"a grid-wide sync, every block after its own work{fence}",
+           "block": f"{step.who} runs it after its own earlier work (__syncthreads{fence})",
+           "last": f"the last block to arrive runs it, every block arriving after its own work{fence}"}[step.pre]
+    lines = [f"  // {cuda.comment(how)}:"]
+    shown = 3
+    for need in step.needs[:shown]:
+        words = cuda.comment(need.why).split(" ")
+        line = "  //   -"
+        for word in words:
+            if len(line) + 1 + len(word) > 116:
+                lines.append(line)
+                line = "  //    "
+            line += " " + word
+        lines.append(line)
+    if len(step.needs) > shown:
+        rest = ", ".join(str(n.item.index) for n in step.needs[shown:])
+        lines.append(f"  //   - and the same for op(s) {rest}")
+    return lines
+
+
+class NvshmemTarget(Target):
+    """Device-initiated NVSHMEM: one cooperative kernel per rank (the module docstring)."""
+
+    name = "nvshmem"
+    table = NVSHMEM
+    includes = ("nvshmem.h", "nvshmemx.h", "cooperative_groups.h")
+    mark_words = 1  # setup() makes it 1 + the blocks of the rank's kernel
+
+    def prelude(self, gen: Gen) -> list[str]:
+        return _lines(PRELUDE.read_text().rstrip())
+
+    def init(self, gen: Gen) -> list[str]:
+        sched = gen.sched
+        pool = _pool_bytes(sched)
+        lines = ["  {  // NVSHMEM over MPI: rank 0's unique id reaches every rank through MPI_Bcast"]
+        heap = _heap_bytes(sched, pool)
+        if heap > 1 << 30:
+            lines.append(f'    if (!getenv("NVSHMEM_SYMMETRIC_SIZE")) setenv("NVSHMEM_SYMMETRIC_SIZE", "{heap}", 0);'
+                         "  // every symmetric buffer, the pool and the signal words")
+        lines += [
+            "    nvshmemx_uniqueid_t id = NVSHMEMX_UNIQUEID_INITIALIZER;",
+            "    if (cw_rank == 0) CW_NV(nvshmemx_get_uniqueid(&id));",
+            "    CW_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));",
+            "    nvshmemx_init_attr_t attr = NVSHMEMX_INIT_ATTR_INITIALIZER;",
+            "    CW_NV(nvshmemx_set_attr_uniqueid_args(cw_rank, cw_world, &id, &attr));",
+            "    CW_NV(nvshmemx_init_attr(NVSHMEMX_INIT_WITH_UNIQUEID, &attr));",
+            "    if (nvshmem_my_pe() != cw_rank || nvshmem_n_pes() != cw_world)",
+            '      cw_abandon("error", "NVSHMEM numbered the PEs unlike MPI", 2);',
+            f"    cw_nv_pool_bytes = {pool};  // the per-rank buffers of the rank that has the most",
+            "    cw_nv_pool = (char*)cw_nv_malloc(cw_nv_pool_bytes);",
+            "  }",
+        ]
+        return lines
+
+    def alloc(self, gen: Gen, bytes_expr: str, symmetric: bool) -> str:
+        return f"cw_nv_malloc({bytes_expr})" if symmetric else f"cw_nv_local({bytes_expr})"
+
+    def setup(self, gen: Gen) -> list[str]:
+        plans = gen.__dict__["nvshmem_plans"]
+        ranks = range(gen.sched.world)
+        return [
+            "  {  // NVSHMEM: this rank's kernel, its blocks, its counters and its progress words",
+            f"    static const void* kernels[] = {{{', '.join(f'(const void*)cw_nv_rank{k}' for k in ranks)}}};",
+            f"    static const int wants[] = {{{', '.join(str(plans[k].blocks) for k in ranks)}}};",
+            f"    static const int counters[] = {{{', '.join(str(plans[k].counters) for k in ranks)}}};",
+            f"    static const int hashes[] = {{{', '.join(str(plans[k].hash_slots) for k in ranks)}}};",
+            "    int device = 0, sms = 0, resident = 0;",
+            "    void* none[] = {nullptr};",
+            "    CW_CUDA(cudaGetDevice(&device));",
+            "    CW_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));",
+            "    CW_NV(nvshmemx_collective_launch_query_gridsize(kernels[cw_rank], dim3(CW_NV_THREADS), none, 0, "
+            "&resident));",
+            "    if (resident < 1) cw_abandon(\"error\", \"not one block of this rank's kernel fits on the GPU\", 2);",
+            "    cw_nv_grid = std::max(1, std::min(wants[cw_rank], std::min(sms, resident)));",
+            "    cw_nv_arrive = (unsigned*)cw_malloc(std::max(counters[cw_rank], 1) * sizeof(unsigned));",
+            "    CW_CUDA(cudaMemset(cw_nv_arrive, 0, std::max(counters[cw_rank], 1) * sizeof(unsigned)));",
+            "    cw_nv_hash = (unsigned long long*)cw_malloc(std::max(hashes[cw_rank] * cw_nv_grid, 1) * "
+            "sizeof(unsigned long long));",
+            "    // a progress word per block besides word 0: a hang names each block's op",
+            "    CW_CUDA(cudaFreeHost((void*)cw_marks));",
+            "    cw_mark_words = 1 + cw_nv_grid;",
+            "    CW_CUDA(cudaHostAlloc((void**)&cw_marks, cw_mark_words * sizeof(uint32_t), cudaHostAllocMapped));",
+            "    memset((void*)cw_marks, 0, cw_mark_words * sizeof(uint32_t));",
+            "    CW_CUDA(cudaHostGetDevicePointer((void**)&cw_marks_dev, (void*)cw_marks, 0));",
+            "  }",
+        ]
+
+    def align(self, gen: Gen) -> list[str]:
+        return ["  nvshmemx_barrier_all_on_stream(s);  // every rank's inputs and zeroed signal words are in place"]
+
+    def finalize(self, gen: Gen) -> list[str]:
+        return ["  CW_CUDA(cudaStreamSynchronize(s));",
+                "  nvshmem_finalize();  // collective over the PEs; MPI_Finalize comes after"]
+
+    # -- one rank ---------------------------------------------------------------------------------
+    def rank_function(self, gen: Gen, rank: int) -> list[str]:
+        sched = gen.sched
+        program = sched.programs[rank]
+        if "nvshmem_touches" not in gen.__dict__:
+            gen.__dict__["nvshmem_touches"] = (touch_index(sched), monotone_words(sched))
+        plan = plan_rank(sched, rank, *gen.__dict__["nvshmem_touches"])
+        gen.__dict__.setdefault("nvshmem_plans", {})[rank] = plan
+        kernel = _Kernel(plan, plan.steps[0] if plan.steps else Step(0, Who("all")))
+        gen.__dict__["nvshmem_kernel"] = kernel
+        scratch_before = len(gen.scratch)
+        body: list[str] = []
+        for step, op in zip(plan.steps, program.ops):
+            gen.index = step.index
+            kernel.step = step
+            blocking = isinstance(op, (ir.WaitUntil, ir.WaitUntilAll, ir.WaitUntilAny, ir.Quiet, ir.BarrierAll,
+                                       ir.SyncAll))
+            body += ["", op_comment(op), f"  cw_nv_mark(a.marks, {step.index}, {'true' if blocking else 'false'});"]
+            ordering = self._ordering(gen, op, step)
+            if ordering is not None:
+                body += ordering
+                continue
+            if step.pre == "grid":
+                body += [*_why(step, program), f"  cw_nv_grid_sync(grid, {'true' if step.fence else 'false'});"]
+            elif step.pre:
+                body += _why(step, program)
+            body += self.table.lookup(op)(gen, op)
+        scratch = [item.name for item in gen.scratch[scratch_before:]]
+        return self._kernel_text(gen, rank, plan, kernel, body, scratch)
+
+    def _ordering(self, gen: Gen, op, step: Step) -> list[str] | None:
+        """fence, quiet, barrier_all, sync_all (None for the other ops)."""
+        program = gen.program
+        if isinstance(op, ir.Fence):
+            pes = ", ".join(map(str, step.fence_pes))
+            if step.idle:
+                return ["  // fence: no delivery since the last fence or quiet, so nothing to order here"]
+            if not step.used_by:
+                return [f"  // fence: orders the deliveries to PE {pes} above before later ones to it; none follows",
+                        "  // before the next quiet or the end, so there is nothing to do here"]
+            uses = ", ".join(f"op {m} ({cuda.comment(program.ops[m].loc)})" for m in step.used_by[:4])
+            return [f"  // fence: the deliveries to PE {pes} above land before later ones to it. Each block's",
+                    "  // part is ordered where the next of those is issued (its blocks fence, then hand over):",
+                    f"  // {uses}"]
+        if isinstance(op, ir.Quiet):
+            if step.idle:
+                return ["  // quiet: no delivery in flight (none since the last quiet or barrier_all): nothing to do"]
+            return ["  // quiet: every block completes its own deliveries (nvshmem_quiet by its thread 0), then a",
+                    "  // grid-wide sync: everything after it, on any block, follows every delivery above",
+                    "  cw_nv_quiet_all(grid);"]
+        if isinstance(op, ir.BarrierAll):
+            return ["  // barrier_all: every block completes its deliveries (quiet), a grid-wide sync, one thread's",
+                    "  // nvshmem_barrier_all (every PE meets), then a grid-wide sync: no block goes on before every PE",
+                    "  // has arrived",
+                    "  cw_nv_quiet_all(grid);",
+                    "  if (blockIdx.x == 0 && threadIdx.x == 0) nvshmem_barrier_all();",
+                    "  grid.sync();"]
+        if isinstance(op, ir.SyncAll):
+            first = (["  // each block fences first, so what it did is visible to the PEs that go on after the sync;"]
+                     if step.fence else [])
+            return ["  // sync_all: every PE meets, and deliveries stay in flight. A grid-wide sync (every block's work",
+                    "  // before it is done), one thread's nvshmem_sync_all, then a grid-wide sync: no block goes on",
+                    "  // before every PE has arrived",
+                    *first,
+                    f"  cw_nv_grid_sync(grid, {'true' if step.fence else 'false'});",
+                    "  if (blockIdx.x == 0 && threadIdx.x == 0) nvshmem_sync_all();",
+                    "  grid.sync();"]
+        return None
+
+    def _kernel_text(self, gen: Gen, rank: int, plan: RankPlan, kernel: _Kernel, body: list[str],
+                     scratch: list[str]) -> list[str]:
+        program = gen.sched.programs[rank]
+        fields, locals_, fill = [], [], []
+        for i, decl in enumerate(program.buffers):
+            ctype = cuda.C_TYPE[decl.dtype]
+            name = cuda.ident("buffer", decl.name)
+            fields.append(f"  {ctype}* {name};  // {decl.count} x {decl.dtype}{', symmetric' if decl.symmetric else ''}")
+            locals_.append(f"  [[maybe_unused]] {ctype}* {name} = a.{name};")
+            fill.append(f"  a.{name} = ({ctype}*)CW_BUFS_{rank}[{i}].ptr;")
+        for name in scratch:
+            fields.append(f"  char* {name};")
+            locals_.append(f"  [[maybe_unused]] char* {name} = a.{name};")
+            fill.append(f"  a.{name} = {name};")
+        n = len(program.ops)
+        return [
+            f"// ---------------------------------------------------------------------------------- rank {rank}",
+            f"// {plan.blocks} block(s) wanted; {plan.counters} arrival counter(s); {plan.hash_slots} spread compute op(s)",
+            *kernel.statics,
+            f"struct CwNvArgs{rank} {{",
+            *fields,
+            "  uint64_t* sig;  // the signal words (symmetric)",
+            "  uint32_t* marks;  // progress words (host-mapped)",
+            "  unsigned* arrive;",
+            "  unsigned long long* hash;",
+            "};",
+            "",
+            f"__global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank{rank}(CwNvArgs{rank} a) {{",
+            *locals_,
+            "  [[maybe_unused]] uint64_t* cw_sig = a.sig;",
+            "  [[maybe_unused]] unsigned* cw_arrive = a.arrive;",
+            "  [[maybe_unused]] unsigned long long* cw_hash = a.hash;",
+            "  [[maybe_unused]] cg::grid_group grid = cg::this_grid();",
+            *body,
+            "",
+            *_end(gen.sched, n),
+            "}",
+            "",
+            f"static void rank{rank}(cudaStream_t s) {{",
+            f"  CwNvArgs{rank} a;",
+            *fill,
+            "  a.sig = cw_signals;",
+            "  a.marks = cw_marks_dev;",
+            "  a.arrive = cw_nv_arrive;",
+            "  a.hash = cw_nv_hash;",
+            f"  cw_nv_launch((const void*)cw_nv_rank{rank}, &a, s);",
+            "}",
+            "",
+        ]
+
+
+def _end(sched: ir.Schedule, n: int) -> list[str]:
+    """The end of a run: every block completes its deliveries, then every rank meets, unless every
+    rank's last op is a barrier_all already (the decision is the same on every rank: it is a collective)."""
+    if all(p.ops and isinstance(p.ops[-1], ir.BarrierAll) for p in sched.programs):
+        return ["  // the end of a run: every rank's last op was a barrier_all, so every delivery of every rank has",
+                "  // landed and every rank is past its ops",
+                f"  cw_nv_mark(a.marks, {n}, false);"]
+    return ["  // the end of a run: every block completes its deliveries, then every rank meets. A run ends when every",
+            "  // delivery of every rank has landed (the final state the checker's values describe), and no rank's",
+            "  // next reset overwrites what a slower rank still delivers or reads.",
+            f"  cw_nv_mark(a.marks, {n}, true);",
+            "  cw_nv_quiet_all(grid);",
+            "  if (blockIdx.x == 0 && threadIdx.x == 0) nvshmem_barrier_all();"]
+
+
+def _pool_bytes(sched: ir.Schedule) -> int:
+    """The pool of per-rank buffers: the most any rank needs (every PE allocates the same size)."""
+    most = 0
+    for program in sched.programs:
+        total = 0
+        for decl in program.buffers:
+            if not decl.symmetric:
+                nbytes = max(decl.count * ir.DTYPE_BYTES[decl.dtype], 1)
+                total += -(-nbytes // POOL_ALIGN) * POOL_ALIGN
+        most = max(most, total)
+    return max(most, 16)
+
+
+def _heap_bytes(sched: ir.Schedule, pool: int) -> int:
+    """A symmetric heap that holds every symmetric buffer, the pool and the signal words, with room
+    for NVSHMEM's own allocations; in MiB."""
+    from .program import _symmetric
+
+    total = pool + sum(-(-nbytes // 4096) * 4096 + 4096 for _name, nbytes in _symmetric(sched))
+    total += 8 * max((sum(d.count for d in p.signals) for p in sched.programs), default=1) + (64 << 20)
+    return -(-total // (2 << 20)) * (2 << 20)
+
+
+TARGET = NvshmemTarget()

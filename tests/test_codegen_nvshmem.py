@@ -1,0 +1,497 @@
+"""The NVSHMEM backend (`clockworks_dist.codegen.nvshmem`): every one-sided protocol generates at 2 and 4
+ranks; each fence, quiet, grid-wide sync and last-block handoff sits where the semantics' accesses and
+order rules put it, with the reason beside it; what the backend cannot do names the op's file:line
+and the backend that can; and the generated programs compile with nvcc against the NVSHMEM wheel
+(skipped, with the reason, where nvcc or the wheel is missing). No GPU is needed: running them is
+scripts/gpu/nvshmem_smoke.sh's job."""
+
+from __future__ import annotations
+
+import glob
+import re
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import clockworks_dist as cw
+from clockworks_dist import ir
+from clockworks_dist.codegen import nvshmem, program
+from clockworks_dist.dsl.load import load_file
+from clockworks_dist.semantics import backends
+from clockworks_dist.semantics.backends import Unsupported
+
+ROOT = Path(__file__).resolve().parent.parent
+PROTOCOLS = sorted(glob.glob(str(ROOT / "protocols" / "*.py")) + glob.glob(str(ROOT / "protocols" / "buggy" / "*.py"))
+                   + glob.glob(str(ROOT / "protocols" / "runtime" / "*.py")))
+
+
+def trace_file(path: str, ranks: int, **sizes) -> ir.Schedule:
+    return load_file(str(ROOT / path))[0].trace(ranks, sizes=sizes or None)
+
+
+def trace(fn, ranks: int = 2) -> ir.Schedule:
+    return cw.schedule(fn).trace(ranks)
+
+
+def one_sided(path: str) -> bool:
+    sched = load_file(path)[0].trace(2)
+    return not program.unsupported(sched, "nvshmem")
+
+
+NV_PROTOCOLS = [p for p in PROTOCOLS if one_sided(p)]
+
+
+def kernel(text: str, rank: int) -> str:
+    """The kernel of `rank` in a generated program."""
+    start = text.index(f"__global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank{rank}(")
+    return text[start:text.index(f"static void rank{rank}(cudaStream_t s)", start)]
+
+
+def op_code(text: str, rank: int, index: int) -> str:
+    """The code of op `index` in `rank`'s kernel: from its progress mark to the next op's."""
+    body = kernel(text, rank)
+    start = body.index(f"cw_nv_mark(a.marks, {index}, ")
+    start = body.rindex("\n  //", 0, start)  # the user's file:line above it
+    nxt = body.find(f"cw_nv_mark(a.marks, {index + 1}, ", start)
+    return body[start:body.rindex("\n  //", start, nxt) if nxt > 0 else len(body)]
+
+
+# --------------------------------------------------------------------------------- the table
+def test_the_backend_decides_every_op_class():
+    assert backends.BACKENDS["nvshmem-codegen"] is nvshmem.NVSHMEM is nvshmem.TARGET.table
+    nvshmem.NVSHMEM.check_complete()
+    for cls in (ir.Send, ir.Recv, ir.Group, ir.AllReduce, ir.Barrier):
+        assert "--backend nccl" in nvshmem.UNSUPPORTED[cls]
+
+
+def test_an_nccl_op_names_its_file_line_and_the_backend_that_can():
+    sched = trace_file("protocols/ring_allreduce.py", 2)
+    with pytest.raises(Unsupported) as exc:
+        program.generate(sched, "nvshmem")
+    message = str(exc.value)
+    assert re.search(r"ring_allreduce\.py:\d+: the nvshmem-codegen backend cannot run (group|send|recv)", message)
+    assert "--backend nccl" in message
+
+
+def test_a_remote_buffer_this_rank_lacks_is_named():
+    sched = trace(_put_signal_fn(4))
+    mine = sched.programs[0]
+    bare = mine.model_copy(update={"buffers": tuple(b for b in mine.buffers if b.name != "box")})
+    broken = sched.model_copy(update={"programs": (bare, *sched.programs[1:])})
+    with pytest.raises(Unsupported, match=r"test_codegen_nvshmem\.py:\d+: .*symmetric buffer box is not declared"):
+        program.generate(broken, "nvshmem")
+
+
+# ------------------------------------------------------------------- every protocol generates
+@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("path", NV_PROTOCOLS, ids=lambda p: Path(p).stem)
+def test_every_one_sided_protocol_generates(path, ranks):
+    sched = load_file(path)[0].trace(ranks)
+    text = program.generate(sched, "nvshmem")
+    for prog in sched.programs:
+        body = kernel(text, prog.rank)
+        at = 0
+        for index, op in enumerate(prog.ops):  # the user's file:line above each op's code, in order
+            at = body.index(program.op_comment(op).strip(), at)
+            assert body.index(f"cw_nv_mark(a.marks, {index}, ", at) > at
+        assert f"cw_nv_mark(a.marks, {len(prog.ops)}, " in body
+        assert f"cw_nv_launch((const void*)cw_nv_rank{prog.rank}, &a, s);" in text
+    assert text.count("nvshmemx_init_attr(NVSHMEMX_INIT_WITH_UNIQUEID") == 1
+    assert "MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD)" in text
+    assert "nvshmem_finalize();" in text and text.index("nvshmem_finalize();") < text.rindex("MPI_Finalize();")
+    assert "cw_mark_words = 1 + cw_nv_grid;" in text  # a progress word per block
+
+
+def test_the_protocol_list_holds_every_nvshmem_protocol():
+    names = {Path(p).stem for p in NV_PROTOCOLS}
+    assert {"nvshmem_alltoall_dispatch", "nvshmem_oneshot_allreduce", "nvshmem_twoshot_allreduce",
+            "dissemination_barrier", "signal_without_fence"} <= names
+
+
+@pytest.mark.parametrize("path", NV_PROTOCOLS, ids=lambda p: Path(p).stem)
+def test_every_handoff_follows_only_earlier_ops_and_says_why(path):
+    sched = load_file(path)[0].trace(4)
+    text = program.generate(sched, "nvshmem")
+    for prog in sched.programs:
+        plan = nvshmem.plan_rank(sched, prog.rank)
+        for step in plan.steps:
+            assert all(need.item.index < step.index for need in step.needs)
+            if step.pre == "block":  # one block keeps the order only if it ran everything it follows
+                assert all(need.item.who.same_block(step.who) for need in step.needs)
+            code = op_code(text, prog.rank, step.index)
+            if step.pre and step.needs:
+                assert re.search(r"// (a grid-wide sync|block \d+ runs it|the last block to arrive runs it)", code)
+                assert re.search(rf"op {step.needs[0].item.index}\b", code)  # the earlier op it keeps the order after
+        assert plan.blocks <= nvshmem.MAX_BLOCKS
+
+
+# ----------------------------------------------------------------------------- fences and quiets
+def _signal_fn(fence: bool, count: int):
+    """signal_without_fence.py, with and without its fix (a fence between the put and the signal)."""
+    def fenced_signal(r):
+        x = r.buffer("x", count=count, role="input")
+        out = r.buffer("out", count=count, role="output")
+        box = r.symmetric("box", count=count, role="scratch")
+        full = r.signal("full")
+        if r.rank == 0:
+            r.put(1, box, x)
+            if fence:
+                r.fence()
+            r.signal_op(1, full, 1, op="set")
+            r.quiet()
+        else:
+            r.wait_until(full, "eq", 1)
+            r.copy(out, box)
+    return fenced_signal
+
+
+def test_without_a_fence_the_signal_goes_out_on_its_own_block():
+    text = program.generate(trace_file("protocols/buggy/signal_without_fence.py", 2), "nvshmem")
+    put, signal = op_code(text, 0, 0), op_code(text, 0, 1)
+    assert "if (cw_nv_mine(0))" in put and "cw_nv_put(b_box, b_x, 8, 1, false, 1, blockIdx.x)" in put
+    assert "if (cw_nv_mine(1))" in signal  # deliveries are unordered: nothing holds the signal back
+    assert "cw_nv_block(" not in signal and "cw_nv_last(" not in signal and "cw_nv_grid_sync(" not in signal
+    assert "nvshmemx_signal_op(cw_sig + 0, 1ULL, NVSHMEM_SIGNAL_SET, 1);" in signal
+
+
+def test_a_fence_after_one_blocks_put_is_that_blocks_fence():
+    sched = trace(_signal_fn(True, 2))
+    text = program.generate(sched, "nvshmem")
+    assert "fence: the deliveries to PE 1 above land before later ones to it" in op_code(text, 0, 1)
+    assert "op 2 (test_codegen_nvshmem.py:" in op_code(text, 0, 1)
+    signal = op_code(text, 0, 2)
+    assert "if (cw_nv_mine(0))" in signal and "cw_nv_block(true);" in signal  # the put's block, its fence
+    assert re.search(r"the fence at test_codegen_nvshmem\.py:\d+ orders op 0's delivery to PE 1 before this one",
+                     signal)
+
+
+def test_a_fence_after_a_spread_put_makes_the_last_block_signal():
+    sched = trace(_signal_fn(True, 100_000))  # 400 KB: seven blocks put a share each
+    text = program.generate(sched, "nvshmem")
+    assert "cw_nv_put(b_box, b_x, 400000, 1, false, 7, 0);" in op_code(text, 0, 0)
+    signal = op_code(text, 0, 2)
+    assert "if (cw_nv_last(&cw_arrive[0], true))" in signal  # every block fences and arrives first
+    assert "every block arriving after its own work and its nvshmem_fence" in signal
+    unfenced = program.generate(trace(_signal_fn(False, 100_000)), "nvshmem")
+    assert "cw_nv_last(" not in op_code(unfenced, 0, 1) and "if (cw_nv_mine(" in op_code(unfenced, 0, 1)
+
+
+def test_a_fence_with_nothing_after_it_orders_nothing():
+    def fence_last(r):
+        box = r.symmetric("box", count=2)
+        if r.rank == 0:
+            r.put(1, box, box)
+            r.fence()
+            r.quiet()
+            r.fence()
+    text = program.generate(trace(fence_last), "nvshmem")
+    assert "none follows" in op_code(text, 0, 1) and "cw_nv_" not in op_code(text, 0, 1).split("\n", 3)[-1]
+    assert "no delivery since the last fence or quiet" in op_code(text, 0, 3)
+
+
+def test_quiet_completes_every_blocks_deliveries_unless_nothing_is_in_flight():
+    text = program.generate(trace_file("protocols/dissemination_barrier.py", 2), "nvshmem")
+    quiet = op_code(text, 0, 1)
+    assert "every block completes its own deliveries (nvshmem_quiet by its thread 0)" in quiet
+    assert "cw_nv_quiet_all(grid);" in quiet
+
+    def idle_quiet(r):
+        x = r.buffer("x", count=2)
+        r.quiet()
+        r.fill(x, 1.0)
+    text = program.generate(trace(idle_quiet), "nvshmem")
+    assert "nothing to do" in op_code(text, 0, 0) and "cw_nv_quiet_all" not in op_code(text, 0, 0)
+
+
+def test_barrier_all_and_sync_all_are_one_threads_barrier_between_grid_syncs():
+    text = program.generate(trace_file("protocols/nvshmem_oneshot_allreduce.py", 2), "nvshmem")
+    sync = next(op_code(text, 0, i) for i in range(20) if "sync_all()" in op_code(text, 0, i).split("\n")[1])
+    assert "cw_nv_grid_sync(grid, true);" in sync  # slots were read: visible before a peer writes them again
+    assert "if (blockIdx.x == 0 && threadIdx.x == 0) nvshmem_sync_all();\n  grid.sync();" in sync
+    text = program.generate(trace_file("protocols/buggy/put_vs_atomic_counter.py", 3), "nvshmem")
+    barrier = op_code(text, 0, 0)
+    assert "cw_nv_quiet_all(grid);\n  if (blockIdx.x == 0 && threadIdx.x == 0) nvshmem_barrier_all();" in barrier
+    assert "every rank's last op was a barrier_all" in kernel(text, 0)  # no second barrier at the end
+
+
+def test_a_run_ends_with_every_delivery_landed_and_every_rank_met():
+    text = program.generate(trace_file("protocols/buggy/put_without_quiet.py", 2), "nvshmem")
+    end = kernel(text, 0)[kernel(text, 0).index("// the end of a run"):]
+    assert "cw_nv_quiet_all(grid);" in end and "nvshmem_barrier_all();" in end
+
+
+# ------------------------------------------------------------------------- put_signal, hazards
+def _put_signal_fn(count: int):
+    def put_signal(r):
+        x = r.symmetric("x", count=count, role="input")
+        box = r.symmetric("box", count=count, role="output")
+        flag = r.signal("flag")
+        if r.rank == 0:
+            r.put_signal(1, box, x, flag, 1)
+        else:
+            r.wait_until(flag, "eq", 1)
+        r.barrier_all()
+    return put_signal
+
+
+def test_put_signal_is_one_blocks_call_or_spread_data_then_the_last_blocks_signal():
+    small = program.generate(trace(_put_signal_fn(4)), "nvshmem")
+    assert ("nvshmemx_putmem_signal_block(b_box, b_x, 16, cw_sig + 0, 1ULL, NVSHMEM_SIGNAL_SET, 1);"
+            in op_code(small, 0, 0))
+    big = op_code(program.generate(trace(_put_signal_fn(1 << 24)), "nvshmem"), 0, 0)  # 64 MiB
+    assert f"cw_nv_put(b_box, b_x, {4 << 24}, 1, false, {nvshmem.MAX_BLOCKS}, 0);" in big
+    assert "put_signal: the signal lands after the data, which every block put a share of" in big
+    assert ("if (cw_nv_last(&cw_arrive[0], true)) {\n    if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 0, 1ULL, "
+            "NVSHMEM_SIGNAL_SET, 1);") in big
+
+
+def test_a_spread_write_then_a_spread_read_is_a_grid_sync_naming_the_writer():
+    sched = trace_file("protocols/nvshmem_twoshot_allreduce.py", 2, CHUNK=1 << 20)  # 4 MiB chunks
+    text = program.generate(sched, "nvshmem")
+    reduce_line = sched.programs[0].ops[2].loc.line
+    put = op_code(text, 0, 3)
+    assert "cw_nv_grid_sync(grid, false);" in put
+    assert f"out[0:1048576]: op 2 (nvshmem_twoshot_allreduce.py:{reduce_line}) writes it first" in put
+    waits = op_code(text, 0, 1)  # the wait needs no grid sync: each block polls
+    assert "cw_nv_wait(cw_sig + 1, NVSHMEM_CMP_EQ, 1ULL);" in waits and "grid" not in waits
+
+
+def test_a_small_dependent_op_stays_on_the_block_it_depends_on():
+    text = program.generate(trace_file("protocols/dissemination_barrier.py", 2), "nvshmem")
+    reduce, put = op_code(text, 0, 4), op_code(text, 0, 5)
+    block = re.search(r"if \(cw_nv_mine\((\d+)\)\)", reduce).group(1)
+    assert f"if (cw_nv_mine({block})) {{  // block {block} (mod the grid) runs it\n    cw_nv_block(false);" in put
+
+
+def test_a_signal_after_reading_what_peers_write_waits_for_every_block():
+    text = program.generate(trace_file("protocols/nvshmem_twoshot_allreduce.py", 2), "nvshmem")
+    put = op_code(text, 0, 3)  # all-gather: its signal lets the peer go on; slots were read on another block
+    assert "if (cw_nv_last(&cw_arrive[0], true))" in put
+    assert "its signal lets another rank go on, and op 2 (" in put and "reads slots[4:8]" in put
+
+
+def test_a_run_of_signals_after_every_blocks_work_is_one_grid_sync():
+    text = program.generate(trace_file("protocols/nvshmem_twoshot_allreduce.py", 4), "nvshmem")
+    first, second = op_code(text, 0, 7), op_code(text, 0, 8)
+    assert "cw_nv_grid_sync(grid, true);" in first
+    assert "cw_nv_grid_sync" not in second and "cw_nv_last" not in second
+    assert re.search(r"cw_nv_mine\((\d+)\)", first).group(1) != re.search(r"cw_nv_mine\((\d+)\)", second).group(1)
+
+
+def test_independent_small_puts_go_out_from_different_blocks():
+    text = program.generate(trace_file("protocols/nvshmem_alltoall_dispatch.py", 4), "nvshmem")
+    blocks = [re.search(r"cw_nv_mine\((\d+)\)", op_code(text, 0, i)).group(1) for i in range(3)]
+    assert len(set(blocks)) == 3
+
+
+def test_a_wait_read_of_a_word_that_only_grows_needs_no_handoff():
+    def counting(r):
+        hits = r.signal("hits")
+        r.signal_op((r.rank + 1) % r.world, hits, 1, op="add")
+        r.wait_until(hits, "ge", 1)
+        r.signal_op((r.rank + 1) % r.world, hits, 1, op="add")
+        r.wait_until(hits, "ge", 2)
+    plan = nvshmem.plan_rank(trace(counting), 0)
+    assert plan.steps[2].pre == "" and not plan.steps[2].needs
+
+    def resetting(r):
+        flag = r.signal("flag")
+        r.signal_op((r.rank + 1) % r.world, flag, 1, op="set")
+        r.wait_until(flag, "eq", 1)
+        r.signal_op((r.rank + 1) % r.world, flag, 2, op="set")
+        r.wait_until(flag, "eq", 2)
+    plan = nvshmem.plan_rank(trace(resetting), 0)
+    assert plan.steps[2].pre == "last" and plan.steps[2].needs[0].item.index == 1
+
+
+# ------------------------------------------------------------------------------ words and atomics
+def test_a_signal_word_is_addressed_by_the_targets_layout():
+    def crossed(r):
+        counts = {"a": 2, "b": 3}
+        sigs = {name: r.signal(name, count=counts[name]) for name in (("a", "b") if r.rank == 0 else ("b", "a"))}
+        if r.rank == 0:
+            r.signal_op(1, sigs["b"][1], 5)
+        else:
+            r.wait_until(sigs["b"][1], "eq", 5)
+    sched = trace(crossed)
+    text = program.generate(sched, "nvshmem")
+    # rank 1 declared b first: b[1] is its word 1 (on rank 0, after a's two words, it is word 3)
+    assert "nvshmemx_signal_op(cw_sig + 1, 5ULL, NVSHMEM_SIGNAL_SET, 1);" in op_code(text, 0, 0)
+    assert "cw_nv_wait(cw_sig + 1, NVSHMEM_CMP_EQ, 5ULL);" in op_code(text, 1, 0)
+
+
+def test_atomics_use_the_words_type_and_int64_adds_go_through_uint64():
+    def atomics(r):
+        c32 = r.symmetric("c32", count=1, dtype="int32")
+        c64 = r.symmetric("c64", count=1, dtype="int64")
+        into = r.buffer("into", count=2, dtype="int32")
+        sig = r.signal("sig")
+        if r.rank == 0:
+            r.atomic_add(1, c32.element(0), 2**32 - 1)
+            r.atomic_add(1, c64.element(0), 5)
+            r.fetch_inc(1, c64.element(0), into.element(0))
+            r.compare_swap(1, c64.element(0), 7, 9, into.element(1))
+            r.atomic(1, sig, "xor", 3)
+        r.barrier_all()
+    text = kernel(program.generate(trace(atomics), "nvshmem"), 0)
+    assert "nvshmem_int32_atomic_add(b_c32, (int32_t)4294967295ULL, 1);" in text
+    assert "nvshmem_uint64_atomic_add((uint64_t*)(b_c64), (uint64_t)5ULL, 1);" in text
+    assert "*(b_into) = (int32_t)nvshmem_uint64_atomic_fetch_inc((uint64_t*)(b_c64), 1);" in text
+    assert "*(b_into + 1) = (int32_t)nvshmem_int64_atomic_compare_swap(b_c64, (int64_t)7ULL, (int64_t)9ULL, 1);" in text
+    assert "nvshmem_uint64_atomic_xor(cw_sig + 0, (uint64_t)3ULL, 1);" in text
+
+
+def test_wait_all_and_any_name_their_words_by_a_status_array():
+    def waits(r):
+        flags = r.signal("flags", count=4)
+        r.wait_until_all([flags[0], flags[2]], "ge", 1)
+        r.wait_until_any([flags[1], flags[3]], "ne", 0)
+    text = program.generate(trace(waits), "nvshmem")
+    assert "static __device__ const int CW_NV_STATUS_0_0[] = {0, 1, 0};" in text
+    assert "nvshmem_uint64_wait_until_all(cw_sig + 0, 3, CW_NV_STATUS_0_0, NVSHMEM_CMP_GE, 1ULL);" in text
+    assert "nvshmem_uint64_wait_until_any(cw_sig + 1, 3, CW_NV_STATUS_0_1, NVSHMEM_CMP_NE, 0ULL);" in text
+
+
+def test_a_self_put_onto_its_own_source_is_staged_through_scratch():
+    def shift(r):
+        box = r.symmetric("box", count=8)
+        r.put(r.rank, box[2:6], box[0:4])
+        r.quiet()
+    text = program.generate(trace(shift), "nvshmem")
+    put = op_code(text, 0, 0)
+    assert re.search(r"cw_nv_copy\(cw_scratch_0_\d+, b_box, 16, 1, blockIdx.x\);", put)
+    assert re.search(r"cw_nv_put\(b_box \+ 2, \(float\*\)cw_scratch_0_\d+, 16, 0, false", put)
+
+
+def test_per_rank_buffers_come_from_one_symmetric_pool_of_one_size_on_every_rank():
+    def uneven(r):
+        r.buffer("mine", count=100 * (r.rank + 1), dtype="float64")
+        r.buffer("more", count=3, dtype="int32")
+    text = program.generate(trace(uneven, 3), "nvshmem")
+    assert "cw_nv_pool_bytes = 2816;" in text  # rank 2: 2400 bytes and 12 bytes, each rounded up to 256
+    assert "? sym[bufs[b].symmetric] : cw_nv_local(bytes);" in text
+
+
+# --------------------------------------------------------------------------------- compiling
+def every_op_fn(r):
+    """One schedule with every op the backend emits, in one- and many-block forms (not meant to verify)."""
+    big = 40_000  # 160 KB of float32: three blocks
+    peer = (r.rank + 1) % r.world
+    xs = r.symmetric("xs", count=big)
+    ys = r.symmetric("ys", count=big)
+    halves = r.symmetric("halves", count=64, dtype="float16")
+    brains = r.buffer("brains", count=64, dtype="bfloat16")
+    doubles = r.buffer("doubles", count=64, dtype="float64")
+    i32 = r.symmetric("i32", count=4, dtype="int32")
+    i64 = r.symmetric("i64", count=4, dtype="int64")
+    u32 = r.symmetric("u32", count=4, dtype="uint32")
+    u64 = r.symmetric("u64", count=4, dtype="uint64")
+    into = r.buffer("into", count=8, dtype="int64")
+    flags = r.signal("flags", count=4)
+    r.fill(xs, 1.5)
+    r.fill(halves, 0.25)
+    r.fill(brains, 3.0)
+    r.fill(i64, -2)
+    r.put(peer, ys, xs)
+    r.put(peer, halves[0:32], halves[32:64], nbi=True)
+    r.fence()
+    r.put_signal(peer, ys[0:8], xs[0:8], flags[0], 1, op="add")
+    r.put_signal(peer, ys, xs, flags[1], 2, op="set", nbi=True)
+    r.signal_op(peer, flags[2], 1, op="add")
+    for word, ops in ((i32, ("add", "inc", "set", "and", "or", "xor")), (u32, ("add", "xor")),
+                      (i64, ("add", "inc", "set")), (u64, ("add", "and"))):
+        for how in ops:
+            r.atomic(peer, word.element(0), how, 3)
+    r.atomic(peer, flags[3], "or", 8)
+    r.fetch_add(peer, i64.element(1), 5, into.element(0))
+    r.fetch_inc(peer, i32.element(1), into.element(1))
+    r.atomic_fetch(peer, u64.element(1), into.element(2))
+    r.swap(peer, u32.element(1), 5, into.element(3))
+    r.compare_swap(peer, i64.element(1), 1, 2, into.element(4))
+    r.fetch_add(peer, flags[0], 1, into.element(7))  # the bitwise fetches (no DSL call) are added by _bitwise
+    r.quiet()
+    r.wait_until(flags[0], "ge", 1)
+    r.wait_until_all([flags[1], flags[2]], "ge", 1)
+    r.wait_until_any([flags[0], flags[3]], "ne", 0)
+    r.get(peer, xs, ys)
+    r.get_nbi(peer, halves[0:16], halves[16:32])
+    r.quiet()
+    r.reduce(ys, xs, ys)
+    r.reduce(halves[0:32], halves[0:32], halves[32:64], op="max")
+    r.reduce(doubles[0:32], doubles[32:64], doubles[0:32], op="prod")
+    r.reduce(i32, i32, i32, op="min")
+    r.copy(brains[0:32], brains[32:64])
+    r.compute("mix", reads=[xs, halves], writes=[ys, doubles])
+    r.compute("tiny", reads=[brains], writes=[u64])
+    r.sync_all()
+    r.put(r.rank, ys[8:40], ys[0:32])
+    r.barrier_all()
+
+
+def _bitwise(sched: ir.Schedule) -> ir.Schedule:
+    """`sched` with fetch_and, fetch_or and fetch_xor (IR ops the DSL has no call for) after each rank's
+    first fetching atomic."""
+    programs = []
+    for prog in sched.programs:
+        ops = list(prog.ops)
+        at = next(i for i, op in enumerate(ops) if isinstance(op, ir.FetchAtomic))
+        peer = (prog.rank + 1) % sched.world
+        extra = [ir.FetchAtomic(pe=peer, target=ir.Region(buffer=buf, start=1, stop=2), op=how, value=6,
+                                into=ir.Region(buffer="into", start=k, stop=k + 1), loc=ops[at].loc)
+                 for k, (how, buf) in enumerate((("fetch_and", "u64"), ("fetch_or", "i32"), ("fetch_xor", "i64")),
+                                                start=5)]
+        programs.append(prog.model_copy(update={"ops": tuple(ops[:at + 1] + extra + ops[at + 1:])}))
+    return sched.model_copy(update={"programs": tuple(programs)})
+
+
+def every_op(ranks: int = 2) -> ir.Schedule:
+    return _bitwise(cw.schedule(every_op_fn).trace(ranks))
+
+
+def _compile_targets() -> list[tuple[str, ir.Schedule]]:
+    targets = [(Path(p).stem, load_file(p)[0].trace(2)) for p in PROTOCOLS if Path(p).name.startswith("nvshmem_")]
+    return targets + [("every_op", every_op())]
+
+
+def test_the_every_op_schedule_emits_every_table_entry():
+    sched = every_op()
+    kinds = {op.kind for prog in sched.programs for op in prog.ops}
+    assert kinds == {cls.model_fields["kind"].default for cls in nvshmem.TABLE}
+    fetches = {op.op for op in sched.programs[0].ops if isinstance(op, ir.FetchAtomic)}
+    assert fetches == set(nvshmem.FETCH_CALL)
+    text = program.generate(sched, "nvshmem")
+    for needle in ("cw_nv_reduce<__half>", "cw_nv_reduce<double>", "cw_nv_reduce<int32_t>", "cw_nv_fill<__nv_bfloat16>",
+                   "cw_nv_grid_sum(grid, cw_hash + 0 * gridDim.x", "cw_nv_block_sum(cw_mine)",
+                   "nvshmemx_putmem_signal_block", "nvshmemx_getmem", "cw_nv_get(b_halves, b_halves + 16, 32, 1, true"):
+        assert needle in text, needle
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """Each compile target built once, two at a time (nvcc is single-threaded; CI has 2 cores)."""
+    from clockworks_dist.codegen import build
+
+    toolchain = build.find_toolchain("nvshmem")
+    if toolchain.missing:
+        pytest.skip("cannot compile NVSHMEM programs here: " + "; ".join(str(m) for m in toolchain.missing))
+    out = tmp_path_factory.mktemp("nvshmem")
+
+    def one(target):
+        name, sched = target
+        cu = out / f"{name}.cu"
+        cu.write_text(program.generate(sched, "nvshmem"))
+        try:
+            return name, build.compile_program(cu, "nvshmem", out / "bin", toolchain, timeout=400), None
+        except build.BuildError as exc:
+            return name, None, str(exc)
+
+    with ThreadPoolExecutor(2) as pool:
+        return {name: (exe, error) for name, exe, error in pool.map(one, _compile_targets())}
+
+
+@pytest.mark.parametrize("name", [name for name, _ in _compile_targets()])
+def test_generated_programs_compile(built, name):
+    exe, error = built[name]
+    assert error is None, error
+    assert exe.is_file() and exe.stat().st_size > 0
