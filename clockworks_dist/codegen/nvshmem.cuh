@@ -221,14 +221,26 @@ template <typename T> __device__ inline void cw_nv_opaque(T* p, size_t n, uint64
   for (size_t i = s.begin + threadIdx.x; i < s.end; i += blockDim.x) p[i] = cw_from<T>(cw_level(h + j0 + i));
 }
 
-// One run of a rank's ops: cooperative (every block resident), through NVSHMEM's collective launch;
-// while the stream is captured into a CUDA graph, directly on it (the same kernel and grid).
+// One run of a rank's ops: cooperative (every block resident), through NVSHMEM's collective launch
+// (which launches on NVSHMEM's own stream, joined to `s` by events). While `s` is captured into a
+// CUDA graph: the same kernel and grid directly on `s`, as a kernel node with the cooperative
+// attribute (the grid was checked resident with nvshmemx_collective_launch_query_gridsize).
 static void cw_nv_launch(const void* kernel, void* args, cudaStream_t s) {
   void* params[] = {args};
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   CW_CUDA(cudaStreamIsCapturing(s, &capture));
   if (capture == cudaStreamCaptureStatusActive) {
-    CW_CUDA(cudaLaunchCooperativeKernel(kernel, dim3(cw_nv_grid), dim3(CW_NV_THREADS), params, 0, s));
+    cudaLaunchAttribute cooperative;
+    cooperative.id = cudaLaunchAttributeCooperative;
+    cooperative.val.cooperative = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(cw_nv_grid);
+    config.blockDim = dim3(CW_NV_THREADS);
+    config.dynamicSmemBytes = 0;
+    config.stream = s;
+    config.attrs = &cooperative;
+    config.numAttrs = 1;
+    CW_CUDA(cudaLaunchKernelExC(&config, kernel, params));
   } else {
     CW_NV(nvshmemx_collective_launch(kernel, dim3(cw_nv_grid), dim3(CW_NV_THREADS), params, 0, s));
   }

@@ -59,10 +59,11 @@ kernel: a run ends when every delivery has landed on every rank (the final state
 values describe), and no rank's next reset can overwrite what a slower rank still delivers or reads.
 
 CUDA graphs: `nvshmemx_collective_launch` records an event on the caller's stream, launches on
-NVSHMEM's own stream and makes the caller's stream wait for it; while the stream is being captured
-the kernel is launched with `cudaLaunchCooperativeKernel` directly on it (same kernel and grid,
-checked resident with NVSHMEM's `nvshmemx_collective_launch_query_gridsize` at setup), so the
-graph is one cooperative kernel node.
+NVSHMEM's own stream and makes the caller's stream wait for it (NVIDIA/nvshmem, src/host/launch:
+capturable in principle, as a fork and join of streams, but it depends on how NVSHMEM created its
+stream). While the stream is being captured the kernel is launched with `cudaLaunchKernelExC` and
+the cooperative launch attribute directly on it (same kernel and grid, checked resident with
+`nvshmemx_collective_launch_query_gridsize` at setup), so the graph is one cooperative kernel node.
 
 Send, recv, groups and the NCCL collectives are NCCL's (`--backend nccl`).
 """
