@@ -6,11 +6,14 @@ NVSHMEM's device API: put / put_nbi (`nvshmemx_putmem[_nbi]_block`), put_signal
 (`nvshmemx_putmem_signal[_nbi]_block`, or spread data then `nvshmemx_signal_op`), signal_op, atomics
 (`nvshmem_<type>_atomic_<op>`), get / get_nbi (`nvshmemx_getmem[_nbi]_block`),
 `nvshmem_uint64_wait_until[_all|_any]`, `nvshmem_fence`, `nvshmem_quiet`, `nvshmem_barrier_all`,
-`nvshmem_sync_all`; local ops (reduce, copy, fill, compute) are device loops in the same kernel
-with `support.cuh`'s arithmetic. Buffers live on the symmetric heap: symmetric ones by
-`nvshmem_malloc` in one order on every PE, per-rank ones carved from one symmetric pool (so any
-buffer is a valid local side of a put or get on every transport, also the network ones that need
-registered memory). main() bootstraps NVSHMEM over MPI (the unique id through `MPI_Bcast`).
+`nvshmem_sync_all`. Local ops (reduce, copy, fill, compute) are device loops in the same kernel,
+spread over blocks like the transfers, with `support.cuh`'s arithmetic: ending the kernel around
+them (host-launched kernels, as `local.py` does for NCCL) would order every block and every op at
+each boundary, and cost a launch; inside, a local op waits only for what it depends on. Buffers live
+on the symmetric heap: symmetric ones by `nvshmem_malloc` in one order on every PE, per-rank ones
+carved from one symmetric pool of one size on every PE (so any buffer is a valid local side of a
+put or get on every transport, also the network ones that need registered memory). main()
+bootstraps NVSHMEM over MPI (the unique id through `MPI_Bcast`).
 
 Thread blocks. One block reaches only about 37 GB/s of NVLink (reference/published-anchors.md), so
 an op of B bytes is spread over ceil(B / 64 KiB) blocks (at most 132, one per SM of an H200), each
@@ -35,14 +38,17 @@ derives, from the rules' accesses (`semantics.rules`) and the happens-before rul
   before it, which other blocks may have issued;
 - put_signal: the signal lands after that call's data (one delivery), which every block put a
   share of.
-How it is kept: nothing if every earlier op it depends on ran on the same single block (then
-`__syncthreads`, plus the block's `nvshmem_fence` where a fence or a publication needs one); for
-a one-block op, the last block to arrive runs it (every block arrives after its own work, fenced
-where needed; the others go on without waiting); for a spread op, a grid-wide sync. A quiet and
-barrier_all complete every delivery of the PE (every block's `nvshmem_quiet`, then a grid-wide
-sync); sync_all and barrier_all are one thread's device barrier between two grid-wide syncs.
-A wait is polled by thread 0 of every block, so each block's later ops follow the write that
-satisfied it without a grid-wide sync. The generated code says, above each of these, why it is
+How it is kept: if every earlier op it depends on ran on one block, the op runs on that block
+(`__syncthreads`, plus the block's `nvshmem_fence` where a fence or a publication needs one); else a
+one-block op is run by the last block to arrive (every block arrives after its own work, fenced
+where needed; the others go on without waiting), and a spread op, or a run of signals one after the
+other (one per peer, say), follows a grid-wide sync. A quiet and barrier_all complete every delivery
+of the PE (every block's `nvshmem_quiet`, then a grid-wide sync); sync_all and barrier_all are one
+thread's device barrier between two grid-wide syncs. A wait is polled by thread 0 of every block, so
+each block's later ops follow the write that satisfied it without a grid-wide sync; its read counts
+as a touch of the word, so the rank's next signal waits for every block to have polled (else a peer
+let go by it could change the word under a block still polling), unless the word only grows (adds,
+never 2**64 in total) and the wait is ge/gt. The generated code says, above each of these, why it is
 there.
 
 NVSHMEM's memory model, as its device code implements it (NVIDIA/nvshmem, nvshmemi_common_device.cuh):
@@ -59,8 +65,8 @@ kernel: a run ends when every delivery has landed on every rank (the final state
 values describe), and no rank's next reset can overwrite what a slower rank still delivers or reads.
 
 CUDA graphs: `nvshmemx_collective_launch` records an event on the caller's stream, launches on
-NVSHMEM's own stream and makes the caller's stream wait for it (NVIDIA/nvshmem, src/host/launch:
-capturable in principle, as a fork and join of streams, but it depends on how NVSHMEM created its
+NVSHMEM's own stream and makes the caller's stream wait for it (NVIDIA/nvshmem's collective launch:
+capturable in principle, as a fork and join of streams, but that depends on how NVSHMEM made its
 stream). While the stream is being captured the kernel is launched with `cudaLaunchKernelExC` and
 the cooperative launch attribute directly on it (same kernel and grid, checked resident with
 `nvshmemx_collective_launch_query_gridsize` at setup), so the graph is one cooperative kernel node.
