@@ -51,9 +51,9 @@ def kernel(text: str, rank: int) -> str:
 def op_code(text: str, rank: int, index: int) -> str:
     """The code of op `index` in `rank`'s kernel: from its progress mark to the next op's."""
     body = kernel(text, rank)
-    start = body.index(f"cw_nv_mark(a.marks, {index}, ")
+    start = body.index(f"cw_nv_mark(a.marks, {index});")
     start = body.rindex("\n  //", 0, start)  # the user's file:line above it
-    nxt = body.find(f"cw_nv_mark(a.marks, {index + 1}, ", start)
+    nxt = body.find(f"cw_nv_mark(a.marks, {index + 1});", start)
     return body[start:body.rindex("\n  //", start, nxt) if nxt > 0 else len(body)]
 
 
@@ -94,8 +94,8 @@ def test_every_one_sided_protocol_generates(path, ranks):
         at = 0
         for index, op in enumerate(prog.ops):  # the user's file:line above each op's code, in order
             at = body.index(program.op_comment(op).strip(), at)
-            assert body.index(f"cw_nv_mark(a.marks, {index}, ", at) > at
-        assert f"cw_nv_mark(a.marks, {len(prog.ops)}, " in body
+            assert body.index(f"cw_nv_mark(a.marks, {index});", at) > at
+        assert f"cw_nv_mark(a.marks, {len(prog.ops)});" in body
         assert f"cw_nv_launch((const void*)cw_nv_rank{prog.rank}, &a, s);" in text
     assert text.count("nvshmemx_init_attr(NVSHMEMX_INIT_WITH_UNIQUEID") == 1
     assert "MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD)" in text

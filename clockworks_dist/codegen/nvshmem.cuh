@@ -40,14 +40,13 @@ __device__ inline CwNvShare cw_nv_share(size_t n, unsigned want, unsigned base, 
 }
 __device__ inline bool cw_nv_mine(unsigned base) { return blockIdx.x == base % gridDim.x; }
 
-// Progress: block b's thread 0 writes "now in op i" to its word (block 0 to word 0 too); before a
-// wait or a barrier it also makes the word visible to the host, which reads it on a hang.
-__device__ inline void cw_nv_mark(uint32_t* marks, int op, bool blocking) {
+// Progress: block b's thread 0 writes "now in op i" to its word (block 0 to word 0 too), write-through
+// to the host-mapped words (st.global.wt: out to host memory, without a fence holding the thread back),
+// which the host reads on a hang.
+__device__ inline void cw_nv_mark(uint32_t* marks, int op) {
   if (threadIdx.x == 0) {
-    volatile uint32_t* m = marks;
-    m[1 + blockIdx.x] = (uint32_t)(op + 1);
-    if (blockIdx.x == 0) m[0] = (uint32_t)(op + 1);
-    if (blocking) __threadfence_system();
+    __stwt(marks + 1 + blockIdx.x, (unsigned int)(op + 1));
+    if (blockIdx.x == 0) __stwt(marks, (unsigned int)(op + 1));
   }
 }
 

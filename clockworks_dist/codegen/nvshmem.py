@@ -803,9 +803,7 @@ class NvshmemTarget(Target):
         for step, op in zip(plan.steps, program.ops):
             gen.index = step.index
             kernel.step = step
-            blocking = isinstance(op, (ir.WaitUntil, ir.WaitUntilAll, ir.WaitUntilAny, ir.Quiet, ir.BarrierAll,
-                                       ir.SyncAll))
-            body += ["", op_comment(op), f"  cw_nv_mark(a.marks, {step.index}, {'true' if blocking else 'false'});"]
+            body += ["", op_comment(op), f"  cw_nv_mark(a.marks, {step.index});"]
             ordering = self._ordering(gen, op, step)
             if ordering is not None:
                 body += ordering
@@ -914,11 +912,11 @@ def _end(sched: ir.Schedule, n: int) -> list[str]:
     if all(p.ops and isinstance(p.ops[-1], ir.BarrierAll) for p in sched.programs):
         return ["  // the end of a run: every rank's last op was a barrier_all, so every delivery of every rank has",
                 "  // landed and every rank is past its ops",
-                f"  cw_nv_mark(a.marks, {n}, false);"]
+                f"  cw_nv_mark(a.marks, {n});"]
     return ["  // the end of a run: every block completes its deliveries, then every rank meets. A run ends when every",
             "  // delivery of every rank has landed (the final state the checker's values describe), and no rank's",
             "  // next reset overwrites what a slower rank still delivers or reads.",
-            f"  cw_nv_mark(a.marks, {n}, true);",
+            f"  cw_nv_mark(a.marks, {n});",
             "  cw_nv_quiet_all(grid);",
             "  if (blockIdx.x == 0 && threadIdx.x == 0) nvshmem_barrier_all();"]
 
