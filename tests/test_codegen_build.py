@@ -1,5 +1,5 @@
-"""`codegen.build`: finding nvcc, NCCL, NVSHMEM, MPI and libcuda, the nvcc command lines, and real
-builds (no GPU needed: programs are compiled and linked, never run).
+"""`codegen.build`: finding nvcc, NCCL, NVSHMEM and MPI, the nvcc command lines, and real builds
+(no GPU needed: programs are compiled and linked, never run; none links libcuda).
 
 The finder is tested on fake layouts (a fake nvcc script, wheel trees with their metadata, MPI
 wrappers) with every search root pointed into tmp_path. The real builds skip, naming what is missing
@@ -26,8 +26,7 @@ from clockworks_dist.codegen.build import BuildError, Missing, Toolchain, Toolch
 ROOT = Path(__file__).resolve().parent.parent
 PROTOCOLS = sorted((ROOT / "protocols").glob("*.py"))
 WORLDS = (2, 4)
-ENV_VARS = ("CUDA_HOME", "CUDA_PATH", "CLOCKWORKS_NCCL_HOME", "CLOCKWORKS_NVSHMEM_HOME", "CLOCKWORKS_CUDA_ARCH",
-            "LD_LIBRARY_PATH")
+ENV_VARS = ("CUDA_HOME", "CUDA_PATH", "CLOCKWORKS_NCCL_HOME", "CLOCKWORKS_NVSHMEM_HOME", "CLOCKWORKS_CUDA_ARCH")
 
 
 # ----------------------------------------------------------------------------- fake layouts
@@ -40,15 +39,11 @@ def _script(path: Path, body: str) -> Path:
     return path
 
 
-def _fake_cuda(root: Path, version: str = "13.0.88", stubs: bool = False) -> Path:
+def _fake_cuda(root: Path, version: str = "13.0.88") -> Path:
     """A toolkit folder whose bin/nvcc answers --version and --dryrun like the real one."""
     inc = root / "targets" / "x86_64-linux" / "include"
     inc.mkdir(parents=True, exist_ok=True)
     (inc / "cuda.h").write_text("/* fake */\n")
-    lib = root / "targets" / "x86_64-linux" / "lib"
-    (lib / "stubs").mkdir(parents=True, exist_ok=True)
-    if stubs:
-        (lib / "stubs" / "libcuda.so").write_bytes(b"")
     top = root / "bin" / ".."
     major, minor = version.split(".")[:2]
     return _script(root / "bin" / "nvcc", f"""case "$*" in
@@ -115,12 +110,10 @@ def fake(monkeypatch, tmp_path):
     monkeypatch.setattr(probe, "FALLBACK_MPI_INCLUDES", [])
     monkeypatch.setattr(build, "_SYSTEM_NCCL", [])
     monkeypatch.setattr(build, "_SYSTEM_NVSHMEM", [])
-    monkeypatch.setattr(build, "_DRIVER_DIRS", [])
     monkeypatch.setattr(build, "_DEFAULT_INCLUDES", [])
     monkeypatch.setattr(build, "_python_bin_dir", lambda: ns.pybin)
     monkeypatch.setattr(build, "_python_prefixes", lambda: [])
     monkeypatch.setattr(build, "_mpi4py_config", lambda: {"_absent": True})
-    monkeypatch.setattr(build, "_ldconfig_libcuda_dirs", lambda: [])
     return ns
 
 
@@ -166,9 +159,10 @@ def test_finds_cu13_wheels_mpich_and_the_toolkit(fake):
     assert tc.mpi_header == fake.root / "mpich" / "include" / "mpi.h"
     assert tc.mpi_compile == (f"-I{fake.root / 'mpich' / 'include'}",)
     assert "-lmpi" in tc.mpi_link and "-show" in tc.mpi_source
-    assert (tc.arch, tc.libcuda_dir, tc.libcuda_source) == ("sm_90", None, "generated stub")
+    assert tc.arch == "sm_90"
     text = build.describe(tc)
     assert "ready" in text and "2.28.9" in text and "3.4.5" in text and "MISSING" not in text
+    assert "libcuda" not in text
 
 
 def test_finds_cu12_wheels_and_notes_a_cuda_mismatch(fake):
@@ -358,21 +352,6 @@ def test_real_mpi4py_config_is_read_without_starting_mpi():
     assert set(cfg) <= {"_absent", "mpicc", "include_dirs", "library_dirs", "libraries"}
 
 
-def test_libcuda_from_toolkit_stubs_else_the_driver_else_a_generated_stub(fake, monkeypatch):
-    _complete(fake)
-    assert build.find_toolchain().libcuda_source == "generated stub"
-    driver = fake.root / "driver"
-    driver.mkdir()
-    (driver / "libcuda.so.1").write_bytes(b"")
-    monkeypatch.setattr(build, "_DRIVER_DIRS", [str(driver)])
-    tc = build.find_toolchain()
-    assert (tc.libcuda_dir, tc.libcuda_source) == (driver, "driver")
-    nvcc = _fake_cuda(fake.root / "cuda-stubs", stubs=True)
-    tc = build.find_toolchain(nvcc=str(nvcc))
-    assert tc.libcuda_source == "toolkit stubs"
-    assert tc.libcuda_dir == fake.root / "cuda-stubs" / "targets" / "x86_64-linux" / "lib" / "stubs"
-
-
 # ----------------------------------------------------------------------------- the command lines
 
 
@@ -382,7 +361,7 @@ def _toolchain(tmp_path: Path, **kw) -> Toolchain:
                 nvshmem_include=tmp_path / "nvshmem" / "include", nvshmem_lib=tmp_path / "nvshmem" / "lib",
                 mpi_compile=("-I/mpi/include",), mpi_link=("-L/mpi/lib", "-Xlinker", "-rpath", "-Xlinker", "/mpi/lib",
                                                            "-lmpi"),
-                mpi_header=Path("/mpi/include/mpi.h"), libcuda_dir=None, libcuda_source="generated stub")
+                mpi_header=Path("/mpi/include/mpi.h"))
     base.update(kw)
     return Toolchain(**base)
 
@@ -402,13 +381,12 @@ def test_nccl_command(tmp_path):
     tc = _toolchain(tmp_path)
     out = tmp_path / "ring"
     cmd = build.compile_command(Path("ring.cu"), "nccl", tc, out)
-    link = build.link_dir_for(out)
     assert cmd[:4] == ["/cuda/bin/nvcc", "-O2", "-std=c++17", "-arch=sm_90"]
     assert "-I/w/nccl/include" in cmd and "-I/mpi/include" in cmd
     assert cmd.index("-I/w/nccl/include") < cmd.index("ring.cu")
     assert cmd[cmd.index("ring.cu") + 1:cmd.index("ring.cu") + 3] == ["-o", str(out)]
-    assert cmd[cmd.index("-L/w/nccl/lib") + 1] == "-l:libnccl.so.2"
-    assert f"-L{link / 'cuda'}" in cmd and "-lcuda" in cmd and cmd[-1] == "-lmpi"
+    assert cmd[cmd.index(str(out)) + 1:] == ["-L/w/nccl/lib", "-l:libnccl.so.2", "-Xlinker", "-rpath=/w/nccl/lib",
+                                             *tc.mpi_link]
     assert _rpaths(cmd) == ["/w/nccl/lib", "/mpi/lib"]
     assert "-rdc=true" not in cmd and not any("nvshmem" in t for t in cmd)
 
@@ -420,25 +398,10 @@ def test_nvshmem_command(tmp_path):
     assert "-arch=sm_100" in cmd and "-rdc=true" in cmd and "-std=c++17" in cmd
     assert f"-I{tmp_path / 'nvshmem' / 'include'}" in cmd and "-I/mpi/include" in cmd
     i = cmd.index(f"-L{tmp_path / 'lk' / 'nvl'}")
-    assert cmd[i + 1:i + 3] == ["-lnvshmem_host", "-lnvshmem_device"]
-    assert "-lcuda" in cmd and f"-L{tmp_path / 'lk' / 'cuda'}" in cmd
+    assert cmd[i:] == [f"-L{tmp_path / 'lk' / 'nvl'}", "-lnvshmem_host", "-lnvshmem_device",
+                       "-Xlinker", f"-rpath={tmp_path / 'nvshmem' / 'lib'}", *tc.mpi_link]
     assert _rpaths(cmd) == [str(tmp_path / "nvshmem" / "lib"), "/mpi/lib"]
     assert not any("nccl" in t for t in cmd)
-
-
-def test_stub_folders_are_never_in_the_rpath(tmp_path):
-    stubs = Path("/cuda/targets/x86_64-linux/lib/stubs")
-    for backend in build.BACKENDS:
-        cmd = build.compile_command(Path("p.cu"), backend, _toolchain(tmp_path, libcuda_dir=stubs,
-                                                                      libcuda_source="toolkit stubs"), tmp_path / "p")
-        assert cmd[cmd.index(f"-L{stubs}") + 1] == "-lcuda"
-        assert all("stubs" not in r and ".link" not in r for r in _rpaths(cmd))
-    driver = tmp_path / "driver"
-    driver.mkdir()
-    (driver / "libcuda.so.1").write_bytes(b"")
-    cmd = build.compile_command(Path("p.cu"), "nccl", _toolchain(tmp_path, libcuda_dir=driver,
-                                                                 libcuda_source="driver"), tmp_path / "p")
-    assert cmd[cmd.index(f"-L{driver}") + 1] == "-l:libcuda.so.1" and str(driver) not in _rpaths(cmd)
 
 
 def test_a_system_nvshmem_with_plain_names_is_linked_directly(tmp_path):
@@ -446,18 +409,16 @@ def test_a_system_nvshmem_with_plain_names_is_linked_directly(tmp_path):
     tc = _toolchain(tmp_path, nvshmem_include=lib.parent / "include", nvshmem_lib=lib)
     cmd = build.compile_command(Path("p.cu"), "nvshmem", tc, tmp_path / "p", link_dir=tmp_path / "lk")
     assert cmd[cmd.index(f"-L{lib}") + 1] == "-lnvshmem_host"
-    build.prepare_link_dir("nvshmem", _toolchain(tmp_path, nvshmem_lib=lib, libcuda_dir=Path("/d")), tmp_path / "lk")
+    build.prepare_link_dir("nvshmem", _toolchain(tmp_path, nvshmem_lib=lib), tmp_path / "lk")
     assert not (tmp_path / "lk" / "nvl").exists()
 
 
 def test_prepare_link_dir_links_the_wheels_plain_names(tmp_path):
     home = _nvshmem_tree(tmp_path / "nvshmem")
-    tc = _toolchain(tmp_path, libcuda_dir=Path("/driver"), libcuda_source="driver")
-    build.prepare_link_dir("nvshmem", tc, tmp_path / "lk")
+    build.prepare_link_dir("nvshmem", _toolchain(tmp_path), tmp_path / "lk")
     nvl = tmp_path / "lk" / "nvl"
     assert (nvl / "libnvshmem_host.so").resolve() == (home / "lib" / "libnvshmem_host.so.3").resolve()
     assert (nvl / "libnvshmem_device.a").resolve() == (home / "lib" / "libnvshmem_device.a").resolve()
-    assert not (tmp_path / "lk" / "cuda").exists()     # a driver is there: no stub made
 
 
 def test_command_refuses_a_backend_it_cannot_build(tmp_path):
@@ -502,20 +463,37 @@ def _dynamic(path: Path) -> tuple[list[str], list[str]]:
     return needed, paths
 
 
+# How the generated programs reach cuStreamWriteValue32: through the runtime, with cuda.h's types only.
+WRITE_VALUE32 = r"""
+typedef CUresult (*WriteValue32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+
+static WriteValue32 find_write_value32() {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found;
+#if CUDART_VERSION >= 12050
+  cudaError_t e = cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &fn, 12000, cudaEnableDefault, &found);
+#else
+  cudaError_t e = cudaGetDriverEntryPoint("cuStreamWriteValue32", &fn, cudaEnableDefault, &found);
+#endif
+  return e == cudaSuccess && found == cudaDriverEntryPointSuccess ? (WriteValue32)fn : nullptr;
+}
+"""
+
 NCCL_PROGRAM = r"""
 #include <cstdio>
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
-
+""" + WRITE_VALUE32 + r"""
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int version = 0;
   ncclGetVersion(&version);
   if (argc > 99) {  // linked, never run here
     cudaStream_t stream = nullptr;
-    cuStreamWriteValue32((CUstream)stream, (CUdeviceptr)0, 1u, 0);
+    WriteValue32 write = find_write_value32();
+    if (write) write((CUstream)stream, (CUdeviceptr)0, 1u, CU_STREAM_WRITE_VALUE_DEFAULT);
   }
   std::printf("nccl %d\n", version);
   MPI_Finalize();
@@ -526,10 +504,11 @@ int main(int argc, char** argv) {
 NVSHMEM_PROGRAM = r"""
 #include <cstdio>
 #include <cuda.h>
+#include <cuda_runtime.h>
 #include <mpi.h>
 #include <nvshmem.h>
 #include <nvshmemx.h>
-
+""" + WRITE_VALUE32 + r"""
 __global__ void who(int* out) { *out = nvshmem_my_pe(); }
 
 int main(int argc, char** argv) {
@@ -539,7 +518,8 @@ int main(int argc, char** argv) {
     nvshmemx_get_uniqueid(&id);
     int* out = (int*)nvshmem_malloc(sizeof(int));
     who<<<1, 1>>>(out);
-    cuStreamWriteValue32(nullptr, (CUdeviceptr)out, 1u, 0);
+    WriteValue32 write = find_write_value32();
+    if (write) write(nullptr, (CUdeviceptr)out, 1u, CU_STREAM_WRITE_VALUE_DEFAULT);
     nvshmem_free(out);
   }
   MPI_Finalize();
@@ -556,9 +536,9 @@ def test_an_nccl_program_compiles_and_links(tmp_path):
     assert exe == tmp_path / "out" / "nccl_probe" and os.access(exe, os.X_OK)
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["nccl_probe"]   # the link folder is gone
     needed, rpath = _dynamic(exe)
-    assert {"libnccl.so.2", "libcuda.so.1"} <= set(needed) and not any("nvshmem" in n for n in needed)
-    assert str(tc.nccl_lib) in rpath
-    assert all("stubs" not in p and ".link" not in p for p in rpath)
+    assert "libnccl.so.2" in needed and not any("nvshmem" in n for n in needed)
+    assert not any(n.startswith("libcuda.so") for n in needed)
+    assert str(tc.nccl_lib) in rpath and all(".link" not in p for p in rpath)
 
 
 def test_an_nvshmem_program_compiles_and_links(tmp_path):
@@ -568,21 +548,10 @@ def test_an_nvshmem_program_compiles_and_links(tmp_path):
     exe = build.compile_program(cu, "nvshmem", tmp_path / "out", tc)
     assert os.access(exe, os.X_OK)
     needed, rpath = _dynamic(exe)
-    assert "libcuda.so.1" in needed and any(n.startswith("libnvshmem_host.so") for n in needed)
+    assert any(n.startswith("libnvshmem_host.so") for n in needed)
+    assert not any(n.startswith("libcuda.so") for n in needed)
     assert "libnccl.so.2" not in needed
-    assert str(tc.nvshmem_lib) in rpath and all("stubs" not in p and ".link" not in p for p in rpath)
-
-
-def test_the_generated_libcuda_stub_stands_in_for_the_driver(tmp_path):
-    tc = _ready("nccl")
-    stub = build.make_libcuda_stub(tc, tmp_path / "cuda")
-    if not shutil.which("readelf"):
-        pytest.skip("readelf not found (binutils): cannot read the stub's soname and symbols")
-    dynamic = subprocess.run(["readelf", "-d", str(stub)], capture_output=True, text=True, timeout=60).stdout
-    assert "Library soname: [libcuda.so.1]" in dynamic
-    symbols = subprocess.run(["readelf", "--dyn-syms", "-W", str(stub)], capture_output=True, text=True,
-                             timeout=60).stdout.split()
-    assert {"cuStreamWriteValue32_v2", "cuInit", "cuMemAlloc_v2"} <= set(symbols)
+    assert str(tc.nvshmem_lib) in rpath and all(".link" not in p for p in rpath)
 
 
 def test_a_compile_error_shows_nvccs_lines_and_the_command(tmp_path):
@@ -595,9 +564,22 @@ def test_a_compile_error_shows_nvccs_lines_and_the_command(tmp_path):
     assert "broken.cu: the nccl build failed" in text
     assert "broken.cu(3): error" in text and "undefined_name" in text
     assert "command: " in text and "-l:libnccl.so.2" in text and tc.nvcc in text
+    assert "-lcuda" not in text and "libcuda" not in text
+
+
+def test_a_failed_nvshmem_build_keeps_the_link_folder_its_command_names(tmp_path):
+    tc = _ready("nvshmem")
+    cu = tmp_path / "broken.cu"
+    cu.write_text("#include <nvshmem.h>\nint main() {\n  return undefined_name;\n}\n")
+    with pytest.raises(BuildError) as exc:
+        build.compile_program(cu, "nvshmem", tmp_path / "out", tc)
+    text = str(exc.value)
+    assert "broken.cu: the nvshmem build failed" in text and "broken.cu(3): error" in text
     # the link folder the command names is kept, so the command runs again as printed
     link = build.link_dir_for(tmp_path / "out" / "broken")
-    assert str(link) in text and link.is_dir()
+    if build._nvshmem_link_folder(tc.nvshmem_lib, link) == tc.nvshmem_lib:
+        pytest.skip(f"NVSHMEM in {tc.nvshmem_lib} has its plain names: the command needs no link folder")
+    assert f"-L{link / 'nvl'}" in text and (link / "nvl" / "libnvshmem_host.so").exists()
 
 
 def test_a_link_error_names_the_symbol(tmp_path):

@@ -1,5 +1,4 @@
-"""Find what builds a generated program (nvcc, NCCL, NVSHMEM, MPI, the CUDA driver library) and
-compile one.
+"""Find what builds a generated program (nvcc, NCCL, NVSHMEM, MPI) and compile one.
 
     tc = find_toolchain("nccl")          # looks, never raises for what is missing
     print(describe(tc))                  # `clockworks build --check`
@@ -15,12 +14,12 @@ Where each piece comes from, first match wins:
 - MPI: `mpicc` on the PATH or next to this Python (`--showme` for Open MPI, `-show` for MPICH),
   else mpi4py's build configuration (`mpi4py.get_config()`), else an MPI wheel's headers and
   library in this Python's prefix, else the usual system folders.
-- libcuda (programs call the driver API, e.g. `cuStreamWriteValue32`): the toolkit's stub library,
-  else the installed driver, else a stub generated from the toolkit's `cuda.h` when the program is
-  linked. A stub carries the soname `libcuda.so.1` and is never in the program's rpath, so the
-  program loads the real driver where it runs.
 - arch: the `arch` argument, else `$CLOCKWORKS_CUDA_ARCH`, else GPU 0's compute capability
   (`nvidia-smi`), else sm_90.
+
+No libcuda is looked for or linked: the programs reach the one driver function they use
+(`cuStreamWriteValue32`) through the CUDA runtime (`cudaGetDriverEntryPointByVersion`) and take only
+types from the toolkit's `cuda.h`.
 
 What is missing becomes a `Missing` entry naming the exact fix; `compile_program` refuses to start
 while the backend lacks something, and a failed compile raises `BuildError` with nvcc's first
@@ -62,8 +61,6 @@ _SYSTEM_NCCL = [("/usr/include", "/usr/lib/x86_64-linux-gnu"), ("/usr/local/nccl
 _SYSTEM_NVSHMEM = [("/usr/include/nvshmem_{major}", "/usr/lib/x86_64-linux-gnu/nvshmem/{major}"),
                    ("/usr/local/nvshmem/include", "/usr/local/nvshmem/lib"),
                    ("/opt/nvidia/nvshmem/include", "/opt/nvidia/nvshmem/lib")]
-# Where a driver's libcuda.so.1 usually is when ldconfig does not list it (containers, WSL).
-_DRIVER_DIRS = ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/local/nvidia/lib64", "/usr/lib/wsl/lib"]
 _DEFAULT_INCLUDES = ["/usr/include", "/usr/local/include"]
 
 NVCC_FIX = "install the CUDA toolkit (nvcc) 12.x or 13.x and put it on PATH (or set CUDA_HOME)"
@@ -136,8 +133,6 @@ class Toolchain:
     mpi_link: tuple[str, ...] = ()
     mpi_source: str = ""
     mpi_header: Path | None = None
-    libcuda_dir: Path | None = None          # None: a stub is generated at link time
-    libcuda_source: str = ""                 # "toolkit stubs" | "driver" | "generated stub"
     problems: tuple[Missing, ...] = ()       # for every backend
     notes: tuple[str, ...] = ()              # worth knowing, not blocking (a CUDA major mismatch)
 
@@ -183,11 +178,10 @@ def find_toolchain(backend: str | None = None, *, arch: str | None = None, nvcc:
 
     nvcc_path, nvcc_looked = _find_nvcc(nvcc)
     version = root = include = None
-    stubs: Path | None = None
     if nvcc_path is None:
         problems.append(Missing("nvcc", NVCC_FIX, nvcc_looked))
     else:
-        version, root, include, stubs = _nvcc_layout(nvcc_path)
+        version, root, include = _nvcc_layout(nvcc_path)
         major = _major(version)
         if version is None:
             problems.append(Missing("nvcc", NVCC_FIX, f"{nvcc_path} did not answer --version"))
@@ -213,8 +207,6 @@ def find_toolchain(backend: str | None = None, *, arch: str | None = None, nvcc:
     if mpi.header is None:
         problems.append(Missing("MPI (mpi.h, libmpi)", MPI_FIX, mpi.looked))
 
-    libcuda_dir, libcuda_source = _find_libcuda(stubs)
-
     chosen_arch, arch_source = _choose_arch(arch)
     return Toolchain(
         backend=backend, nvcc=nvcc_path, nvcc_version=version, cuda_root=root, cuda_include=include,
@@ -223,7 +215,6 @@ def find_toolchain(backend: str | None = None, *, arch: str | None = None, nvcc:
         nvshmem_include=nvshmem.include, nvshmem_lib=nvshmem.lib, nvshmem_version=nvshmem.version,
         nvshmem_source=nvshmem.source,
         mpi_compile=tuple(mpi.compile), mpi_link=tuple(mpi.link), mpi_source=mpi.source, mpi_header=mpi.header,
-        libcuda_dir=libcuda_dir, libcuda_source=libcuda_source,
         problems=tuple(problems), notes=tuple(notes))
 
 
@@ -252,11 +243,11 @@ def _find_nvcc(given: str | None) -> tuple[str | None, str]:
     return found, "" if found else "looked in $CUDA_HOME/bin, $CUDA_PATH/bin, PATH, " + ", ".join(probe.FALLBACK_NVCC)
 
 
-def _nvcc_layout(nvcc: str) -> tuple[str | None, Path | None, Path | None, Path | None]:
-    """(version, toolkit root, the folder with cuda.h, the stub-library folder) of `nvcc`.
+def _nvcc_layout(nvcc: str) -> tuple[str | None, Path | None, Path | None]:
+    """(version, toolkit root, the folder with cuda.h) of `nvcc`.
 
     nvcc may be a wrapper script, so its folders come from its own `--dryrun` report (TOP,
-    INCLUDES, LIBRARIES), not from where it sits."""
+    INCLUDES), not from where it sits."""
     text = probe._cmd_output([nvcc, "--version"]) or ""
     m = re.search(r"\bV(\d+\.\d+(?:\.\d+)?)", text) or re.search(r"release (\d+\.\d+)", text)
     version = m.group(1) if m else None
@@ -264,7 +255,7 @@ def _nvcc_layout(nvcc: str) -> tuple[str | None, Path | None, Path | None, Path 
         src = Path(tmp) / "probe.cu"
         src.write_text("")
         dry = _run_text([nvcc, "--dryrun", "-c", str(src), "-o", str(Path(tmp) / "probe.o")]) or ""
-    root = include = stubs = None
+    root = include = None
     m = re.search(r"^#\$ TOP=(.+)$", dry, re.M)
     if m:
         root = Path(os.path.normpath(m.group(1).strip()))
@@ -273,17 +264,9 @@ def _nvcc_layout(nvcc: str) -> tuple[str | None, Path | None, Path | None, Path 
         if (Path(inc) / "cuda.h").is_file():
             include = Path(os.path.normpath(inc))
             break
-    m = re.search(r"^#\$ LIBRARIES=(.*)$", dry, re.M)
-    for lib in re.findall(r'"-L([^"]+)"', m.group(1)) if m else []:
-        if Path(lib).name == "stubs" and (Path(lib) / "libcuda.so").is_file():
-            stubs = Path(os.path.normpath(lib))
-            break
-    if root is not None:
-        if include is None and (root / "include" / "cuda.h").is_file():
-            include = root / "include"
-        if stubs is None and (root / "lib64" / "stubs" / "libcuda.so").is_file():
-            stubs = root / "lib64" / "stubs"
-    return version, root, include, stubs
+    if root is not None and include is None and (root / "include" / "cuda.h").is_file():
+        include = root / "include"
+    return version, root, include
 
 
 def _run_text(cmd: list[str], timeout: float = 60.0) -> str | None:
@@ -492,32 +475,6 @@ def _mpi4py_config() -> dict:
     return out
 
 
-def _find_libcuda(stubs: Path | None) -> tuple[Path | None, str]:
-    """Where to link libcuda from: the toolkit's stubs, else an installed driver, else (None) a stub
-    generated at link time."""
-    if stubs is not None:
-        return stubs, "toolkit stubs"
-    dirs = _ldconfig_libcuda_dirs()
-    dirs += [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
-    dirs += _DRIVER_DIRS
-    for d in dict.fromkeys(dirs):
-        if (Path(d) / "libcuda.so.1").is_file() or (Path(d) / "libcuda.so").is_file():
-            return Path(d), "driver"
-    return None, "generated stub"
-
-
-def _ldconfig_libcuda_dirs() -> list[str]:
-    """The folders `ldconfig -p` lists a 64-bit libcuda.so.1 in."""
-    ldconfig = shutil.which("ldconfig") or next((p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig")
-                                                if os.access(p, os.X_OK)), None)
-    dirs = []
-    for line in (probe._cmd_output([ldconfig, "-p"]) or "").splitlines() if ldconfig else []:
-        m = re.match(r"\s*libcuda\.so\.1 \(([^)]*)\) => (\S+)", line)
-        if m and "," in m.group(1):   # "libc6,x86-64": this machine's word size, not "libc6" (32-bit)
-            dirs.append(str(Path(m.group(2)).parent))
-    return dirs
-
-
 def _choose_arch(given: str | None) -> tuple[str, str]:
     """(arch, where it came from)."""
     if given:
@@ -544,8 +501,8 @@ def _valid_arch(arch: str, what: str) -> str:
 
 
 def link_dir_for(out_path: Path) -> Path:
-    """The private folder a link uses (NVSHMEM's unversioned library names, a libcuda stub): nothing
-    in it is needed once the program is linked, and `compile_program` removes it then."""
+    """The private folder a link uses (NVSHMEM's unversioned library names): nothing in it is needed
+    once the program is linked, and `compile_program` removes it then."""
     return out_path.parent / f".{out_path.name}.link"
 
 
@@ -555,9 +512,9 @@ def compile_command(cu_path: Path, backend: str, toolchain: Toolchain, out_path:
 
     Only what the backend needs is linked: NCCL programs get libnccl.so.2; NVSHMEM programs are
     relocatable device code (`-rdc=true`) linked with `-lnvshmem_host -lnvshmem_device` through
-    unversioned names in `link_dir`. Both get MPI and libcuda. The rpath names the NCCL/NVSHMEM
-    library folder (MPI's wrapper adds its own); never a libcuda stub's folder, so the real driver
-    is loaded at run time."""
+    unversioned names in `link_dir`. Both get MPI, and neither gets libcuda (the programs reach the
+    driver through the CUDA runtime). The rpath names the NCCL/NVSHMEM library folder (MPI's wrapper
+    adds its own), never `link_dir`."""
     _check_backend(backend)
     if toolchain.nvcc is None:
         raise ToolchainMissing(backend, toolchain.missing_for(backend) or [Missing("nvcc", NVCC_FIX)])
@@ -581,7 +538,6 @@ def compile_command(cu_path: Path, backend: str, toolchain: Toolchain, out_path:
     cmd += list(toolchain.mpi_compile)
     cmd += [str(cu_path), "-o", str(out_path)]
     cmd += libs
-    cmd += _libcuda_flags(toolchain, link_dir)
     cmd += list(toolchain.mpi_link)
     return cmd
 
@@ -594,26 +550,14 @@ def _nvshmem_link_folder(lib: Path, link_dir: Path) -> Path:
     return link_dir / "nvl"
 
 
-def _libcuda_flags(toolchain: Toolchain, link_dir: Path) -> list[str]:
-    d = toolchain.libcuda_dir
-    if d is None:
-        return [f"-L{link_dir / 'cuda'}", "-lcuda"]
-    if toolchain.libcuda_source == "driver" and not (d / "libcuda.so").exists():
-        return [f"-L{d}", "-l:libcuda.so.1"]   # a driver without the development link
-    return [f"-L{d}", "-lcuda"]
-
-
-def prepare_link_dir(backend: str, toolchain: Toolchain, link_dir: Path, timeout: float = 120.0) -> None:
-    """Make what `compile_command`'s line expects in `link_dir`: NVSHMEM's unversioned names, and
-    a libcuda stub when the machine has neither the toolkit's stub nor a driver."""
+def prepare_link_dir(backend: str, toolchain: Toolchain, link_dir: Path) -> None:
+    """Make what `compile_command`'s line expects in `link_dir`: NVSHMEM's unversioned names."""
     link_dir.mkdir(parents=True, exist_ok=True)
     if backend == "nvshmem" and toolchain.nvshmem_lib is not None:
         lib = toolchain.nvshmem_lib
         if _nvshmem_link_folder(lib, link_dir) != lib:
             # the calibration runner's helper links <home>/lib/* into <dir>/nvl
             probe.prepare_nvshmem_links(lib.parent if lib.name == "lib" else _as_home(lib, link_dir), link_dir)
-    if toolchain.libcuda_dir is None:
-        make_libcuda_stub(toolchain, link_dir / "cuda", timeout)
 
 
 def _as_home(lib: Path, link_dir: Path) -> Path:
@@ -623,36 +567,6 @@ def _as_home(lib: Path, link_dir: Path) -> Path:
     if not (home / "lib").exists():
         (home / "lib").symlink_to(lib)
     return home
-
-
-def make_libcuda_stub(toolchain: Toolchain, folder: Path, timeout: float = 120.0) -> Path:
-    """Build `folder/libcuda.so`, soname libcuda.so.1, defining every driver function the
-    toolkit's `cuda.h` declares (under the names the header maps them to, e.g.
-    `cuStreamWriteValue32_v2`). It only satisfies the linker: it is never on the rpath, and the
-    driver's libcuda.so.1 is what runs."""
-    if toolchain.nvcc is None or toolchain.cuda_include is None:
-        raise ToolchainMissing(toolchain.backend or "nccl", [Missing("nvcc", NVCC_FIX)])
-    folder.mkdir(parents=True, exist_ok=True)
-    header = folder / "cuda_decls.c"
-    header.write_text("#include <cuda.h>\n")
-    pre = subprocess.run([toolchain.nvcc, "-E", str(header)], capture_output=True, text=True, timeout=timeout,
-                         errors="replace")
-    if pre.returncode != 0:
-        raise BuildError(f"could not read cuda.h to make a libcuda stub: {_first_errors(pre.stdout + pre.stderr)}")
-    names = sorted(set(re.findall(r"\bCUresult\s+(cu[A-Za-z0-9_]+)\s*\(", pre.stdout)))
-    if not names:
-        raise BuildError(f"cuda.h in {toolchain.cuda_include} declares no driver functions: {CUDA_H_FIX}")
-    src = folder / "libcuda_stub.c"
-    src.write_text("/* link-time stand-in for the CUDA driver; never loaded */\n"
-                   + "".join(f"void {n}(void) {{}}\n" for n in names))
-    out = folder / "libcuda.so"
-    cmd = [toolchain.nvcc, "-shared", "-Xcompiler", "-fPIC", str(src), "-Xlinker", "-soname=libcuda.so.1",
-           "-o", str(out)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, errors="replace")
-    if r.returncode != 0:
-        raise BuildError(f"could not build a libcuda stub: {_first_errors(r.stdout + r.stderr)}\n"
-                         f"command: {shlex.join(cmd)}")
-    return out
 
 
 def compile_program(cu_path: Path, backend: str, out_dir: Path, toolchain: Toolchain | None = None,
@@ -742,11 +656,6 @@ def describe(toolchain: Toolchain) -> str:
     else:
         row("nvcc", "MISSING")
     row("arch", f"{tc.arch}  ({tc.arch_source})")
-    row("libcuda", {"toolkit stubs": f"the toolkit's stub library ({tc.libcuda_dir})",
-                    "driver": f"the installed driver ({tc.libcuda_dir})",
-                    "generated stub": "no driver or toolkit stub here: a stub is generated from cuda.h at link "
-                                      "time (the driver's libcuda.so.1 is loaded where the program runs)"
-                    }.get(tc.libcuda_source, tc.libcuda_source))
     for name, inc, lib, version, source in (("NCCL", tc.nccl_include, tc.nccl_lib, tc.nccl_version, tc.nccl_source),
                                             ("NVSHMEM", tc.nvshmem_include, tc.nvshmem_lib, tc.nvshmem_version,
                                              tc.nvshmem_source)):
@@ -768,5 +677,4 @@ def describe(toolchain: Toolchain) -> str:
 
 
 __all__ = ["BACKENDS", "BuildError", "Missing", "Toolchain", "ToolchainMissing", "compile_command",
-           "compile_program", "describe", "find_toolchain", "link_dir_for", "make_libcuda_stub",
-           "prepare_link_dir"]
+           "compile_program", "describe", "find_toolchain", "link_dir_for", "prepare_link_dir"]
