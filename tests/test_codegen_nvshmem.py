@@ -215,6 +215,16 @@ def test_barrier_all_and_sync_all_are_one_threads_barrier_between_grid_syncs():
     assert "every rank's last op was a barrier_all" in kernel(text, 0)  # no second barrier at the end
 
 
+def test_a_rank_without_ops_still_meets_the_others_at_the_end():
+    def lonely(r):
+        box = r.symmetric("box", count=2)
+        if r.rank == 0:
+            r.put(1, box, box)
+    text = program.generate(trace(lonely), "nvshmem")
+    idle = kernel(text, 1)
+    assert "cw_nv_mark(a.marks, 0);" in idle and "nvshmem_barrier_all();" in idle
+
+
 def test_a_run_ends_with_every_delivery_landed_and_every_rank_met():
     text = program.generate(trace_file("protocols/buggy/put_without_quiet.py", 2), "nvshmem")
     end = kernel(text, 0)[kernel(text, 0).index("// the end of a run"):]

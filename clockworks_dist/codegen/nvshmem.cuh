@@ -7,7 +7,7 @@ namespace cg = cooperative_groups;
 #define CW_NV(x) do { int r_ = (int)(x); if (r_ != 0) { char b_[48]; snprintf(b_, sizeof b_, "NVSHMEM status %d", r_); \
   cw_fail(#x, b_, __FILE__, __LINE__); } } while (0)
 static const int CW_NV_THREADS = 512;          // threads per block
-static int cw_nv_grid = 1;                     // blocks of this rank's kernel (setup: wanted, capped by SMs and residency)
+static int cw_nv_grid = 1;                     // blocks of this rank's kernel (setup: wanted, capped by SMs, residency)
 static unsigned* cw_nv_arrive = nullptr;       // arrival counters of the "last block runs it" handoffs, left at 0
 static unsigned long long* cw_nv_hash = nullptr;  // compute ops: each block's partial hash of what it read
 static char* cw_nv_pool = nullptr;             // per-rank buffers: one symmetric allocation, carved in order
@@ -18,7 +18,7 @@ static void* cw_nv_malloc(size_t bytes) {      // symmetric: every PE calls it i
   if (!p) cw_abandon("error", "nvshmem_malloc failed: the symmetric heap is too small (set NVSHMEM_SYMMETRIC_SIZE)", 2);
   return p;
 }
-static void* cw_nv_local(size_t bytes) {       // a per-rank buffer, from the pool (valid as a put's or get's local side)
+static void* cw_nv_local(size_t bytes) {       // a per-rank buffer from the pool (valid as a put's or get's local side)
   size_t at = cw_nv_pool_used;
   cw_nv_pool_used += (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
   if (cw_nv_pool_used > cw_nv_pool_bytes) cw_abandon("error", "the pool of per-rank buffers is too small", 2);
@@ -178,7 +178,8 @@ template <typename T> __device__ inline unsigned long long cw_nv_hash_part(const
                                                                        uint64_t pos, unsigned want, unsigned base) {
   CwNvShare s = cw_nv_share(n, want, base, 1);
   unsigned long long mine = 0;
-  for (size_t i = s.begin + threadIdx.x; i < s.end; i += blockDim.x) mine += cw_mix(cw_word<T>(p[i]) ^ cw_mix(seed + pos + i));
+  for (size_t i = s.begin + threadIdx.x; i < s.end; i += blockDim.x)
+    mine += cw_mix(cw_word<T>(p[i]) ^ cw_mix(seed + pos + i));
   return mine;
 }
 __device__ inline unsigned long long cw_nv_block_sum(unsigned long long mine) {  // the block's total, in every thread

@@ -446,8 +446,14 @@ class _Kernel:
     statics: list[str] = field(default_factory=list)  # file-scope arrays the kernel reads
 
 
+def _state(gen: Gen) -> dict:
+    """This backend's state for one generation (the plans, the kernel being written), kept on the
+    `Gen`, which has no field for a backend's own state."""
+    return gen.__dict__.setdefault("nvshmem", {})
+
+
 def _kernel(gen: Gen) -> _Kernel:
-    return gen.__dict__["nvshmem_kernel"]
+    return _state(gen)["kernel"]
 
 
 def _share(step: Step) -> str:
@@ -654,8 +660,8 @@ def compute(gen: Gen, op: ir.Compute) -> list[str]:
     body = ["  {", "    unsigned long long cw_mine = 0;"]
     position = 0
     for _r, src in move.srcs:
-        body.append(f"    cw_mine += cw_nv_hash_part<{gen.ctype(src)}>({gen.ptr(src)}, {src.count}, {seed}, {position}, "
-                    f"{_share(step)});")
+        body.append(f"    cw_mine += cw_nv_hash_part<{gen.ctype(src)}>({gen.ptr(src)}, {src.count}, {seed}, "
+                    f"{position}, {_share(step)});")
         position += src.count
     if step.who.kind == "all":
         body.append(f"    uint64_t cw_h = {seed} + cw_nv_grid_sum(grid, cw_hash + {step.hash_slot} * gridDim.x, "
@@ -691,7 +697,7 @@ def _lines(text: str) -> list[str]:
     return text.split("\n")
 
 
-def _why(step: Step, program: ir.Program) -> list[str]:
+def _why(step: Step) -> list[str]:
     """The comment above a handoff: how the order is kept, and which earlier ops it keeps it after."""
     fence = " and its nvshmem_fence" if step.fence else ""
     how = {"grid": f"a grid-wide sync, every block after its own work{fence}",
@@ -752,7 +758,7 @@ class NvshmemTarget(Target):
         return f"cw_nv_malloc({bytes_expr})" if symmetric else f"cw_nv_local({bytes_expr})"
 
     def setup(self, gen: Gen) -> list[str]:
-        plans = gen.__dict__["nvshmem_plans"]
+        plans = _state(gen)["plans"]
         ranks = range(gen.sched.world)
         return [
             "  {  // NVSHMEM: this rank's kernel, its blocks, its counters and its progress words",
@@ -792,12 +798,12 @@ class NvshmemTarget(Target):
     def rank_function(self, gen: Gen, rank: int) -> list[str]:
         sched = gen.sched
         program = sched.programs[rank]
-        if "nvshmem_touches" not in gen.__dict__:
-            gen.__dict__["nvshmem_touches"] = (touch_index(sched), monotone_words(sched))
-        plan = plan_rank(sched, rank, *gen.__dict__["nvshmem_touches"])
-        gen.__dict__.setdefault("nvshmem_plans", {})[rank] = plan
-        kernel = _Kernel(plan, plan.steps[0] if plan.steps else Step(0, Who("all")))
-        gen.__dict__["nvshmem_kernel"] = kernel
+        state = _state(gen)
+        if "touches" not in state:
+            state["touches"] = (touch_index(sched), monotone_words(sched))
+        plan = plan_rank(sched, rank, *state["touches"])
+        state.setdefault("plans", {})[rank] = plan
+        kernel = state["kernel"] = _Kernel(plan, plan.steps[0] if plan.steps else Step(0, Who("all")))
         scratch_before = len(gen.scratch)
         body: list[str] = []
         for step, op in zip(plan.steps, program.ops):
@@ -809,9 +815,9 @@ class NvshmemTarget(Target):
                 body += ordering
                 continue
             if step.pre == "grid":
-                body += [*_why(step, program), f"  cw_nv_grid_sync(grid, {'true' if step.fence else 'false'});"]
+                body += [*_why(step), f"  cw_nv_grid_sync(grid, {'true' if step.fence else 'false'});"]
             elif step.pre:
-                body += _why(step, program)
+                body += _why(step)
             body += self.table.lookup(op)(gen, op)
         scratch = [item.name for item in gen.scratch[scratch_before:]]
         return self._kernel_text(gen, rank, plan, kernel, body, scratch)
@@ -838,17 +844,17 @@ class NvshmemTarget(Target):
                     "  cw_nv_quiet_all(grid);"]
         if isinstance(op, ir.BarrierAll):
             return ["  // barrier_all: every block completes its deliveries (quiet), a grid-wide sync, one thread's",
-                    "  // nvshmem_barrier_all (every PE meets), then a grid-wide sync: no block goes on before every PE",
-                    "  // has arrived",
+                    "  // nvshmem_barrier_all (every PE meets), then a grid-wide sync: no block goes on before",
+                    "  // every PE has arrived",
                     "  cw_nv_quiet_all(grid);",
                     "  if (blockIdx.x == 0 && threadIdx.x == 0) nvshmem_barrier_all();",
                     "  grid.sync();"]
         if isinstance(op, ir.SyncAll):
             first = (["  // each block fences first, so what it did is visible to the PEs that go on after the sync;"]
                      if step.fence else [])
-            return ["  // sync_all: every PE meets, and deliveries stay in flight. A grid-wide sync (every block's work",
-                    "  // before it is done), one thread's nvshmem_sync_all, then a grid-wide sync: no block goes on",
-                    "  // before every PE has arrived",
+            return ["  // sync_all: every PE meets, and deliveries stay in flight. A grid-wide sync (every block's",
+                    "  // work before it is done), one thread's nvshmem_sync_all, then a grid-wide sync: no block",
+                    "  // goes on before every PE has arrived",
                     *first,
                     f"  cw_nv_grid_sync(grid, {'true' if step.fence else 'false'});",
                     "  if (blockIdx.x == 0 && threadIdx.x == 0) nvshmem_sync_all();",
@@ -862,7 +868,8 @@ class NvshmemTarget(Target):
         for i, decl in enumerate(program.buffers):
             ctype = cuda.C_TYPE[decl.dtype]
             name = cuda.ident("buffer", decl.name)
-            fields.append(f"  {ctype}* {name};  // {decl.count} x {decl.dtype}{', symmetric' if decl.symmetric else ''}")
+            where = ", symmetric" if decl.symmetric else ""
+            fields.append(f"  {ctype}* {name};  // {decl.count} x {decl.dtype}{where}")
             locals_.append(f"  [[maybe_unused]] {ctype}* {name} = a.{name};")
             fill.append(f"  a.{name} = ({ctype}*)CW_BUFS_{rank}[{i}].ptr;")
         for name in scratch:
@@ -872,7 +879,8 @@ class NvshmemTarget(Target):
         n = len(program.ops)
         return [
             f"// ---------------------------------------------------------------------------------- rank {rank}",
-            f"// {plan.blocks} block(s) wanted; {plan.counters} arrival counter(s); {plan.hash_slots} spread compute op(s)",
+            f"// {plan.blocks} block(s) wanted; {plan.counters} arrival counter(s); {plan.hash_slots} spread "
+            "compute op(s)",
             *kernel.statics,
             f"struct CwNvArgs{rank} {{",
             *fields,
