@@ -52,7 +52,7 @@ done
 if [ "${MEMCHECK:-1}" = 1 ] && command -v compute-sanitizer > /dev/null; then
     for folder in "$OUT"/*_nccl "$OUT"/*_nvshmem; do
         [ -d "$folder/build" ] || continue
-        first=$(ls "$folder/build" | sort -n | head -1)
+        first=$(ls "$folder/build" | grep -E '^[0-9]+$' | sort -n | head -1)  # the smallest size
         bin=$(find "$folder/build/$first" -maxdepth 1 -type f -perm -u+x | head -1)
         [ -n "$bin" ] || continue
         if [ $(( $(date +%s) - START )) -gt "${MEMCHECK_MAX:-540}" ]; then
