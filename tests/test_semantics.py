@@ -158,8 +158,11 @@ def test_a_backend_table_must_decide_every_op_class():
 
 
 def test_every_registered_backend_decides_every_op_class():
-    import clockworks_dist.perf.simulate  # noqa: F401  (backends register when their module loads)
+    import clockworks_dist.codegen.nccl  # noqa: F401  (backends register when their module loads)
+    import clockworks_dist.codegen.nvshmem  # noqa: F401
+    import clockworks_dist.perf.simulate  # noqa: F401
 
     assert "semantics" in backends.BACKENDS
+    assert {"nccl-codegen", "nvshmem-codegen"} <= set(backends.BACKENDS)
     for backend in backends.BACKENDS.values():
         backend.check_complete()

@@ -447,9 +447,8 @@ class _Kernel:
 
 
 def _state(gen: Gen) -> dict:
-    """This backend's state for one generation (the plans, the kernel being written), kept on the
-    `Gen`, which has no field for a backend's own state."""
-    return gen.__dict__.setdefault("nvshmem", {})
+    """This backend's state for one generation (the plans, the kernel being written), kept on the `Gen`."""
+    return gen.state.setdefault("nvshmem", {})
 
 
 def _kernel(gen: Gen) -> _Kernel:

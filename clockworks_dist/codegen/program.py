@@ -93,6 +93,7 @@ class Gen:
     scratch: list[Scratch] = field(default_factory=list)
     tables: list[tuple[int, str, str, list[str]]] = field(default_factory=list)  # (rank, name, C type, pointers)
     uses: set[str] = field(default_factory=set)
+    state: dict = field(default_factory=dict)  # a backend's own state while it writes one program
 
     @property
     def program(self) -> ir.Program:
