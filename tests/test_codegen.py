@@ -186,10 +186,12 @@ def test_a_recv_that_reduces_lands_in_scratch_then_combines():
 
 
 # ------------------------------------------------------------------------------ golden files
-GOLDEN_CASES = [("protocols/ring_allreduce.py", 2, "nccl"), ("protocols/hierarchical_allreduce.py", 4, "nccl")]
+GOLDEN_CASES = [("protocols/ring_allreduce.py", 2, "nccl"), ("protocols/hierarchical_allreduce.py", 4, "nccl"),
+                ("protocols/nvshmem_oneshot_allreduce.py", 2, "nvshmem"),
+                ("protocols/nvshmem_alltoall_dispatch.py", 2, "nvshmem")]
 
 
-@pytest.mark.parametrize("path,ranks,backend", GOLDEN_CASES, ids=lambda v: str(Path(str(v)).stem))
+@pytest.mark.parametrize("path,ranks,backend", GOLDEN_CASES, ids=[f"{Path(p).stem}-{n}-{b}" for p, n, b in GOLDEN_CASES])
 def test_generated_code_is_pinned(path, ranks, backend):
     sched = trace(path, ranks)
     text = program.generate(sched, backend)
