@@ -118,9 +118,13 @@ static void cw_open_progress() {
   cw_phase(CW_SETUP);
 }
 
-// The op this rank's GPU is in, from the progress words (-1: before the first).
+// The op this rank's GPU is in, from the progress words (-1: before the first): the least advanced
+// of word 0 and the per-block words (every block marks every op it passes).
 static int cw_current_op() {
-  return cw_marks ? (int)cw_marks[0] - 1 : -1;
+  if (!cw_marks) return -1;
+  int op = (int)cw_marks[0] - 1;
+  for (int b = 1; b < cw_mark_words; ++b) op = std::min(op, (int)cw_marks[b] - 1);
+  return op;
 }
 
 static void cw_sync_progress() {
