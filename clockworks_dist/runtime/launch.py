@@ -227,6 +227,26 @@ def _kill_group(proc: subprocess.Popen, directory: str | None = None) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=EXIT_WAIT_S)
+    if directory:
+        _until_gone(proc, directory)
+
+
+def _until_gone(proc: subprocess.Popen, directory: str) -> None:
+    """A SIGKILL takes effect when the kernel gets to it: wait (up to EXIT_WAIT_S) until no process
+    of the job is alive, killing again any that a late start or a slow exit left, so that the job
+    has no process left when the launcher returns."""
+    deadline = time.monotonic() + EXIT_WAIT_S
+    while time.monotonic() < deadline:
+        # mpiexec's descendants only while it is not reaped (its pid could be another's after)
+        root = proc.pid if proc.poll() is None else -1
+        # (and only processes that still name the job: a pid seen before may be another's by now)
+        left = {pid for pid in _job_processes(root, directory) if pid != proc.pid and _alive(pid)}
+        if not left:
+            return
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(POLL_S)
 
 
 class _Watch:
