@@ -10,8 +10,8 @@
 
 from . import ir
 from .dsl import (
-    Rank, ScheduleDef, allgather, allreduce, alltoall, broadcast, custom, equals, load_file, reduce,
-    reduce_scatter, schedule, size,
+    Rank, ScheduleDef, allgather, allreduce, alltoall, broadcast, choice, custom, equals, load_file, param,
+    reduce, reduce_scatter, schedule, size,
 )
 from .errors import CheckIncomplete, ClockworksError, MissingDependency, ScheduleError, TopologyError
 
@@ -21,7 +21,7 @@ from .check import check, expected_values, happens_before  # noqa: E402  (the fu
 
 __all__ = [
     "CheckIncomplete", "ClockworksError", "MissingDependency", "Rank", "ScheduleDef", "ScheduleError",
-    "TopologyError", "allgather", "allreduce", "alltoall", "broadcast", "check", "custom", "equals",
+    "TopologyError", "allgather", "allreduce", "alltoall", "broadcast", "check", "choice", "custom", "equals",
     "expected_values", "happens_before", "ir",
-    "load_file", "reduce", "reduce_scatter", "schedule", "size",
+    "load_file", "param", "reduce", "reduce_scatter", "schedule", "size",
 ]

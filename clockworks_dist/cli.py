@@ -28,7 +28,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 
-from . import cli_codegen, cli_perf, cli_run, ir
+from . import cli_codegen, cli_perf, cli_run, cli_tune, ir
 from .dsl import ScheduleDef, guard, load_file
 from .errors import CheckIncomplete, ClockworksError, ScheduleError, TopologyError
 
@@ -138,6 +138,23 @@ def _size(text: str) -> tuple[str, int]:
     return match.group(1), int(match.group(2))
 
 
+_PARAM = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=([A-Za-z0-9_-]+)$")
+
+
+def _param(text: str) -> tuple[str, str]:
+    """`--param NAME=VALUE`: a `cw.param` (an integer) or a `cw.choice` (an option); the schedule
+    checks the value against the declared ones when it is traced."""
+    match = _PARAM.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=VALUE, e.g. ALGO=twoshot or BLOCKS=16, got {text!r}{_file_hint(text)}")
+    return match.group(1), match.group(2)
+
+
+# The commands that trace FILE, and so take --param.
+PARAM_COMMANDS = ("show", "check", "predict", "run", "codegen", "build", "validate")
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="a Python file defining @cw.schedule functions")
     parser.add_argument("--schedule", metavar="NAME", help="only the schedule NAME (default: every one in FILE)")
@@ -195,6 +212,12 @@ def build_parser() -> argparse.ArgumentParser:
     cli_perf.add_parsers(sub, _positive, _size, _seconds)
     cli_run.add_parser(sub, _positive, _size, _seconds)
     cli_codegen.add_parsers(sub, _positive, _size, _seconds)
+    for name in PARAM_COMMANDS:
+        sub.choices[name].add_argument(
+            "--param", metavar="NAME=VALUE", type=_param, action="append", default=[],
+            help="bind a parameter of a schedule family (cw.param, cw.choice), e.g. --param ALGO=twoshot; "
+                 "repeat for several")
+    cli_tune.add_parser(sub, _positive, _seconds)
     return parser
 
 
@@ -414,7 +437,8 @@ def _trace_all(args: argparse.Namespace, jobs: list[tuple[ScheduleDef, int]],
         started = time.monotonic()
         try:
             with _bound(args, _left(args, spent), f"tracing {defn.name} at {world} ranks"):
-                sched = defn.trace(world, sizes=dict(args.size) or None)
+                sched = defn.trace(world, sizes=dict(args.size) or None,
+                                   params=dict(getattr(args, "param", None) or ()) or None)
         except guard.TimeUp as exc:
             exc.where = exc.where or f"{defn.loc.file}:{defn.loc.line}"
             raise _too_late(exc, f"tracing {defn.name} at {world} ranks", args) from None
@@ -553,7 +577,8 @@ def _write(path: str, text: str) -> None:
 
 COMMANDS = {"show": cmd_show, "check": cmd_check, "topology": cmd_topology,
             "predict": cli_perf.cmd_predict, "calibrate": cli_perf.cmd_calibrate, "run": cli_run.cmd_run,
-            "codegen": cli_codegen.cmd_codegen, "build": cli_codegen.cmd_build, "validate": cli_codegen.cmd_validate}
+            "codegen": cli_codegen.cmd_codegen, "build": cli_codegen.cmd_build, "validate": cli_codegen.cmd_validate,
+            "tune": cli_tune.cmd_tune}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

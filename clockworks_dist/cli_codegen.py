@@ -154,15 +154,23 @@ def cmd_build(args: argparse.Namespace, out) -> int:
 
 def cmd_validate(args: argparse.Namespace, out) -> int:
     from .codegen import validate
+    from .dsl import params
 
-    summary = validate.validate_file(
-        args.file, backend=args.backend, ranks=args.np or 2, sizes=args.sizes, timeout=args.timeout,
-        out_dir=args.out, iters=args.iters, warmup=args.warmup, graph=not args.no_graph, launcher=args.launcher,
-        topology=args.topology, schedule_name=args.schedule, no_check=args.no_check,
-        size_bindings=dict(args.size), nccl=not args.no_nccl)
+    with params.bind(dict(getattr(args, "param", None) or ())):
+        summary = _validate(args)
     if args.json:
         out.json(summary)
     else:
         for line in validate.summary_lines(summary):
             out.text(line)
     return 0 if summary.get("verdict") in ("match", "written") else 1
+
+
+def _validate(args: argparse.Namespace) -> dict:
+    from .codegen import validate
+
+    return validate.validate_file(
+        args.file, backend=args.backend, ranks=args.np or 2, sizes=args.sizes, timeout=args.timeout,
+        out_dir=args.out, iters=args.iters, warmup=args.warmup, graph=not args.no_graph, launcher=args.launcher,
+        topology=args.topology, schedule_name=args.schedule, no_check=args.no_check,
+        size_bindings=dict(args.size), nccl=not args.no_nccl)

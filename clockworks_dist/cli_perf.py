@@ -105,7 +105,7 @@ def _write_json(path: str, value, option: str) -> None:
 def cmd_predict(args: argparse.Namespace, out) -> int:
     """`clockworks predict`, within `--timeout`: loading and tracing run the user's code, and a
     large schedule simulates for minutes, so all of it is bounded (exit 3 when the bound passes)."""
-    from .dsl import guard
+    from .dsl import guard, params
 
     what = f"predicting {os.path.basename(args.file)}"
 
@@ -116,7 +116,9 @@ def cmd_predict(args: argparse.Namespace, out) -> int:
         guard.end_process(EXIT_INCOMPLETE, f"clockworks: error: {message}\n", text if args.json else None)
 
     try:
-        with guard.time_bound(args.timeout, on_stuck=stuck, grace=STUCK_S):
+        # --param: every trace of the schedule (each size, each scaling world) is that variant
+        with guard.time_bound(args.timeout, on_stuck=stuck, grace=STUCK_S), \
+                params.bind(dict(getattr(args, "param", None) or ())):
             return _predict(args, out)
     except guard.TimeUp as exc:
         where = f"{exc.where}: " if exc.where else ""

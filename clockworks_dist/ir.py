@@ -545,6 +545,8 @@ class Schedule(Frozen):
     comms: tuple[Communicator, ...] = ()
     programs: tuple[Program, ...]
     expect: tuple[Expectation, ...] = ()
+    # The family variant this schedule is (`cw.param`/`cw.choice` bindings, in declaration order).
+    params: tuple[tuple[Name, int | Name], ...] = ()
 
     def to_json(self, indent: int | None = None) -> str:
         return self.model_dump_json(indent=indent)

@@ -24,6 +24,7 @@ from typing import Callable, Iterable, Iterator
 from .. import ir
 from ..errors import ScheduleError
 from .expect import check_specs, resolve_all
+from . import params as _params
 from .sizes import _BINDINGS, Size, SymInt, as_affine, as_int
 from ..semantics.rules import rule
 
@@ -844,8 +845,10 @@ class ScheduleDef:
     """A traced-on-demand schedule: `sched.trace(world=8)` gives the frozen `ir.Schedule`."""
 
     def __init__(self, fn: Callable[[Rank], None], expect, name: str | None, ranks: tuple[int, ...] | None,
-                 ranks_per_node: int | None, sizes: tuple[Size, ...], loc: ir.SourceLoc):
+                 ranks_per_node: int | None, sizes: tuple[Size, ...], loc: ir.SourceLoc,
+                 params: tuple[_params.Parameter, ...] = ()):
         self.fn = fn
+        self.params = params
         self.expect = () if expect is None else (tuple(expect) if isinstance(expect, (list, tuple)) else (expect,))
         self.name = name or fn.__name__
         self.ranks = ranks
@@ -857,9 +860,15 @@ class ScheduleDef:
     def __repr__(self) -> str:
         return f"<schedule {self.name} at {self.loc}>"
 
+    def variants(self) -> list[dict[str, int | str]]:
+        """Every binding of the declared `cw.param`/`cw.choice` parameters (their cartesian product,
+        in declaration order); one empty binding for a schedule without parameters."""
+        return _params.variants(self.params)
+
     def trace(self, world: int, ranks_per_node: int | None = None,
-              sizes: dict[str, int] | None = None) -> ir.Schedule:
-        """Run the function once per rank and build the checked, frozen schedule."""
+              sizes: dict[str, int] | None = None, params: dict[str, int | str] | None = None) -> ir.Schedule:
+        """Run the function once per rank and build the checked, frozen schedule (`params`: the
+        variant to trace, as `{name: value}`; default: each parameter's default)."""
         if isinstance(world, bool) or not isinstance(world, int) or world < 1:
             raise ScheduleError(f"the world needs a positive number of ranks, got {world!r}",
                                 file=self.loc.file, line=self.loc.line)
@@ -875,12 +884,13 @@ class ScheduleDef:
                 raise ScheduleError(f"unknown size {name!r}; this schedule declares "
                                     f"{', '.join(known) or 'none'}", file=self.loc.file, line=self.loc.line)
             bindings[name] = value
+        chosen = _params.resolve(self.params, {**_params._DEFAULT.get(), **(params or {})}, self.loc)
         from . import guard
 
         token = _BINDINGS.set(bindings)
         try:
-            with guard.user_code():  # what the function prints goes to stderr, and it cannot exit
-                return _build(self, world, per_node)
+            with guard.user_code(), _params.tracing(chosen):  # what the function prints goes to stderr
+                return _build(self, world, per_node, chosen)
         except (ScheduleError, guard.TimeUp, Exception):
             raise
         except BaseException as exc:  # noqa: BLE001 (sys.exit in a postcondition's function, say)
@@ -914,7 +924,7 @@ def _run_user(defn: ScheduleDef, handle: Rank) -> None:
                             rank=handle.rank, hint=hint) from exc
 
 
-def _build(defn: ScheduleDef, world: int, per_node: int) -> ir.Schedule:
+def _build(defn: ScheduleDef, world: int, per_node: int, chosen: dict[str, int | str]) -> ir.Schedule:
     check_name(defn.name, "schedule", defn.loc, None, "schedule")
     for size in defn.sizes:
         size.check_binding()
@@ -936,7 +946,7 @@ def _build(defn: ScheduleDef, world: int, per_node: int) -> ir.Schedule:
         for h in handles)
     symbols = tuple(s.symbol() for s in defn.sizes)
     sched = ir.Schedule(name=defn.name, world=world, ranks_per_node=per_node, loc=defn.loc, symbols=symbols,
-                        comms=comms, programs=programs)
+                        comms=comms, programs=programs, params=tuple(chosen.items()))
     return sched.model_copy(update={"expect": resolve_all(defn.expect, sched)})
 
 
@@ -1016,11 +1026,12 @@ def _build_comms(handles: list[Rank]) -> tuple[ir.Communicator, ...]:
 
 def schedule(fn: Callable | None = None, *, expect=None, name: str | None = None,
              ranks: Iterable[int] | None = None, ranks_per_node: int | None = None,
-             sizes: Iterable[Size] = ()):
+             sizes: Iterable[Size] = (), params: Iterable = ()):
     """Declare a schedule: `@cw.schedule(expect=cw.allreduce("x"))` over `def f(r): ...`.
 
     `ranks`: the world sizes it is meant for (the CLI's default); `ranks_per_node`: node size;
-    `sizes`: the `cw.size` symbols it uses, for the symbolic checks; `name`: defaults to the
+    `sizes`: the `cw.size` symbols it uses, for the symbolic checks; `params`: the `cw.param` and
+    `cw.choice` parameters of the family (module-level ones are found without it); `name`: defaults to the
     function's name (a lambda's is `anonymous`). The arguments are checked here, and a mistake names
     the decorator's line."""
     loc = user_loc()
@@ -1038,6 +1049,14 @@ def schedule(fn: Callable | None = None, *, expect=None, name: str | None = None
     for value in sizes:
         if not isinstance(value, Size):
             raise _decl_error(loc, f"sizes must hold cw.size(...) symbols, got {type(value).__name__} {value!r}")
+    if isinstance(params, (str, bytes)) or not isinstance(params, Iterable):
+        raise _decl_error(loc, f"params must be a list of cw.param(...) or cw.choice(...), got "
+                               f"{type(params).__name__} {params!r}")
+    params = tuple(params)
+    for value in params:
+        if not isinstance(value, (_params.Param, _params.Choice)):
+            raise _decl_error(loc, f"params must hold cw.param(...) or cw.choice(...), got "
+                                   f"{type(value).__name__} {value!r}")
 
     def wrap(f: Callable) -> ScheduleDef:
         code = getattr(f, "__code__", None)
@@ -1061,7 +1080,17 @@ def schedule(fn: Callable | None = None, *, expect=None, name: str | None = None
                 raise _decl_error(value.loc, f"size {value.name} is declared twice, differently: at {first.loc} "
                                              f"as {first.default} ({first.constraints()}), here as {value.default} "
                                              f"({value.constraints()})", "declare each size once")
-        return ScheduleDef(f, specs, own, ranks, ranks_per_node, tuple(found.values()), floc)
+        declared: dict[str, _params.Parameter] = {}
+        for value in list(params) + [v for v in f.__globals__.values()
+                                     if isinstance(v, (_params.Param, _params.Choice))]:
+            first = declared.setdefault(value.name, value)
+            if first is not value and (first.kind, first.values, first.default) != (value.kind, value.values,
+                                                                                     value.default):
+                raise _decl_error(value.loc, f"parameter {value.name} is declared twice, differently: at "
+                                             f"{first.loc} as {list(first.values)}, here as {list(value.values)}",
+                                  "declare each parameter once")
+        return ScheduleDef(f, specs, own, ranks, ranks_per_node, tuple(found.values()), floc,
+                           tuple(declared.values()))
 
     return wrap(fn) if fn is not None else wrap
 

@@ -165,6 +165,13 @@ def _sizes(sched: ir.Schedule) -> list[str]:
     return out
 
 
+def _params(sched: ir.Schedule) -> list[str]:
+    """The variant of a schedule family this is (`cw.param`, `cw.choice`)."""
+    if not sched.params:
+        return []
+    return ["variant:"] + [f"  {name} = {value}  (set with --param {name}=VALUE)" for name, value in sched.params]
+
+
 def _program(program: ir.Program, loc_width: int) -> list[str]:
     out = [f"rank {program.rank}: {_plural(len(program.ops), 'op')}"]
     index_width = len(f"{max(len(program.ops) - 1, 0)}.0") + 1
@@ -195,6 +202,7 @@ def render_listing(sched: ir.Schedule) -> str:
                  else "1 node")
     lines = [f"schedule {sched.name}  ({sched.loc}): {_plural(sched.world, 'rank')}, {node_text}"]
     lines += _sizes(sched)
+    lines += _params(sched)
     lines += _declarations(sched)
     lines += _communicators(sched)
     lines += _postcondition(sched)

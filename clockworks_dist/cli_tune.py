@@ -1,0 +1,81 @@
+"""`clockworks tune FILE -t TOPOLOGY --np N --sizes RANGE [--dry]`: the fastest verified variant of a
+schedule family per size (`clockworks_dist.tune`).
+
+Exit codes: 0 done, 2 bad input (the file, an option, no GPU without --dry), 3 out of time, 4 an
+internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+from .errors import ClockworksError
+
+
+def add_parser(sub, positive, seconds) -> None:
+    """The `tune` subcommand (`positive`, `seconds`: the CLI's argument types)."""
+    from . import tune
+
+    cmd = sub.add_parser("tune", help="search a schedule family (cw.param, cw.choice) for the fastest verified "
+                                      "variant per size",
+                         description="Enumerate the variants of FILE's schedule family; check each (a variant that "
+                                     "fails is rejected, never run); predict the rest at each size and rank them; "
+                                     "without --dry, build and measure the top K with validate and accept a "
+                                     "variant only above the noise. Every try is remembered in DIR/tune_memory.json.",
+                         epilog="exit codes: 0 done, 2 bad input or no GPU without --dry, 3 out of time, "
+                                "4 internal error")
+    cmd.add_argument("file", metavar="FILE", help="a Python file defining a @cw.schedule family")
+    cmd.add_argument("--topology", "-t", required=True, metavar="T",
+                     help="a topology file or a shipped name (e.g. h200x2-nv18)")
+    cmd.add_argument("--np", "--ranks", dest="np", metavar="N", type=positive, required=True, help="world size")
+    cmd.add_argument("--sizes", metavar="RANGE", default="1KiB..1GiB",
+                     help="bytes per rank: 1KiB..1GiB (powers of two) or a list 8KiB,1MiB (default 1KiB..1GiB)")
+    cmd.add_argument("--schedule", metavar="NAME", help="the schedule NAME of FILE (default: its only one)")
+    cmd.add_argument("--dry", action="store_true", help="check, predict and rank only: build and run nothing")
+    cmd.add_argument("--top", metavar="K", type=positive, default=tune.DEFAULT_TOP,
+                     help=f"measure the K best predicted variants per size (default {tune.DEFAULT_TOP})")
+    cmd.add_argument("--noise", metavar="F", type=_fraction, default=tune.DEFAULT_NOISE,
+                     help="accept a variant only if it is faster by this fraction, or by the measured spread if "
+                          f"larger (default {tune.DEFAULT_NOISE})")
+    cmd.add_argument("--out", metavar="DIR", default="tune-results",
+                     help="where tune.json, tune.md and tune_memory.json go (default tune-results)")
+    cmd.add_argument("--mode", choices=("graph", "eager"), default="graph", help="predicted launch mode")
+    cmd.add_argument("--timeout", metavar="S", type=seconds, default=tune.CHECK_TIMEOUT_S,
+                     help=f"the check of each variant stops after S seconds (default {tune.CHECK_TIMEOUT_S:g})")
+    cmd.add_argument("--json", action="store_true", help="print tune.json on stdout")
+    cmd.add_argument("--debug", action="store_true", help="print tracebacks of errors in the input")
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction such as 0.02, got {text!r}") from None
+    if math.isnan(value) or not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), such as 0.02, got {text!r}")
+    return value
+
+
+def cmd_tune(args: argparse.Namespace, out) -> int:
+    from . import tune
+    from .perf.predict import parse_sizes
+
+    try:
+        sizes = parse_sizes(args.sizes)
+    except ValueError as exc:
+        raise ClockworksError(f"--sizes: {exc}") from None
+
+    def say(text: str) -> None:
+        sys.stderr.write(f"tune: {text}\n")
+
+    report = tune.tune(args.file, args.topology, args.np, sizes, args.out, schedule_name=args.schedule,
+                       top=args.top, noise=args.noise, dry=args.dry, mode=args.mode, check_timeout=args.timeout,
+                       say=say)
+    if args.json:
+        out.json(report)
+    else:
+        out.text(tune.render_markdown(report).rstrip("\n"))
+        out.text(f"wrote {args.out}/tune.json, {args.out}/tune.md, {args.out}/{tune.MEMORY_FILE}")
+    return 0

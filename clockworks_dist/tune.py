@@ -1,0 +1,311 @@
+"""`clockworks tune`: search a schedule family (`cw.param`, `cw.choice`) for the fastest variant per size.
+
+The pipeline, top to bottom (`tune`):
+1. enumerate the variants (`ScheduleDef.variants()`);
+2. check each with the model checker at the world size: a variant that is not verified is rejected
+   with its verdict and first error, and is never predicted or run;
+3. predict each verified variant at each size on the topology (as `clockworks predict` does) and
+   rank them per size, naming the simulator's bottleneck of each;
+4. without `dry`: build and measure the top K per size with `codegen.validate` (bit-exact check on)
+   and accept a variant only if it beats the best so far by more than the noise (`accept`).
+
+Every try is recorded in `tune_memory.json` in the output folder, keyed by the schedule file's hash,
+the schedule, the variant, the world and the topology, so a rerun skips what was already decided.
+The results go to `tune.json` and `tune.md`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .dsl import ScheduleDef, load_file, params
+from .errors import ClockworksError, ScheduleError
+
+MEMORY_FILE = "tune_memory.json"
+MEMORY_VERSION = 1
+DEFAULT_NOISE = 0.02  # the issue's threshold: a measured gain under 2% is noise
+DEFAULT_TOP = 3
+CHECK_TIMEOUT_S = 60.0
+CHECK_MAX_STATES = 1_000_000
+NO_GPU = "no GPU visible: use --dry (check, predict and rank only)"
+
+
+class TuneError(ClockworksError):
+    """Bad input to `clockworks tune` (exit 2)."""
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A measured time: the median over repeated runs, and their relative spread ((max - min) / median)."""
+
+    time_us: float
+    spread: float = 0.0
+
+
+def accept(best: Measurement | None, candidate: Measurement, noise: float = DEFAULT_NOISE) -> tuple[bool, str]:
+    """Whether `candidate` replaces `best`: only if it is faster by at least the noise threshold,
+    max(`noise`, the spread of either measurement); the reason, in words."""
+    if best is None:
+        return True, "the first measured variant"
+    threshold = max(noise, best.spread, candidate.spread)
+    gain = (best.time_us - candidate.time_us) / best.time_us if best.time_us > 0 else 0.0
+    if gain >= threshold:
+        return True, f"{gain:.1%} faster than the best so far ({best.time_us:.2f} us), above the noise {threshold:.1%}"
+    return False, (f"{gain:+.1%} against the best so far ({best.time_us:.2f} us) does not clear the noise "
+                   f"{threshold:.1%}")
+
+
+def gpus_visible() -> int:
+    """GPUs that `nvidia-smi -L` lists (0 without nvidia-smi or a driver)."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in listing.stdout.splitlines() if line.startswith("GPU "))
+
+
+# ------------------------------------------------------------------------------------- memory
+def file_hash(path: str) -> str:
+    """sha256 of the schedule file: an edited file is a new family, nothing of the old one is reused."""
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
+def memory_key(digest: str, schedule: str, binding: dict, world: int, topology: str) -> str:
+    return json.dumps({"file": digest, "schedule": schedule, "variant": binding, "world": world,
+                       "topology": topology}, sort_keys=True)
+
+
+def load_memory(path: str) -> dict:
+    """The memory file's tries by key (empty when there is none yet)."""
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise TuneError(f"{path}: cannot read the tune memory ({exc}); move it away to start afresh") from None
+    if not isinstance(data, dict) or data.get("version") != MEMORY_VERSION or not isinstance(data.get("tries"), list):
+        raise TuneError(f"{path}: not a tune memory of version {MEMORY_VERSION}; move it away to start afresh")
+    return {memory_key(t["file"], t["schedule"], t["variant"], t["world"], t["topology"]): t for t in data["tries"]}
+
+
+def save_memory(path: str, tries: dict) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump({"version": MEMORY_VERSION, "tries": list(tries.values())}, handle, indent=2)
+        handle.write("\n")
+    os.replace(tmp, path)  # a crash mid-write keeps the last memory
+
+
+# -------------------------------------------------------------------------------- the steps
+def check_variant(defn: ScheduleDef, binding: dict, world: int, timeout: float | None) -> tuple[str, str | None]:
+    """The checker's verdict on one variant at `world` ranks, and its first error (None if verified)."""
+    from .check import check
+
+    try:
+        sched = defn.trace(world, params=binding)
+    except ScheduleError as exc:
+        return "error", str(exc)
+    result = check(sched, timeout=timeout, max_states=CHECK_MAX_STATES)
+    if result.verdict == "verified" and result.complete:
+        return "verified", None
+    if result.errors:
+        first = result.errors[0]
+        return result.verdict, f"{first.kind}: {first.message}"
+    return "incomplete", f"the check did not finish (stopped by {result.stopped_by})"
+
+
+def predict_variant(defn: ScheduleDef, binding: dict, topo, world: int, sizes: list[int],
+                    mode: str = "graph") -> dict[str, dict]:
+    """Predicted time, busbw and bottleneck of one variant at each size (keys: bytes, as text for JSON)."""
+    from .perf.predict import bound, predict_sizes
+
+    with params.bind(binding):
+        found = predict_sizes(defn, topo, world, sizes, mode=mode, ranks_per_node=defn.ranks_per_node)
+    return {str(p.nbytes): {"time_us": round(p.time_us, 3), "busbw_GBs": round(p.busbw_GBs, 3),
+                            "bottleneck": bound(p.timeline)} for p in found}
+
+
+def rank(tries: list[dict], sizes: list[int]) -> dict[str, list[dict]]:
+    """Per size, the predicted variants fastest first."""
+    ranking = {}
+    for nbytes in sizes:
+        rows = [{"variant": t["variant"], "label": params.label(t["variant"]), **t["predicted"][str(nbytes)]}
+                for t in tries if str(nbytes) in t.get("predicted", {})]
+        ranking[str(nbytes)] = sorted(rows, key=lambda row: (row["time_us"], row["label"]))
+    return ranking
+
+
+def measure(path: str, defn: ScheduleDef, binding: dict, world: int, nbytes: int, topology: str, out_dir: str,
+            timeout: float | None) -> dict:
+    """One variant built and run at one size with `validate` (NVSHMEM, bit-exact check on): the
+    measurement as JSON (`time_us`, `spread`, `verdict`, `nccl_us`)."""
+    from .codegen import validate
+
+    folder = os.path.join(out_dir, "measured", f"{params.label(binding).replace(',', '_')}_{nbytes}")
+    with params.bind(binding):
+        summary = validate.validate_file(path, backend="nvshmem", ranks=world, sizes=[nbytes], out_dir=folder,
+                                         topology=topology, schedule_name=defn.name, timeout=timeout)
+    cell = (summary.get("cells") or [{}])[0]
+    graph = cell.get("graph") or {}
+    if cell.get("verdict") != "match" or not graph.get("median_us"):
+        return {"verdict": cell.get("verdict") or summary.get("verdict"), "message": cell.get("message"),
+                "folder": folder}
+    median = graph["median_us"]
+    return {"verdict": "match", "time_us": median, "spread": (graph["max_us"] - graph["min_us"]) / median,
+            "nccl_us": (cell.get("nccl") or {}).get("graph_us"), "folder": folder}
+
+
+# --------------------------------------------------------------------------------- the search
+def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, schedule_name: str | None = None,
+         top: int = DEFAULT_TOP, noise: float = DEFAULT_NOISE, dry: bool = True, mode: str = "graph",
+         check_timeout: float | None = CHECK_TIMEOUT_S, say: Callable[[str], None] = lambda _text: None) -> dict:
+    """Search the family in `path` (see the module docstring); the report (`tune.json`'s content)."""
+    from .topology import gpus, load_topology
+
+    if not dry and gpus_visible() == 0:
+        raise TuneError(NO_GPU)
+    topo = load_topology(topology)
+    if world > len(gpus(topo)):
+        raise TuneError(f"--np {world}: {topo.name} has {len(gpus(topo))} GPUs (use a larger topology)")
+    defs = load_file(path)
+    defn = _pick(defs, schedule_name, path)
+    os.makedirs(out_dir, exist_ok=True)
+    memory_path = os.path.join(out_dir, MEMORY_FILE)
+    memory = load_memory(memory_path)
+    digest = file_hash(path)
+    tries, skipped = [], 0
+    for binding in defn.variants():
+        key = memory_key(digest, defn.name, binding, world, topo.name)
+        entry = memory.get(key)
+        if entry is not None and (entry["status"] == "rejected"
+                                  or all(str(n) in entry.get("predicted", {}) for n in sizes)):
+            skipped += 1
+            say(f"{params.label(binding)}: already {entry['status']} (tune memory)")
+            tries.append(entry)
+            continue
+        if entry is None:
+            verdict, error = check_variant(defn, binding, world, check_timeout)
+            entry = {"file": digest, "schedule": defn.name, "variant": binding, "world": world,
+                     "topology": topo.name, "verdict": verdict, "status": "checked", "predicted": {},
+                     "measured": {}}
+            if verdict != "verified":
+                entry.update(status="rejected", reason=f"{verdict}: {error}")
+                say(f"{params.label(binding)}: rejected, {verdict}: {error}")
+        if entry["status"] != "rejected":
+            missing = [n for n in sizes if str(n) not in entry["predicted"]]
+            entry["predicted"].update(predict_variant(defn, binding, topo, world, missing, mode))
+            entry["status"] = "predicted"
+            say(f"{params.label(binding)}: verified, predicted at {len(missing)} size(s)")
+        memory[key] = entry
+        save_memory(memory_path, memory)  # after each try: an interrupted run keeps what it decided
+        tries.append(entry)
+    ranking = rank([t for t in tries if t["status"] != "rejected"], sizes)
+    report = {"schedule": defn.name, "file": os.path.basename(path), "topology": topo.name, "world": world,
+              "mode": mode, "dry": dry, "noise": noise, "top": top, "variants": len(tries), "skipped": skipped,
+              "rejected": [{"variant": t["variant"], "label": params.label(t["variant"]), "verdict": t["verdict"],
+                            "reason": t["reason"]} for t in tries if t["status"] == "rejected"],
+              "sizes": []}
+    for nbytes in sizes:
+        rows = ranking[str(nbytes)]
+        row = {"bytes": nbytes, "ranked": rows, "predicted_winner": rows[0] if rows else None, "winner": None}
+        if not dry and rows:
+            row["winner"] = _measure_top(path, defn, rows[:top], tries, world, nbytes, topology, out_dir, noise,
+                                         memory, memory_path, digest, topo.name, say)
+        report["sizes"].append(row)
+    _write(os.path.join(out_dir, "tune.json"), json.dumps(report, indent=2) + "\n")
+    _write(os.path.join(out_dir, "tune.md"), render_markdown(report))
+    return report
+
+
+def _measure_top(path, defn, rows, tries, world, nbytes, topology, out_dir, noise, memory, memory_path, digest,
+                 topo_name, say) -> dict | None:
+    """Measure the top variants at one size, in predicted order; the accepted one (or None)."""
+    best, winner = None, None
+    for row in rows:
+        key = memory_key(digest, defn.name, row["variant"], world, topo_name)
+        entry = memory[key]
+        found = entry["measured"].get(str(nbytes))
+        if found is None:
+            try:
+                found = measure(path, defn, row["variant"], world, nbytes, topology, out_dir, None)
+            except ClockworksError as exc:
+                found = {"verdict": "crashed", "message": str(exc)}
+            entry["measured"][str(nbytes)] = found
+        if found.get("verdict") != "match":
+            found["decision"] = f"not accepted: {found.get('verdict')}: {found.get('message')}"
+        else:
+            candidate = Measurement(found["time_us"], found.get("spread", 0.0))
+            taken, why = accept(best, candidate, noise)
+            found["decision"] = ("accepted: " if taken else "not accepted: ") + why
+            if taken:
+                best, winner = candidate, {"variant": row["variant"], "label": row["label"], **found,
+                                           "predicted_us": row["time_us"], "bottleneck": row["bottleneck"]}
+        say(f"{row['label']} at {nbytes} bytes: {found['decision']}")
+        memory[key] = entry
+        save_memory(memory_path, memory)
+    return winner
+
+
+def _pick(defs: list[ScheduleDef], name: str | None, path: str) -> ScheduleDef:
+    if name is None:
+        if len(defs) > 1:
+            raise TuneError(f"{path} defines {len(defs)} schedules ({', '.join(d.name for d in defs)}); "
+                            "pick one with --schedule NAME")
+        return defs[0]
+    for defn in defs:
+        if defn.name == name:
+            return defn
+    raise TuneError(f"{path}: no schedule named {name!r}; it defines {', '.join(d.name for d in defs)}")
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def _size_text(nbytes: int) -> str:
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if nbytes >= scale and nbytes % scale == 0:
+            return f"{nbytes // scale} {unit}"
+    return f"{nbytes} B"
+
+
+def render_markdown(report: dict) -> str:
+    """tune.md: per size, the ranked variants, the predicted winner and its bottleneck; the rejected ones."""
+    mode = "dry run: checked, predicted and ranked, nothing built or measured" if report["dry"] else (
+        f"measured: the top {report['top']} per size, accepted above a noise of {report['noise']:.0%}")
+    lines = [f"# tune: {report['schedule']} ({report['file']}) on {report['topology']}, {report['world']} ranks", "",
+             f"{report['variants']} variant(s), {len(report['rejected'])} rejected by the checker, "
+             f"{report['skipped']} taken from the tune memory; {mode}.", ""]
+    for row in report["sizes"]:
+        lines += [f"## {_size_text(row['bytes'])} per rank", ""]
+        if not row["ranked"]:
+            lines += ["no verified variant", ""]
+            continue
+        lines += ["| rank | variant | predicted us | busbw GB/s | bottleneck |", "|---|---|---|---|---|"]
+        for i, ranked in enumerate(row["ranked"], 1):
+            lines.append(f"| {i} | {ranked['label']} | {ranked['time_us']:.2f} | {ranked['busbw_GBs']:.1f} | "
+                         f"{ranked['bottleneck']} |")
+        best = row["predicted_winner"]
+        lines += ["", f"Predicted winner: {best['label']}, {best['time_us']:.2f} us; "
+                      f"bottleneck: {best['bottleneck']}."]
+        if not report["dry"]:
+            won = row["winner"]
+            lines.append(f"Measured winner: {won['label']}, {won['time_us']:.2f} us" if won else
+                         "Measured winner: none (no variant measured correctly)")
+        lines.append("")
+    if report["rejected"]:
+        lines += ["## Rejected by the checker", ""]
+        lines += [f"- {r['label']}: {r['reason']}" for r in report["rejected"]]
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,195 @@
+"""`clockworks tune`: variants checked, predicted and ranked per size (--dry), the memory of tries,
+and the acceptance rule of the measured path (no GPU is needed here)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from clockworks_dist import cli, tune
+from clockworks_dist.tune import Measurement, accept
+
+ROOT = Path(__file__).resolve().parent.parent
+FAMILY = str(ROOT / "protocols" / "nvshmem_allreduce_family.py")
+
+# A family whose "late" variant waits for a signal nobody sets before it puts: a deadlock.
+BUGGY = """
+import clockworks_dist as cw
+
+CHUNK = cw.size("CHUNK", 4)
+ORDER = cw.choice("ORDER", ["early", "late"])
+
+
+@cw.schedule(expect=cw.allgather("x", "out"))
+def buggy_family(r):
+    n, me = r.world, r.rank
+    x = r.symmetric("x", count=CHUNK, role="input")
+    out = r.symmetric("out", count=n * CHUNK, role="output")
+    ready = r.signal("ready", count=n)
+    peers = [(me + k) % n for k in range(1, n)]
+    r.copy(out.chunk(me, n), x)
+    if ORDER == "late":
+        for pe in peers:
+            r.wait_until(ready[pe], "eq", 1)
+    for pe in peers:
+        r.put_signal(pe, out.chunk(me, n), x, ready[me])
+    if ORDER == "early":
+        for pe in peers:
+            r.wait_until(ready[pe], "eq", 1)
+"""
+
+
+def run_tune(args: list[str], capsys) -> tuple[int, str, str]:
+    code = cli.main(["tune", *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_dry_run_ranks_the_family_per_size(tmp_path, capsys):
+    out_dir = tmp_path / "results"
+    code, out, err = run_tune([FAMILY, "-t", "h200x2-nv18", "--np", "2", "--sizes", "8KiB,256MiB", "--dry",
+                               "--out", str(out_dir)], capsys)
+    assert code == 0, err
+    report = json.loads((out_dir / "tune.json").read_text())
+    assert (report["schedule"], report["topology"], report["world"], report["dry"]) == (
+        "nvshmem_allreduce_family", "h200x2-nv18", 2, True)
+    assert report["variants"] == 2 and report["rejected"] == [] and report["skipped"] == 0
+    small, large = report["sizes"]
+    assert small["bytes"] == 8192 and large["bytes"] == 256 * 2**20
+    for row in (small, large):
+        assert sorted(r["label"] for r in row["ranked"]) == ["ALGO=oneshot", "ALGO=twoshot"]
+        times = [r["time_us"] for r in row["ranked"]]
+        assert times == sorted(times) and all(t > 0 for t in times)
+        assert row["predicted_winner"] == row["ranked"][0] and row["winner"] is None
+        assert all(r["bottleneck"] for r in row["ranked"])
+    # one crossing wins at small sizes (latency), half the bytes per link at large ones
+    assert small["predicted_winner"]["label"] == "ALGO=oneshot"
+    assert small["predicted_winner"]["bottleneck"].startswith("latency")
+    assert large["predicted_winner"]["label"] == "ALGO=twoshot"
+    markdown = (out_dir / "tune.md").read_text()
+    assert "## 8 KiB per rank" in markdown and "Predicted winner: ALGO=oneshot" in markdown
+    assert markdown.rstrip() in out
+    memory = json.loads((out_dir / tune.MEMORY_FILE).read_text())
+    assert [t["variant"] for t in memory["tries"]] == [{"ALGO": "oneshot"}, {"ALGO": "twoshot"}]
+    assert all(t["verdict"] == "verified" and set(t["predicted"]) == {"8192", str(256 * 2**20)}
+               for t in memory["tries"])
+
+
+def test_a_variant_that_fails_the_check_is_rejected_and_never_predicted(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "buggy.py"
+    path.write_text(textwrap.dedent(BUGGY).lstrip())
+    predicted = []
+    real = tune.predict_variant
+    monkeypatch.setattr(tune, "predict_variant",
+                        lambda defn, binding, *rest: predicted.append(binding) or real(defn, binding, *rest))
+    out_dir = tmp_path / "results"
+    code, out, err = run_tune([str(path), "-t", "h200x2-nv18", "--np", "2", "--sizes", "4KiB", "--dry",
+                               "--out", str(out_dir)], capsys)
+    assert code == 0, err
+    assert predicted == [{"ORDER": "early"}]
+    report = json.loads((out_dir / "tune.json").read_text())
+    [rejected] = report["rejected"]
+    assert rejected["variant"] == {"ORDER": "late"} and rejected["verdict"] == "violated"
+    assert rejected["reason"].startswith("violated: deadlock")
+    assert [r["label"] for r in report["sizes"][0]["ranked"]] == ["ORDER=early"]
+    assert "ORDER=late: rejected, violated: deadlock" in err
+    assert "## Rejected by the checker" in out and "- ORDER=late: violated: deadlock" in out
+    memory = json.loads((out_dir / tune.MEMORY_FILE).read_text())
+    late = next(t for t in memory["tries"] if t["variant"] == {"ORDER": "late"})
+    assert late["status"] == "rejected" and late["predicted"] == {} and late["measured"] == {}
+
+
+def test_the_memory_makes_a_rerun_skip_decided_variants(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "buggy.py"
+    path.write_text(textwrap.dedent(BUGGY).lstrip())
+    out_dir = tmp_path / "results"
+    args = [str(path), "-t", "h200x2-nv18", "--np", "2", "--sizes", "4KiB", "--dry", "--out", str(out_dir)]
+    assert run_tune(args, capsys)[0] == 0
+    first = json.loads((out_dir / "tune.json").read_text())
+
+    def fail(*_args, **_kwargs):
+        raise AssertionError("a decided variant was checked or predicted again")
+
+    monkeypatch.setattr(tune, "check_variant", fail)
+    monkeypatch.setattr(tune, "predict_variant", fail)
+    code, _out, err = run_tune(args, capsys)
+    assert code == 0, err
+    again = json.loads((out_dir / "tune.json").read_text())
+    assert again["skipped"] == 2 and again["sizes"] == first["sizes"] and again["rejected"] == first["rejected"]
+    assert "ORDER=late: already rejected (tune memory)" in err
+    # a new size: the verified variant is predicted there only, the rejected one stays decided
+    predicted = []
+    monkeypatch.setattr(tune, "predict_variant", lambda defn, binding, topo, world, sizes, mode:
+                        predicted.append((binding, sizes)) or {str(n): {"time_us": 1.0, "busbw_GBs": 1.0,
+                                                                        "bottleneck": "latency"} for n in sizes})
+    assert run_tune(args[:-4] + ["4KiB,8KiB", "--dry", "--out", str(out_dir)], capsys)[0] == 0
+    assert predicted == [({"ORDER": "early"}, [8192])]
+    # an edited file is a new family: nothing is reused
+    path.write_text(path.read_text() + "\n# edited\n")
+    monkeypatch.undo()
+    assert run_tune(args, capsys)[0] == 0
+    assert json.loads((out_dir / "tune.json").read_text())["skipped"] == 0
+
+
+def test_without_dry_it_refuses_when_no_gpu_is_visible(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(tune, "gpus_visible", lambda: 0)
+    code, _out, err = run_tune([FAMILY, "-t", "h200x2-nv18", "--np", "2", "--sizes", "8KiB",
+                                "--out", str(tmp_path)], capsys)
+    assert code == 2
+    assert "no GPU visible: use --dry" in err
+    assert not (tmp_path / tune.MEMORY_FILE).exists()
+
+
+def test_measured_path_accepts_only_above_the_noise(tmp_path, monkeypatch, capsys):
+    """The measured path with `measure` replaced by fake measurements: the top K are measured in
+    predicted order and the winner is the one `accept` keeps."""
+    monkeypatch.setattr(tune, "gpus_visible", lambda: 2)
+    fake = {"oneshot": {"verdict": "match", "time_us": 3.0, "spread": 0.01},
+            "twoshot": {"verdict": "match", "time_us": 2.97, "spread": 0.01}}  # 1% faster: noise
+    calls = []
+
+    def measure(path, defn, binding, world, nbytes, topology, out_dir, timeout):
+        calls.append(binding["ALGO"])
+        return dict(fake[binding["ALGO"]])
+
+    monkeypatch.setattr(tune, "measure", measure)
+    report = tune.tune(FAMILY, "h200x2-nv18", 2, [8192], str(tmp_path), top=2, dry=False)
+    assert calls == ["oneshot", "twoshot"]
+    winner = report["sizes"][0]["winner"]
+    assert winner["label"] == "ALGO=oneshot" and winner["time_us"] == 3.0 and winner["predicted_us"] > 0
+    memory = json.loads((tmp_path / tune.MEMORY_FILE).read_text())
+    decisions = {t["variant"]["ALGO"]: t["measured"]["8192"]["decision"] for t in memory["tries"]}
+    assert decisions["oneshot"].startswith("accepted: the first measured variant")
+    assert decisions["twoshot"].startswith("not accepted: +1.0% against the best so far")
+    assert "Measured winner: ALGO=oneshot, 3.00 us" in (tmp_path / "tune.md").read_text()
+    calls.clear()
+    tune.tune(FAMILY, "h200x2-nv18", 2, [8192], str(tmp_path), top=2, dry=False)
+    assert calls == []  # measured before: taken from the memory
+
+
+@pytest.mark.parametrize("best, candidate, noise, taken", [
+    (None, Measurement(5.0), 0.02, True),
+    (Measurement(10.0), Measurement(9.0), 0.02, True),    # 10% faster
+    (Measurement(10.0), Measurement(9.9), 0.02, False),   # 1%: under the 2% threshold
+    (Measurement(10.0), Measurement(9.75), 0.02, True),   # 2.5%: above the threshold
+    (Measurement(10.0), Measurement(11.0), 0.02, False),  # slower
+    (Measurement(10.0, spread=0.08), Measurement(9.5), 0.02, False),  # 5% faster, but the runs spread 8%
+    (Measurement(10.0), Measurement(9.5, spread=0.06), 0.02, False),  # the candidate's own spread counts
+    (Measurement(10.0, spread=0.01), Measurement(9.0, spread=0.03), 0.02, True),
+    (Measurement(10.0), Measurement(9.6), 0.05, False),   # --noise 0.05
+])
+def test_accept(best, candidate, noise, taken):
+    accepted, why = accept(best, candidate, noise)
+    assert accepted is taken
+    assert why
+
+
+def test_bad_options_are_bad_input(tmp_path, capsys):
+    assert run_tune([FAMILY, "-t", "h200x2-nv18", "--np", "4", "--dry", "--out", str(tmp_path)], capsys)[0] == 2
+    assert run_tune([FAMILY, "-t", "h200x2-nv18", "--np", "2", "--sizes", "lots", "--dry",
+                     "--out", str(tmp_path)], capsys)[0] == 2
+    code, _out, err = run_tune([FAMILY, "-t", "h200x2-nv18", "--np", "2", "--noise", "2", "--dry"], capsys)
+    assert code == 2 and "expected a fraction in [0, 1)" in err
