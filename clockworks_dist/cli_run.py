@@ -204,16 +204,14 @@ def cmd_run(args: argparse.Namespace, out) -> int:
     backend = _backend(args.backend)
     if launch.inside_mpi_job():
         return _run_inside(args, out, backend)
-    if args.backend == "mpi-cpu":
-        launch.find_mpiexec()
-        launch.require_mpi4py()
+    # the input first (file, options, sizes, ops the backend lacks), then what the machine lacks
     schedules, nbytes = _schedules(args)
     for sched in schedules:
         _supported(backend, sched)
     if args.backend == "cupy":
         _require_gpus(max(s.world for s in schedules))
-        launch.find_mpiexec()
-        launch.require_mpi4py()
+    launch.find_mpiexec()
+    launch.require_mpi4py()
     references = _references(args, schedules)
     summary = _launch(args, schedules, references, nbytes)
     _print(args, out, summary)
