@@ -11,6 +11,7 @@
 #   BACKENDS="nccl nvshmem"
 #   SIZES=LIST     bytes per rank (default 1KiB,16KiB,256KiB,4MiB,64MiB,1GiB)
 #   ITERS=K        timed runs per mode (default 10)
+#   RUN_TIMEOUT=S  each program's deadline in seconds (default 120)
 #   SECONDS_MAX=N  start no validation after N seconds from now (default 540)
 #   MEMCHECK=0     skip compute-sanitizer; MEMCHECK_MAX=N: start none after N seconds (default 540)
 # NVLink multicast stays off in every process (the launcher passes these on to every rank too).
@@ -22,6 +23,8 @@ OUT=${RESULTS:-/tmp/cw-validate}
 SIZES=${SIZES:-1KiB,16KiB,256KiB,4MiB,64MiB,1GiB}
 ITERS=${ITERS:-10}
 mkdir -p "$OUT"
+# pack what is there so far: a call cut off at its limit still returns every finished protocol
+pack() { tar czf "$PACK/validate.tgz" -C "$OUT" --exclude=build --exclude='*.bin' . ; cp "$LOG" "$PACK/sweep.log" 2>/dev/null; }
 if [ -n "${WHEELS:-}" ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/clockworks-site "$WHEELS"/*.whl || exit 2
     export PYTHONPATH=/tmp/clockworks-site${PYTHONPATH:+:$PYTHONPATH}
@@ -39,7 +42,7 @@ for backend in ${BACKENDS:-nccl nvshmem}; do
         folder="$OUT/${p}_${backend}"
         t0=$SECONDS
         python3 -m clockworks_dist.cli validate "protocols/$p.py" --np 2 --backend "$backend" --sizes "$SIZES" \
-            --iters "$ITERS" --timeout 120 --out "$folder" > "$folder.txt" 2>&1
+            --iters "$ITERS" --timeout "${RUN_TIMEOUT:-120}" --out "$folder" > "$folder.txt" 2>&1
         rc=$?
         if grep -q "cannot generate it\|cannot run" "$folder.txt" && [ $rc = 2 ]; then
             rm -rf "$folder" "$folder.txt"; echo "n/a $p $backend (an op the backend lacks)" >> "$LOG"; continue
@@ -47,6 +50,7 @@ for backend in ${BACKENDS:-nccl nvshmem}; do
         echo "$p $backend rc=$rc $((SECONDS - t0)) s" | tee -a "$LOG"
         tail -n 12 "$folder.txt" >> "$LOG"
         rm -rf "$folder/build/"*/*.link "$folder/runs/"*/dump*.bin "$folder/runs/"*/expect*.bin
+        pack
     done
 done
 if [ "${MEMCHECK:-1}" = 1 ] && command -v compute-sanitizer > /dev/null; then
@@ -63,8 +67,9 @@ if [ "${MEMCHECK:-1}" = 1 ] && command -v compute-sanitizer > /dev/null; then
             -x TORCH_SYMM_MEM_DISABLE_MULTICAST compute-sanitizer --tool memcheck --error-exitcode 9 \
             "$bin" --iters 1 --warmup 0 --no-graph --timeout 50 >> "$OUT/memcheck.txt" 2>&1
         echo "rc=$?" >> "$OUT/memcheck.txt"
+        pack
     done
 fi
 echo "done in $(( $(date +%s) - START )) s" | tee -a "$LOG"
-tar czf "$PACK/validate.tgz" -C "$OUT" --exclude=build --exclude='*.bin' .
+pack
 ls -la "$PACK/validate.tgz"
