@@ -13,7 +13,7 @@
 
 The contract of a generated program (what `validate` and the runtime's launcher rely on):
 
-    mpirun -np N ./prog [--job DIR] [--iters K] [--warmup W] [--timeout S] [--no-graph] [--library-copies]
+    mpirun -np N ./prog [--job DIR] [--iters K] [--warmup W] [--timeout S] [--no-graph]
 
 - Every rank writes its buffers with the runtime layer's inputs (`runtime.numeric.input_values`),
   signal words 0, runs the schedule's ops, and checks every element. Warm-up: W runs (default 2);
@@ -33,9 +33,6 @@ The contract of a generated program (what `validate` and the runtime's launcher 
 - `--timeout S` (default 60): a rank whose run has not finished S seconds after it started writes a
   `timeout` line naming its op (for NVSHMEM: each thread block's op) and exits; the host never
   blocks on the GPU without a deadline (it polls CUDA events).
-- `--library-copies` (NVSHMEM programs; others ignore it): puts and gets move their data with
-  NVSHMEM's block calls instead of the generated direct copy to a load/store-reachable peer (the
-  same stores; kept to measure one against the other).
 - SIGUSR1 / SIGTERM (mpiexec's notice that another rank died): the rank writes a `stopped` line with
   its op and exits.
 

@@ -783,8 +783,6 @@ class NvshmemTarget(Target):
             "    CW_CUDA(cudaHostAlloc((void**)&cw_marks, cw_mark_words * sizeof(uint32_t), cudaHostAllocMapped));",
             "    memset((void*)cw_marks, 0, cw_mark_words * sizeof(uint32_t));",
             "    CW_CUDA(cudaHostGetDevicePointer((void**)&cw_marks_dev, (void*)cw_marks, 0));",
-            "    if (cw_library_copies)  // puts and gets through NVSHMEM's block calls only (to compare)",
-            "      CW_CUDA(cudaMemcpyToSymbol(cw_nv_library_copies, &cw_library_copies, sizeof(int)));",
             "  }",
         ]
 

@@ -55,7 +55,6 @@ static const char* CW_PHASE_NAMES[] = {"not_started", "setup", "running", "settl
 static int cw_rank = -1, cw_world = 0;
 static std::string cw_job;                // --job DIR ("" without)
 static int cw_iters = 20, cw_warmup = 2, cw_graph = 1;
-static int cw_library_copies = 0;  // --library-copies (NVSHMEM programs: the library's block calls move the data)
 static double cw_timeout = 60.0;
 static int64_t cw_row_local[CW_FIELDS];
 static int64_t* cw_row = cw_row_local;    // this rank's row of the progress file
@@ -623,7 +622,7 @@ static void cw_wait(cudaEvent_t done, double deadline) {
 static void cw_usage_error(const char* what) {
   if (cw_rank == 0) {
     fprintf(stderr, "%s\nusage: mpirun -np %d ./PROGRAM [--job DIR] [--iters K] [--warmup W] [--timeout S] "
-            "[--no-graph] [--library-copies]\n", what, cw_world);
+            "[--no-graph]\n", what, cw_world);
   }
   MPI_Finalize();
   exit(2);
@@ -638,7 +637,6 @@ static void cw_args(int argc, char** argv) {
     else if (a == "--warmup" && more) cw_warmup = atoi(argv[++i]);
     else if (a == "--timeout" && more) cw_timeout = atof(argv[++i]);
     else if (a == "--no-graph") cw_graph = 0;
-    else if (a == "--library-copies") cw_library_copies = 1;
     else cw_usage_error(("unknown or incomplete argument: " + a).c_str());
   }
   if (cw_iters < 1 || cw_warmup < 0 || !(cw_timeout > 0)) cw_usage_error("--iters must be >= 1, --warmup >= 0, "
@@ -765,42 +763,10 @@ __device__ inline void cw_nv_wait(uint64_t* word, int cmp, uint64_t value) {
   __syncthreads();
 }
 
-// Puts and gets to a PE whose memory this GPU reaches by loads and stores (NVLink, PCIe peer access:
-// nvshmem_ptr gives its address) move their data with the block's own 16-byte copy, unrolled (four
-// loads in flight per thread before their stores): the same stores to the peer's heap that
-// NVSHMEM's block calls make on that path (nvshmemi_memcpy_threadgroup), so every fence and quiet
-// keeps its meaning (on the load/store path they are a __threadfence_system). Like the block calls,
-// the block syncs before (every thread's earlier writes of the source are done) and after (the block
-// goes on once its share is out). Any other PE, an unaligned share, or --library-copies: the block call.
-__device__ int cw_nv_library_copies = 0;      // 1: NVSHMEM's block calls only (to compare, --library-copies)
-
-__device__ inline void cw_nv_copy16(int4* __restrict__ d, const int4* __restrict__ p, size_t v) {
-  const size_t step = blockDim.x, U = 4;
-  size_t i = threadIdx.x;
-  for (; i + (U - 1) * step < v; i += U * step) {
-    int4 r0 = p[i], r1 = p[i + step], r2 = p[i + 2 * step], r3 = p[i + 3 * step];
-    d[i] = r0; d[i + step] = r1; d[i + 2 * step] = r2; d[i + 3 * step] = r3;
-  }
-  for (; i < v; i += step) d[i] = p[i];
-}
-
-// Direct copy of [begin, end) when both sides are 16-byte aligned and the peer is reachable; false
-// (nothing done) otherwise.
-__device__ inline bool cw_nv_direct(char* peer, const char* src, size_t bytes) {
-  if (cw_nv_library_copies || peer == nullptr || ((((uintptr_t)peer | (uintptr_t)src | bytes) & 15) != 0))
-    return false;
-  __syncthreads();
-  cw_nv_copy16((int4*)peer, (const int4*)src, bytes / 16);
-  __syncthreads();
-  return true;
-}
-
 __device__ inline void cw_nv_put(void* dst, const void* src, size_t bytes, int pe, bool nbi, unsigned want,
                                  unsigned base) {
   CwNvShare s = cw_nv_share(bytes, want, base, 16);
   if (s.begin >= s.end) return;
-  char* peer = (char*)nvshmem_ptr(dst, pe);
-  if (cw_nv_direct(peer ? peer + s.begin : nullptr, (const char*)src + s.begin, s.end - s.begin)) return;
   if (nbi) nvshmemx_putmem_nbi_block((char*)dst + s.begin, (const char*)src + s.begin, s.end - s.begin, pe);
   else nvshmemx_putmem_block((char*)dst + s.begin, (const char*)src + s.begin, s.end - s.begin, pe);
 }
@@ -809,13 +775,6 @@ __device__ inline void cw_nv_get(void* dst, const void* src, size_t bytes, int p
                                  unsigned base) {
   CwNvShare s = cw_nv_share(bytes, want, base, 16);
   if (s.begin >= s.end) return;
-  const char* peer = (const char*)nvshmem_ptr(src, pe);
-  if (peer != nullptr && !cw_nv_library_copies && ((((uintptr_t)dst | (uintptr_t)peer | s.begin | s.end) & 15) == 0)) {
-    __syncthreads();
-    cw_nv_copy16((int4*)((char*)dst + s.begin), (const int4*)(peer + s.begin), (s.end - s.begin) / 16);
-    __syncthreads();
-    return;
-  }
   if (nbi) nvshmemx_getmem_nbi_block((char*)dst + s.begin, (const char*)src + s.begin, s.end - s.begin, pe);
   else nvshmemx_getmem_block((char*)dst + s.begin, (const char*)src + s.begin, s.end - s.begin, pe);
 }
@@ -827,7 +786,7 @@ __device__ inline void cw_nv_copy(void* dst, const void* src, size_t bytes, unsi
   size_t n = s.end - s.begin;
   if ((((uintptr_t)d | (uintptr_t)p) & 15) == 0) {
     size_t v = n / 16;
-    cw_nv_copy16((int4*)d, (const int4*)p, v);
+    for (size_t i = threadIdx.x; i < v; i += blockDim.x) ((int4*)d)[i] = ((const int4*)p)[i];
     d += v * 16;
     p += v * 16;
     n -= v * 16;
@@ -1203,8 +1162,6 @@ int main(int argc, char** argv) {
     CW_CUDA(cudaHostAlloc((void**)&cw_marks, cw_mark_words * sizeof(uint32_t), cudaHostAllocMapped));
     memset((void*)cw_marks, 0, cw_mark_words * sizeof(uint32_t));
     CW_CUDA(cudaHostGetDevicePointer((void**)&cw_marks_dev, (void*)cw_marks, 0));
-    if (cw_library_copies)  // puts and gets through NVSHMEM's block calls only (to compare)
-      CW_CUDA(cudaMemcpyToSymbol(cw_nv_library_copies, &cw_library_copies, sizeof(int)));
   }
   cw_load_expect(bufs, nbufs, words);
   cudaStream_t s;

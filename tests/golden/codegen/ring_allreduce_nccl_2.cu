@@ -55,7 +55,6 @@ static const char* CW_PHASE_NAMES[] = {"not_started", "setup", "running", "settl
 static int cw_rank = -1, cw_world = 0;
 static std::string cw_job;                // --job DIR ("" without)
 static int cw_iters = 20, cw_warmup = 2, cw_graph = 1;
-static int cw_library_copies = 0;  // --library-copies (NVSHMEM programs: the library's block calls move the data)
 static double cw_timeout = 60.0;
 static int64_t cw_row_local[CW_FIELDS];
 static int64_t* cw_row = cw_row_local;    // this rank's row of the progress file
@@ -623,7 +622,7 @@ static void cw_wait(cudaEvent_t done, double deadline) {
 static void cw_usage_error(const char* what) {
   if (cw_rank == 0) {
     fprintf(stderr, "%s\nusage: mpirun -np %d ./PROGRAM [--job DIR] [--iters K] [--warmup W] [--timeout S] "
-            "[--no-graph] [--library-copies]\n", what, cw_world);
+            "[--no-graph]\n", what, cw_world);
   }
   MPI_Finalize();
   exit(2);
@@ -638,7 +637,6 @@ static void cw_args(int argc, char** argv) {
     else if (a == "--warmup" && more) cw_warmup = atoi(argv[++i]);
     else if (a == "--timeout" && more) cw_timeout = atof(argv[++i]);
     else if (a == "--no-graph") cw_graph = 0;
-    else if (a == "--library-copies") cw_library_copies = 1;
     else cw_usage_error(("unknown or incomplete argument: " + a).c_str());
   }
   if (cw_iters < 1 || cw_warmup < 0 || !(cw_timeout > 0)) cw_usage_error("--iters must be >= 1, --warmup >= 0, "
