@@ -55,6 +55,8 @@ def accept(best: Measurement | None, candidate: Measurement, noise: float = DEFA
         return True, "the first measured variant"
     threshold = max(noise, best.spread, candidate.spread)
     gain = (best.time_us - candidate.time_us) / best.time_us if best.time_us > 0 else 0.0
+    if gain <= 0:
+        return False, f"{-gain:.1%} slower than the best so far ({best.time_us:.2f} us)"
     if gain >= threshold:
         return True, f"{gain:.1%} faster than the best so far ({best.time_us:.2f} us), above the noise {threshold:.1%}"
     return False, (f"{gain:+.1%} against the best so far ({best.time_us:.2f} us) does not clear the noise "
@@ -145,24 +147,33 @@ def rank(tries: list[dict], sizes: list[int]) -> dict[str, list[dict]]:
     return ranking
 
 
-def measure(path: str, defn: ScheduleDef, binding: dict, world: int, nbytes: int, topology: str, out_dir: str,
-            timeout: float | None) -> dict:
-    """One variant built and run at one size with `validate` (NVSHMEM, bit-exact check on): the
-    measurement as JSON (`time_us`, `spread`, `verdict`, `nccl_us`)."""
+def measure(path: str, defn: ScheduleDef, binding: dict, world: int, sizes: list[int], topology: str, out_dir: str,
+            timeout: float | None) -> dict[str, dict]:
+    """One variant built and run at `sizes` with one `validate` call (NVSHMEM, bit-exact check on,
+    NCCL's own collective measured beside it): per size (a string key), the measurement as JSON
+    (`time_us`, `spread`, `verdict`, `nccl_us`, `folder`)."""
     from .codegen import validate
 
-    folder = os.path.join(out_dir, "measured", f"{params.label(binding).replace(',', '_')}_{nbytes}")
+    name = os.path.join("measured", params.label(binding).replace(",", "_") or "default")  # recorded relative
+    folder = os.path.join(out_dir, name)
     with params.bind(binding):
-        summary = validate.validate_file(path, backend="nvshmem", ranks=world, sizes=[nbytes], out_dir=folder,
-                                         topology=topology, schedule_name=defn.name, timeout=timeout)
-    cell = (summary.get("cells") or [{}])[0]
-    graph = cell.get("graph") or {}
-    if cell.get("verdict") != "match" or not graph.get("median_us"):
-        return {"verdict": cell.get("verdict") or summary.get("verdict"), "message": cell.get("message"),
-                "folder": folder}
-    median = graph["median_us"]
-    return {"verdict": "match", "time_us": median, "spread": (graph["max_us"] - graph["min_us"]) / median,
-            "nccl_us": (cell.get("nccl") or {}).get("graph_us"), "folder": folder}
+        summary = validate.validate_file(path, backend="nvshmem", ranks=world, sizes=sorted(sizes), out_dir=folder,
+                                         topology=topology, schedule_name=defn.name,
+                                         timeout=validate.DEFAULT_TIMEOUT_S if timeout is None else timeout)
+    found = {}
+    cells = {cell.get("bytes"): cell for cell in summary.get("cells") or []}
+    for nbytes in sizes:
+        cell = cells.get(nbytes) or {}
+        graph = cell.get("graph") or {}
+        if cell.get("verdict") != "match" or not graph.get("median_us"):
+            found[str(nbytes)] = {"verdict": cell.get("verdict") or summary.get("verdict") or "not run",
+                                  "message": cell.get("message"), "folder": name}
+            continue
+        median = graph["median_us"]
+        found[str(nbytes)] = {"verdict": "match", "time_us": median,
+                              "spread": (graph["max_us"] - graph["min_us"]) / median,
+                              "nccl_us": (cell.get("nccl") or {}).get("graph_us"), "folder": name}
+    return found
 
 
 # --------------------------------------------------------------------------------- the search
@@ -215,32 +226,56 @@ def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, s
               "rejected": [{"variant": t["variant"], "label": params.label(t["variant"]), "verdict": t["verdict"],
                             "reason": t["reason"]} for t in tries if t["status"] == "rejected"],
               "sizes": []}
+    if not dry:
+        _measure_tops(path, defn, ranking, tries, world, sizes, top, topology, out_dir, memory, memory_path, digest,
+                      topo.name, say)
     for nbytes in sizes:
         rows = ranking[str(nbytes)]
         row = {"bytes": nbytes, "ranked": rows, "predicted_winner": rows[0] if rows else None, "winner": None}
         if not dry and rows:
-            row["winner"] = _measure_top(path, defn, rows[:top], tries, world, nbytes, topology, out_dir, noise,
-                                         memory, memory_path, digest, topo.name, say)
+            row["winner"], row["tried"] = _decide(defn, rows[:top], world, nbytes, noise, memory, memory_path,
+                                                  digest, topo.name, say)
+            row["nccl_us"] = next((m["nccl_us"] for m in (_measured(memory, digest, defn, r["variant"], world,
+                                                                    topo.name, nbytes) for r in rows[:top])
+                                   if m and m.get("nccl_us")), None)
         report["sizes"].append(row)
     _write(os.path.join(out_dir, "tune.json"), json.dumps(report, indent=2) + "\n")
     _write(os.path.join(out_dir, "tune.md"), render_markdown(report))
     return report
 
 
-def _measure_top(path, defn, rows, tries, world, nbytes, topology, out_dir, noise, memory, memory_path, digest,
-                 topo_name, say) -> dict | None:
-    """Measure the top variants at one size, in predicted order; the accepted one (or None)."""
-    best, winner = None, None
+def _measured(memory, digest, defn, variant, world, topo_name, nbytes) -> dict | None:
+    entry = memory.get(memory_key(digest, defn.name, variant, world, topo_name)) or {}
+    return (entry.get("measured") or {}).get(str(nbytes))
+
+
+def _measure_tops(path, defn, ranking, tries, world, sizes, top, topology, out_dir, memory, memory_path, digest,
+                  topo_name, say) -> None:
+    """Measure every variant at the sizes where it ranks in the top `top` and was not measured before:
+    one `validate` call per variant (its programs built in parallel, NCCL measured once)."""
+    wanted: dict[str, tuple[dict, list[int]]] = {}
+    for nbytes in sizes:
+        for row in ranking[str(nbytes)][:top]:
+            if _measured(memory, digest, defn, row["variant"], world, topo_name, nbytes) is None:
+                wanted.setdefault(row["label"], (row["variant"], []))[1].append(nbytes)
+    for label, (variant, todo) in wanted.items():
+        say(f"{label}: building and measuring at {len(todo)} size(s)")
+        try:
+            found = measure(path, defn, variant, world, todo, topology, out_dir, None)
+        except ClockworksError as exc:
+            found = {str(n): {"verdict": "crashed", "message": str(exc)} for n in todo}
+        key = memory_key(digest, defn.name, variant, world, topo_name)
+        memory[key]["measured"].update(found)
+        save_memory(memory_path, memory)
+
+
+def _decide(defn, rows, world, nbytes, noise, memory, memory_path, digest, topo_name, say) -> tuple:
+    """The top variants at one size, in predicted order, through `accept`: the accepted one (or None),
+    and each one tried ({label, time_us, verdict, decision})."""
+    best, winner, tried = None, None, []
     for row in rows:
         key = memory_key(digest, defn.name, row["variant"], world, topo_name)
-        entry = memory[key]
-        found = entry["measured"].get(str(nbytes))
-        if found is None:
-            try:
-                found = measure(path, defn, row["variant"], world, nbytes, topology, out_dir, None)
-            except ClockworksError as exc:
-                found = {"verdict": "crashed", "message": str(exc)}
-            entry["measured"][str(nbytes)] = found
+        found = memory[key]["measured"].get(str(nbytes)) or {"verdict": "not measured", "message": None}
         if found.get("verdict") != "match":
             found["decision"] = f"not accepted: {found.get('verdict')}: {found.get('message')}"
         else:
@@ -251,9 +286,11 @@ def _measure_top(path, defn, rows, tries, world, nbytes, topology, out_dir, nois
                 best, winner = candidate, {"variant": row["variant"], "label": row["label"], **found,
                                            "predicted_us": row["time_us"], "bottleneck": row["bottleneck"]}
         say(f"{row['label']} at {nbytes} bytes: {found['decision']}")
-        memory[key] = entry
-        save_memory(memory_path, memory)
-    return winner
+        memory[key]["measured"][str(nbytes)] = found
+        tried.append({"label": row["label"], "time_us": found.get("time_us"), "verdict": found.get("verdict"),
+                      "decision": found["decision"]})
+    save_memory(memory_path, memory)
+    return winner, tried
 
 
 def _pick(defs: list[ScheduleDef], name: str | None, path: str) -> ScheduleDef:
@@ -301,8 +338,14 @@ def render_markdown(report: dict) -> str:
                       f"bottleneck: {best['bottleneck']}."]
         if not report["dry"]:
             won = row["winner"]
-            lines.append(f"Measured winner: {won['label']}, {won['time_us']:.2f} us" if won else
-                         "Measured winner: none (no variant measured correctly)")
+            nccl = row.get("nccl_us")
+            versus = (f"; NCCL's own collective {nccl:.2f} us, {nccl / won['time_us']:.2f}x" if won and nccl else
+                      "; NCCL's own collective not measured" if won else "")
+            lines.append(f"Measured winner: {won['label']}, {won['time_us']:.2f} us (CUDA graph, median; bit-exact)"
+                         f"{versus}" if won else "Measured winner: none (no variant measured correctly)")
+            for tried in row.get("tried", []):
+                time = f"{tried['time_us']:.2f} us, " if tried.get("time_us") else ""
+                lines.append(f"- {tried['label']}: {time}{tried['decision']}")
         lines.append("")
     if report["rejected"]:
         lines += ["## Rejected by the checker", ""]

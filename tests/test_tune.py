@@ -151,22 +151,24 @@ def test_measured_path_accepts_only_above_the_noise(tmp_path, monkeypatch, capsy
             "twoshot": {"verdict": "match", "time_us": 2.97, "spread": 0.01}}  # 1% faster: noise
     calls = []
 
-    def measure(path, defn, binding, world, nbytes, topology, out_dir, timeout):
-        calls.append(binding["ALGO"])
-        return dict(fake[binding["ALGO"]])
+    def measure(path, defn, binding, world, sizes, topology, out_dir, timeout):
+        calls.append((binding["ALGO"], tuple(sizes)))
+        return {str(n): dict(fake[binding["ALGO"]], nccl_us=6.5) for n in sizes}
 
     monkeypatch.setattr(tune, "measure", measure)
-    report = tune.tune(FAMILY, "h200x2-nv18", 2, [8192], str(tmp_path), top=2, dry=False)
-    assert calls == ["oneshot", "twoshot"]
+    report = tune.tune(FAMILY, "h200x2-nv18", 2, [8192, 65536], str(tmp_path), top=2, dry=False)
+    assert sorted(calls) == [("oneshot", (8192, 65536)), ("twoshot", (8192, 65536))]  # one build and run per variant
     winner = report["sizes"][0]["winner"]
     assert winner["label"] == "ALGO=oneshot" and winner["time_us"] == 3.0 and winner["predicted_us"] > 0
     memory = json.loads((tmp_path / tune.MEMORY_FILE).read_text())
     decisions = {t["variant"]["ALGO"]: t["measured"]["8192"]["decision"] for t in memory["tries"]}
     assert decisions["oneshot"].startswith("accepted: the first measured variant")
     assert decisions["twoshot"].startswith("not accepted: +1.0% against the best so far")
-    assert "Measured winner: ALGO=oneshot, 3.00 us" in (tmp_path / "tune.md").read_text()
+    text = (tmp_path / "tune.md").read_text()
+    assert "Measured winner: ALGO=oneshot, 3.00 us" in text and "NCCL's own collective 6.50 us, 2.17x" in text
+    assert "- ALGO=twoshot: 2.97 us, not accepted: +1.0% against the best so far" in text
     calls.clear()
-    tune.tune(FAMILY, "h200x2-nv18", 2, [8192], str(tmp_path), top=2, dry=False)
+    tune.tune(FAMILY, "h200x2-nv18", 2, [8192, 65536], str(tmp_path), top=2, dry=False)
     assert calls == []  # measured before: taken from the memory
 
 
