@@ -43,8 +43,10 @@ def test_the_host_launches_kernels_for_nccl_and_local_ops_only():
     assert not launches_kernel(ir.BarrierAll(loc=loc)) and COSTS["barrier_all"].launch
 
 
-def test_run_conditions_default_to_one_block_and_no_cap():
-    assert RunConditions() == RunConditions(nvshmem_blocks=1, channel_cap=None)
+def test_run_conditions_default_to_the_generated_spread_and_no_cap():
+    """None: each put gets the blocks the generated NVSHMEM code spreads it over (test_perf checks the
+    rate); a calibration cell sets its own count."""
+    assert RunConditions() == RunConditions(nvshmem_blocks=None, channel_cap=None)
 
 
 def test_bytes_come_from_the_data_flow_and_nccl_tests_conventions():

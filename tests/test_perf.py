@@ -358,10 +358,19 @@ def test_run_conditions_set_put_blocks_and_nccl_channels():
     """What calibration varies per measured cell is an argument of the run, not a constant."""
     c, net = consts(), two_ranks(link_GBs=400.0)
     sched = PUT_NOFENCE.trace(2, sizes={"N": 1 << 20, "M": 16})
-    one = Simulator(sched, net, c).run().total_us
+    one = Simulator(sched, net, c, conditions=RunConditions(nvshmem_blocks=1)).run().total_us
     four = Simulator(sched, net, c, conditions=RunConditions(nvshmem_blocks=4)).run().total_us
     moved = 4 * MiB / 40e3  # the big put: one block at 40 GB/s, or four at 160
     assert one - four == pytest.approx(moved - moved / 4, rel=1e-6)
+    # by default a put gets the blocks the generated code spreads it over: 4 MiB / 64 KiB = 64 blocks
+    # (2,560 GB/s, so the link is the ceiling), the 16-byte put one block
+    from clockworks_dist import lowering
+
+    assert lowering.nvshmem_blocks(4 * MiB) == 64 and lowering.nvshmem_blocks(16) == 1
+    assert lowering.nvshmem_blocks(1 << 30) == lowering.NVSHMEM_MAX_BLOCKS
+    spread = Simulator(sched, net, c).run().total_us
+    assert spread == pytest.approx(Simulator(sched, net, c, conditions=RunConditions(nvshmem_blocks=64)).run().total_us)
+    assert spread < four
     full = run(ping, c=c, N=1 << 20)
     capped = Simulator(ping.trace(2, sizes={"N": 1 << 20}), two_ranks(), c,
                        conditions=RunConditions(channel_cap=1)).run()

@@ -79,7 +79,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import ir
+from .. import ir, lowering
 from ..semantics.arithmetic import signal_effect
 from ..semantics.backends import Backend, Unsupported, register
 from ..semantics.rules import SIG, SIG_READS, Mode, When, rule
@@ -87,8 +87,8 @@ from . import cuda
 from .program import Gen, Target, bits, op_comment, signal_word
 
 THREADS = 512  # threads per block
-BLOCK_BYTES = 64 * 1024  # an op takes one more block per this many bytes ...
-MAX_BLOCKS = 132  # ... up to one block per SM of an H200
+BLOCK_BYTES = lowering.NVSHMEM_BLOCK_BYTES  # an op takes one more block per this many bytes ...
+MAX_BLOCKS = lowering.NVSHMEM_MAX_BLOCKS  # ... up to one block per SM of an H200 (the predictor uses the same rule)
 POOL_ALIGN = 256  # per-rank buffers start on this boundary in the symmetric pool
 
 TWO_SIDED = "an NCCL op (two-sided or collective): generate this schedule with --backend nccl"
@@ -246,7 +246,7 @@ def _publishes(op, rank: int) -> bool:
 
 
 def _want(nbytes: int) -> int:
-    return max(1, min(MAX_BLOCKS, -(-nbytes // BLOCK_BYTES)))
+    return lowering.nvshmem_blocks(nbytes)
 
 
 def _bytes(sched: ir.Schedule, rank: int, region: ir.Region, owner: int | None = None) -> int:
@@ -783,6 +783,14 @@ class NvshmemTarget(Target):
             "    CW_CUDA(cudaHostAlloc((void**)&cw_marks, cw_mark_words * sizeof(uint32_t), cudaHostAllocMapped));",
             "    memset((void*)cw_marks, 0, cw_mark_words * sizeof(uint32_t));",
             "    CW_CUDA(cudaHostGetDevicePointer((void**)&cw_marks_dev, (void*)cw_marks, 0));",
+            "    if (!cw_host_progress) {  // the words in GPU memory, copied out while the host waits (nvshmem.cuh)",
+            "      CW_CUDA(cudaMalloc((void**)&cw_nv_marks_gpu, cw_mark_words * sizeof(uint32_t)));",
+            "      CW_CUDA(cudaMemset(cw_nv_marks_gpu, 0, cw_mark_words * sizeof(uint32_t)));",
+            "      CW_CUDA(cudaStreamCreateWithFlags(&cw_nv_copier, cudaStreamNonBlocking));",
+            "      CW_CUDA(cudaEventCreateWithFlags(&cw_nv_copied, cudaEventDisableTiming));",
+            "      cw_marks_dev = cw_nv_marks_gpu;  // the host's stream writes of word 0 go there too",
+            "      cw_refresh_marks = cw_nv_refresh_marks;",
+            "    }",
             "  }",
         ]
 

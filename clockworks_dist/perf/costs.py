@@ -39,7 +39,9 @@ class RunConditions:
     """How a run is set up, apart from the machine it runs on (what calibration varies per
     measured cell)."""
 
-    nvshmem_blocks: int = 1  # thread blocks issuing each NVSHMEM put or get
+    # thread blocks issuing each NVSHMEM put or get; None: as many as the generated code spreads it
+    # over (`lowering.nvshmem_blocks` of its bytes)
+    nvshmem_blocks: int | None = None
     # NCCL_MAX_NCHANNELS of the run: it caps the channels a call uses, not NCCL's choice of protocol
     # (NCCL builds its tuning tables for the full channel count).
     channel_cap: int | None = None

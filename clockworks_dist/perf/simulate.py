@@ -30,7 +30,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from .. import ir
+from .. import ir, lowering
 from ..semantics.arithmetic import signal_effect
 from ..semantics.machine import Model
 from ..semantics.match import match
@@ -294,7 +294,7 @@ class Simulator:
         elif rule.timing == "get":
             nbytes = rule.nbytes(op, rank, self._size)
             self.engine.at(self.now + fixed_us(self.c, rule.issue), lambda: self.engine.transfer(
-                op.pe, rank, nbytes, self._block_ceiling(), fixed_us(self.c, rule.latency),
+                op.pe, rank, nbytes, self._block_ceiling(nbytes), fixed_us(self.c, rule.latency),
                 lambda: self._step_done(action, rec)))
         elif rule.timing == "fixed":  # a fetching atomic: it takes effect now, the old value returns later
             self._apply(action)
@@ -341,10 +341,11 @@ class Simulator:
         note: dict = {}
         nbytes = rule.nbytes(op, issuer, self._size)
         if rule.pulls:  # the bytes come from the peer, at the rate of the blocks that asked for them
-            src, dst, ceiling = pe, issuer, self._block_ceiling()
+            src, dst, ceiling = pe, issuer, self._block_ceiling(nbytes)
         else:
             src, dst = issuer, pe
-            ceiling = min(self._block_ceiling(), self.net.bottleneck(issuer, pe) * self.c.nvshmem_link_efficiency)
+            ceiling = min(self._block_ceiling(nbytes),
+                          self.net.bottleneck(issuer, pe) * self.c.nvshmem_link_efficiency)
         self.engine.transfer(src, dst, nbytes, ceiling, fixed_us(self.c, rule.latency),
                              lambda: self._landed(action, op, issue, note), detail=note)
 
@@ -364,8 +365,11 @@ class Simulator:
             self.arrival[issuer] = next(self.arrivals)  # it meets the barrier's other members only now
         self._dispatch()
 
-    def _block_ceiling(self) -> float:
-        return self.c.nvshmem_block_GBs * self.conditions.nvshmem_blocks
+    def _block_ceiling(self, nbytes: float) -> float:
+        """The blocks' rate: the run's block count (a calibration cell's), else the generated code's
+        spread of these bytes."""
+        blocks = self.conditions.nvshmem_blocks or lowering.nvshmem_blocks(nbytes)
+        return self.c.nvshmem_block_GBs * blocks
 
     # -- two-sided ----------------------------------------------------------------------------
     def _start_p2p(self, action: tuple) -> None:
