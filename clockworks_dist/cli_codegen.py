@@ -78,6 +78,13 @@ def add_parsers(sub, positive, size_arg, seconds) -> None:
     val.add_argument("--no-check", action="store_true",
                      help="run even a schedule the checker does not verify (to see a bug happen)")
     val.add_argument("--no-nccl", action="store_true", help="do not measure NCCL's own collective")
+    val.add_argument("--calls", metavar="K", type=positive, default=1,
+                     help="time K back-to-back calls per run, as a library call runs: signal words carry an "
+                          "epoch instead of a reset, the K-call schedule is what the checker verifies, and times "
+                          "and predictions are per call (default 1)")
+    val.add_argument("--between", choices=("barrier", "sync", "none"), default="barrier",
+                     help="what separates the calls of --calls: a barrier_all (default), a sync_all, or nothing "
+                          "(the checker says whether the schedule allows it)")
     val.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     val.add_argument("--debug", action="store_true", help="print tracebacks of errors in the input")
 
@@ -173,4 +180,4 @@ def _validate(args: argparse.Namespace) -> dict:
         args.file, backend=args.backend, ranks=args.np or 2, sizes=args.sizes, timeout=args.timeout,
         out_dir=args.out, iters=args.iters, warmup=args.warmup, graph=not args.no_graph, launcher=args.launcher,
         topology=args.topology, schedule_name=args.schedule, no_check=args.no_check,
-        size_bindings=dict(args.size), nccl=not args.no_nccl)
+        size_bindings=dict(args.size), nccl=not args.no_nccl, calls=args.calls, between=args.between)

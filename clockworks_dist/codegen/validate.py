@@ -572,6 +572,13 @@ def render_table(cells: list[dict], meta: dict) -> str:
                f"{meta.get('warmup')} warm-up runs, then {meta.get('iters')} timed runs eagerly and "
                f"{graph_note}; inputs written again before every run, outside the timed span; each run "
                "timed on its own with CUDA events around the ops")
+    if (meta.get("calls") or 1) > 1:
+        how += (f"; each run is {meta['calls']} back-to-back calls of the schedule (signal words carry an epoch, no "
+                f"reset between calls; {meta['between']} between calls; the {meta['calls']}-call schedule is what the "
+                "checker verified and what the results are compared with), and every time and prediction below is "
+                "per call: the run's time divided by the calls")
+        if backend == "nvshmem":
+            how += " (the calls run inside the rank's one kernel launch)"
     lines = [f"# `clockworks validate` {meta.get('schedule')} ({meta.get('file')}), {backend}", "",
              f"Measured with {how}; the slowest rank per run, median (min..max) over the runs. Size: bytes per "
              "rank of the main buffer, as `clockworks predict` counts them. Result: every element and signal word "
@@ -792,11 +799,13 @@ def collect(out_dir: str) -> dict:
             topo, topo_note = pick_topology(manifest.get("topology"), sched.world, machine["gpu_names"])
         result = summarize_run(sched, item.reference, _outcome_of(entry["job"], job.ranks), entry["job"])
         predicted, why = predictions(sched, topo)
+        result, predicted = _per_call(result, predicted, manifest.get("calls") or 1)
         nccl, nccl_note = nccl_cell((manifest.get("nccl") or {}).get("op"), found, entry["bytes"], sched.world,
                                     None if header else "NCCL's benchmark wrote nothing (see nccl.log)")
         cells.append(make_cell(entry["bytes"], result, predicted, nccl, [n for n in (why, nccl_note) if n]))
     meta = {**{k: manifest[k] for k in ("schedule", "file", "backend", "ranks", "iters", "warmup", "graph",
                                           "timeout")},
+            **{k: manifest.get(k) for k in ("params", "calls", "between")},
             "launcher": "slurm", "topology": topo_note, "nccl_op": (manifest.get("nccl") or {}).get("op"),
             "nccl_version": (header or {}).get("nccl_version"), "nccl_header": header, "machine": machine}
     return write_results(out_dir, cells, meta)
@@ -897,15 +906,25 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
                   timeout: float | None = DEFAULT_TIMEOUT_S, out_dir: str | None = None, iters: int = DEFAULT_ITERS,
                   warmup: int = DEFAULT_WARMUP, graph: bool = True, launcher: str = "local",
                   topology: str | None = None, schedule_name: str | None = None, no_check: bool = False,
-                  size_bindings: dict[str, int] | None = None, nccl: bool = True, nodes: int = 1) -> dict:
+                  size_bindings: dict[str, int] | None = None, nccl: bool = True, nodes: int = 1, calls: int = 1,
+                  between: str = "barrier") -> dict:
     """`clockworks validate FILE`: see the module docstring. Returns the report (`results.json`'s
     content: `verdict`, the worst over the sizes, and one cell per size); with `--launcher
-    slurm`, what was written (`verdict` "written", `sbatch`). `nccl`: measure NCCL's collective."""
+    slurm`, what was written (`verdict` "written", `sbatch`). `nccl`: measure NCCL's collective.
+    `calls` > 1: each run is `calls` back-to-back calls (`repeat.repeat`, separated by `between`),
+    checked and generated as one schedule; times and predictions are then per call."""
     if backend not in BACKENDS:
         raise ValidateError(f"unknown backend {backend!r}; clockworks validate knows {', '.join(BACKENDS)}")
     if launcher not in LAUNCHERS:
         raise ValidateError(f"unknown launcher {launcher!r}; one of {', '.join(LAUNCHERS)}")
     schedules, nbytes = load_schedules(path, ranks, sizes, schedule_name, timeout, size_bindings)
+    if calls > 1:
+        from ..repeat import RepeatError, repeat
+
+        try:
+            schedules = [repeat(sched, calls, between) for sched in schedules]
+        except RepeatError as exc:
+            raise ValidateError(f"--calls {calls}: {exc}") from None
     if not no_check:
         for sched in schedules:
             verify(sched, timeout)
@@ -914,7 +933,9 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
     search = None if timeout is None else timeout * SEARCH_SHARE
     meta = {"schedule": schedules[0].name, "file": path, "backend": backend, "ranks": schedules[0].world,
             "iters": iters, "warmup": warmup, "graph": graph and backend != "cupy", "timeout": timeout,
-            "nccl_op": nccl_collective(schedules[0]) if nccl else None, "nccl": nccl, "no_check": no_check}
+            "nccl_op": nccl_collective(schedules[0]) if nccl else None, "nccl": nccl, "no_check": no_check,
+            "params": dict(schedules[0].params),  # the family's variant (cw.param, cw.choice), if any
+            "calls": calls, "between": between if calls > 1 else None}
     if launcher == "slurm":
         return _prepare_slurm(schedules, nbytes, out_dir, meta, topology, search, nodes)
     launch.find_mpiexec()
@@ -962,8 +983,10 @@ def _finish(schedules, nbytes, results, out_dir, meta, topology, bench_binary, b
     machine = machine_provenance()
     topo, topo_note = pick_topology(topology, world, machine["gpu_names"])
     cells = []
+    calls = meta.get("calls") or 1
     for sched, size, result in zip(schedules, nbytes, results):
         predicted, why = predictions(sched, topo)
+        result, predicted = _per_call(result, predicted, calls)
         nccl, nccl_note = nccl_cell(meta["nccl_op"] if world > 1 else None, found, size, world, bench_problem,
                                     none="no NCCL collective" if meta.get("nccl", True) else "NCCL not measured")
         cells.append(make_cell(size, result, predicted, nccl, [n for n in (why, nccl_note) if n]))
@@ -973,6 +996,20 @@ def _finish(schedules, nbytes, results, out_dir, meta, topology, bench_binary, b
     if topo is None:
         meta["prediction_note"] = topo_note
     return write_results(out_dir, cells, meta)
+
+
+def _per_call(result: dict, predicted: dict | None, calls: int) -> tuple[dict, dict | None]:
+    """A run of `calls` calls (--calls): its timings and predictions divided among the calls."""
+    if calls <= 1:
+        return result, predicted
+
+    def share(found):
+        if not found:
+            return found
+        return {k: (round(v / calls, 3) if k.endswith("_us") and v is not None else v) for k, v in found.items()}
+
+    result = {**result, "time": share(result.get("time")), "graph_time": share(result.get("graph_time"))}
+    return result, ({k: round(v / calls, 2) for k, v in predicted.items()} if predicted else predicted)
 
 
 def _validate_cupy(schedules, nbytes, out_dir, meta, topology, search) -> dict:

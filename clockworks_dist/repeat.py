@@ -1,0 +1,151 @@
+"""K back-to-back calls of a schedule, with epoch-based signal words instead of a reset between calls.
+
+A library call of a communication schedule runs again and again on the same buffers and signal
+words; nothing zeroes the words in between. `repeat(sched, calls, between)` builds the schedule of
+`calls` calls in a row, which the model checker then verifies like any other (the proof that the
+calls are safe back to back is the checker's verdict on this schedule, for exactly this many calls):
+
+- every rank's ops, `calls` times, with `between` after each call but the last: "barrier" (a
+  barrier_all: every delivery of the call lands, then every rank meets), "sync" (a sync_all: the
+  ranks meet, deliveries may still be in flight) or "none";
+- signal words carry an epoch instead of being reset. A word that is only ever set (put_signal /
+  signal_op "set") takes, in call k, `value + k * M` with M = 1 + the largest value set on it, and
+  a wait on it for `ge c` (c >= 1), `gt c` or `eq c` (c >= 1) waits for `c + k * M`: a value left by
+  an earlier call is below k * M and satisfies none of them, as the zero the word starts with
+  satisfies none in call 0. A word that is only ever added to (add, inc) starts call k at k * T,
+  T = what one call adds to it over all ranks, so any wait compares against `c + k * T`. A wait for
+  `ge 0` stays as it is (always true). Anything else on a signal word (other atomics, fetches,
+  `lt`/`le`/`ne` on a set word, one wait over words of different epochs) is refused with the reason;
+- the postconditions stay those of one call: after the last call the outputs must hold what one
+  call computes from the inputs. A schedule whose call changes what the next call reads (an
+  in-place all-reduce of its input) is then reported by the checker, not hidden.
+
+The transformed ops keep the user's file:line, so a counterexample names the user's lines.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from . import ir
+from .errors import ClockworksError
+
+BETWEEN = ("barrier", "sync", "none")
+ADDS = {"add": None, "inc": 1}  # atomic ops that add to a word: the operand (None: the op's value)
+
+
+class RepeatError(ClockworksError):
+    """The schedule cannot be repeated with epoch signal words (exit 2): the reason names the op."""
+
+
+def _word(pe: int, ref: ir.SignalRef) -> tuple[int, str, int]:
+    return pe, ref.signal, ref.index
+
+
+def _updates(sched: ir.Schedule):
+    """Per signal word (pe, name, index): the set values, the total added per call, and the ops
+    that do anything else to it."""
+    sets, adds, other = defaultdict(list), defaultdict(int), defaultdict(list)
+    for program in sched.programs:
+        for op in program.ops:
+            if isinstance(op, (ir.PutSignal, ir.SignalUpdate)):
+                word = _word(op.pe, op.signal)
+                if op.sig_op == "set":
+                    sets[word].append(op.value)
+                else:
+                    adds[word] += op.value
+            elif isinstance(op, ir.Atomic) and isinstance(op.target, ir.SignalRef):
+                word = _word(op.pe, op.target)
+                if op.op in ADDS:
+                    adds[word] += ADDS[op.op] if ADDS[op.op] is not None else op.value
+                elif op.op == "set":
+                    sets[word].append(op.value)
+                else:
+                    other[word].append(op)
+            elif isinstance(op, ir.FetchAtomic) and isinstance(op.target, ir.SignalRef):
+                other[_word(op.pe, op.target)].append(op)
+    return sets, adds, other
+
+
+def epochs(sched: ir.Schedule) -> dict[tuple[int, str, int], tuple[str, int]]:
+    """Per updated signal word: ("set", M) or ("add", T), the step its epoch advances by per call.
+    `RepeatError` for a word that is both set and added to, or that any other atomic touches."""
+    sets, adds, other = _updates(sched)
+    steps = {}
+    for word in set(sets) | set(adds) | set(other):
+        pe, name, index = word
+        where = f"signal word {name}[{index}] of rank {pe}"
+        if other.get(word):
+            op = other[word][0]
+            raise RepeatError(f"{op.loc}: {where} is updated by {op.kind} {getattr(op, 'op', '')}: only set and add "
+                              "updates can carry an epoch across repeated calls (use put_signal / signal_op)")
+        if word in sets and word in adds:
+            raise RepeatError(f"{where} is both set and added to: its value after a call does not tell the calls "
+                              "apart (use one kind of update per word)")
+        if word in sets:
+            if min(sets[word]) < 0:
+                raise RepeatError(f"{where} is set to a negative value: epochs need values >= 0")
+            steps[word] = ("set", max(sets[word]) + 1)
+        else:
+            steps[word] = ("add", adds[word])
+    return steps
+
+
+def _shift_wait(op, rank: int, call: int, steps: dict) -> ir.OpBase:
+    refs = [op.signal] if isinstance(op, ir.WaitUntil) else list(op.signals)
+    shifts = set()
+    for ref in refs:
+        kind, step = steps.get(_word(rank, ref), ("none", 0))
+        if kind == "set":
+            if op.cmp == "ge" and op.value == 0:
+                shifts.add(0)  # always true, in every call
+                continue
+            if not ((op.cmp in ("ge", "eq") and op.value >= 1) or (op.cmp == "gt" and op.value >= 0)):
+                raise RepeatError(f"{op.loc}: the wait on {ref} ({op.cmp} {op.value}) would be satisfied by a value an "
+                                  "earlier call left in the word: with epochs, a set word can only be waited on with "
+                                  "ge c (c >= 1), gt c or eq c (c >= 1)")
+        shifts.add(call * step)
+    if len(shifts) > 1:
+        raise RepeatError(f"{op.loc}: one wait over signal words whose epochs advance differently; wait on each "
+                          "word alone")
+    shift = shifts.pop() if shifts else 0
+    return op.model_copy(update={"value": op.value + shift}) if shift else op
+
+
+def _shift(op, rank: int, call: int, steps: dict) -> ir.OpBase:
+    if call == 0:
+        return op
+    if isinstance(op, (ir.PutSignal, ir.SignalUpdate)) and op.sig_op == "set":
+        return op.model_copy(update={"value": op.value + call * steps[_word(op.pe, op.signal)][1]})
+    if isinstance(op, ir.Atomic) and isinstance(op.target, ir.SignalRef) and op.op == "set":
+        return op.model_copy(update={"value": op.value + call * steps[_word(op.pe, op.target)][1]})
+    if isinstance(op, (ir.WaitUntil, ir.WaitUntilAll, ir.WaitUntilAny)):
+        return _shift_wait(op, rank, call, steps)
+    if isinstance(op, ir.Group):
+        return op.model_copy(update={"ops": tuple(_shift(o, rank, call, steps) for o in op.ops)})
+    return op
+
+
+def repeat(sched: ir.Schedule, calls: int, between: str = "barrier") -> ir.Schedule:
+    """The schedule of `calls` back-to-back calls of `sched` (see the module docstring)."""
+    if calls < 1:
+        raise RepeatError(f"--calls {calls}: at least one call")
+    if between not in BETWEEN:
+        raise RepeatError(f"--between {between}: one of {', '.join(BETWEEN)}")
+    if calls == 1:
+        return sched
+    steps = epochs(sched)
+    for program in sched.programs:  # every wait must shift consistently (raises with the op otherwise)
+        for op in program.ops:
+            if isinstance(op, (ir.WaitUntil, ir.WaitUntilAll, ir.WaitUntilAny)):
+                _shift_wait(op, program.rank, 1, steps)
+    programs = []
+    for program in sched.programs:
+        ops: list = []
+        for call in range(calls):
+            if call and between != "none":
+                loc = sched.loc
+                ops.append(ir.BarrierAll(loc=loc) if between == "barrier" else ir.SyncAll(loc=loc))
+            ops += [_shift(op, program.rank, call, steps) for op in program.ops]
+        programs.append(program.model_copy(update={"ops": tuple(ops)}))
+    return sched.model_copy(update={"programs": tuple(programs), "name": sched.name})
