@@ -13,7 +13,7 @@
 
 The contract of a generated program (what `validate` and the runtime's launcher rely on):
 
-    mpirun -np N ./prog [--job DIR] [--iters K] [--warmup W] [--timeout S] [--no-graph]
+    mpirun -np N ./prog [--job DIR] [--iters K] [--warmup W] [--timeout S] [--no-graph] [--host-progress]
 
 - Every rank writes its buffers with the runtime layer's inputs (`runtime.numeric.input_values`),
   signal words 0, runs the schedule's ops, and checks every element. Warm-up: W runs (default 2);
@@ -33,6 +33,8 @@ The contract of a generated program (what `validate` and the runtime's launcher 
 - `--timeout S` (default 60): a rank whose run has not finished S seconds after it started writes a
   `timeout` line naming its op (for NVSHMEM: each thread block's op) and exits; the host never
   blocks on the GPU without a deadline (it polls CUDA events).
+- `--host-progress` (NVSHMEM programs; others ignore it): the kernel writes its progress words to
+  host-mapped memory instead of GPU memory copied out by the host (kept to measure what that costs).
 - SIGUSR1 / SIGTERM (mpiexec's notice that another rank died): the rank writes a `stopped` line with
   its op and exits.
 

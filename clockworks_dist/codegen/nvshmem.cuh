@@ -41,13 +41,44 @@ __device__ inline CwNvShare cw_nv_share(size_t n, unsigned want, unsigned base, 
 __device__ inline bool cw_nv_mine(unsigned base) { return blockIdx.x == base % gridDim.x; }
 
 // Progress: block b's thread 0 writes "now in op i" to its word (block 0 to word 0 too), write-through
-// to the host-mapped words (st.global.wt: out to host memory, without a fence holding the thread back),
-// which the host reads on a hang.
+// (st.global.wt). The words live in GPU memory: the fences the ops need (nvshmem_fence, quiet,
+// __threadfence_system) then do not wait for writes to cross PCIe to the host, which they would
+// with host-mapped words (--host-progress keeps those, to compare). The host copies the words out
+// while it waits, on a stream of its own (the copy engine runs beside the kernel), and once more
+// when it reports a hang.
 __device__ inline void cw_nv_mark(uint32_t* marks, int op) {
   if (threadIdx.x == 0) {
     __stwt(marks + 1 + blockIdx.x, (unsigned int)(op + 1));
     if (blockIdx.x == 0) __stwt(marks, (unsigned int)(op + 1));
   }
+}
+
+static uint32_t* cw_nv_marks_gpu = nullptr;   // the progress words in GPU memory (null: --host-progress)
+static cudaStream_t cw_nv_copier = nullptr;    // copies them to the host words, beside the kernel
+static cudaEvent_t cw_nv_copied = nullptr;
+static bool cw_nv_copying = false;
+static double cw_nv_copy_at = -1.0;
+
+// Bring the GPU's progress words into cw_marks: at most every 5 ms and never blocking while the host
+// waits; with `wait`, a copy now, waited for up to 1 s (a broken context only leaves the words older).
+static void cw_nv_refresh_marks(bool wait) {
+  if (!cw_nv_marks_gpu) return;
+  if (cw_nv_copying) {
+    if (cudaEventQuery(cw_nv_copied) == cudaErrorNotReady && !wait) return;
+    cw_nv_copying = false;
+  }
+  if (!wait && cw_now() - cw_nv_copy_at < 0.005) return;
+  cw_nv_copy_at = cw_now();
+  if (cudaMemcpyAsync((void*)cw_marks, cw_nv_marks_gpu, cw_mark_words * sizeof(uint32_t), cudaMemcpyDeviceToHost,
+                      cw_nv_copier) != cudaSuccess || cudaEventRecord(cw_nv_copied, cw_nv_copier) != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  cw_nv_copying = true;
+  if (!wait) return;
+  while (cudaEventQuery(cw_nv_copied) == cudaErrorNotReady && cw_now() - cw_nv_copy_at < 1.0) usleep(100);
+  cudaGetLastError();
+  cw_nv_copying = false;
 }
 
 // The block's threads are done with what came before; with `fence`, thread 0's nvshmem_fence then

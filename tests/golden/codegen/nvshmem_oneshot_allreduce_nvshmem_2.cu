@@ -55,6 +55,7 @@ static const char* CW_PHASE_NAMES[] = {"not_started", "setup", "running", "settl
 static int cw_rank = -1, cw_world = 0;
 static std::string cw_job;                // --job DIR ("" without)
 static int cw_iters = 20, cw_warmup = 2, cw_graph = 1;
+static int cw_host_progress = 0;  // --host-progress: NVSHMEM kernels write their progress words to host memory
 static double cw_timeout = 60.0;
 static int64_t cw_row_local[CW_FIELDS];
 static int64_t* cw_row = cw_row_local;    // this rank's row of the progress file
@@ -120,6 +121,10 @@ static void cw_open_progress() {
 
 // The op this rank's GPU is in, from the progress words (-1: before the first): the least advanced
 // of word 0 and the per-block words (every block marks every op it passes).
+// A backend whose GPU writes its progress words in GPU memory sets this: it brings them into cw_marks
+// (`wait`: now, within a bound; else at most every few ms, without blocking).
+static void (*cw_refresh_marks)(bool wait) = nullptr;
+
 static int cw_current_op() {
   if (!cw_marks) return -1;
   int op = (int)cw_marks[0] - 1;
@@ -128,6 +133,7 @@ static int cw_current_op() {
 }
 
 static void cw_sync_progress() {
+  if (cw_refresh_marks) cw_refresh_marks(false);
   int op = cw_current_op();
   if (cw_row[CW_F_OP] != op) cw_row[CW_F_OP] = op;
   cw_beat();
@@ -188,6 +194,7 @@ static std::string cw_line_head(const char* status) {
   line += ",\"seconds\":[],\"graph_seconds\":[],\"message\":";
   cw_json_str(line, message.c_str());
   if (!cw_status_detail.empty()) { line += ",\"waiting\":"; cw_json_str(line, cw_status_detail.c_str()); }
+  if (cw_refresh_marks) cw_refresh_marks(true);
   cw_op_json(line, cw_current_op());
   int phase = (int)cw_row[CW_F_PHASE], count = 0;
   cw_op_info(cw_rank, &count);
@@ -622,7 +629,7 @@ static void cw_wait(cudaEvent_t done, double deadline) {
 static void cw_usage_error(const char* what) {
   if (cw_rank == 0) {
     fprintf(stderr, "%s\nusage: mpirun -np %d ./PROGRAM [--job DIR] [--iters K] [--warmup W] [--timeout S] "
-            "[--no-graph]\n", what, cw_world);
+            "[--no-graph] [--host-progress]\n", what, cw_world);
   }
   MPI_Finalize();
   exit(2);
@@ -637,6 +644,7 @@ static void cw_args(int argc, char** argv) {
     else if (a == "--warmup" && more) cw_warmup = atoi(argv[++i]);
     else if (a == "--timeout" && more) cw_timeout = atof(argv[++i]);
     else if (a == "--no-graph") cw_graph = 0;
+    else if (a == "--host-progress") cw_host_progress = 1;
     else cw_usage_error(("unknown or incomplete argument: " + a).c_str());
   }
   if (cw_iters < 1 || cw_warmup < 0 || !(cw_timeout > 0)) cw_usage_error("--iters must be >= 1, --warmup >= 0, "
@@ -704,13 +712,44 @@ __device__ inline CwNvShare cw_nv_share(size_t n, unsigned want, unsigned base, 
 __device__ inline bool cw_nv_mine(unsigned base) { return blockIdx.x == base % gridDim.x; }
 
 // Progress: block b's thread 0 writes "now in op i" to its word (block 0 to word 0 too), write-through
-// to the host-mapped words (st.global.wt: out to host memory, without a fence holding the thread back),
-// which the host reads on a hang.
+// (st.global.wt). The words live in GPU memory: the fences the ops need (nvshmem_fence, quiet,
+// __threadfence_system) then do not wait for writes to cross PCIe to the host, which they would
+// with host-mapped words (--host-progress keeps those, to compare). The host copies the words out
+// while it waits, on a stream of its own (the copy engine runs beside the kernel), and once more
+// when it reports a hang.
 __device__ inline void cw_nv_mark(uint32_t* marks, int op) {
   if (threadIdx.x == 0) {
     __stwt(marks + 1 + blockIdx.x, (unsigned int)(op + 1));
     if (blockIdx.x == 0) __stwt(marks, (unsigned int)(op + 1));
   }
+}
+
+static uint32_t* cw_nv_marks_gpu = nullptr;   // the progress words in GPU memory (null: --host-progress)
+static cudaStream_t cw_nv_copier = nullptr;    // copies them to the host words, beside the kernel
+static cudaEvent_t cw_nv_copied = nullptr;
+static bool cw_nv_copying = false;
+static double cw_nv_copy_at = -1.0;
+
+// Bring the GPU's progress words into cw_marks: at most every 5 ms and never blocking while the host
+// waits; with `wait`, a copy now, waited for up to 1 s (a broken context only leaves the words older).
+static void cw_nv_refresh_marks(bool wait) {
+  if (!cw_nv_marks_gpu) return;
+  if (cw_nv_copying) {
+    if (cudaEventQuery(cw_nv_copied) == cudaErrorNotReady && !wait) return;
+    cw_nv_copying = false;
+  }
+  if (!wait && cw_now() - cw_nv_copy_at < 0.005) return;
+  cw_nv_copy_at = cw_now();
+  if (cudaMemcpyAsync((void*)cw_marks, cw_nv_marks_gpu, cw_mark_words * sizeof(uint32_t), cudaMemcpyDeviceToHost,
+                      cw_nv_copier) != cudaSuccess || cudaEventRecord(cw_nv_copied, cw_nv_copier) != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  cw_nv_copying = true;
+  if (!wait) return;
+  while (cudaEventQuery(cw_nv_copied) == cudaErrorNotReady && cw_now() - cw_nv_copy_at < 1.0) usleep(100);
+  cudaGetLastError();
+  cw_nv_copying = false;
 }
 
 // The block's threads are done with what came before; with `fence`, thread 0's nvshmem_fence then
@@ -1244,6 +1283,14 @@ int main(int argc, char** argv) {
     CW_CUDA(cudaHostAlloc((void**)&cw_marks, cw_mark_words * sizeof(uint32_t), cudaHostAllocMapped));
     memset((void*)cw_marks, 0, cw_mark_words * sizeof(uint32_t));
     CW_CUDA(cudaHostGetDevicePointer((void**)&cw_marks_dev, (void*)cw_marks, 0));
+    if (!cw_host_progress) {  // the words in GPU memory, copied out while the host waits (nvshmem.cuh)
+      CW_CUDA(cudaMalloc((void**)&cw_nv_marks_gpu, cw_mark_words * sizeof(uint32_t)));
+      CW_CUDA(cudaMemset(cw_nv_marks_gpu, 0, cw_mark_words * sizeof(uint32_t)));
+      CW_CUDA(cudaStreamCreateWithFlags(&cw_nv_copier, cudaStreamNonBlocking));
+      CW_CUDA(cudaEventCreateWithFlags(&cw_nv_copied, cudaEventDisableTiming));
+      cw_marks_dev = cw_nv_marks_gpu;  // the host's stream writes of word 0 go there too
+      cw_refresh_marks = cw_nv_refresh_marks;
+    }
   }
   cw_load_expect(bufs, nbufs, words);
   cudaStream_t s;

@@ -55,6 +55,7 @@ static const char* CW_PHASE_NAMES[] = {"not_started", "setup", "running", "settl
 static int cw_rank = -1, cw_world = 0;
 static std::string cw_job;                // --job DIR ("" without)
 static int cw_iters = 20, cw_warmup = 2, cw_graph = 1;
+static int cw_host_progress = 0;  // --host-progress: NVSHMEM kernels write their progress words to host memory
 static double cw_timeout = 60.0;
 static int64_t cw_row_local[CW_FIELDS];
 static int64_t* cw_row = cw_row_local;    // this rank's row of the progress file
@@ -120,6 +121,10 @@ static void cw_open_progress() {
 
 // The op this rank's GPU is in, from the progress words (-1: before the first): the least advanced
 // of word 0 and the per-block words (every block marks every op it passes).
+// A backend whose GPU writes its progress words in GPU memory sets this: it brings them into cw_marks
+// (`wait`: now, within a bound; else at most every few ms, without blocking).
+static void (*cw_refresh_marks)(bool wait) = nullptr;
+
 static int cw_current_op() {
   if (!cw_marks) return -1;
   int op = (int)cw_marks[0] - 1;
@@ -128,6 +133,7 @@ static int cw_current_op() {
 }
 
 static void cw_sync_progress() {
+  if (cw_refresh_marks) cw_refresh_marks(false);
   int op = cw_current_op();
   if (cw_row[CW_F_OP] != op) cw_row[CW_F_OP] = op;
   cw_beat();
@@ -188,6 +194,7 @@ static std::string cw_line_head(const char* status) {
   line += ",\"seconds\":[],\"graph_seconds\":[],\"message\":";
   cw_json_str(line, message.c_str());
   if (!cw_status_detail.empty()) { line += ",\"waiting\":"; cw_json_str(line, cw_status_detail.c_str()); }
+  if (cw_refresh_marks) cw_refresh_marks(true);
   cw_op_json(line, cw_current_op());
   int phase = (int)cw_row[CW_F_PHASE], count = 0;
   cw_op_info(cw_rank, &count);
@@ -622,7 +629,7 @@ static void cw_wait(cudaEvent_t done, double deadline) {
 static void cw_usage_error(const char* what) {
   if (cw_rank == 0) {
     fprintf(stderr, "%s\nusage: mpirun -np %d ./PROGRAM [--job DIR] [--iters K] [--warmup W] [--timeout S] "
-            "[--no-graph]\n", what, cw_world);
+            "[--no-graph] [--host-progress]\n", what, cw_world);
   }
   MPI_Finalize();
   exit(2);
@@ -637,6 +644,7 @@ static void cw_args(int argc, char** argv) {
     else if (a == "--warmup" && more) cw_warmup = atoi(argv[++i]);
     else if (a == "--timeout" && more) cw_timeout = atof(argv[++i]);
     else if (a == "--no-graph") cw_graph = 0;
+    else if (a == "--host-progress") cw_host_progress = 1;
     else cw_usage_error(("unknown or incomplete argument: " + a).c_str());
   }
   if (cw_iters < 1 || cw_warmup < 0 || !(cw_timeout > 0)) cw_usage_error("--iters must be >= 1, --warmup >= 0, "
