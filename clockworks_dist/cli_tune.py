@@ -42,6 +42,9 @@ def add_parser(sub, positive, seconds) -> None:
     cmd.add_argument("--out", metavar="DIR", default="tune-results",
                      help="where tune.json, tune.md and tune_memory.json go (default tune-results)")
     cmd.add_argument("--mode", choices=("graph", "eager"), default="graph", help="predicted launch mode")
+    cmd.add_argument("--calls", metavar="K", type=positive, default=1,
+                     help="check, predict and measure each variant as K back-to-back calls (epoch signal words, "
+                          "no reset), with the cheapest separator the checker verifies; times per call (default 1)")
     cmd.add_argument("--timeout", metavar="S", type=seconds, default=tune.CHECK_TIMEOUT_S,
                      help=f"the check of each variant stops after S seconds (default {tune.CHECK_TIMEOUT_S:g})")
     cmd.add_argument("--json", action="store_true", help="print tune.json on stdout")
@@ -72,7 +75,7 @@ def cmd_tune(args: argparse.Namespace, out) -> int:
 
     report = tune.tune(args.file, args.topology, args.np, sizes, args.out, schedule_name=args.schedule,
                        top=args.top, noise=args.noise, dry=args.dry, mode=args.mode, check_timeout=args.timeout,
-                       say=say)
+                       say=say, calls=args.calls)
     if args.json:
         out.json(report)
     else:

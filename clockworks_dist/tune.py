@@ -81,9 +81,11 @@ def file_hash(path: str) -> str:
         return hashlib.sha256(handle.read()).hexdigest()
 
 
-def memory_key(digest: str, schedule: str, binding: dict, world: int, topology: str) -> str:
-    return json.dumps({"file": digest, "schedule": schedule, "variant": binding, "world": world,
-                       "topology": topology}, sort_keys=True)
+def memory_key(digest: str, schedule: str, binding: dict, world: int, topology: str, calls: int = 1) -> str:
+    key = {"file": digest, "schedule": schedule, "variant": binding, "world": world, "topology": topology}
+    if calls > 1:  # a run of back-to-back calls is another measurement (one call keeps the old keys)
+        key["calls"] = calls
+    return json.dumps(key, sort_keys=True)
 
 
 def load_memory(path: str) -> dict:
@@ -97,7 +99,8 @@ def load_memory(path: str) -> dict:
         raise TuneError(f"{path}: cannot read the tune memory ({exc}); move it away to start afresh") from None
     if not isinstance(data, dict) or data.get("version") != MEMORY_VERSION or not isinstance(data.get("tries"), list):
         raise TuneError(f"{path}: not a tune memory of version {MEMORY_VERSION}; move it away to start afresh")
-    return {memory_key(t["file"], t["schedule"], t["variant"], t["world"], t["topology"]): t for t in data["tries"]}
+    return {memory_key(t["file"], t["schedule"], t["variant"], t["world"], t["topology"], t.get("calls", 1)): t
+            for t in data["tries"]}
 
 
 def save_memory(path: str, tries: dict) -> None:
@@ -126,13 +129,42 @@ def check_variant(defn: ScheduleDef, binding: dict, world: int, timeout: float |
     return "incomplete", f"the check did not finish (stopped by {result.stopped_by})"
 
 
+def check_calls(defn: ScheduleDef, binding: dict, world: int, calls: int, timeout: float | None) -> tuple:
+    """For `calls` back-to-back calls: the cheapest separator the checker verifies, trying nothing,
+    then a sync_all, then a barrier_all between the calls (`repeat.repeat`). (verdict, first error,
+    the separator or None, {separator: what the checker said})."""
+    from .check import check
+    from .repeat import BETWEEN, RepeatError, repeat
+
+    try:
+        base = defn.trace(world, params=binding)
+    except ScheduleError as exc:
+        return "error", str(exc), None, {}
+    said: dict[str, str] = {}
+    for between in reversed(BETWEEN):  # none, sync, barrier: the cheapest first
+        try:
+            sched = repeat(base, calls, between)
+        except RepeatError as exc:
+            return "error", str(exc), None, said
+        result = check(sched, timeout=timeout, max_states=CHECK_MAX_STATES)
+        if result.verdict == "verified" and result.complete:
+            said[between] = "verified"
+            return "verified", None, between, said
+        first = result.errors[0] if result.errors else None
+        said[between] = (f"{result.verdict}: {first.kind}: {first.message}" if first else
+                         f"incomplete: the check did not finish (stopped by {result.stopped_by})")
+    return "violated", f"no separator makes {calls} back-to-back calls safe: {said['barrier']}", None, said
+
+
 def predict_variant(defn: ScheduleDef, binding: dict, topo, world: int, sizes: list[int],
-                    mode: str = "graph") -> dict[str, dict]:
-    """Predicted time, busbw and bottleneck of one variant at each size (keys: bytes, as text for JSON)."""
+                    mode: str = "graph", calls: int = 1, between: str = "barrier") -> dict[str, dict]:
+    """Predicted time (per call), busbw and bottleneck of one variant at each size (keys: bytes, as
+    text for JSON)."""
     from .perf.predict import bound, predict_sizes
 
     with params.bind(binding):
-        found = predict_sizes(defn, topo, world, sizes, mode=mode, ranks_per_node=defn.ranks_per_node)
+        found = predict_sizes(defn, topo, world, sizes, mode=mode, ranks_per_node=defn.ranks_per_node, calls=calls,
+                              between=between)
     return {str(p.nbytes): {"time_us": round(p.time_us, 3), "busbw_GBs": round(p.busbw_GBs, 3),
                             "bottleneck": bound(p.timeline)} for p in found}
 
@@ -141,14 +173,15 @@ def rank(tries: list[dict], sizes: list[int]) -> dict[str, list[dict]]:
     """Per size, the predicted variants fastest first."""
     ranking = {}
     for nbytes in sizes:
-        rows = [{"variant": t["variant"], "label": params.label(t["variant"]), **t["predicted"][str(nbytes)]}
+        rows = [{"variant": t["variant"], "label": params.label(t["variant"]) + (
+                     f" ({t['between']} between calls)" if t.get("between") else ""), **t["predicted"][str(nbytes)]}
                 for t in tries if str(nbytes) in t.get("predicted", {})]
         ranking[str(nbytes)] = sorted(rows, key=lambda row: (row["time_us"], row["label"]))
     return ranking
 
 
 def measure(path: str, defn: ScheduleDef, binding: dict, world: int, sizes: list[int], topology: str, out_dir: str,
-            timeout: float | None) -> dict[str, dict]:
+            timeout: float | None, calls: int = 1, between: str = "barrier") -> dict[str, dict]:
     """One variant built and run at `sizes` with one `validate` call (NVSHMEM, bit-exact check on,
     NCCL's own collective measured beside it): per size (a string key), the measurement as JSON
     (`time_us`, `spread`, `verdict`, `nccl_us`, `folder`)."""
@@ -158,7 +191,7 @@ def measure(path: str, defn: ScheduleDef, binding: dict, world: int, sizes: list
     folder = os.path.join(out_dir, name)
     with params.bind(binding):
         summary = validate.validate_file(path, backend="nvshmem", ranks=world, sizes=sorted(sizes), out_dir=folder,
-                                         topology=topology, schedule_name=defn.name,
+                                         topology=topology, schedule_name=defn.name, calls=calls, between=between,
                                          timeout=validate.DEFAULT_TIMEOUT_S if timeout is None else timeout)
     found = {}
     cells = {cell.get("bytes"): cell for cell in summary.get("cells") or []}
@@ -179,8 +212,11 @@ def measure(path: str, defn: ScheduleDef, binding: dict, world: int, sizes: list
 # --------------------------------------------------------------------------------- the search
 def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, schedule_name: str | None = None,
          top: int = DEFAULT_TOP, noise: float = DEFAULT_NOISE, dry: bool = True, mode: str = "graph",
-         check_timeout: float | None = CHECK_TIMEOUT_S, say: Callable[[str], None] = lambda _text: None) -> dict:
-    """Search the family in `path` (see the module docstring); the report (`tune.json`'s content)."""
+         check_timeout: float | None = CHECK_TIMEOUT_S, say: Callable[[str], None] = lambda _text: None,
+         calls: int = 1) -> dict:
+    """Search the family in `path` (see the module docstring); the report (`tune.json`'s content).
+    `calls` > 1: every variant is checked, predicted and measured as that many back-to-back calls,
+    with the cheapest separator between them that the checker verifies (`check_calls`)."""
     from .topology import gpus, load_topology
 
     if not dry and gpus_visible() == 0:
@@ -195,8 +231,12 @@ def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, s
     memory = load_memory(memory_path)
     digest = file_hash(path)
     tries, skipped = [], 0
+
+    def keyof(variant: dict) -> str:
+        return memory_key(digest, defn.name, variant, world, topo.name, calls)
+
     for binding in defn.variants():
-        key = memory_key(digest, defn.name, binding, world, topo.name)
+        key = keyof(binding)
         entry = memory.get(key)
         if entry is not None and (entry["status"] == "rejected"
                                   or all(str(n) in entry.get("predicted", {}) for n in sizes)):
@@ -205,16 +245,23 @@ def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, s
             tries.append(entry)
             continue
         if entry is None:
-            verdict, error = check_variant(defn, binding, world, check_timeout)
+            between, said = None, None
+            if calls > 1:
+                verdict, error, between, said = check_calls(defn, binding, world, calls, check_timeout)
+            else:
+                verdict, error = check_variant(defn, binding, world, check_timeout)
             entry = {"file": digest, "schedule": defn.name, "variant": binding, "world": world,
                      "topology": topo.name, "verdict": verdict, "status": "checked", "predicted": {},
                      "measured": {}}
+            if calls > 1:
+                entry.update(calls=calls, between=between, separators=said)
             if verdict != "verified":
                 entry.update(status="rejected", reason=f"{verdict}: {error}")
                 say(f"{params.label(binding)}: rejected, {verdict}: {error}")
         if entry["status"] != "rejected":
             missing = [n for n in sizes if str(n) not in entry["predicted"]]
-            entry["predicted"].update(predict_variant(defn, binding, topo, world, missing, mode))
+            entry["predicted"].update(predict_variant(defn, binding, topo, world, missing, mode, calls,
+                                                      entry.get("between") or "barrier"))
             entry["status"] = "predicted"
             say(f"{params.label(binding)}: verified, predicted at {len(missing)} size(s)")
         memory[key] = entry
@@ -222,59 +269,56 @@ def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, s
         tries.append(entry)
     ranking = rank([t for t in tries if t["status"] != "rejected"], sizes)
     report = {"schedule": defn.name, "file": os.path.basename(path), "topology": topo.name, "world": world,
-              "mode": mode, "dry": dry, "noise": noise, "top": top, "variants": len(tries), "skipped": skipped,
+              "calls": calls, "mode": mode, "dry": dry, "noise": noise, "top": top, "variants": len(tries), "skipped": skipped,
               "rejected": [{"variant": t["variant"], "label": params.label(t["variant"]), "verdict": t["verdict"],
                             "reason": t["reason"]} for t in tries if t["status"] == "rejected"],
               "sizes": []}
     if not dry:
-        _measure_tops(path, defn, ranking, tries, world, sizes, top, topology, out_dir, memory, memory_path, digest,
-                      topo.name, say)
+        _measure_tops(path, defn, ranking, sizes, top, topology, out_dir, memory, memory_path, keyof, say)
     for nbytes in sizes:
         rows = ranking[str(nbytes)]
         row = {"bytes": nbytes, "ranked": rows, "predicted_winner": rows[0] if rows else None, "winner": None}
         if not dry and rows:
-            row["winner"], row["tried"] = _decide(defn, rows[:top], world, nbytes, noise, memory, memory_path,
-                                                  digest, topo.name, say)
-            row["nccl_us"] = next((m["nccl_us"] for m in (_measured(memory, digest, defn, r["variant"], world,
-                                                                    topo.name, nbytes) for r in rows[:top])
-                                   if m and m.get("nccl_us")), None)
+            row["winner"], row["tried"] = _decide(rows[:top], nbytes, noise, memory, memory_path, keyof, say)
+            row["nccl_us"] = next((m["nccl_us"] for m in (_measured(memory, keyof(r["variant"]), nbytes)
+                                                          for r in rows[:top]) if m and m.get("nccl_us")), None)
         report["sizes"].append(row)
     _write(os.path.join(out_dir, "tune.json"), json.dumps(report, indent=2) + "\n")
     _write(os.path.join(out_dir, "tune.md"), render_markdown(report))
     return report
 
 
-def _measured(memory, digest, defn, variant, world, topo_name, nbytes) -> dict | None:
-    entry = memory.get(memory_key(digest, defn.name, variant, world, topo_name)) or {}
+def _measured(memory: dict, key: str, nbytes: int) -> dict | None:
+    entry = memory.get(key) or {}
     return (entry.get("measured") or {}).get(str(nbytes))
 
 
-def _measure_tops(path, defn, ranking, tries, world, sizes, top, topology, out_dir, memory, memory_path, digest,
-                  topo_name, say) -> None:
+def _measure_tops(path, defn, ranking, sizes, top, topology, out_dir, memory, memory_path, keyof, say) -> None:
     """Measure every variant at the sizes where it ranks in the top `top` and was not measured before:
     one `validate` call per variant (its programs built in parallel, NCCL measured once)."""
     wanted: dict[str, tuple[dict, list[int]]] = {}
     for nbytes in sizes:
         for row in ranking[str(nbytes)][:top]:
-            if _measured(memory, digest, defn, row["variant"], world, topo_name, nbytes) is None:
+            if _measured(memory, keyof(row["variant"]), nbytes) is None:
                 wanted.setdefault(row["label"], (row["variant"], []))[1].append(nbytes)
     for label, (variant, todo) in wanted.items():
+        entry = memory[keyof(variant)]
         say(f"{label}: building and measuring at {len(todo)} size(s)")
         try:
-            found = measure(path, defn, variant, world, todo, topology, out_dir, None)
+            found = measure(path, defn, variant, entry["world"], todo, topology, out_dir, None,
+                            entry.get("calls", 1), entry.get("between") or "barrier")
         except ClockworksError as exc:
             found = {str(n): {"verdict": "crashed", "message": str(exc)} for n in todo}
-        key = memory_key(digest, defn.name, variant, world, topo_name)
-        memory[key]["measured"].update(found)
+        entry["measured"].update(found)
         save_memory(memory_path, memory)
 
 
-def _decide(defn, rows, world, nbytes, noise, memory, memory_path, digest, topo_name, say) -> tuple:
+def _decide(rows, nbytes, noise, memory, memory_path, keyof, say) -> tuple:
     """The top variants at one size, in predicted order, through `accept`: the accepted one (or None),
     and each one tried ({label, time_us, verdict, decision})."""
     best, winner, tried = None, None, []
     for row in rows:
-        key = memory_key(digest, defn.name, row["variant"], world, topo_name)
+        key = keyof(row["variant"])
         found = memory[key]["measured"].get(str(nbytes)) or {"verdict": "not measured", "message": None}
         if found.get("verdict") != "match":
             found["decision"] = f"not accepted: {found.get('verdict')}: {found.get('message')}"
@@ -321,9 +365,12 @@ def render_markdown(report: dict) -> str:
     """tune.md: per size, the ranked variants, the predicted winner and its bottleneck; the rejected ones."""
     mode = "dry run: checked, predicted and ranked, nothing built or measured" if report["dry"] else (
         f"measured: the top {report['top']} per size, accepted above a noise of {report['noise']:.0%}")
+    calls = report.get("calls") or 1
+    per_call = (f" Each variant runs {calls} back-to-back calls per run, with the cheapest separator between them "
+                "that the checker verifies for that many calls; times are per call." if calls > 1 else "")
     lines = [f"# tune: {report['schedule']} ({report['file']}) on {report['topology']}, {report['world']} ranks", "",
              f"{report['variants']} variant(s), {len(report['rejected'])} rejected by the checker, "
-             f"{report['skipped']} taken from the tune memory; {mode}.", ""]
+             f"{report['skipped']} taken from the tune memory; {mode}.{per_call}", ""]
     for row in report["sizes"]:
         lines += [f"## {_size_text(row['bytes'])} per rank", ""]
         if not row["ranked"]:

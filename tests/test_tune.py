@@ -122,7 +122,7 @@ def test_the_memory_makes_a_rerun_skip_decided_variants(tmp_path, capsys, monkey
     assert "ORDER=late: already rejected (tune memory)" in err
     # a new size: the verified variant is predicted there only, the rejected one stays decided
     predicted = []
-    monkeypatch.setattr(tune, "predict_variant", lambda defn, binding, topo, world, sizes, mode:
+    monkeypatch.setattr(tune, "predict_variant", lambda defn, binding, topo, world, sizes, mode, *calls:
                         predicted.append((binding, sizes)) or {str(n): {"time_us": 1.0, "busbw_GBs": 1.0,
                                                                         "bottleneck": "latency"} for n in sizes})
     assert run_tune(args[:-4] + ["4KiB,8KiB", "--dry", "--out", str(out_dir)], capsys)[0] == 0
@@ -151,7 +151,7 @@ def test_measured_path_accepts_only_above_the_noise(tmp_path, monkeypatch, capsy
             "twoshot": {"verdict": "match", "time_us": 2.97, "spread": 0.01}}  # 1% faster: noise
     calls = []
 
-    def measure(path, defn, binding, world, sizes, topology, out_dir, timeout):
+    def measure(path, defn, binding, world, sizes, topology, out_dir, timeout, k=1, between="barrier"):
         calls.append((binding["ALGO"], tuple(sizes)))
         return {str(n): dict(fake[binding["ALGO"]], nccl_us=6.5) for n in sizes}
 
@@ -195,3 +195,28 @@ def test_bad_options_are_bad_input(tmp_path, capsys):
                      "--out", str(tmp_path)], capsys)[0] == 2
     code, _out, err = run_tune([FAMILY, "-t", "h200x2-nv18", "--np", "2", "--noise", "2", "--dry"], capsys)
     assert code == 2 and "expected a fraction in [0, 1)" in err
+
+
+def test_calls_pick_the_cheapest_separator_the_checker_verifies(tmp_path):
+    """--calls 20 --dry: one-shot needs a sync between calls (without one the checker finds a
+    deadlock), two-shot needs nothing; both are predicted per call, and the memory keeps what the
+    checker said of each separator."""
+    report = tune.tune(FAMILY, "h200x2-nv18", 2, [8192], str(tmp_path), dry=True, calls=20)
+    labels = [row["label"] for row in report["sizes"][0]["ranked"]]
+    assert sorted(labels) == ["ALGO=oneshot (sync between calls)", "ALGO=twoshot (none between calls)"]
+    memory = json.loads((tmp_path / tune.MEMORY_FILE).read_text())
+    said = {t["variant"]["ALGO"]: t["separators"] for t in memory["tries"]}
+    assert said["oneshot"]["none"].startswith("violated: deadlock") and said["oneshot"]["sync"] == "verified"
+    assert said["twoshot"] == {"none": "verified"}
+    assert all(t["calls"] == 20 for t in memory["tries"])
+    one = tune.tune(FAMILY, "h200x2-nv18", 2, [8192], str(tmp_path), dry=True)  # one call: other memory keys
+    assert one["skipped"] == 0 and len(json.loads((tmp_path / tune.MEMORY_FILE).read_text())["tries"]) == 4
+    per_call = {row["label"].split(" ")[0]: row["time_us"] for row in report["sizes"][0]["ranked"]}
+    single = {row["label"]: row["time_us"] for row in one["sizes"][0]["ranked"]}
+    # a single call is predicted as its steady state (back to back): two-shot with nothing between
+    # calls costs the same per call, one-shot pays for its sync between calls
+    assert per_call["ALGO=twoshot"] == pytest.approx(single["ALGO=twoshot"])
+    assert per_call["ALGO=oneshot"] > single["ALGO=oneshot"]
+    tune.tune(FAMILY, "h200x2-nv18", 2, [8192], str(tmp_path), dry=True, calls=20)  # written again, from memory
+    text = (tmp_path / "tune.md").read_text()
+    assert "Each variant runs 20 back-to-back calls per run" in text and "(sync between calls)" in text

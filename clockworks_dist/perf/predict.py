@@ -155,20 +155,26 @@ def steady_state_us(sched: ir.Schedule, timeline: Timeline, consts: Constants, m
 
 def predict_sizes(defn, topo, world: int, sizes: list[int], consts: Constants | None = None,
                   mode: str = "graph", ranks_per_node: int | None = None,
-                  conditions: RunConditions = RunConditions()) -> list[Prediction]:
+                  conditions: RunConditions = RunConditions(), calls: int = 1,
+                  between: str = "barrier") -> list[Prediction]:
     """The schedule traced at each size and simulated on `topo` (with its constants unless `consts`
-    is given), under `conditions`."""
+    is given), under `conditions`. `calls` > 1: `calls` back-to-back calls (`repeat.repeat`, with
+    `between` separating them) simulated as one run, and the time per call returned."""
     consts = consts or topo.constants
     out = []
     network = from_topology(topo, world)
     base = defn.trace(world, ranks_per_node)
     for nbytes in sizes:
         sched = defn.trace(world, ranks_per_node, sizes=size_binding(defn, world, nbytes, ranks_per_node, base))
+        factor, _ = busbw_factor(sched)
+        if calls > 1:
+            from ..repeat import repeat
+
+            sched = repeat(sched, calls, between)
         network._routes.clear()
         model = compile_model(sched)  # both runs of eager mode share it
         timeline = simulate(sched, network, consts, mode, conditions, model)
-        time_us = steady_state_us(sched, timeline, consts, mode, network, conditions, model)
-        factor, _ = busbw_factor(sched)
+        time_us = steady_state_us(sched, timeline, consts, mode, network, conditions, model) / calls
         algbw = nbytes / time_us / GB if time_us > 0 else 0.0
         out.append(Prediction(nbytes=nbytes, time_us=time_us, algbw_GBs=algbw, busbw_GBs=algbw * factor,
                               timeline=timeline, mode=mode))
