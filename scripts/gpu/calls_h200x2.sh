@@ -10,11 +10,7 @@ set -uo pipefail
 START=$(date +%s)
 OUT=${OUT:-/tmp/cw-calls}
 mkdir -p "$OUT"
-if [ -n "${WHEELS:-}" ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/clockworks-site "$WHEELS"/*.whl || exit 2
-    export PYTHONPATH=/tmp/clockworks-site${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+. scripts/gpu/env.sh  # multicast off, the wheels, PYTHONPATH
 W=/tmp/cw-calls-work; mkdir -p $W
 for spec in oneshot:sync twoshot:none; do
     algo=${spec%%:*} between=${spec##*:}; name=calls_${algo}_${between}

@@ -19,11 +19,7 @@ START=$(date +%s)
 PACK=${OUT:-.}
 R=${RESULTS:-/tmp/cw-memcheck}
 mkdir -p "$R"
-if [ -n "${WHEELS:-}" ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/clockworks-site "$WHEELS"/*.whl || exit 2
-    export PYTHONPATH=/tmp/clockworks-site${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+. scripts/gpu/env.sh  # multicast off, the wheels, PYTHONPATH
 LOG="$R/memcheck.txt"
 pack() { cp "$LOG" "$PACK/memcheck.txt" 2>/dev/null; }
 PAIRS=${PAIRS:-"nvshmem_oneshot_allreduce:nvshmem nvshmem_twoshot_allreduce:nvshmem nvshmem_alltoall_dispatch:nvshmem

@@ -6,11 +6,7 @@
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 set -uo pipefail
 OUT=${OUT:-/tmp/cw-progress}; mkdir -p "$OUT"
-if [ -n "${WHEELS:-}" ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/clockworks-site "$WHEELS"/*.whl || exit 2
-    export PYTHONPATH=/tmp/clockworks-site${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+. scripts/gpu/env.sh  # multicast off, the wheels, PYTHONPATH
 W=/tmp/cw-progress-work; mkdir -p $W/ab
 SECONDS=0
 timeout 150 python3 -m clockworks_dist.cli validate protocols/runtime/signal_to_wrong_pe.py --np 2 --backend nvshmem \

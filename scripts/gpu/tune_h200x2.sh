@@ -10,11 +10,7 @@ set -uo pipefail
 START=$(date +%s)
 OUT=${OUT:-/tmp/cw-issue11}
 mkdir -p "$OUT"
-if [ -n "${WHEELS:-}" ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/clockworks-site "$WHEELS"/*.whl || exit 2
-    export PYTHONPATH=/tmp/clockworks-site${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+. scripts/gpu/env.sh  # multicast off, the wheels, PYTHONPATH
 W=/tmp/cw-work; mkdir -p $W
 pack() { tar czf "$OUT/$1.tgz" -C "$W" --exclude=build --exclude='build_*' --exclude='*.bin' --exclude='*.pkl' "$1"; }
 timeout ${TUNE_MAX:-220} python3 -m clockworks_dist.cli tune protocols/nvshmem_allreduce_family.py -t h200x2-nv18 \

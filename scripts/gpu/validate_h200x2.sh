@@ -25,11 +25,7 @@ ITERS=${ITERS:-10}
 mkdir -p "$OUT"
 # pack what is there so far: a call cut off at its limit still returns every finished protocol
 pack() { tar czf "$PACK/validate.tgz" -C "$OUT" --exclude=build --exclude='*.bin' . ; cp "$LOG" "$PACK/sweep.log" 2>/dev/null; }
-if [ -n "${WHEELS:-}" ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/clockworks-site "$WHEELS"/*.whl || exit 2
-    export PYTHONPATH=/tmp/clockworks-site${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+. scripts/gpu/env.sh  # multicast off, the wheels, PYTHONPATH
 LOG="$OUT/sweep.log"
 { echo "python3: $(command -v python3)"; nvidia-smi -L; command -v mpirun nvcc compute-sanitizer; } >> "$LOG" 2>&1
 PROTOCOLS=${PROTOCOLS:-$(ls protocols/*.py | xargs -n1 basename | sed 's/\.py$//')}
