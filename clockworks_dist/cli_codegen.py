@@ -82,9 +82,10 @@ def add_parsers(sub, positive, size_arg, seconds) -> None:
                      help="time K back-to-back calls per run, as a library call runs: signal words carry an "
                           "epoch instead of a reset, the K-call schedule is what the checker verifies, and times "
                           "and predictions are per call (default 1)")
-    val.add_argument("--between", choices=("barrier", "sync", "none"), default="barrier",
-                     help="what separates the calls of --calls: a barrier_all (default), a sync_all, or nothing "
-                          "(the checker says whether the schedule allows it)")
+    val.add_argument("--between", choices=("barrier", "sync", "alternate", "none"), default="barrier",
+                     help="what separates the calls of --calls: a barrier_all (default), a sync_all, nothing but "
+                          "two copies of every scratch buffer and signal array used by call parity (alternate), "
+                          "or nothing (the checker says whether the schedule allows it)")
     val.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     val.add_argument("--debug", action="store_true", help="print tracebacks of errors in the input")
 

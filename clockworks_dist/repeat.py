@@ -16,6 +16,10 @@ calls are safe back to back is the checker's verdict on this schedule, for exact
   T = what one call adds to it over all ranks, so any wait compares against `c + k * T`. A wait for
   `ge 0` stays as it is (always true). Anything else on a signal word (other atomics, fetches,
   `lt`/`le`/`ne` on a set word, one wait over words of different epochs) is refused with the reason;
+- "alternate": nothing between the calls, but every scratch buffer and every signal array has two
+  copies, and call k uses copy k % 2 (a `_alt` copy in odd calls): a fast rank's next call writes the
+  other copy, which its peers last read two calls ago. The epochs then count the calls of each copy
+  (call k is call k // 2 of its copy);
 - the postconditions stay those of one call: after the last call the outputs must hold what one
   call computes from the inputs. A schedule whose call changes what the next call reads (an
   in-place all-reduce of its input) is then reported by the checker, not hidden.
@@ -30,7 +34,7 @@ from collections import defaultdict
 from . import ir
 from .errors import ClockworksError
 
-BETWEEN = ("barrier", "sync", "none")
+BETWEEN = ("barrier", "sync", "alternate", "none")  # the costliest first
 ADDS = {"add": None, "inc": 1}  # atomic ops that add to a word: the operand (None: the op's value)
 
 
@@ -126,6 +130,48 @@ def _shift(op, rank: int, call: int, steps: dict) -> ir.OpBase:
     return op
 
 
+def _alt_names(sched: ir.Schedule) -> dict[str, str]:
+    """Every scratch buffer and signal array, and the name of its second copy (not otherwise taken)."""
+    taken = {d.name for p in sched.programs for d in (*p.buffers, *p.signals)}
+    names = {d.name for p in sched.programs for d in p.buffers if d.role == "scratch"}
+    names |= {d.name for p in sched.programs for d in p.signals}
+    out = {}
+    for name in sorted(names):
+        alt = f"{name}_alt"
+        while alt in taken:
+            alt += "_"
+        taken.add(alt)
+        out[name] = alt
+    return out
+
+
+def _renamed(value, names: dict[str, str]):
+    """`value` (an op, or one of its fields) with every region and signal of `names` on its copy."""
+    if isinstance(value, ir.Region) and value.buffer in names:
+        return value.model_copy(update={"buffer": names[value.buffer]})
+    if isinstance(value, ir.SignalRef) and value.signal in names:
+        return value.model_copy(update={"signal": names[value.signal]})
+    if isinstance(value, tuple):
+        return tuple(_renamed(v, names) for v in value)
+    if isinstance(value, ir.OpBase):
+        update = {}
+        for field in type(value).model_fields:
+            old = getattr(value, field)
+            new = _renamed(old, names)
+            if new is not old and new != old:
+                update[field] = new
+        return value.model_copy(update=update) if update else value
+    return value
+
+
+def _with_copies(program: ir.Program, names: dict[str, str]) -> ir.Program:
+    buffers = list(program.buffers) + [d.model_copy(update={"name": names[d.name]}) for d in program.buffers
+                                       if d.name in names]
+    signals = list(program.signals) + [d.model_copy(update={"name": names[d.name]}) for d in program.signals
+                                       if d.name in names]
+    return program.model_copy(update={"buffers": tuple(buffers), "signals": tuple(signals)})
+
+
 def repeat(sched: ir.Schedule, calls: int, between: str = "barrier") -> ir.Schedule:
     """The schedule of `calls` back-to-back calls of `sched` (see the module docstring)."""
     if calls < 1:
@@ -139,13 +185,17 @@ def repeat(sched: ir.Schedule, calls: int, between: str = "barrier") -> ir.Sched
         for op in program.ops:
             if isinstance(op, (ir.WaitUntil, ir.WaitUntilAll, ir.WaitUntilAny)):
                 _shift_wait(op, program.rank, 1, steps)
+    alternate = between == "alternate"
+    names = _alt_names(sched) if alternate else {}
     programs = []
     for program in sched.programs:
         ops: list = []
         for call in range(calls):
-            if call and between != "none":
+            if call and between in ("barrier", "sync"):
                 loc = sched.loc
                 ops.append(ir.BarrierAll(loc=loc) if between == "barrier" else ir.SyncAll(loc=loc))
-            ops += [_shift(op, program.rank, call, steps) for op in program.ops]
-        programs.append(program.model_copy(update={"ops": tuple(ops)}))
+            epoch = call // 2 if alternate else call  # the calls before this one on the same copy
+            shifted = [_shift(op, program.rank, epoch, steps) for op in program.ops]
+            ops += [_renamed(op, names) for op in shifted] if alternate and call % 2 else shifted
+        programs.append(_with_copies(program.model_copy(update={"ops": tuple(ops)}), names))
     return sched.model_copy(update={"programs": tuple(programs), "name": sched.name})

@@ -70,15 +70,37 @@ def test_add_words_start_each_call_at_what_the_calls_before_added(tmp_path):
     assert check(repeat(sched, 4, "none"), timeout=60).verdict == "violated"
 
 
-@pytest.mark.parametrize("between, verdict", [("barrier", "verified"), ("sync", "verified"), ("none", "violated")])
+@pytest.mark.parametrize("between, verdict", [("barrier", "verified"), ("sync", "verified"),
+                                              ("alternate", "verified"), ("none", "violated")])
 def test_the_checker_decides_what_may_separate_the_calls(between, verdict):
     """One-shot: without a separator a fast rank's next call overwrites a word its peer still waits
-    for with eq (a deadlock the checker finds); with a barrier or a sync it is verified."""
+    for with eq (a deadlock the checker finds); with a barrier, a sync, or two copies of its scratch
+    and signal words used by call parity it is verified."""
     sched = repeat(trace("nvshmem_allreduce_family", params={"ALGO": "oneshot"}), 20, between)
     result = check(sched, timeout=120)
     assert result.verdict == verdict
     if verdict == "violated":
         assert result.violations[0].kind == "deadlock"
+
+
+def test_alternate_gives_odd_calls_the_second_copies_and_counts_epochs_per_copy():
+    sched = trace("nvshmem_allreduce_family", params={"ALGO": "oneshot"})
+    four = repeat(sched, 4, "alternate")
+    program = four.programs[0]
+    assert [d.name for d in program.buffers] == ["x", "out", "slots", "slots_alt"]  # x, out: not scratch
+    assert [d.name for d in program.signals] == ["ready", "ready_alt"]
+    puts = [(op.dst.buffer, op.signal.signal, op.value) for op in program.ops if isinstance(op, ir.PutSignal)]
+    assert puts == [("slots", "ready", 1), ("slots_alt", "ready_alt", 1), ("slots", "ready", 3),
+                    ("slots_alt", "ready_alt", 3)]  # call k: copy k % 2, its epoch k // 2
+    assert not any(op.kind in ("barrier_all", "sync_all") for op in program.ops)
+    reduces = [op for op in program.ops if isinstance(op, ir.LocalReduce)]
+    assert [src.buffer for src in reduces[1].srcs] == ["x", "slots_alt"] and reduces[1].dst.buffer == "out"
+
+
+def test_alternate_does_not_cover_outputs():
+    """A put into an output buffer from two calls in a row still races: only scratch alternates."""
+    result = check(repeat(trace("nvshmem_put_bandwidth"), 4, "alternate"), timeout=60)
+    assert result.verdict == "violated" and result.violations[0].kind == "data_race"
 
 
 def test_two_shot_needs_nothing_between_calls():
@@ -132,8 +154,10 @@ def test_one_call_is_the_schedule_itself_and_bad_arguments_are_refused():
     assert repeat(sched, 1) is sched
     with pytest.raises(RepeatError, match="at least one call"):
         repeat(sched, 0)
-    with pytest.raises(RepeatError, match="one of barrier, sync, none"):
+    with pytest.raises(RepeatError, match="one of barrier, sync, alternate, none"):
         repeat(sched, 2, "fence")
+    with pytest.raises(RepeatError, match="one of barrier, sync, alternate, none"):
+        repeat(sched, 2, "twice")
 
 
 def test_validate_calls_writes_the_k_call_program_and_reports_per_call(tmp_path):
