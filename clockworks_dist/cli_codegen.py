@@ -90,6 +90,12 @@ def add_parsers(sub, positive, size_arg, seconds) -> None:
     val.add_argument("--debug", action="store_true", help="print tracebacks of errors in the input")
 
 
+# How to run a built program by hand, NVLink multicast off in every rank: the Open MPI form (-x passes
+# a variable on to the ranks); MPICH's mpiexec passes the environment itself and takes no -x
+RUN_ENV = "NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1"
+RUN_X = "-x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST"
+
+
 def _schedules(args: argparse.Namespace) -> list[ir.Schedule]:
     from . import cli_run
 
@@ -156,7 +162,8 @@ def cmd_build(args: argparse.Namespace, out) -> int:
                                                    for s, p, b in built]})
     else:
         for sched, _path, binary in built:
-            out.text(f"{binary}: {sched.name} at {sched.world} ranks; run: mpirun -np {sched.world} {binary}")
+            out.text(f"{binary}: {sched.name} at {sched.world} ranks; run (NVLink multicast off): {RUN_ENV} "
+                     f"mpirun -np {sched.world} {RUN_X} {binary}")
     return 0
 
 
