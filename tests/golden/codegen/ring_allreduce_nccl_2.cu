@@ -3,6 +3,8 @@
 //
 // Build: clockworks build (or: nvcc -O2 -std=c++17 -arch=sm_90 -I$NCCL/include -I$MPI/include PROG.cu -L$NCCL/lib -l:libnccl.so.2 -lmpi -o PROG)
 // Run:   mpirun -np 2 ./PROG [--job DIR] [--iters K] [--warmup W] [--timeout S] [--no-graph]
+//        with NVLink multicast off in every rank: NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
+//        TORCH_SYMM_MEM_DISABLE_MULTICAST=1 in the environment (Open MPI: -x each of them)
 // Every rank writes its inputs (the runtime's formula), runs its ops, checks every element against
 // the expected values in DIR/expect<rank>.bin when given, and prints one JSON line.
 
