@@ -46,6 +46,9 @@ def add_parsers(sub, positive, size_arg, seconds) -> None:
         cmd.add_argument("--timeout", metavar="S", type=seconds, default=None, help=argparse.SUPPRESS)
         cmd.add_argument("--json", action="store_true", help="print one JSON object on stdout")
         cmd.add_argument("--debug", action="store_true", help="print tracebacks of errors in the input")
+        cmd.add_argument("--packets", metavar="SIZE", type=_packet_limit, default=0,
+                         help="nvshmem: send each put_signal of at most SIZE bytes whose word only its wait reads "
+                              "as flag-in-data packets (e.g. 64KiB); the rewritten schedule is checked first")
         if name == "build":
             cmd.add_argument("--check", action="store_true",
                              help="only say what this machine has to build with (nvcc, NCCL, NVSHMEM, MPI)")
@@ -86,8 +89,24 @@ def add_parsers(sub, positive, size_arg, seconds) -> None:
                      help="what separates the calls of --calls: a barrier_all (default), a sync_all, nothing but "
                           "two copies of every scratch buffer and signal array used by call parity (alternate), "
                           "or nothing (the checker says whether the schedule allows it)")
+    val.add_argument("--packets", metavar="SIZE", type=_packet_limit, default=0,
+                     help="nvshmem: send each put_signal of at most SIZE bytes whose word only its wait reads as "
+                          "flag-in-data packets (e.g. 64KiB); the rewritten schedule is what is checked and run")
     val.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     val.add_argument("--debug", action="store_true", help="print tracebacks of errors in the input")
+
+
+def _packet_limit(text: str) -> int:
+    """--packets SIZE: bytes (1KiB, 65536, 0 = off)."""
+    from .perf.predict import parse_size
+
+    try:
+        value = parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a size in bytes, 0 for no packets")
+    return value
 
 
 # How to run a built program by hand, NVLink multicast off in every rank: the Open MPI form (-x passes
@@ -116,8 +135,21 @@ def _write_all(args: argparse.Namespace) -> list[tuple[ir.Schedule, str]]:
     os.makedirs(args.out, exist_ok=True)
     written = []
     for sched in _schedules(args):
+        lowered = None
+        if getattr(args, "packets", 0):
+            from .codegen import packets, validate
+
+            if args.backend != "nvshmem":
+                raise ClockworksError("--packets is a lowering of the nvshmem backend: add --backend nvshmem")
+            lowered = packets.lower(sched, args.packets)
+            sched = lowered.sched
+            try:
+                validate.verify(sched, args.timeout)
+            except validate.ValidateError as exc:
+                raise ClockworksError(f"{exc} [with --packets: the schedule as packets; without --packets it keeps "
+                                      "separate signals]") from None
         try:
-            text = program.generate(sched, args.backend)
+            text = program.generate(sched, args.backend, packets=lowered)
         except Unsupported as exc:
             others = [b for b in BACKENDS if b != args.backend and not program.unsupported(sched, b)]
             hint = f"; --backend {others[0]} can generate it" if others else ""
@@ -188,4 +220,5 @@ def _validate(args: argparse.Namespace) -> dict:
         args.file, backend=args.backend, ranks=args.np or 2, sizes=args.sizes, timeout=args.timeout,
         out_dir=args.out, iters=args.iters, warmup=args.warmup, graph=not args.no_graph, launcher=args.launcher,
         topology=args.topology, schedule_name=args.schedule, no_check=args.no_check,
-        size_bindings=dict(args.size), nccl=not args.no_nccl, calls=args.calls, between=args.between)
+        size_bindings=dict(args.size), nccl=not args.no_nccl, calls=args.calls, between=args.between,
+        packets=args.packets)

@@ -31,7 +31,7 @@ DTYPE_BYTES: dict[str, int] = {
     "int32": 4, "int64": 8, "uint32": 4, "uint64": 8,
 }
 INTEGER_DTYPES = frozenset({"int32", "int64", "uint32", "uint64"})
-Role = Literal["input", "output", "inout", "scratch"]
+Role = Literal["input", "output", "inout", "scratch", "packets"]  # packets: codegen.packets only
 ReduceOp = Literal["sum", "prod", "max", "min"]
 SignalOp = Literal["set", "add"]
 AtomicOp = Literal["add", "set", "inc", "and", "or", "xor"]

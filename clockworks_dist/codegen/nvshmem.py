@@ -297,8 +297,16 @@ def _what(t: Touch, rank: int) -> str:
     return str(Touch(t.space, -1 if t.owner == rank else t.owner, t.key, t.start, t.stop, t.write))
 
 
-def plan_rank(sched: ir.Schedule, rank: int, index: dict | None = None, monotone: set | None = None) -> RankPlan:
-    """Who runs each op of `rank` and what it waits for across blocks (the module docstring)."""
+def plan_rank(sched: ir.Schedule, rank: int, index: dict | None = None, monotone: set | None = None,
+              packets=None) -> RankPlan:
+    """Who runs each op of `rank` and what it waits for across blocks (the module docstring).
+    `packets` (`packets.Lowered`): its put_signals send packets (twice the bytes, the flag in each)."""
+    sends = packets.sends if packets is not None else {}
+    # With packets, a rank whose every op fits one block runs them all on block 0: each op then
+    # follows the ones it depends on by a __syncthreads, never by a handoff between blocks.
+    compact = bool(sends) and all(
+        _want(2 * _op_bytes(sched, rank, op) if (rank, m) in sends else _op_bytes(sched, rank, op)) == 1
+        for m, op in enumerate(sched.programs[rank].ops))
     index = touch_index(sched) if index is None else index
     monotone = monotone_words(sched) if monotone is None else monotone
     program = sched.programs[rank]
@@ -352,9 +360,11 @@ def plan_rank(sched: ir.Schedule, rank: int, index: dict | None = None, monotone
         pes = [op.pe] if op.kind in ir.FENCED_KINDS else []
         want = 1 if isinstance(op, (ir.WaitUntil, ir.WaitUntilAll, ir.WaitUntilAny)) else _want(
             _op_bytes(sched, rank, op))
+        if (rank, m) in sends:
+            want = _want(2 * _op_bytes(sched, rank, op))
         if staged(op, rank) is not None:
             want = 1
-        if isinstance(op, ir.PutSignal) and want > 1:
+        if isinstance(op, ir.PutSignal) and want > 1 and (rank, m) not in sends:
             spread_signal = True  # the signal goes out from the last block to arrive: publishes there
         if publishes and not spread_signal:
             for item in unpublished:
@@ -378,7 +388,10 @@ def plan_rank(sched: ir.Schedule, rank: int, index: dict | None = None, monotone
         elif want == 1:
             blocks = {n.item.who.base for n in needs if n.item.who.kind == "one"}
             others = [n for n in needs if n.item.who.kind != "one"]
-            if not needs:
+            if compact:
+                who = Who("one", 0)
+                step = Step(m, who, pre="block" if needs else "", fence=any(n.fence for n in needs), needs=needs)
+            elif not needs:
                 who = Who("one", rotation)
                 rotation += 1
                 ones += 1
@@ -520,10 +533,25 @@ def put(gen: Gen, op: ir.Put) -> list[str]:
     return _guarded(gen, body)
 
 
+def _packets(gen: Gen):
+    """The `packets.Lowered` this program is generated from (None: no packets)."""
+    return _state(gen).get("packets")
+
+
 def put_signal(gen: Gen, op: ir.PutSignal) -> list[str]:
     """One block: `nvshmemx_putmem_signal[_nbi]_block` (its data, its fence, then the signal). Spread:
-    each block puts its share and fences it; the last block to arrive sends the signal."""
+    each block puts its share and fences it; the last block to arrive sends the signal. As packets
+    (`packets.py`): each block stores its share of packets straight into the peer's area."""
     step = _kernel(gen).step
+    lowered = _packets(gen)
+    if lowered is not None and (gen.rank, gen.index) in lowered.sends:
+        channel = lowered.sends[(gen.rank, gen.index)]
+        area = gen.ptr(ir.Region(buffer=channel.area, start=0, stop=1))
+        return _guarded(gen, [
+            f"  // packets: the data and the flag {op.value} in every 16-byte store, straight into PE {op.pe}'s packet "
+            "area (no fence, no separate signal)",
+            f"  cw_nv_pk_send(nvshmem_ptr({area}, {op.pe}), {gen.ptr(op.src)}, {gen.nbytes(op.src)}, {op.value}u, "
+            f"{_share(step)});  // to PE {op.pe}"])
     dst = _remote(gen, op.dst, op.pe, op)
     sig = _signal(gen, op.signal, op.pe)
     how = f"{cuda.u64(op.value)}, {SIGNAL_OP[op.sig_op]}"
@@ -607,6 +635,17 @@ def wait(gen: Gen, op) -> list[str]:
     """Thread 0 of every block polls (`nvshmem_uint64_wait_until[_all|_any]`, which ends with a fence),
     then `__syncthreads`: each block's later work follows the write that satisfied it."""
     why = "  // every block waits (its thread 0 polls): its later work follows the write that satisfied it"
+    lowered = _packets(gen)
+    if lowered is not None and (gen.rank, gen.index) in lowered.waits:
+        channel = lowered.waits[(gen.rank, gen.index)]
+        area = gen.ptr(ir.Region(buffer=channel.area, start=0, stop=1))
+        word = signal_word(gen.program, op.signal)
+        return ["  // packets: every block polls every packet of the area until each shows the flag "
+                f"{op.value} (rank {channel.sender}'s",
+                "  // put_signal landed whole): its later work follows the last packet, as it would the signal",
+                f"  cw_nv_pk_wait({area}, {channel.nbytes}, {op.value}u);",
+                "  // the word then holds what the signal would have set (nobody else reads it: packets.py)",
+                f"  if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[{word}] = {cuda.u64(op.value)};"]
     if isinstance(op, ir.WaitUntil):
         return [why, f"  cw_nv_wait({_signal(gen, op.signal, gen.rank)}, {CMP[op.cmp]}, {cuda.u64(op.value)});"]
     lo, n, status = _span(gen, op.signals)
@@ -626,6 +665,11 @@ def wait(gen: Gen, op) -> list[str]:
 def copy(gen: Gen, op: ir.Copy) -> list[str]:
     if op.src == op.dst:
         return ["  // the same elements: nothing to copy"]
+    lowered = _packets(gen)
+    if lowered is not None and (gen.rank, gen.index) in lowered.unpacks:
+        return _guarded(gen, ["  // packets: the payload out of the packets the wait saw",
+                              f"  cw_nv_pk_unpack({gen.ptr(op.dst)}, {gen.ptr(op.src)}, {gen.nbytes(op.dst)}, "
+                              f"{_share(_kernel(gen).step)});"])
     body: list[str] = []
     src = _source(gen, op, op.src, body)
     body.append(f"  cw_nv_copy({gen.ptr(op.dst)}, {src}, {gen.nbytes(op.dst)}, {_share(_kernel(gen).step)});")
@@ -792,7 +836,36 @@ class NvshmemTarget(Target):
             "      cw_refresh_marks = cw_nv_refresh_marks;",
             "    }",
             "  }",
+            *self._packet_peers(gen),
         ]
+
+    def reset(self, gen: Gen) -> list[str]:
+        lowered = _state(gen).get("packets")
+        if lowered is None:
+            return []
+        lines = []
+        for program in gen.sched.programs:
+            for i, decl in enumerate(program.buffers):
+                if any(c.area == decl.name for c in lowered.channels):
+                    lines.append(f"  if (cw_rank == {program.rank}) CW_CUDA(cudaMemsetAsync(bufs[{i}].ptr, 0, "
+                                 f"{decl.count * ir.DTYPE_BYTES[decl.dtype]}, s));  // packet area {decl.name}: "
+                                 "flag 0, which no put_signal sends")
+        return lines
+
+    def _packet_peers(self, gen: Gen) -> list[str]:
+        """Setup: every packet sender reaches its receiver's area by stores (nvshmem_ptr), or stops here."""
+        lowered = _state(gen).get("packets")
+        if lowered is None:
+            return []
+        lines = []
+        for channel in lowered.channels:
+            program = gen.sched.programs[channel.sender]
+            i = next(k for k, d in enumerate(program.buffers) if d.name == channel.area)
+            lines += [f"  if (cw_rank == {channel.sender} && !nvshmem_ptr(bufs[{i}].ptr, {channel.receiver}))",
+                      f"    cw_abandon(\"error\", \"rank {channel.sender} sends packets to rank {channel.receiver}, which it "
+                      "cannot reach by loads and stores (nvshmem_ptr is null: not over NVLink); generate without "
+                      "--packets\", 2);"]
+        return lines
 
     def align(self, gen: Gen) -> list[str]:
         return ["  nvshmemx_barrier_all_on_stream(s);  // every rank's inputs and zeroed signal words are in place"]
@@ -808,7 +881,7 @@ class NvshmemTarget(Target):
         state = _state(gen)
         if "touches" not in state:
             state["touches"] = (touch_index(sched), monotone_words(sched))
-        plan = plan_rank(sched, rank, *state["touches"])
+        plan = plan_rank(sched, rank, *state["touches"], packets=state.get("packets"))
         state.setdefault("plans", {})[rank] = plan
         kernel = state["kernel"] = _Kernel(plan, plan.steps[0] if plan.steps else Step(0, Who("all")))
         scratch_before = len(gen.scratch)

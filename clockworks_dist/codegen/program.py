@@ -59,6 +59,10 @@ class Target:
         """After the buffers exist: whatever the ops need at run time (scratch is `Gen`'s)."""
         return []
 
+    def reset(self, gen: "Gen") -> list[str]:
+        """In cw_reset, on stream `s` after the inputs are written (`bufs`: the rank's buffers)."""
+        return []
+
     def align(self, gen: "Gen") -> list[str]:
         """On stream `s`, outside the timed span: every rank leaves it at about the same time, and
         no rank starts the ops before every rank's inputs are written."""
@@ -161,9 +165,16 @@ def unsupported(sched: ir.Schedule, backend: str) -> list[str]:
     return list(found.values())
 
 
-def generate(sched: ir.Schedule, backend: str) -> str:
-    """The `.cu` of `sched` for `backend`; `Unsupported` (naming file:line) if an op cannot be emitted."""
+def generate(sched: ir.Schedule, backend: str, packets=None) -> str:
+    """The `.cu` of `sched` for `backend`; `Unsupported` (naming file:line) if an op cannot be emitted.
+    `packets` (`packets.Lowered` of which `sched` is the schedule): the NVSHMEM backend sends its
+    put_signals as flag-in-data packets."""
     tgt = target(backend)
+    if packets is not None and packets.channels:
+        if tgt.name != "nvshmem":
+            raise Unsupported(f"packets are an NVSHMEM lowering; the {tgt.name} backend has none")
+        if packets.sched is not sched:
+            raise ValueError("generate(packets=...) takes the schedule packets.lower returned")
     problems = unsupported(sched, backend)
     if problems:
         raise Unsupported("; ".join(problems))
@@ -171,6 +182,8 @@ def generate(sched: ir.Schedule, backend: str) -> str:
         for decl in (*program.buffers, *program.signals):
             cuda.ident("buffer", decl.name)
     gen = Gen(sched, tgt)
+    if packets is not None and packets.channels:
+        gen.state.setdefault("nvshmem", {})["packets"] = packets
     functions = []
     for rank in range(sched.world):
         gen.rank = rank
@@ -355,6 +368,7 @@ def _main(sched: ir.Schedule, tgt: Target, gen: Gen) -> str:
         "",
         "static void cw_reset(cudaStream_t s, CwBuf* bufs, int nbufs, uint64_t* signals, int words) {",
         "  for (int b = 0; b < nbufs; ++b) cw_inputs_any(s, bufs[b]);",
+        *tgt.reset(gen),
         "  if (words) CW_CUDA(cudaMemsetAsync(signals, 0, words * sizeof(uint64_t), s));",
         "  cw_align(s);",
         "}",

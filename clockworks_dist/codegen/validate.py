@@ -579,6 +579,12 @@ def render_table(cells: list[dict], meta: dict) -> str:
                 "per call: the run's time divided by the calls")
         if backend == "nvshmem":
             how += " (the calls run inside the rank's one kernel launch)"
+    packets = meta.get("packets")
+    if packets:
+        counts = ", ".join(str(n) for n in packets.get("channels") or ())
+        how += (f"; every put_signal of at most {size_text(packets['max_bytes'])} whose signal word only its wait "
+                "reads sent as flag-in-data packets (`--packets`, codegen/packets.py; signal words lowered per size: "
+                f"{counts}), the rewritten schedule being what the checker verified and the results are compared with")
     lines = [f"# `clockworks validate` {meta.get('schedule')} ({meta.get('file')}), {backend}", "",
              f"Measured with {how}; the slowest rank per run, median (min..max) over the runs. Size: bytes per "
              "rank of the main buffer, as `clockworks predict` counts them. Result: every element and signal word "
@@ -805,7 +811,7 @@ def collect(out_dir: str) -> dict:
         cells.append(make_cell(entry["bytes"], result, predicted, nccl, [n for n in (why, nccl_note) if n]))
     meta = {**{k: manifest[k] for k in ("schedule", "file", "backend", "ranks", "iters", "warmup", "graph",
                                           "timeout")},
-            **{k: manifest.get(k) for k in ("params", "calls", "between")},
+            **{k: manifest.get(k) for k in ("params", "calls", "between", "packets")},
             "launcher": "slurm", "topology": topo_note, "nccl_op": (manifest.get("nccl") or {}).get("op"),
             "nccl_version": (header or {}).get("nccl_version"), "nccl_header": header, "machine": machine}
     return write_results(out_dir, cells, meta)
@@ -887,13 +893,14 @@ def _require_gpus(ranks: int, backend: str) -> None:
                             "with --launcher slurm")
 
 
-def _generate(sched: ir.Schedule, backend: str, path: str) -> str:
-    """Write the program of `sched` for `backend` to `path`; an op the backend cannot emit is named."""
+def _generate(sched: ir.Schedule, backend: str, path: str, lowered=None) -> str:
+    """Write the program of `sched` for `backend` to `path`; an op the backend cannot emit is named.
+    `lowered`: the `packets.Lowered` that `sched` is the schedule of."""
     from ..semantics.backends import Unsupported
     from . import program
 
     try:
-        text = program.generate(sched, backend)
+        text = program.generate(sched, backend, packets=lowered)
     except Unsupported as exc:
         raise ValidateError(f"{sched.name}: {exc} (the {backend} backend cannot generate it: try another "
                             "--backend)") from None
@@ -907,12 +914,14 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
                   warmup: int = DEFAULT_WARMUP, graph: bool = True, launcher: str = "local",
                   topology: str | None = None, schedule_name: str | None = None, no_check: bool = False,
                   size_bindings: dict[str, int] | None = None, nccl: bool = True, nodes: int = 1, calls: int = 1,
-                  between: str = "barrier") -> dict:
+                  between: str = "barrier", packets: int = 0) -> dict:
     """`clockworks validate FILE`: see the module docstring. Returns the report (`results.json`'s
     content: `verdict`, the worst over the sizes, and one cell per size); with `--launcher
     slurm`, what was written (`verdict` "written", `sbatch`). `nccl`: measure NCCL's collective.
     `calls` > 1: each run is `calls` back-to-back calls (`repeat.repeat`, separated by `between`),
-    checked and generated as one schedule; times and predictions are then per call."""
+    checked and generated as one schedule; times and predictions are then per call. `packets` > 0
+    (nvshmem): put_signals of at most that many bytes go as flag-in-data packets (`packets.lower`); the
+    rewritten schedule is the one checked, run and compared."""
     if backend not in BACKENDS:
         raise ValidateError(f"unknown backend {backend!r}; clockworks validate knows {', '.join(BACKENDS)}")
     if launcher not in LAUNCHERS:
@@ -925,6 +934,14 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
             schedules = [repeat(sched, calls, between) for sched in schedules]
         except RepeatError as exc:
             raise ValidateError(f"--calls {calls}: {exc}") from None
+    lowered = [None] * len(schedules)
+    if packets:
+        from . import packets as packets_mod
+
+        if backend != "nvshmem":
+            raise ValidateError("--packets is a lowering of the nvshmem backend: add --backend nvshmem")
+        lowered = [packets_mod.lower(sched, packets) for sched in schedules]
+        schedules = [item.sched for item in lowered]
     if not no_check:
         for sched in schedules:
             verify(sched, timeout)
@@ -935,9 +952,11 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
             "iters": iters, "warmup": warmup, "graph": graph and backend != "cupy", "timeout": timeout,
             "nccl_op": nccl_collective(schedules[0]) if nccl else None, "nccl": nccl, "no_check": no_check,
             "params": dict(schedules[0].params),  # the family's variant (cw.param, cw.choice), if any
-            "calls": calls, "between": between if calls > 1 else None}
+            "calls": calls, "between": between if calls > 1 else None,
+            "packets": ({"max_bytes": packets, "channels": [len(item.channels) for item in lowered],
+                         "refused": lowered[0].refused[:8]} if packets else None)}
     if launcher == "slurm":
-        return _prepare_slurm(schedules, nbytes, out_dir, meta, topology, search, nodes)
+        return _prepare_slurm(schedules, nbytes, out_dir, meta, topology, search, nodes, lowered)
     launch.find_mpiexec()
     if backend == "cupy":
         return _validate_cupy(schedules, nbytes, out_dir, meta, topology, search)
@@ -950,10 +969,10 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
     with concurrent.futures.ThreadPoolExecutor(max_workers=_build_workers(len(schedules))) as pool:
         bench = pool.submit(build_nccl_bench, build_root) if meta["nccl_op"] and schedules[0].world > 1 else None
         binaries = []
-        for sched, size in zip(schedules, nbytes):
+        for sched, size, low in zip(schedules, nbytes, lowered):
             folder = os.path.join(build_root, str(size))
             os.makedirs(folder, exist_ok=True)
-            source = _generate(sched, backend, os.path.join(folder, f"{sched.name}.cu"))
+            source = _generate(sched, backend, os.path.join(folder, f"{sched.name}.cu"), low)
             binaries.append(pool.submit(build.compile_program, source, backend, folder, toolchain))
         binaries = [os.fspath(job.result()) for job in binaries]
         bench_binary, bench_problem = None, None
@@ -1050,19 +1069,19 @@ def _validate_cupy(schedules, nbytes, out_dir, meta, topology, search) -> dict:
     return _finish(schedules, nbytes, results, out_dir, meta, topology, bench_binary, bench_problem, timeout)
 
 
-def _prepare_slurm(schedules, nbytes, out_dir, meta, topology, search, nodes) -> dict:
+def _prepare_slurm(schedules, nbytes, out_dir, meta, topology, search, nodes, lowered=None) -> dict:
     """Generate every program, write every job directory and the sbatch script; nothing runs here."""
     if meta["backend"] == "cupy":
         raise ValidateError("--launcher slurm runs generated programs: use --backend nccl or nvshmem "
                             "(the cupy backend runs under clockworks run inside the allocation)")
     out_dir = os.path.abspath(out_dir)
     cells = []
-    for sched, size in zip(schedules, nbytes):
+    for sched, size, low in zip(schedules, nbytes, lowered or [None] * len(schedules)):
         folder = os.path.join(out_dir, "build", str(size))
         job_dir = os.path.join(out_dir, "runs", str(size))
         os.makedirs(folder, exist_ok=True)
         os.makedirs(job_dir, exist_ok=True)
-        source = _generate(sched, meta["backend"], os.path.join(folder, f"{sched.name}.cu"))
+        source = _generate(sched, meta["backend"], os.path.join(folder, f"{sched.name}.cu"), low)
         reference = reference_of(sched, search, meta["no_check"])
         prepare_job_dir(job_dir, sched, reference, meta["timeout"], meta["iters"], meta["backend"], size)
         cells.append({"bytes": size, "size": size_text(size), "source": source,

@@ -1,0 +1,232 @@
+"""Flag-in-data packets: put_signal + wait_until pairs of the NVSHMEM backend as LL packets.
+
+A put_signal that sets a word on a peer, and the peer's wait for that value, cost a separate flag:
+the sender's fence waits one NVLink round trip for its data stores' acknowledgement before the
+signal may go out. Packets carry the flag in the data instead (NCCL's LL format): every 16-byte
+store to the peer holds 8 bytes of payload and the call's flag twice, once in each 8-byte half, and
+an 8-byte half lands whole; the receiver polls its own copy until every packet shows the flag, so no
+fence and no separate signal are needed.
+
+What this changes, and how it is proven. `lower(sched)` rewrites the schedule into the one the
+generated code runs, and that schedule is what the checker verifies, the expected values come from
+and the code is generated from:
+
+- put_signal(pe, D, src, w set v) becomes put_signal(pe, K, src, w set v), K the packet area: a
+  symmetric buffer per signal word (role "packets"), twice D's bytes in memory (payload and flags), of
+  which the model uses the first D.count elements (the payload). Its memory is not the model's values,
+  so it is not compared; what it carried is, in D;
+- each wait_until(w eq v) on the receiver is followed by copy(D <- K): the unpacking.
+
+The code then implements exactly these ops: the put_signal's packets are its data and its signal
+in one (each packet lands with its flag, all of them before the last flag is seen); the wait is
+"every packet of K shows the flag v", which holds from the moment the last packet lands until the
+next put_signal to K overwrites one; the copy reads the payload. If the rewritten schedule lets a
+later put_signal overwrite K before the copy of the earlier one has read it, the checker reports it
+(a race on K, or a wait that can miss its value: a deadlock), so a verified schedule never does; and
+whatever the user's ops read of D, they read from the copy, at the point the checker's values say.
+
+A word is lowered only when every update of it is such a put_signal from one sender to one region
+(set, value 1 to 2**32 - 1, all values different, so a flag left by an earlier call or by the zeroed
+area never matches), its only readers are the owner's wait_until ... eq of those values, the region
+is at most `max_bytes` and 8-byte aligned, and the sender is another rank (reached by stores over
+NVLink: `nvshmem_ptr`; the program stops with an error at setup where it is not). Every other
+put_signal keeps the separate flag, and `Lowered.refused` says why.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from .. import ir
+from ..semantics.arithmetic import signal_effect
+
+DEFAULT_MAX_BYTES = 64 << 10  # payload per put_signal; every block of the receiver polls all of its packets
+FLAG_MAX = (1 << 32) - 1  # the flag is the set value, in 32 bits
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One lowered signal word: `sender` puts packets of `region` (on `receiver`) into `area`."""
+
+    receiver: int
+    sender: int
+    signal: str
+    index: int
+    region: ir.Region  # D on the receiver: what the unpacking copy writes
+    area: str  # the packet area's buffer name (symmetric scratch, 2 x the payload's elements)
+    nbytes: int  # payload bytes
+
+
+@dataclass
+class Lowered:
+    """The rewritten schedule and where its packet ops are: (rank, op index) -> channel."""
+
+    sched: ir.Schedule
+    channels: list[Channel] = field(default_factory=list)
+    sends: dict[tuple[int, int], Channel] = field(default_factory=dict)
+    waits: dict[tuple[int, int], Channel] = field(default_factory=dict)
+    unpacks: dict[tuple[int, int], Channel] = field(default_factory=dict)
+    refused: list[str] = field(default_factory=list)
+
+    def area_bytes(self, name: str) -> int:
+        """Bytes of packet area `name` in memory (16 per 8 bytes of payload)."""
+        return 2 * max(c.nbytes for c in self.channels if c.area == name)
+
+
+def _affine(a: ir.Affine | None, scale: int = 1, minus: ir.Affine | None = None) -> ir.Affine | None:
+    """scale * (a - minus) as an `ir.Affine` (None when `a` is: the size is not symbolic)."""
+    if a is None:
+        return None
+    terms: dict[str, int] = {}
+    for name, coeff in a.terms:
+        terms[name] = terms.get(name, 0) + scale * coeff
+    for name, coeff in (minus.terms if minus is not None else ()):
+        terms[name] = terms.get(name, 0) - scale * coeff
+    const = scale * (a.const - (minus.const if minus is not None else 0))
+    exact = a.exact and (minus is None or minus.exact)
+    return ir.Affine(const=const, terms=tuple((n, c) for n, c in sorted(terms.items()) if c), exact=exact)
+
+
+def _payload(area: str, dst: ir.Region) -> ir.Region:
+    """[0, dst.count) of the packet area, as symbolic as `dst`'s size is."""
+    stop = _affine(dst.stop_sym, 1, dst.start_sym)
+    return ir.Region(buffer=area, start=0, stop=dst.count, start_sym=ir.Affine(const=0) if stop else None,
+                     stop_sym=stop)
+
+
+def _itemsize(sched: ir.Schedule, rank: int, region: ir.Region) -> int:
+    return ir.DTYPE_BYTES[sched.programs[rank].buffer(region.buffer).dtype]
+
+
+def _problem(sched: ir.Schedule, rank: int, op: ir.PutSignal, max_bytes: int) -> str | None:
+    """Why this put_signal cannot send packets (None: it can)."""
+    size = _itemsize(sched, rank, op.src)
+    nbytes = op.src.count * size
+    if op.pe == rank:
+        return "it puts to its own rank"
+    if op.sig_op != "set":
+        return f"its signal is an {op.sig_op}, not a set"
+    if not 1 <= op.value <= FLAG_MAX:
+        return f"its value {op.value} does not fit a 32-bit flag other than 0"
+    if nbytes == 0 or nbytes % 8 or (op.src.start * size) % 8 or (op.dst.start * _itemsize(sched, op.pe, op.dst)) % 8:
+        return "its data is not a whole number of 8-byte packets at 8-byte aligned offsets"
+    if nbytes > max_bytes:
+        return f"its {nbytes} bytes are more than the packet limit of {max_bytes}"
+    if not sched.programs[op.pe].buffer(op.dst.buffer).symmetric:
+        return "its destination is not symmetric"
+    return None
+
+
+def lower(sched: ir.Schedule, max_bytes: int = DEFAULT_MAX_BYTES) -> Lowered:
+    """The schedule with every eligible put_signal + wait_until pair as packets (module docstring)."""
+    updates: dict[tuple[int, str, int], list[tuple[int, int, object]]] = defaultdict(list)
+    readers: dict[tuple[int, str, int], list[tuple[int, int, object]]] = defaultdict(list)
+    for program in sched.programs:
+        for m, op in enumerate(program.ops):
+            for member in (op.ops if isinstance(op, ir.Group) else (op,)):
+                effect = signal_effect(member)
+                if effect is not None:
+                    word = (member.pe, effect[0].signal, effect[0].index)
+                    (readers if effect[1] == "read" else updates)[word].append((program.rank, m, member))
+                    if member.kind == "fetch_atomic":
+                        readers[word].append((program.rank, m, member))
+                if isinstance(member, ir.WaitUntil):
+                    readers[(program.rank, member.signal.signal, member.signal.index)].append((program.rank, m, member))
+                elif isinstance(member, (ir.WaitUntilAll, ir.WaitUntilAny)):
+                    for ref in member.signals:
+                        readers[(program.rank, ref.signal, ref.index)].append((program.rank, m, member))
+    out = Lowered(sched)
+    chosen: dict[tuple[int, str, int], tuple[list, list]] = {}
+    for word in sorted(updates):
+        owner, name, index = word
+        where = f"signal word {name}[{index}] of rank {owner}"
+        ups = updates[word]
+        why = None
+        for rank, _m, op in ups:
+            if not isinstance(op, ir.PutSignal):
+                why = f"{op.loc}: {op.kind} updates it"
+            else:
+                why = _problem(sched, rank, op, max_bytes)
+                why = None if why is None else f"{op.loc}: {why}"
+            if why:
+                break
+        if why is None and len({rank for rank, _m, _op in ups}) > 1:
+            why = "more than one rank puts to it"
+        if why is None and len({op.dst for _r, _m, op in ups}) > 1:
+            why = "its put_signals write different regions"
+        values = [op.value for _r, _m, op in ups]
+        if why is None and len(set(values)) != len(values):
+            why = "two of its put_signals set the same value (a flag would not tell them apart)"
+        waits = readers.get(word, [])
+        if why is None:
+            for _rank, _m, op in waits:
+                if not (isinstance(op, ir.WaitUntil) and op.cmp == "eq" and op.value in values):
+                    why = f"{op.loc}: {op.kind} reads it (only wait_until eq one of the set values can poll packets)"
+                    break
+        if why is None and not waits:
+            why = "nobody waits for it"
+        if why is not None:
+            out.refused.append(f"{where}: {why}")
+            continue
+        chosen[word] = (ups, waits)
+    if not chosen:
+        return out
+    taken = {d.name for p in sched.programs for d in (*p.buffers, *p.signals)}
+    areas: dict[tuple[str, int], tuple[str, int, str]] = {}  # (signal, index) -> (area name, elements, dtype)
+    area_sym: dict[str, ir.Affine | None] = {}
+    for (owner, name, index), (ups, _waits) in chosen.items():
+        dst = ups[0][2].dst
+        decl = sched.programs[owner].buffer(dst.buffer)
+        key = (name, index)
+        if key not in areas:
+            area = f"packets_{name}_{index}"
+            while area in taken:
+                area += "_"
+            taken.add(area)
+            areas[key] = (area, 0, decl.dtype)
+        area, count, dtype = areas[key]
+        if dtype != decl.dtype:  # one area per (signal, index) on every rank: one dtype
+            out.refused.append(f"signal word {name}[{index}] of rank {owner}: its regions differ in dtype between "
+                               "ranks")
+            continue
+        if 2 * dst.count > count:
+            areas[key] = (area, 2 * dst.count, dtype)
+            payload = _payload(area, dst)
+            area_sym[area] = _affine(payload.stop_sym, 2)
+    ops = [list(p.ops) for p in sched.programs]
+    inserts: dict[int, dict[int, ir.Copy]] = defaultdict(dict)
+    for (owner, name, index), (ups, waits) in chosen.items():
+        area, _count, dtype = areas[(name, index)]
+        dst = ups[0][2].dst
+        if sched.programs[owner].buffer(dst.buffer).dtype != dtype:
+            continue
+        payload = _payload(area, dst)
+        channel = Channel(owner, ups[0][0], name, index, dst, area, dst.count * ir.DTYPE_BYTES[dtype])
+        out.channels.append(channel)
+        for rank, m, op in ups:
+            ops[rank][m] = op.model_copy(update={"dst": payload})
+            out.sends[(rank, m)] = channel
+        for rank, m, op in waits:
+            inserts[rank][m] = ir.Copy(loc=op.loc, dst=dst, src=payload)
+    programs, sends = [], {}
+    for program in sched.programs:
+        new_ops: list = []
+        for m, op in enumerate(ops[program.rank]):
+            new_index = len(new_ops)
+            new_ops.append(op)
+            if (program.rank, m) in out.sends:
+                sends[(program.rank, new_index)] = out.sends[(program.rank, m)]
+            copy = inserts[program.rank].get(m)
+            if copy is not None:
+                channel = next(c for c in out.channels if c.receiver == program.rank and c.area == copy.src.buffer)
+                out.waits[(program.rank, new_index)] = channel
+                out.unpacks[(program.rank, new_index + 1)] = channel
+                new_ops.append(copy)
+        decls = [ir.BufferDecl(name=area, count=count, dtype=dtype, role="packets", symmetric=True,
+                               count_sym=area_sym.get(area), loc=sched.loc)
+                 for area, count, dtype in areas.values() if any(c.area == area for c in out.channels)]
+        programs.append(program.model_copy(update={"ops": tuple(new_ops), "buffers": (*program.buffers, *decls)}))
+    out.sends = sends
+    out.sched = sched.model_copy(update={"programs": tuple(programs)})
+    return out
