@@ -71,6 +71,13 @@ stream). While the stream is being captured the kernel is launched with `cudaLau
 the cooperative launch attribute directly on it (same kernel and grid, checked resident with
 `nvshmemx_collective_launch_query_gridsize` at setup), so the graph is one cooperative kernel node.
 
+Packets (`--packets`, `packets.py`): a put_signal lowered to flag-in-data packets is a spread op of
+twice its bytes whose blocks store their packets straight into the peer's area (`nvshmem_ptr`), with
+no fence of its own and no signal; the ordering it needs before it (a publication) is the planner's,
+as for any signal. Its wait is polled by every block over every packet, then the word is set to
+the value locally; the copy after it unpacks. A rank whose every op then fits one block runs them
+all on block 0, so each follows what it depends on by a `__syncthreads`.
+
 Send, recv, groups and the NCCL collectives are NCCL's (`--backend nccl`).
 """
 

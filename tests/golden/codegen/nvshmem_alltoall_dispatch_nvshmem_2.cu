@@ -925,6 +925,54 @@ template <typename T> __device__ inline void cw_nv_opaque(T* p, size_t n, uint64
   for (size_t i = s.begin + threadIdx.x; i < s.end; i += blockDim.x) p[i] = cw_from<T>(cw_level(h + j0 + i));
 }
 
+// Flag-in-data packets (clockworks_dist/codegen/packets.py; NCCL's LL format): 16 bytes hold 8 bytes of
+// payload and the flag twice, {data0, flag, data1, flag}. A 16-byte store lands at least in whole 8-byte
+// halves, each with its flag, so a reader that sees the flag in both halves has the packet's payload;
+// volatile accesses, so neither side keeps a packet in a register or the L1 cache.
+__device__ inline void cw_nv_pk_store(uint4* p, uint32_t d0, uint32_t d1, uint32_t flag) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(d0), "r"(flag), "r"(d1), "r"(flag)
+               : "memory");
+}
+__device__ inline uint4 cw_nv_pk_load(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p) : "memory");
+  return v;
+}
+// put_signal as packets: this block's share of `bytes` of payload from src, each 8 bytes as one packet
+// stored straight into the peer's packet area (`remote`: nvshmem_ptr of it, over NVLink). No fence and no
+// separate signal: every packet carries the flag.
+__device__ inline void cw_nv_pk_send(void* remote, const void* src, size_t bytes, uint32_t flag, unsigned want,
+                                     unsigned base) {
+  CwNvShare s = cw_nv_share(bytes / 8, want, base, 1);
+  uint4* dst = (uint4*)remote;
+  const uint2* in = (const uint2*)src;
+  for (size_t i = s.begin + threadIdx.x; i < s.end; i += blockDim.x) {
+    uint2 v = in[i];
+    cw_nv_pk_store(dst + i, v.x, v.y, flag);
+  }
+}
+// wait_until(word eq flag) as packets: the block's threads poll every packet of the area until each shows
+// the flag, then __syncthreads: the block's later work follows the last packet (as it follows the signal).
+__device__ inline void cw_nv_pk_wait(const void* area, size_t bytes, uint32_t flag) {
+  const uint4* p = (const uint4*)area;
+  for (size_t i = threadIdx.x; i < bytes / 8; i += blockDim.x) {
+    uint4 v = cw_nv_pk_load(p + i);
+    while (v.y != flag || v.w != flag) v = cw_nv_pk_load(p + i);
+  }
+  __syncthreads();
+}
+// The copy after the wait: this block's share of the payload, out of the packets, into dst.
+__device__ inline void cw_nv_pk_unpack(void* dst, const void* area, size_t bytes, unsigned want, unsigned base) {
+  CwNvShare s = cw_nv_share(bytes / 8, want, base, 1);
+  const uint4* p = (const uint4*)area;
+  uint2* out = (uint2*)dst;
+  for (size_t i = s.begin + threadIdx.x; i < s.end; i += blockDim.x) {
+    uint4 v = cw_nv_pk_load(p + i);
+    out[i] = make_uint2(v.x, v.z);
+  }
+}
+
 // One run of a rank's ops: cooperative (every block resident), through NVSHMEM's collective launch
 // (which launches on NVSHMEM's own stream, joined to `s` by events). While `s` is captured into a
 // CUDA graph: the same kernel and grid directly on `s`, as a kernel node with the cooperative

@@ -1,0 +1,139 @@
+"""Flag-in-data packets (`clockworks_dist.codegen.packets`, `--packets`): which put_signal + wait_until
+pairs are lowered and why the others are not, the rewritten schedule the checker verifies, the code
+the NVSHMEM backend writes for it (packet stores over nvshmem_ptr, every block polling, the unpacking
+copy, the zeroed areas, the setup check), that a packet area is never compared as the model's values,
+and the CLI's errors. Compiling a packets program needs nvcc and the NVSHMEM wheel (skipped, with the
+reason, where they are missing); running it is scripts/gpu/packets_h200x2.sh's job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import clockworks_dist as cw
+from clockworks_dist import ir
+from clockworks_dist.check import check
+from clockworks_dist.cli import main
+from clockworks_dist.codegen import build, packets, program
+from clockworks_dist.dsl import params
+from clockworks_dist.dsl.load import load_file
+from clockworks_dist.repeat import repeat
+from clockworks_dist.runtime.expected import build_reference, expect_rank
+
+ROOT = Path(__file__).resolve().parent.parent
+FAMILY = ROOT / "protocols" / "nvshmem_allreduce_family.py"
+
+
+def family(algo: str, ranks: int = 2, chunk: int = 256) -> ir.Schedule:
+    with params.bind({"ALGO": algo}):
+        return load_file(str(FAMILY))[0].trace(ranks, sizes={"CHUNK": chunk})
+
+
+@pytest.mark.parametrize("algo,ranks", [("oneshot", 2), ("oneshot", 4), ("oneshot", 8), ("twoshot", 2), ("twoshot", 4),
+                                        ("twoshot", 8)])
+def test_the_family_lowers_every_pair_and_the_rewrite_is_verified(algo, ranks):
+    sched = family(algo, ranks)
+    low = packets.lower(sched)
+    puts = sum(isinstance(op, ir.PutSignal) for p in sched.programs for op in p.ops)
+    assert len(low.sends) == puts and not low.refused
+    assert len(low.waits) == len(low.unpacks) == puts
+    for (rank, m), channel in low.waits.items():
+        ops = low.sched.programs[rank].ops
+        assert isinstance(ops[m], ir.WaitUntil) and ops[m].signal.signal == channel.signal
+        copy = ops[m + 1]
+        assert isinstance(copy, ir.Copy) and copy.dst == channel.region and copy.src.buffer == channel.area
+        assert (rank, m + 1) in low.unpacks
+    for (rank, m), channel in low.sends.items():
+        op = low.sched.programs[rank].ops[m]
+        assert isinstance(op, ir.PutSignal) and op.dst.buffer == channel.area and op.pe == channel.receiver
+    area = low.sched.programs[0].buffer(low.channels[0].area)
+    assert area.role == "packets" and area.symmetric and area.count == 2 * low.channels[0].region.count
+    assert check(low.sched, timeout=120).verdict == "verified"
+
+
+def test_repeated_calls_lower_with_their_epochs_and_keep_the_checkers_verdict():
+    alternate = packets.lower(repeat(family("oneshot"), 4, "alternate"))
+    flags = sorted(op.value for (rank, m) in alternate.sends if rank == 0
+                   for op in [alternate.sched.programs[0].ops[m]])
+    assert flags == [1, 1, 3, 3]  # each copy's epochs: 1 + k * M, M = 2
+    assert check(alternate.sched, timeout=120).verdict == "verified"
+    none = packets.lower(repeat(family("oneshot"), 4, "none"))
+    result = check(none.sched, timeout=120)
+    assert result.verdict == "violated" and "deadlock" in {e.kind for e in result.errors}
+
+
+def _pair(sig_op="set", value=1, cmp="eq", count=256, dtype="float32"):
+    def fn(r):
+        d = r.symmetric("d", count=count, dtype=dtype, role="output")
+        s = r.symmetric("s", count=count, dtype=dtype, role="input")
+        flag = r.signal("flag", count=1)
+        if r.rank == 0:
+            r.put_signal(1, d, s, flag[0], value=value, op=sig_op)
+        else:
+            r.wait_until(flag[0], cmp, value)
+    return cw.schedule(fn).trace(2)
+
+
+@pytest.mark.parametrize("kwargs,reason", [
+    ({"sig_op": "add"}, "its signal is an add, not a set"),
+    ({"cmp": "ge"}, "only wait_until eq one of the set values can poll packets"),
+    ({"value": 1 << 33}, "does not fit a 32-bit flag"),
+    ({"count": 3}, "not a whole number of 8-byte packets"),
+    ({"count": 1 << 15}, "more than the packet limit of 65536"),
+])
+def test_a_pair_that_packets_cannot_carry_keeps_its_signal_and_says_why(kwargs, reason):
+    low = packets.lower(_pair(**kwargs))
+    assert not low.channels and not low.sends and low.sched == _pair(**kwargs)
+    assert len(low.refused) == 1 and reason in low.refused[0] and "flag[0] of rank 1" in low.refused[0]
+
+
+def test_the_limit_is_the_callers():
+    assert packets.lower(_pair(count=1 << 15), max_bytes=1 << 17).channels
+
+
+def test_the_generated_program_sends_polls_unpacks_and_zeroes_the_areas():
+    low = packets.lower(repeat(family("oneshot"), 2, "alternate"))
+    text = program.generate(low.sched, "nvshmem", packets=low)
+    assert "cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 2048, 1u" in text
+    assert "cw_nv_pk_wait(b_packets_ready_1, 2048, 1u);" in text
+    assert "cw_nv_pk_unpack(b_slots + 512, b_packets_ready_1, 2048," in text
+    assert "nvshmemx_putmem_signal" not in text.split("cw_nv_rank0(CwNvArgs0 a)")[1]
+    assert "(cw_rank == 0) CW_CUDA(cudaMemsetAsync(bufs[4].ptr, 0, 4096, s));  // packet area packets_ready_1" in text
+    assert "!nvshmem_ptr(bufs[" in text and "generate without --packets" in text
+    # every op of a rank fits one block: all on block 0, each after the one before by a __syncthreads
+    kernels = text.split("cw_nv_rank0(CwNvArgs0 a)")[1].split("// the end of a run")[0]
+    assert "cw_nv_last(" not in kernels and "cw_nv_grid_sync(" not in kernels
+    assert "static const int wants[] = {1, 1};" in text
+    with pytest.raises(ValueError, match="the schedule packets.lower returned"):
+        program.generate(family("oneshot"), "nvshmem", packets=low)
+
+
+def test_a_packet_area_is_never_compared_and_what_it_carried_is():
+    low = packets.lower(family("oneshot"))
+    ref = build_reference(low.sched)
+    expect = expect_rank(ref, 0)
+    assert not expect.buffers[low.channels[0].area].checked.any()
+    assert expect.buffers["out"].checked.all() and expect.buffers["slots"].checked.any()
+    assert np.array_equal(expect.signals, np.array([0, 1], dtype=np.uint64))  # ready[1]: the wait's value
+
+
+def test_packets_program_compiles(tmp_path):
+    tc = build.find_toolchain("nvshmem")
+    if not tc.ok:
+        pytest.skip("cannot build nvshmem programs here: " + "; ".join(str(m) for m in tc.missing))
+    low = packets.lower(repeat(family("twoshot"), 2, "none"))
+    cu = tmp_path / "packets.cu"
+    cu.write_text(program.generate(low.sched, "nvshmem", packets=low))
+    assert build.compile_program(cu, "nvshmem", tmp_path / "out", tc).exists()
+
+
+def test_the_cli_refuses_packets_for_nccl_and_checks_the_rewrite(tmp_path, capsys):
+    code = main(["codegen", str(FAMILY), "--backend", "nccl", "--packets", "64KiB", "-o", str(tmp_path)])
+    assert code == 2 and "--backend nvshmem" in capsys.readouterr().err
+    code = main(["codegen", str(FAMILY), "--backend", "nvshmem", "--np", "2", "--packets", "64KiB",
+                 "--param", "ALGO=oneshot", "-o", str(tmp_path)])
+    assert code == 0 and "cw_nv_pk_wait(" in next(tmp_path.glob("*.cu")).read_text()
+    code = main(["codegen", str(FAMILY), "--backend", "nvshmem", "--packets", "lots", "-o", str(tmp_path)])
+    assert code == 2 and "--packets" in capsys.readouterr().err
