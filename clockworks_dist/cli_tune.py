@@ -45,6 +45,10 @@ def add_parser(sub, positive, seconds) -> None:
     cmd.add_argument("--calls", metavar="K", type=positive, default=1,
                      help="check, predict and measure each variant as K back-to-back calls (epoch signal words, "
                           "no reset), with the cheapest separator the checker verifies; times per call (default 1)")
+    cmd.add_argument("--packets", metavar="SIZES", type=_packet_limits, default=[],
+                     help="also try each variant with its put_signals of at most SIZE bytes sent as flag-in-data "
+                          "packets, for each SIZE of the list (e.g. 16KiB,64KiB); the rewritten schedule is what is "
+                          "checked, predicted and measured, and each lowering's top K is measured")
     cmd.add_argument("--timeout", metavar="S", type=seconds, default=tune.CHECK_TIMEOUT_S,
                      help=f"the check of each variant stops after S seconds (default {tune.CHECK_TIMEOUT_S:g})")
     cmd.add_argument("--json", action="store_true", help="print tune.json on stdout")
@@ -61,6 +65,16 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _packet_limits(text: str) -> list[int]:
+    """--packets SIZES: a list of byte sizes (16KiB,64KiB), each above 0."""
+    from .cli_codegen import _packet_limit
+
+    limits = [_packet_limit(part.strip()) for part in text.split(",") if part.strip()]
+    if not limits or 0 in limits:
+        raise argparse.ArgumentTypeError(f"{text!r}: one or more sizes above 0, such as 16KiB,64KiB")
+    return limits
+
+
 def cmd_tune(args: argparse.Namespace, out) -> int:
     from . import tune
     from .perf.predict import parse_sizes
@@ -75,7 +89,7 @@ def cmd_tune(args: argparse.Namespace, out) -> int:
 
     report = tune.tune(args.file, args.topology, args.np, sizes, args.out, schedule_name=args.schedule,
                        top=args.top, noise=args.noise, dry=args.dry, mode=args.mode, check_timeout=args.timeout,
-                       say=say, calls=args.calls)
+                       say=say, calls=args.calls, packets=args.packets)
     if args.json:
         out.json(report)
     else:

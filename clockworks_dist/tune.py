@@ -9,9 +9,17 @@ The pipeline, top to bottom (`tune`):
 4. without `dry`: build and measure the top K per size with `codegen.validate` (bit-exact check on)
    and accept a variant only if it beats the best so far by more than the noise (`accept`).
 
+Lowerings (`packets`): each variant is also tried with its put_signals of at most N bytes sent as
+flag-in-data packets (`codegen.packets`), for each N given. Such a candidate is the rewritten
+schedule: that is what is checked, predicted and measured. It takes part only at the sizes where
+the rewrite lowers at least one put_signal (above N it is the variant itself). The predictor does not
+model what packets save (the separate signal's round trip) or cost (twice the bytes on the wire): it
+simulates the rewritten schedule's ops as they are. So each lowering is ranked on its own and its top
+K measured; the measurements decide.
+
 Every try is recorded in `tune_memory.json` in the output folder, keyed by the schedule file's hash,
-the schedule, the variant, the world and the topology, so a rerun skips what was already decided.
-The results go to `tune.json` and `tune.md`.
+the schedule, the variant, its lowering, the world and the topology, so a rerun skips what was
+already decided. The results go to `tune.json` and `tune.md`.
 """
 
 from __future__ import annotations
@@ -81,11 +89,43 @@ def file_hash(path: str) -> str:
         return hashlib.sha256(handle.read()).hexdigest()
 
 
-def memory_key(digest: str, schedule: str, binding: dict, world: int, topology: str, calls: int = 1) -> str:
+def memory_key(digest: str, schedule: str, binding: dict, world: int, topology: str, calls: int = 1,
+               packets: int = 0) -> str:
     key = {"file": digest, "schedule": schedule, "variant": binding, "world": world, "topology": topology}
     if calls > 1:  # a run of back-to-back calls is another measurement (one call keeps the old keys)
         key["calls"] = calls
+    if packets:  # a lowering is another candidate (none keeps the old keys)
+        key["packets"] = packets
     return json.dumps(key, sort_keys=True)
+
+
+def candidate_label(binding: dict, packets: int = 0) -> str:
+    """`ALGO=oneshot` or `ALGO=oneshot, packets <= 32 KiB`."""
+    return params.label(binding) + (f", packets <= {_size_text(packets)}" if packets else "")
+
+
+def _lowering(packets: int):
+    """The rewrite of a candidate's schedule (None: none): its put_signals of at most `packets`
+    bytes as flag-in-data packets."""
+    if not packets:
+        return None
+    from .codegen.packets import lower
+
+    return lambda sched: lower(sched, packets).sched
+
+
+def _lowered_at(defn: ScheduleDef, binding: dict, world: int, nbytes: int, calls: int, between: str,
+                packets: int) -> int:
+    """How many signal words the packets rewrite lowers at `nbytes` (0: the candidate is the variant itself)."""
+    from .codegen.packets import lower
+    from .perf.predict import size_binding
+    from .repeat import repeat
+
+    sched = defn.trace(world, defn.ranks_per_node, sizes=size_binding(defn, world, nbytes, defn.ranks_per_node),
+                       params=binding)
+    if calls > 1:
+        sched = repeat(sched, calls, between)
+    return len(lower(sched, packets).channels)
 
 
 def load_memory(path: str) -> dict:
@@ -99,8 +139,8 @@ def load_memory(path: str) -> dict:
         raise TuneError(f"{path}: cannot read the tune memory ({exc}); move it away to start afresh") from None
     if not isinstance(data, dict) or data.get("version") != MEMORY_VERSION or not isinstance(data.get("tries"), list):
         raise TuneError(f"{path}: not a tune memory of version {MEMORY_VERSION}; move it away to start afresh")
-    return {memory_key(t["file"], t["schedule"], t["variant"], t["world"], t["topology"], t.get("calls", 1)): t
-            for t in data["tries"]}
+    return {memory_key(t["file"], t["schedule"], t["variant"], t["world"], t["topology"], t.get("calls", 1),
+                       t.get("packets", 0)): t for t in data["tries"]}
 
 
 def save_memory(path: str, tries: dict) -> None:
@@ -112,15 +152,18 @@ def save_memory(path: str, tries: dict) -> None:
 
 
 # -------------------------------------------------------------------------------- the steps
-def check_variant(defn: ScheduleDef, binding: dict, world: int, timeout: float | None) -> tuple[str, str | None]:
-    """The checker's verdict on one variant at `world` ranks, and its first error (None if verified)."""
+def check_variant(defn: ScheduleDef, binding: dict, world: int, timeout: float | None,
+                  packets: int = 0) -> tuple[str, str | None]:
+    """The checker's verdict on one variant at `world` ranks (rewritten by the `packets` lowering when
+    given), and its first error (None if verified)."""
     from .check import check
 
     try:
         sched = defn.trace(world, params=binding)
     except ScheduleError as exc:
         return "error", str(exc)
-    result = check(sched, timeout=timeout, max_states=CHECK_MAX_STATES)
+    lowered = _lowering(packets)
+    result = check(sched if lowered is None else lowered(sched), timeout=timeout, max_states=CHECK_MAX_STATES)
     if result.verdict == "verified" and result.complete:
         return "verified", None
     if result.errors:
@@ -129,10 +172,12 @@ def check_variant(defn: ScheduleDef, binding: dict, world: int, timeout: float |
     return "incomplete", f"the check did not finish (stopped by {result.stopped_by})"
 
 
-def check_calls(defn: ScheduleDef, binding: dict, world: int, calls: int, timeout: float | None) -> tuple:
+def check_calls(defn: ScheduleDef, binding: dict, world: int, calls: int, timeout: float | None,
+                packets: int = 0) -> tuple:
     """For `calls` back-to-back calls: the cheapest separator the checker verifies, trying nothing,
-    then a sync_all, then a barrier_all between the calls (`repeat.repeat`). (verdict, first error,
-    the separator or None, {separator: what the checker said})."""
+    then two copies by call parity, then a sync_all, then a barrier_all between the calls
+    (`repeat.repeat`; the result rewritten by the `packets` lowering when given). (verdict, first
+    error, the separator or None, {separator: what the checker said})."""
     from .check import check
     from .repeat import BETWEEN, RepeatError, repeat
 
@@ -146,7 +191,8 @@ def check_calls(defn: ScheduleDef, binding: dict, world: int, calls: int, timeou
             sched = repeat(base, calls, between)
         except RepeatError as exc:
             return "error", str(exc), None, said
-        result = check(sched, timeout=timeout, max_states=CHECK_MAX_STATES)
+        lowered = _lowering(packets)
+        result = check(sched if lowered is None else lowered(sched), timeout=timeout, max_states=CHECK_MAX_STATES)
         if result.verdict == "verified" and result.complete:
             said[between] = "verified"
             return "verified", None, between, said
@@ -157,14 +203,15 @@ def check_calls(defn: ScheduleDef, binding: dict, world: int, calls: int, timeou
 
 
 def predict_variant(defn: ScheduleDef, binding: dict, topo, world: int, sizes: list[int],
-                    mode: str = "graph", calls: int = 1, between: str = "barrier") -> dict[str, dict]:
-    """Predicted time (per call), busbw and bottleneck of one variant at each size (keys: bytes, as
-    text for JSON)."""
+                    mode: str = "graph", calls: int = 1, between: str = "barrier",
+                    packets: int = 0) -> dict[str, dict]:
+    """Predicted time (per call), busbw and bottleneck of one variant (rewritten by the `packets`
+    lowering when given) at each size (keys: bytes, as text for JSON)."""
     from .perf.predict import bound, predict_sizes
 
     with params.bind(binding):
         found = predict_sizes(defn, topo, world, sizes, mode=mode, ranks_per_node=defn.ranks_per_node, calls=calls,
-                              between=between)
+                              between=between, transform=_lowering(packets))
     return {str(p.nbytes): {"time_us": round(p.time_us, 3), "busbw_GBs": round(p.busbw_GBs, 3),
                             "bottleneck": bound(p.timeline)} for p in found}
 
@@ -173,7 +220,8 @@ def rank(tries: list[dict], sizes: list[int]) -> dict[str, list[dict]]:
     """Per size, the predicted variants fastest first."""
     ranking = {}
     for nbytes in sizes:
-        rows = [{"variant": t["variant"], "label": params.label(t["variant"]) + (
+        rows = [{"variant": t["variant"], "packets": t.get("packets", 0),
+                 "label": candidate_label(t["variant"], t.get("packets", 0)) + (
                      f" ({t['between']} between calls)" if t.get("between") else ""), **t["predicted"][str(nbytes)]}
                 for t in tries if str(nbytes) in t.get("predicted", {})]
         ranking[str(nbytes)] = sorted(rows, key=lambda row: (row["time_us"], row["label"]))
@@ -181,18 +229,22 @@ def rank(tries: list[dict], sizes: list[int]) -> dict[str, list[dict]]:
 
 
 def measure(path: str, defn: ScheduleDef, binding: dict, world: int, sizes: list[int], topology: str, out_dir: str,
-            timeout: float | None, calls: int = 1, between: str = "barrier") -> dict[str, dict]:
-    """One variant built and run at `sizes` with one `validate` call (NVSHMEM, bit-exact check on,
-    NCCL's own collective measured beside it): per size (a string key), the measurement as JSON
-    (`time_us`, `spread`, `verdict`, `nccl_us`, `folder`)."""
+            timeout: float | None, calls: int = 1, between: str = "barrier", packets: int = 0) -> dict[str, dict]:
+    """One variant (rewritten by the `packets` lowering when given) built and run at `sizes` with one
+    `validate` call (NVSHMEM, bit-exact check on, NCCL's own collective measured beside it): per size
+    (a string key), the measurement as JSON (`time_us`, `spread`, `verdict`, `nccl_us`, `folder`)."""
     from .codegen import validate
 
-    name = os.path.join("measured", params.label(binding).replace(",", "_") or "default")  # recorded relative
+    name = params.label(binding).replace(",", "_") or "default"
+    if packets:
+        name += f"_packets{packets}"
+    name = os.path.join("measured", name)  # recorded relative
     folder = os.path.join(out_dir, name)
     with params.bind(binding):
         summary = validate.validate_file(path, backend="nvshmem", ranks=world, sizes=sorted(sizes), out_dir=folder,
                                          topology=topology, schedule_name=defn.name, calls=calls, between=between,
-                                         timeout=validate.DEFAULT_TIMEOUT_S if timeout is None else timeout)
+                                         timeout=validate.DEFAULT_TIMEOUT_S if timeout is None else timeout,
+                                         packets=packets)
     found = {}
     cells = {cell.get("bytes"): cell for cell in summary.get("cells") or []}
     for nbytes in sizes:
@@ -213,10 +265,11 @@ def measure(path: str, defn: ScheduleDef, binding: dict, world: int, sizes: list
 def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, schedule_name: str | None = None,
          top: int = DEFAULT_TOP, noise: float = DEFAULT_NOISE, dry: bool = True, mode: str = "graph",
          check_timeout: float | None = CHECK_TIMEOUT_S, say: Callable[[str], None] = lambda _text: None,
-         calls: int = 1) -> dict:
+         calls: int = 1, packets: list[int] | None = None) -> dict:
     """Search the family in `path` (see the module docstring); the report (`tune.json`'s content).
     `calls` > 1: every variant is checked, predicted and measured as that many back-to-back calls,
-    with the cheapest separator between them that the checker verifies (`check_calls`)."""
+    with the cheapest separator between them that the checker verifies (`check_calls`). `packets`:
+    each variant is also tried with each of these packet limits (bytes; the module docstring)."""
     from .topology import gpus, load_topology
 
     if not dry and gpus_visible() == 0:
@@ -232,56 +285,68 @@ def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, s
     digest = file_hash(path)
     tries, skipped = [], 0
 
-    def keyof(variant: dict) -> str:
-        return memory_key(digest, defn.name, variant, world, topo.name, calls)
+    def keyof(variant: dict, packets: int = 0) -> str:
+        return memory_key(digest, defn.name, variant, world, topo.name, calls, packets)
 
-    for binding in defn.variants():
-        key = keyof(binding)
+    lowerings = [0, *sorted(set(packets or ()) - {0})]
+    for binding, limit in [(b, p) for b in defn.variants() for p in lowerings]:
+        key = keyof(binding, limit)
+        name = candidate_label(binding, limit)
         entry = memory.get(key)
-        if entry is not None and (entry["status"] == "rejected"
-                                  or all(str(n) in entry.get("predicted", {}) for n in sizes)):
+        if entry is not None and (entry["status"] == "rejected" or all(
+                str(n) in entry.get("predicted", {}) or n in entry.get("not_lowered", []) for n in sizes)):
             skipped += 1
-            say(f"{params.label(binding)}: already {entry['status']} (tune memory)")
+            say(f"{name}: already {entry['status']} (tune memory)")
             tries.append(entry)
             continue
         if entry is None:
             between, said = None, None
             if calls > 1:
-                verdict, error, between, said = check_calls(defn, binding, world, calls, check_timeout)
+                verdict, error, between, said = check_calls(defn, binding, world, calls, check_timeout, limit)
             else:
-                verdict, error = check_variant(defn, binding, world, check_timeout)
+                verdict, error = check_variant(defn, binding, world, check_timeout, limit)
             entry = {"file": digest, "schedule": defn.name, "variant": binding, "world": world,
                      "topology": topo.name, "verdict": verdict, "status": "checked", "predicted": {},
                      "measured": {}}
+            if limit:
+                entry.update(packets=limit, not_lowered=[])
             if calls > 1:
                 entry.update(calls=calls, between=between, separators=said)
             if verdict != "verified":
                 entry.update(status="rejected", reason=f"{verdict}: {error}")
-                say(f"{params.label(binding)}: rejected, {verdict}: {error}")
+                say(f"{name}: rejected, {verdict}: {error}")
         if entry["status"] != "rejected":
-            missing = [n for n in sizes if str(n) not in entry["predicted"]]
+            missing = [n for n in sizes if str(n) not in entry["predicted"] and n not in entry.get("not_lowered", [])]
+            if limit:  # only where the rewrite lowers something: elsewhere the candidate is the variant itself
+                between = entry.get("between") or "barrier"
+                idle = [n for n in missing if not _lowered_at(defn, binding, world, n, calls, between, limit)]
+                entry["not_lowered"] = sorted(set(entry.get("not_lowered", [])) | set(idle))
+                missing = [n for n in missing if n not in idle]
             entry["predicted"].update(predict_variant(defn, binding, topo, world, missing, mode, calls,
-                                                      entry.get("between") or "barrier"))
+                                                      entry.get("between") or "barrier", limit))
             entry["status"] = "predicted"
-            say(f"{params.label(binding)}: verified, predicted at {len(missing)} size(s)")
+            say(f"{name}: verified, predicted at {len(missing)} size(s)")
         memory[key] = entry
         save_memory(memory_path, memory)  # after each try: an interrupted run keeps what it decided
         tries.append(entry)
     ranking = rank([t for t in tries if t["status"] != "rejected"], sizes)
     report = {"schedule": defn.name, "file": os.path.basename(path), "topology": topo.name, "world": world,
               "calls": calls, "mode": mode, "dry": dry, "noise": noise, "top": top, "variants": len(tries), "skipped": skipped,
-              "rejected": [{"variant": t["variant"], "label": params.label(t["variant"]), "verdict": t["verdict"],
+              "rejected": [{"variant": t["variant"], "packets": t.get("packets", 0),
+                            "label": candidate_label(t["variant"], t.get("packets", 0)), "verdict": t["verdict"],
                             "reason": t["reason"]} for t in tries if t["status"] == "rejected"],
               "sizes": []}
+    report["packets"] = lowerings[1:]
     if not dry:
         _measure_tops(path, defn, ranking, sizes, top, topology, out_dir, memory, memory_path, keyof, say)
     for nbytes in sizes:
         rows = ranking[str(nbytes)]
         row = {"bytes": nbytes, "ranked": rows, "predicted_winner": rows[0] if rows else None, "winner": None}
         if not dry and rows:
-            row["winner"], row["tried"] = _decide(rows[:top], nbytes, noise, memory, memory_path, keyof, say)
-            row["nccl_us"] = next((m["nccl_us"] for m in (_measured(memory, keyof(r["variant"]), nbytes)
-                                                          for r in rows[:top]) if m and m.get("nccl_us")), None)
+            chosen = _tops(rows, top)
+            row["winner"], row["tried"] = _decide(chosen, nbytes, noise, memory, memory_path, keyof, say)
+            row["nccl_us"] = next((m["nccl_us"] for m in (_measured(memory, keyof(r["variant"], r["packets"]), nbytes)
+                                                          for r in chosen) if m and m.get("nccl_us")), None)
         report["sizes"].append(row)
     _write(os.path.join(out_dir, "tune.json"), json.dumps(report, indent=2) + "\n")
     _write(os.path.join(out_dir, "tune.md"), render_markdown(report))
@@ -293,20 +358,34 @@ def _measured(memory: dict, key: str, nbytes: int) -> dict | None:
     return (entry.get("measured") or {}).get(str(nbytes))
 
 
+def _tops(rows: list[dict], top: int) -> list[dict]:
+    """The rows to measure at one size: the `top` best predicted of each lowering (the predictor does
+    not model what packets change, so one lowering's prediction does not rank it against another's),
+    in predicted order."""
+    counted: dict[int, int] = {}
+    chosen = []
+    for row in rows:
+        lowering = row.get("packets", 0)
+        if counted.get(lowering, 0) < top:
+            counted[lowering] = counted.get(lowering, 0) + 1
+            chosen.append(row)
+    return chosen
+
+
 def _measure_tops(path, defn, ranking, sizes, top, topology, out_dir, memory, memory_path, keyof, say) -> None:
-    """Measure every variant at the sizes where it ranks in the top `top` and was not measured before:
-    one `validate` call per variant (its programs built in parallel, NCCL measured once)."""
-    wanted: dict[str, tuple[dict, list[int]]] = {}
+    """Measure every candidate at the sizes where it ranks in the top `top` of its lowering and was not
+    measured before: one `validate` call per candidate (its programs built in parallel, NCCL measured once)."""
+    wanted: dict[str, tuple[dict, int, list[int]]] = {}
     for nbytes in sizes:
-        for row in ranking[str(nbytes)][:top]:
-            if _measured(memory, keyof(row["variant"]), nbytes) is None:
-                wanted.setdefault(row["label"], (row["variant"], []))[1].append(nbytes)
-    for label, (variant, todo) in wanted.items():
-        entry = memory[keyof(variant)]
+        for row in _tops(ranking[str(nbytes)], top):
+            if _measured(memory, keyof(row["variant"], row["packets"]), nbytes) is None:
+                wanted.setdefault(row["label"], (row["variant"], row["packets"], []))[2].append(nbytes)
+    for label, (variant, limit, todo) in wanted.items():
+        entry = memory[keyof(variant, limit)]
         say(f"{label}: building and measuring at {len(todo)} size(s)")
         try:
             found = measure(path, defn, variant, entry["world"], todo, topology, out_dir, None,
-                            entry.get("calls", 1), entry.get("between") or "barrier")
+                            entry.get("calls", 1), entry.get("between") or "barrier", limit)
         except ClockworksError as exc:
             found = {str(n): {"verdict": "crashed", "message": str(exc)} for n in todo}
         entry["measured"].update(found)
@@ -318,7 +397,7 @@ def _decide(rows, nbytes, noise, memory, memory_path, keyof, say) -> tuple:
     and each one tried ({label, time_us, verdict, decision})."""
     best, winner, tried = None, None, []
     for row in rows:
-        key = keyof(row["variant"])
+        key = keyof(row["variant"], row.get("packets", 0))
         found = memory[key]["measured"].get(str(nbytes)) or {"verdict": "not measured", "message": None}
         if found.get("verdict") != "match":
             found["decision"] = f"not accepted: {found.get('verdict')}: {found.get('message')}"
@@ -327,7 +406,8 @@ def _decide(rows, nbytes, noise, memory, memory_path, keyof, say) -> tuple:
             taken, why = accept(best, candidate, noise)
             found["decision"] = ("accepted: " if taken else "not accepted: ") + why
             if taken:
-                best, winner = candidate, {"variant": row["variant"], "label": row["label"], **found,
+                best, winner = candidate, {"variant": row["variant"], "packets": row.get("packets", 0),
+                                           "label": row["label"], **found,
                                            "predicted_us": row["time_us"], "bottleneck": row["bottleneck"]}
         say(f"{row['label']} at {nbytes} bytes: {found['decision']}")
         memory[key]["measured"][str(nbytes)] = found
@@ -363,14 +443,22 @@ def _size_text(nbytes: int) -> str:
 
 def render_markdown(report: dict) -> str:
     """tune.md: per size, the ranked variants, the predicted winner and its bottleneck; the rejected ones."""
+    lowered = report.get("packets") or []
     mode = "dry run: checked, predicted and ranked, nothing built or measured" if report["dry"] else (
-        f"measured: the top {report['top']} per size, accepted above a noise of {report['noise']:.0%}")
+        f"measured: the top {report['top']} per size{' of each lowering' if lowered else ''}, accepted above a "
+        f"noise of {report['noise']:.0%}")
     calls = report.get("calls") or 1
     per_call = (f" Each variant runs {calls} back-to-back calls per run, with the cheapest separator between them "
                 "that the checker verifies for that many calls; times are per call." if calls > 1 else "")
     lines = [f"# tune: {report['schedule']} ({report['file']}) on {report['topology']}, {report['world']} ranks", "",
              f"{report['variants']} variant(s), {len(report['rejected'])} rejected by the checker, "
              f"{report['skipped']} taken from the tune memory; {mode}.{per_call}", ""]
+    if lowered:
+        lines += [f"Each variant is also tried with its put_signals of at most "
+                  f"{', '.join(_size_text(n) for n in lowered)} sent as flag-in-data packets (`--packets`), "
+                  "at the sizes where that lowers at least one. Their predictions are of the rewritten schedule's "
+                  "ops as they are: the predictor does not model the signal round trip packets save or the "
+                  "doubled bytes they send, so the measurements decide.", ""]
     for row in report["sizes"]:
         lines += [f"## {_size_text(row['bytes'])} per rank", ""]
         if not row["ranked"]:

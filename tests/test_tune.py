@@ -151,7 +151,8 @@ def test_measured_path_accepts_only_above_the_noise(tmp_path, monkeypatch, capsy
             "twoshot": {"verdict": "match", "time_us": 2.97, "spread": 0.01}}  # 1% faster: noise
     calls = []
 
-    def measure(path, defn, binding, world, sizes, topology, out_dir, timeout, k=1, between="barrier"):
+    def measure(path, defn, binding, world, sizes, topology, out_dir, timeout, k=1, between="barrier", packets=0):
+        assert packets == 0
         calls.append((binding["ALGO"], tuple(sizes)))
         return {str(n): dict(fake[binding["ALGO"]], nccl_us=6.5) for n in sizes}
 
@@ -221,3 +222,72 @@ def test_calls_pick_the_cheapest_separator_the_checker_verifies(tmp_path):
     tune.tune(FAMILY, "h200x2-nv18", 2, [8192], str(tmp_path), dry=True, calls=20)  # written again, from memory
     text = (tmp_path / "tune.md").read_text()
     assert "Each variant runs 20 back-to-back calls per run" in text and "(alternate between calls)" in text
+
+
+def test_packets_are_a_lowering_of_each_variant_checked_as_rewritten(tmp_path, monkeypatch):
+    """--packets 32KiB: each variant is a second candidate, the packets rewrite of it. The checker sees
+    the rewritten schedule (its packet areas), and the candidate takes part only at the sizes where
+    something is lowered: one-shot sends the whole 1 MiB in one put_signal, above the limit."""
+    import importlib
+
+    check_mod = importlib.import_module("clockworks_dist.check")
+    checked = []
+    real = check_mod.check
+
+    def spy(sched, **kwargs):
+        checked.append(sorted(b.name for b in sched.programs[0].buffers if b.role == "packets"))
+        return real(sched, **kwargs)
+
+    monkeypatch.setattr(check_mod, "check", spy)
+    report = tune.tune(FAMILY, "h200x2-nv18", 2, [8192, 1 << 20], str(tmp_path), dry=True, calls=4,
+                       packets=[32768])
+    assert report["variants"] == 4 and report["rejected"] == [] and report["packets"] == [32768]
+    assert any(names for names in checked) and any(not names for names in checked)
+    small, large = (row["ranked"] for row in report["sizes"])
+    assert sorted(r["label"] for r in small) == [
+        "ALGO=oneshot (alternate between calls)", "ALGO=oneshot, packets <= 32 KiB (alternate between calls)",
+        "ALGO=twoshot (none between calls)", "ALGO=twoshot, packets <= 32 KiB (none between calls)"]
+    assert sorted(r["label"] for r in large) == ["ALGO=oneshot (alternate between calls)",
+                                                 "ALGO=twoshot (none between calls)"]
+    memory = json.loads((tmp_path / tune.MEMORY_FILE).read_text())
+    lowered = {t["variant"]["ALGO"]: t for t in memory["tries"] if t.get("packets")}
+    assert lowered["oneshot"]["not_lowered"] == [1 << 20] and set(lowered["oneshot"]["predicted"]) == {"8192"}
+    assert lowered["twoshot"]["not_lowered"] == [1 << 20]  # 512 KiB per put_signal: above the limit too
+    assert lowered["oneshot"]["between"] == "alternate"  # the rewritten K-call schedule, checked per separator
+    text = (tmp_path / "tune.md").read_text()
+    assert "sent as flag-in-data packets (`--packets`)" in text and "the measurements decide" in text
+    again = tune.tune(FAMILY, "h200x2-nv18", 2, [8192, 1 << 20], str(tmp_path), dry=True, calls=4,
+                      packets=[32768])
+    assert again["skipped"] == 4  # a size where nothing is lowered counts as decided
+
+
+def test_each_lowering_has_its_own_top_k_and_the_measurement_decides(tmp_path, monkeypatch):
+    """The predictor does not model packets, so with --top 1 the best of each lowering is measured, and
+    the packets candidate wins on its measured time although it is predicted slower."""
+    monkeypatch.setattr(tune, "gpus_visible", lambda: 2)
+    measured = []
+
+    def measure(path, defn, binding, world, sizes, topology, out_dir, timeout, k=1, between="barrier", packets=0):
+        measured.append((binding["ALGO"], packets, tuple(sizes)))
+        time = 3.7 if packets else 5.1
+        return {str(n): {"verdict": "match", "time_us": time, "spread": 0.01, "nccl_us": 6.5} for n in sizes}
+
+    monkeypatch.setattr(tune, "measure", measure)
+    report = tune.tune(FAMILY, "h200x2-nv18", 2, [8192], str(tmp_path), top=1, dry=False, calls=4,
+                       packets=[32768])
+    assert sorted(measured) == [("oneshot", 0, (8192,)), ("oneshot", 32768, (8192,))]
+    row = report["sizes"][0]
+    assert row["predicted_winner"]["packets"] == 0  # predicted: the rewrite's extra copy costs, nothing is saved
+    assert row["winner"]["packets"] == 32768 and row["winner"]["time_us"] == 3.7
+    assert row["winner"]["label"] == "ALGO=oneshot, packets <= 32 KiB (alternate between calls)"
+    assert [t["label"].split(" (")[0] for t in row["tried"]] == ["ALGO=oneshot", "ALGO=oneshot, packets <= 32 KiB"]
+
+
+def test_packets_option_needs_sizes_above_zero(tmp_path, capsys):
+    code, _out, err = run_tune([FAMILY, "-t", "h200x2-nv18", "--np", "2", "--packets", "0", "--dry",
+                                "--out", str(tmp_path)], capsys)
+    assert code == 2 and "one or more sizes above 0" in err
+    code, out, err = run_tune([FAMILY, "-t", "h200x2-nv18", "--np", "2", "--sizes", "8KiB", "--packets", "16KiB",
+                               "--dry", "--out", str(tmp_path)], capsys)
+    assert code == 0, err
+    assert "ALGO=oneshot, packets <= 16 KiB" in out

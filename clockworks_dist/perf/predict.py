@@ -156,10 +156,11 @@ def steady_state_us(sched: ir.Schedule, timeline: Timeline, consts: Constants, m
 def predict_sizes(defn, topo, world: int, sizes: list[int], consts: Constants | None = None,
                   mode: str = "graph", ranks_per_node: int | None = None,
                   conditions: RunConditions = RunConditions(), calls: int = 1,
-                  between: str = "barrier") -> list[Prediction]:
+                  between: str = "barrier", transform=None) -> list[Prediction]:
     """The schedule traced at each size and simulated on `topo` (with its constants unless `consts`
     is given), under `conditions`. `calls` > 1: `calls` back-to-back calls (`repeat.repeat`, with
-    `between` separating them) simulated as one run, and the time per call returned."""
+    `between` separating them) simulated as one run, and the time per call returned. `transform`:
+    a rewrite applied last (a lowering, e.g. `codegen.packets.lower`'s schedule), what is simulated."""
     consts = consts or topo.constants
     out = []
     network = from_topology(topo, world)
@@ -171,6 +172,8 @@ def predict_sizes(defn, topo, world: int, sizes: list[int], consts: Constants | 
             from ..repeat import repeat
 
             sched = repeat(sched, calls, between)
+        if transform is not None:
+            sched = transform(sched)
         network._routes.clear()
         model = compile_model(sched)  # both runs of eager mode share it
         timeline = simulate(sched, network, consts, mode, conditions, model)
