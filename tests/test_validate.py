@@ -644,3 +644,52 @@ def test_no_check_runs_a_schedule_without_expected_values_when_none_can_be_built
     job = report["cells"][0]["job"]
     assert sorted(os.listdir(job)) == ["job.pkl", "progress.bin"]
     assert job_mod.read(job).items[0].reference is None
+
+
+def test_nccl_benchmark_is_built_once_per_source_and_command(tmp_path, monkeypatch):
+    """bench_nccl is kept between validate calls under $CLOCKWORKS_CACHE, by a hash of its source and
+    its build command: a second call copies it; another source (or command) builds again."""
+    source = tmp_path / "src" / "bench_nccl.cu"
+    source.parent.mkdir()
+    source.write_text("int main() { return 0; }\n")
+    built = []
+
+    class Runner:
+        HERE = source.parent
+
+        @staticmethod
+        def find_nvcc():
+            return "nvcc"
+
+        @staticmethod
+        def find_wheel_lib(*_args):
+            return tmp_path / "nccl"
+
+        @staticmethod
+        def mpi_build_flags():
+            return ["-I/mpi"], ["-lmpi"], "fake"
+
+        @staticmethod
+        def build_commands(nvcc, arch, src_dir, build_dir, *_rest):
+            return {"nccl": [nvcc, f"-arch={arch}", str(src_dir / "bench_nccl.cu"), "-o", str(build_dir / "bench_nccl")]}
+
+    def run_bounded(command, env, timeout, log, mark=None):
+        out = command[command.index("-o") + 1]
+        Path(out).write_text(f"built from {source.read_text()}")
+        built.append(out)
+        return 0, ""
+
+    monkeypatch.setenv("CLOCKWORKS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(validate, "_runner", lambda: Runner)
+    monkeypatch.setattr(validate, "gpu_arch", lambda: "sm_90")
+    monkeypatch.setattr(validate, "run_bounded", run_bounded)
+    first = validate.build_nccl_bench(str(tmp_path / "a"))
+    second = validate.build_nccl_bench(str(tmp_path / "b"))
+    assert len(built) == 1 and Path(second).read_text() == Path(first).read_text()
+    assert second == str(tmp_path / "b" / "bench_nccl")
+    source.write_text("int main() { return 1; }\n")
+    third = validate.build_nccl_bench(str(tmp_path / "c"))
+    assert len(built) == 2 and "return 1" in Path(third).read_text()
+    monkeypatch.setattr(validate, "gpu_arch", lambda: "sm_100")  # another command: built again
+    validate.build_nccl_bench(str(tmp_path / "d"))
+    assert len(built) == 3

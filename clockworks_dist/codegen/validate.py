@@ -26,6 +26,7 @@ import argparse
 import concurrent.futures
 import contextlib
 import datetime
+import hashlib
 import json
 import os
 import shlex
@@ -361,14 +362,37 @@ def build_nccl_bench(build_dir: str, timeout: float = BUILD_TIMEOUT_S) -> str:
     os.makedirs(build_dir, exist_ok=True)
     command = runner.build_commands(nvcc, gpu_arch(), runner.HERE, Path(build_dir), nccl_home, None,
                                     compile_flags, link_flags)["nccl"]
+    binary = os.path.join(build_dir, "bench_nccl")
+    cached = _bench_cache(command, build_dir, runner.HERE / "bench_nccl.cu")
+    if cached is not None and os.path.exists(cached):
+        shutil.copy2(cached, binary)  # built before from the same source, toolchain and flags
+        return binary
     log = os.path.join(build_dir, "bench_nccl.build.log")
     code, output = run_bounded(command, None, timeout, log)
-    binary = os.path.join(build_dir, "bench_nccl")
     if code != 0 or not os.path.exists(binary):
         why = f"did not finish within {timeout:g} s" if code is None else f"failed (exit {code})"
         tail = " / ".join(output.strip().splitlines()[-3:])
         raise ValidateError(f"building bench_nccl.cu {why}: {tail} (the whole log: {log})")
+    if cached is not None:
+        with contextlib.suppress(OSError):  # a cache that cannot be written only costs the next build
+            os.makedirs(os.path.dirname(cached), exist_ok=True)
+            shutil.copy2(binary, cached + ".tmp")
+            os.replace(cached + ".tmp", cached)
     return binary
+
+
+def _bench_cache(command: list[str], build_dir: str, source: Path) -> str | None:
+    """Where a bench_nccl built by `command` is kept between validate calls (None: no cache): under
+    $CLOCKWORKS_CACHE (default ~/.cache/clockworks), named by a hash of the source and the command
+    (the compiler, the GPU architecture, NCCL's and MPI's paths and flags), so any change rebuilds."""
+    root = os.environ.get("CLOCKWORKS_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "clockworks")
+    try:
+        text = source.read_bytes()
+    except OSError:
+        return None
+    where = os.path.abspath(build_dir)
+    key = hashlib.sha256(text + json.dumps([part.replace(where, "{build}") for part in command]).encode()).hexdigest()
+    return os.path.join(root, f"bench_nccl-{key[:20]}")
 
 
 def nccl_command(binary: str, op: str, sizes: list[int], ranks: int, out_file: str,
