@@ -89,6 +89,40 @@ def test_a_pair_that_packets_cannot_carry_keeps_its_signal_and_says_why(kwargs, 
     assert len(low.refused) == 1 and reason in low.refused[0] and "flag[0] of rank 1" in low.refused[0]
 
 
+def _published(read_a: bool):
+    """Rank 0 puts `a` into rank 1, fences, then put_signals `d`; rank 1 waits and then reads `a`
+    (read_a) or only its own `mine`."""
+    def fn(r):
+        a = r.symmetric("a", count=64, role="output")
+        d = r.symmetric("d", count=64, role="output")
+        s = r.symmetric("s", count=64, role="input")
+        mine = r.symmetric("mine", count=64, role="input")
+        out = r.buffer("out", count=64, role="output")
+        flag = r.signal("flag", count=1)
+        if r.rank == 0:
+            r.put(1, a, s)
+            r.fence()
+            r.put_signal(1, d, s, flag[0])
+        else:
+            r.wait_until(flag[0], "eq", 1)
+            r.copy(out, a if read_a else mine)
+    return cw.schedule(fn).trace(2)
+
+
+def test_a_receiver_that_reads_other_published_data_after_the_wait_keeps_the_signal():
+    """Polled packets are no acquire: data published before them (a put and a fence) would be read
+    by plain loads after the wait, perhaps stale from L1. The pair keeps its signal and says why."""
+    sched = _published(read_a=True)
+    assert check(sched, timeout=60).verdict == "verified"
+    low = packets.lower(sched)
+    assert not low.channels and low.sched == sched
+    assert len(low.refused) == 1 and "flag[0] of rank 1" in low.refused[0]
+    assert "reads a[0:64], which another rank writes" in low.refused[0]
+    own = packets.lower(_published(read_a=False))  # reading only its own data: lowered
+    assert len(own.channels) == 1 and not own.refused
+    assert check(own.sched, timeout=60).verdict == "verified"
+
+
 def test_the_limit_is_the_callers():
     assert packets.lower(_pair(count=1 << 15), max_bytes=1 << 17).channels
 

@@ -29,8 +29,10 @@ A word is lowered only when every update of it is such a put_signal from one sen
 (set, value 1 to 2**32 - 1, all values different, so a flag left by an earlier call or by the zeroed
 area never matches), its only readers are the owner's wait_until ... eq of those values, the region
 is at most `max_bytes` and 8-byte aligned, and the sender is another rank (reached by stores over
-NVLink: `nvshmem_ptr`; the program stops with an error at setup where it is not). Every other
-put_signal keeps the separate flag, and `Lowered.refused` says why.
+NVLink: `nvshmem_ptr`; the program stops with an error at setup where it is not), and the
+receiver reads nothing after the wait that another rank writes, other than through the unpacking
+copy (polling packets is no acquire of other published data: `lower`). Every other put_signal keeps
+the separate flag, and `Lowered.refused` says why.
 """
 
 from __future__ import annotations
@@ -119,7 +121,60 @@ def _problem(sched: ir.Schedule, rank: int, op: ir.PutSignal, max_bytes: int) ->
 
 
 def lower(sched: ir.Schedule, max_bytes: int = DEFAULT_MAX_BYTES) -> Lowered:
-    """The schedule with every eligible put_signal + wait_until pair as packets (module docstring)."""
+    """The schedule with every eligible put_signal + wait_until pair as packets (module docstring).
+
+    One more condition, on the rewritten schedule: after its wait, the receiver reads nothing that
+    another rank writes (other than the packets themselves, which the unpacking copy reads with
+    volatile loads). A wait that polls packets is no acquire: data the sender published before its
+    packets (a put and a fence, say) could be read stale from the receiver's L1 cache, so a word whose
+    receiver reads such data keeps its signal. Dropping one word can change what another's receiver
+    reads, so this repeats until nothing more is dropped."""
+    dropped: dict[tuple[int, str, int], str] = {}
+    while True:
+        out = _lower(sched, max_bytes, dropped)
+        found = _reads_published(out)
+        if not found:
+            out.refused.extend(f"signal word {name}[{index}] of rank {owner}: {why}"
+                               for (owner, name, index), why in dropped.items())
+            return out
+        dropped.update(found)
+
+
+def _reads_published(out: Lowered) -> dict[tuple[int, str, int], str]:
+    """The lowered words whose receiver, after the word's first wait, reads memory another rank writes
+    (the packet areas aside): why, by word."""
+    from ..semantics.rules import SIG
+    from .nvshmem import _touches, touch_index
+    from ..semantics.rules import When
+
+    sched = out.sched
+    index = touch_index(sched)
+    areas = {c.area for c in out.channels}
+    found: dict[tuple[int, str, int], str] = {}
+    for (rank, m), channel in sorted(out.waits.items()):
+        word = (channel.receiver, channel.signal, channel.index)
+        if word in found or any((r, k) in out.waits and out.waits[(r, k)] is channel for r, k in out.waits
+                                if r == rank and k < m):
+            continue
+        for later in sched.programs[rank].ops[m + 1:]:
+            for member in (later.ops if isinstance(later, ir.Group) else (later,)):
+                for t in _touches(member, rank, (When.ISSUE, When.DELIVERY, When.JOINT)):
+                    if t.write or t.space == SIG or t.key in areas:
+                        continue
+                    if any(other != rank and u.write and t.conflicts(u)
+                           for u, other in index.get((t.space, t.owner, t.key), ())):
+                        found[word] = (f"{member.loc}: after the wait it reads {t.key}[{t.start}:{t.stop}], which "
+                                       "another rank writes (polled packets are no acquire of other data)")
+                        break
+                if word in found:
+                    break
+            if word in found:
+                break
+    return found
+
+
+def _lower(sched: ir.Schedule, max_bytes: int, dropped: dict) -> Lowered:
+    """`lower` without its last condition; the words in `dropped` keep their signal."""
     updates: dict[tuple[int, str, int], list[tuple[int, int, object]]] = defaultdict(list)
     readers: dict[tuple[int, str, int], list[tuple[int, int, object]]] = defaultdict(list)
     for program in sched.programs:
@@ -166,6 +221,8 @@ def lower(sched: ir.Schedule, max_bytes: int = DEFAULT_MAX_BYTES) -> Lowered:
                     break
         if why is None and not waits:
             why = "nobody waits for it"
+        if why is None and word in dropped:
+            continue  # refused by `lower`, which says why
         if why is not None:
             out.refused.append(f"{where}: {why}")
             continue
