@@ -11,15 +11,10 @@ import json
 import sys
 from pathlib import Path
 
+from clockworks_dist.codegen.validate import size_text
+
 FAMILIES = (("allreduce_family", "all-reduce"), ("allgather_family", "all-gather"),
             ("reduce_scatter_family", "reduce-scatter"), ("alltoall_dispatch", "all-to-all"))
-
-
-def size_text(nbytes: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if nbytes >= scale and nbytes % scale == 0:
-            return f"{nbytes // scale} {unit}"
-    return f"{nbytes} B"
 
 
 def rows(folder: Path) -> dict[str, list[dict]]:

@@ -143,32 +143,29 @@ def lower(sched: ir.Schedule, max_bytes: int = DEFAULT_MAX_BYTES) -> Lowered:
 def _reads_published(out: Lowered) -> dict[tuple[int, str, int], str]:
     """The lowered words whose receiver, after the word's first wait, reads memory another rank writes
     (the packet areas aside): why, by word."""
-    from ..semantics.rules import SIG
+    from ..semantics.rules import SIG, When
     from .nvshmem import _touches, touch_index
-    from ..semantics.rules import When
 
     sched = out.sched
     index = touch_index(sched)
     areas = {c.area for c in out.channels}
     found: dict[tuple[int, str, int], str] = {}
-    for (rank, m), channel in sorted(out.waits.items()):
+    seen: set[tuple[int, str, int]] = set()
+    for (rank, m), channel in sorted(out.waits.items()):  # by rank, then op: each word's first wait first
         word = (channel.receiver, channel.signal, channel.index)
-        if word in found or any((r, k) in out.waits and out.waits[(r, k)] is channel for r, k in out.waits
-                                if r == rank and k < m):
+        if word in seen:
             continue
-        for later in sched.programs[rank].ops[m + 1:]:
-            for member in (later.ops if isinstance(later, ir.Group) else (later,)):
-                for t in _touches(member, rank, (When.ISSUE, When.DELIVERY, When.JOINT)):
-                    if t.write or t.space == SIG or t.key in areas:
-                        continue
-                    if any(other != rank and u.write and t.conflicts(u)
-                           for u, other in index.get((t.space, t.owner, t.key), ())):
-                        found[word] = (f"{member.loc}: after the wait it reads {t.key}[{t.start}:{t.stop}], which "
-                                       "another rank writes (polled packets are no acquire of other data)")
-                        break
-                if word in found:
-                    break
-            if word in found:
+        seen.add(word)
+        later = [member for op in sched.programs[rank].ops[m + 1:]
+                 for member in (op.ops if isinstance(op, ir.Group) else (op,))]
+        for member in later:
+            hit = next((t for t in _touches(member, rank, (When.ISSUE, When.DELIVERY, When.JOINT))
+                        if not t.write and t.space != SIG and t.key not in areas
+                        and any(other != rank and u.write and t.conflicts(u)
+                                for u, other in index.get((t.space, t.owner, t.key), ()))), None)
+            if hit is not None:
+                found[word] = (f"{member.loc}: after the wait it reads {hit.key}[{hit.start}:{hit.stop}], which "
+                               "another rank writes (polled packets are no acquire of other data)")
                 break
     return found
 
