@@ -89,6 +89,9 @@ def add_parsers(sub, positive, size_arg, seconds) -> None:
                      help="what separates the calls of --calls: a barrier_all (default), a sync_all, nothing but "
                           "two copies of every scratch buffer and signal array used by call parity (alternate), "
                           "or nothing (the checker says whether the schedule allows it)")
+    val.add_argument("--fuse-calls", action="store_true",
+                     help="nvshmem, with --calls: run the K calls inside one kernel per rank (no launch between "
+                          "calls) instead of one kernel per call, as a library call would launch")
     val.add_argument("--packets", metavar="SIZE", type=_packet_limit, default=0,
                      help="nvshmem: send each put_signal of at most SIZE bytes whose word only its wait reads as "
                           "flag-in-data packets (e.g. 64KiB); the rewritten schedule is what is checked and run")
@@ -221,4 +224,4 @@ def _validate(args: argparse.Namespace) -> dict:
         out_dir=args.out, iters=args.iters, warmup=args.warmup, graph=not args.no_graph, launcher=args.launcher,
         topology=args.topology, schedule_name=args.schedule, no_check=args.no_check,
         size_bindings=dict(args.size), nccl=not args.no_nccl, calls=args.calls, between=args.between,
-        packets=args.packets)
+        packets=args.packets, fuse_calls=args.fuse_calls)

@@ -45,6 +45,9 @@ def add_parser(sub, positive, seconds) -> None:
     cmd.add_argument("--calls", metavar="K", type=positive, default=1,
                      help="check, predict and measure each variant as K back-to-back calls (epoch signal words, "
                           "no reset), with the cheapest separator the checker verifies; times per call (default 1)")
+    cmd.add_argument("--fuse-calls", action="store_true",
+                     help="with --calls: measure the K calls inside one kernel per rank (no launch between calls) "
+                          "instead of one kernel per call, as a library call would launch")
     cmd.add_argument("--packets", metavar="SIZES", type=_packet_limits, default=[],
                      help="also try each variant with its put_signals of at most SIZE bytes sent as flag-in-data "
                           "packets, for each SIZE of the list (e.g. 16KiB,64KiB); the rewritten schedule is what is "
@@ -89,7 +92,7 @@ def cmd_tune(args: argparse.Namespace, out) -> int:
 
     report = tune.tune(args.file, args.topology, args.np, sizes, args.out, schedule_name=args.schedule,
                        top=args.top, noise=args.noise, dry=args.dry, mode=args.mode, check_timeout=args.timeout,
-                       say=say, calls=args.calls, packets=args.packets)
+                       say=say, calls=args.calls, packets=args.packets, fuse_calls=args.fuse_calls)
     if args.json:
         out.json(report)
     else:

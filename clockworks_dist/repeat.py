@@ -172,6 +172,13 @@ def _with_copies(program: ir.Program, names: dict[str, str]) -> ir.Program:
     return program.model_copy(update={"buffers": tuple(buffers), "signals": tuple(signals)})
 
 
+def call_starts(sched: ir.Schedule, calls: int, between: str = "barrier") -> dict[int, list[int]]:
+    """Where each call after the first begins in `repeat(sched, calls, between)`, per rank: the index
+    of its first op, the separator before it (barrier, sync) counted as the call's own first op."""
+    sep = 1 if between in ("barrier", "sync") else 0
+    return {p.rank: [k * len(p.ops) + (k - 1) * sep for k in range(1, calls)] for p in sched.programs}
+
+
 def repeat(sched: ir.Schedule, calls: int, between: str = "barrier") -> ir.Schedule:
     """The schedule of `calls` back-to-back calls of `sched` (see the module docstring)."""
     if calls < 1:

@@ -90,10 +90,12 @@ def file_hash(path: str) -> str:
 
 
 def memory_key(digest: str, schedule: str, binding: dict, world: int, topology: str, calls: int = 1,
-               packets: int = 0) -> str:
+               packets: int = 0, fuse_calls: bool = False) -> str:
     key = {"file": digest, "schedule": schedule, "variant": binding, "world": world, "topology": topology}
     if calls > 1:  # a run of back-to-back calls is another measurement (one call keeps the old keys)
         key["calls"] = calls
+        if not fuse_calls:  # a kernel per call: not what a memory of one kernel for the calls measured
+            key["kernels"] = "per call"
     if packets:  # a lowering is another candidate (none keeps the old keys)
         key["packets"] = packets
     return json.dumps(key, sort_keys=True)
@@ -229,7 +231,8 @@ def rank(tries: list[dict], sizes: list[int]) -> dict[str, list[dict]]:
 
 
 def measure(path: str, defn: ScheduleDef, binding: dict, world: int, sizes: list[int], topology: str, out_dir: str,
-            timeout: float | None, calls: int = 1, between: str = "barrier", packets: int = 0) -> dict[str, dict]:
+            timeout: float | None, calls: int = 1, between: str = "barrier", packets: int = 0,
+            fuse_calls: bool = False) -> dict[str, dict]:
     """One variant (rewritten by the `packets` lowering when given) built and run at `sizes` with one
     `validate` call (NVSHMEM, bit-exact check on, NCCL's own collective measured beside it): per size
     (a string key), the measurement as JSON (`time_us`, `spread`, `verdict`, `nccl_us`, `folder`)."""
@@ -244,7 +247,7 @@ def measure(path: str, defn: ScheduleDef, binding: dict, world: int, sizes: list
         summary = validate.validate_file(path, backend="nvshmem", ranks=world, sizes=sorted(sizes), out_dir=folder,
                                          topology=topology, schedule_name=defn.name, calls=calls, between=between,
                                          timeout=validate.DEFAULT_TIMEOUT_S if timeout is None else timeout,
-                                         packets=packets)
+                                         packets=packets, fuse_calls=fuse_calls)
     found = {}
     cells = {cell.get("bytes"): cell for cell in summary.get("cells") or []}
     for nbytes in sizes:
@@ -265,16 +268,20 @@ def measure(path: str, defn: ScheduleDef, binding: dict, world: int, sizes: list
 def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, schedule_name: str | None = None,
          top: int = DEFAULT_TOP, noise: float = DEFAULT_NOISE, dry: bool = True, mode: str = "graph",
          check_timeout: float | None = CHECK_TIMEOUT_S, say: Callable[[str], None] = lambda _text: None,
-         calls: int = 1, packets: list[int] | None = None) -> dict:
+         calls: int = 1, packets: list[int] | None = None, fuse_calls: bool = False) -> dict:
     """Search the family in `path` (see the module docstring); the report (`tune.json`'s content).
     `calls` > 1: every variant is checked, predicted and measured as that many back-to-back calls,
     with the cheapest separator between them that the checker verifies (`check_calls`). `packets`:
-    each variant is also tried with each of these packet limits (bytes; the module docstring)."""
-    from .topology import gpus, load_topology
+    each variant is also tried with each of these packet limits (bytes; the module docstring).
+    `fuse_calls`: the calls of a measured run share one kernel per rank (default: a kernel per call)."""
+    from .topology import choose_topology, gpus
 
     if not dry and gpus_visible() == 0:
         raise TuneError(NO_GPU)
-    topo = load_topology(topology)
+    chosen = choose_topology(topology)  # a shipped name: its calibrated file, when one ships
+    topo = chosen.topology
+    if chosen.warning():
+        say(f"warning: {chosen.warning()}")
     if world > len(gpus(topo)):
         raise TuneError(f"--np {world}: {topo.name} has {len(gpus(topo))} GPUs (use a larger topology)")
     defs = load_file(path)
@@ -286,13 +293,15 @@ def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, s
     tries, skipped = [], 0
 
     def keyof(variant: dict, packets: int = 0) -> str:
-        return memory_key(digest, defn.name, variant, world, topo.name, calls, packets)
+        return memory_key(digest, defn.name, variant, world, topo.name, calls, packets, fuse_calls)
 
     lowerings = [0, *sorted(set(packets or ()) - {0})]
     for binding, limit in [(b, p) for b in defn.variants() for p in lowerings]:
         key = keyof(binding, limit)
         name = candidate_label(binding, limit)
         entry = memory.get(key)
+        if entry is not None and entry.get("topology_file") != chosen.file:  # predicted with other constants
+            entry.update(predicted={}, topology_file=chosen.file)
         if entry is not None and (entry["status"] == "rejected" or all(
                 str(n) in entry.get("predicted", {}) or n in entry.get("not_lowered", []) for n in sizes)):
             skipped += 1
@@ -306,12 +315,12 @@ def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, s
             else:
                 verdict, error = check_variant(defn, binding, world, check_timeout, limit)
             entry = {"file": digest, "schedule": defn.name, "variant": binding, "world": world,
-                     "topology": topo.name, "verdict": verdict, "status": "checked", "predicted": {},
-                     "measured": {}}
+                     "topology": topo.name, "topology_file": chosen.file, "verdict": verdict, "status": "checked",
+                     "predicted": {}, "measured": {}}
             if limit:
                 entry.update(packets=limit, not_lowered=[])
             if calls > 1:
-                entry.update(calls=calls, between=between, separators=said)
+                entry.update(calls=calls, between=between, separators=said, fuse_calls=fuse_calls)
             if verdict != "verified":
                 entry.update(status="rejected", reason=f"{verdict}: {error}")
                 say(f"{name}: rejected, {verdict}: {error}")
@@ -330,7 +339,8 @@ def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, s
         save_memory(memory_path, memory)  # after each try: an interrupted run keeps what it decided
         tries.append(entry)
     ranking = rank([t for t in tries if t["status"] != "rejected"], sizes)
-    report = {"schedule": defn.name, "file": os.path.basename(path), "topology": topo.name, "world": world,
+    report = {"schedule": defn.name, "file": os.path.basename(path), "topology": topo.name,
+              "topology_file": chosen.file, "calibrated": chosen.calibrated, "world": world,
               "calls": calls, "mode": mode, "dry": dry, "noise": noise, "top": top, "variants": len(tries), "skipped": skipped,
               "rejected": [{"variant": t["variant"], "packets": t.get("packets", 0),
                             "label": candidate_label(t["variant"], t.get("packets", 0)), "verdict": t["verdict"],
@@ -385,7 +395,8 @@ def _measure_tops(path, defn, ranking, sizes, top, topology, out_dir, memory, me
         say(f"{label}: building and measuring at {len(todo)} size(s)")
         try:
             found = measure(path, defn, variant, entry["world"], todo, topology, out_dir, None,
-                            entry.get("calls", 1), entry.get("between") or "barrier", limit)
+                            entry.get("calls", 1), entry.get("between") or "barrier", limit,
+                            entry.get("fuse_calls", False))
         except ClockworksError as exc:
             found = {str(n): {"verdict": "crashed", "message": str(exc)} for n in todo}
         entry["measured"].update(found)

@@ -151,7 +151,8 @@ def test_measured_path_accepts_only_above_the_noise(tmp_path, monkeypatch, capsy
             "twoshot": {"verdict": "match", "time_us": 2.97, "spread": 0.01}}  # 1% faster: noise
     calls = []
 
-    def measure(path, defn, binding, world, sizes, topology, out_dir, timeout, k=1, between="barrier", packets=0):
+    def measure(path, defn, binding, world, sizes, topology, out_dir, timeout, k=1, between="barrier", packets=0,
+                fuse_calls=False):
         assert packets == 0
         calls.append((binding["ALGO"], tuple(sizes)))
         return {str(n): dict(fake[binding["ALGO"]], nccl_us=6.5) for n in sizes}
@@ -267,7 +268,8 @@ def test_each_lowering_has_its_own_top_k_and_the_measurement_decides(tmp_path, m
     monkeypatch.setattr(tune, "gpus_visible", lambda: 2)
     measured = []
 
-    def measure(path, defn, binding, world, sizes, topology, out_dir, timeout, k=1, between="barrier", packets=0):
+    def measure(path, defn, binding, world, sizes, topology, out_dir, timeout, k=1, between="barrier", packets=0,
+                fuse_calls=False):
         measured.append((binding["ALGO"], packets, tuple(sizes)))
         time = 3.7 if packets else 5.1
         return {str(n): {"verdict": "match", "time_us": time, "spread": 0.01, "nccl_us": 6.5} for n in sizes}

@@ -351,7 +351,7 @@ def test_validate_with_slurm_prepares_every_size_and_collect_sums_up(tmp_path, m
     script; `collect` then reads what the ranks wrote there (written here as a program would)."""
     pytest.importorskip("matplotlib")
     fake = type(sys)("clockworks_dist.codegen.program")
-    fake.generate = (lambda sched, backend, packets=None:
+    fake.generate = (lambda sched, backend, packets=None, splits=None:
                      f"// {sched.name} {backend} {sched.programs[0].buffers[0].count}\n")
     monkeypatch.setitem(sys.modules, "clockworks_dist.codegen.program", fake)
     monkeypatch.setattr(codegen, "program", fake, raising=False)
@@ -632,7 +632,7 @@ def test_no_check_runs_a_schedule_without_expected_values_when_none_can_be_built
     """recv_never_matched does not even match statically: with no_check its program still runs (to
     show the hang), with no expectation files; without no_check it is refused."""
     fake = type(sys)("clockworks_dist.codegen.program")
-    fake.generate = lambda sched, backend, packets=None: "// program\n"
+    fake.generate = lambda sched, backend, packets=None, splits=None: "// program\n"
     monkeypatch.setitem(sys.modules, "clockworks_dist.codegen.program", fake)
     monkeypatch.setattr(codegen, "program", fake, raising=False)
     path = os.path.join(PROTOCOLS, "buggy", "recv_never_matched.py")

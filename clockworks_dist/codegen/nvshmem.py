@@ -188,6 +188,10 @@ class Step:
     fence_pes: list[int] = field(default_factory=list)  # a fence op: the PEs whose order it keeps
     used_by: list[int] = field(default_factory=list)  # a fence op: the ops that keep its order
     idle: bool = False  # a quiet with nothing in flight, a fence with nothing to order
+    # The op begins a kernel of its own (a call of `--calls`); `end_fence`: every block of the kernel
+    # before fences its own work first (the kernel boundary is then the grid-wide sync of "grid").
+    kernel_start: bool = False
+    end_fence: bool = False
 
 
 @dataclass
@@ -197,6 +201,7 @@ class RankPlan:
     blocks: int  # blocks the kernel wants
     counters: int
     hash_slots: int
+    kernels: int = 1  # one, or one per call (`splits`)
 
 
 def _touch(access, rank: int) -> Touch:
@@ -305,9 +310,17 @@ def _what(t: Touch, rank: int) -> str:
 
 
 def plan_rank(sched: ir.Schedule, rank: int, index: dict | None = None, monotone: set | None = None,
-              packets=None) -> RankPlan:
+              packets=None, splits=frozenset()) -> RankPlan:
     """Who runs each op of `rank` and what it waits for across blocks (the module docstring).
-    `packets` (`packets.Lowered`): its put_signals send packets (twice the bytes, the flag in each)."""
+    `packets` (`packets.Lowered`): its put_signals send packets (twice the bytes, the flag in each).
+    `splits`: the ops that begin a kernel of their own (the calls of `--calls`, one kernel each).
+
+    A kernel boundary is planned as a grid-wide sync, fenced when anything before it is unpublished
+    or awaits a fence: every block of the kernel before fences its own work (thread 0's
+    nvshmem_fence after __syncthreads, as `cw_nv_grid_sync` does), and the next kernel on the stream
+    starts after every block of that one has finished, its writes visible to the next kernel's
+    threads: at least the ordering a grid-wide sync gives, so what the plan derives for one kernel
+    holds across the boundary. Deliveries stay in flight across it (a boundary is no quiet)."""
     sends = packets.sends if packets is not None else {}
     # With packets, a rank whose every op fits one block runs them all on block 0: each op then
     # follows the ones it depends on by a __syncthreads, never by a handoff between blocks.
@@ -332,7 +345,14 @@ def plan_rank(sched: ir.Schedule, rank: int, index: dict | None = None, monotone
         if fence:
             unpublished, since_fence, fenced = [], {}, {}
 
+    fences_after = {m for m, op in enumerate(program.ops) if isinstance(op, ir.Fence)}
+    ends: dict[int, bool] = {}  # a kernel's first op -> whether the kernel before ends with a fence
     for m, op in enumerate(program.ops):
+        boundary = m in splits
+        end_fence = boundary and bool(unpublished or fenced or (since_fence and any(f > m for f in fences_after)))
+        if boundary:
+            cleared(True)  # the kernel before ended fenced where anything needed it (end_fence)
+            ends[m] = end_fence
         if isinstance(op, ir.Fence):
             step = Step(m, Who("all"))
             for pe, items in since_fence.items():
@@ -449,8 +469,10 @@ def plan_rank(sched: ir.Schedule, rank: int, index: dict | None = None, monotone
         if op.kind in ir.DELIVERY_KINDS:
             in_flight.append(item)
         steps.append(step)
+    for m, end_fence in ends.items():
+        steps[m].kernel_start, steps[m].end_fence = True, end_fence
     blocks = max(widest, min(MAX_BLOCKS, ones))  # each independent one-block op on a block of its own
-    return RankPlan(rank, steps, max(1, blocks), counters, hash_slots)
+    return RankPlan(rank, steps, max(1, blocks), counters, hash_slots, 1 + len(ends))
 
 
 # ------------------------------------------------------------------------------------ C++ text
@@ -810,9 +832,26 @@ class NvshmemTarget(Target):
     def setup(self, gen: Gen) -> list[str]:
         plans = _state(gen)["plans"]
         ranks = range(gen.sched.world)
+        if all(plans[k].kernels == 1 for k in ranks):
+            table = [f"    static const void* kernels[] = {{{', '.join(f'(const void*)cw_nv_rank{k}' for k in ranks)}}};"]
+            query = ["    CW_NV(nvshmemx_collective_launch_query_gridsize(kernels[cw_rank], dim3(CW_NV_THREADS), none, 0, "
+                     "&resident));"]
+        else:  # a kernel per call: the grid is one that every kernel of the rank keeps resident
+            names = [name for k in ranks for name in kernel_names(k, plans[k].kernels)]
+            firsts = [sum(plans[j].kernels for j in range(k)) for k in ranks]
+            table = [f"    static const void* kernels[] = {{{', '.join(f'(const void*){n}' for n in names)}}};",
+                     f"    static const int first[] = {{{', '.join(map(str, firsts))}}};",
+                     f"    static const int count[] = {{{', '.join(str(plans[k].kernels) for k in ranks)}}};"]
+            query = ["    resident = 1 << 30;",
+                     "    for (int k = first[cw_rank]; k < first[cw_rank] + count[cw_rank]; ++k) {",
+                     "      int fits = 0;",
+                     "      CW_NV(nvshmemx_collective_launch_query_gridsize(kernels[k], dim3(CW_NV_THREADS), none, 0, "
+                     "&fits));",
+                     "      resident = std::min(resident, fits);",
+                     "    }"]
         return [
             "  {  // NVSHMEM: this rank's kernel, its blocks, its counters and its progress words",
-            f"    static const void* kernels[] = {{{', '.join(f'(const void*)cw_nv_rank{k}' for k in ranks)}}};",
+            *table,
             f"    static const int wants[] = {{{', '.join(str(plans[k].blocks) for k in ranks)}}};",
             f"    static const int counters[] = {{{', '.join(str(plans[k].counters) for k in ranks)}}};",
             f"    static const int hashes[] = {{{', '.join(str(plans[k].hash_slots) for k in ranks)}}};",
@@ -820,8 +859,7 @@ class NvshmemTarget(Target):
             "    void* none[] = {nullptr};",
             "    CW_CUDA(cudaGetDevice(&device));",
             "    CW_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));",
-            "    CW_NV(nvshmemx_collective_launch_query_gridsize(kernels[cw_rank], dim3(CW_NV_THREADS), none, 0, "
-            "&resident));",
+            *query,
             "    if (resident < 1) cw_abandon(\"error\", \"not one block of this rank's kernel fits on the GPU\", 2);",
             "    cw_nv_grid = std::max(1, std::min(wants[cw_rank], std::min(sms, resident)));",
             "    cw_nv_arrive = (unsigned*)cw_malloc(std::max(counters[cw_rank], 1) * sizeof(unsigned));",
@@ -888,14 +926,19 @@ class NvshmemTarget(Target):
         state = _state(gen)
         if "touches" not in state:
             state["touches"] = (touch_index(sched), monotone_words(sched))
-        plan = plan_rank(sched, rank, *state["touches"], packets=state.get("packets"))
+        splits = frozenset(state.get("splits", {}).get(rank, ()))
+        plan = plan_rank(sched, rank, *state["touches"], packets=state.get("packets"), splits=splits)
         state.setdefault("plans", {})[rank] = plan
         kernel = state["kernel"] = _Kernel(plan, plan.steps[0] if plan.steps else Step(0, Who("all")))
         scratch_before = len(gen.scratch)
-        body: list[str] = []
+        bodies: list[list[str]] = [[]]  # one per kernel: the calls of --calls, each its own launch
         for step, op in zip(plan.steps, program.ops):
             gen.index = step.index
             kernel.step = step
+            if step.kernel_start:
+                bodies[-1] += _call_end(step)
+                bodies.append([])
+            body = bodies[-1]
             body += ["", op_comment(op), f"  cw_nv_mark(a.marks, {step.index});"]
             ordering = self._ordering(gen, op, step)
             if ordering is not None:
@@ -907,7 +950,7 @@ class NvshmemTarget(Target):
                 body += _why(step)
             body += self.table.lookup(op)(gen, op)
         scratch = [item.name for item in gen.scratch[scratch_before:]]
-        return self._kernel_text(gen, rank, plan, kernel, body, scratch)
+        return self._kernel_text(gen, rank, plan, kernel, bodies, scratch)
 
     def _ordering(self, gen: Gen, op, step: Step) -> list[str] | None:
         """fence, quiet, barrier_all, sync_all (None for the other ops)."""
@@ -948,7 +991,7 @@ class NvshmemTarget(Target):
                     "  grid.sync();"]
         return None
 
-    def _kernel_text(self, gen: Gen, rank: int, plan: RankPlan, kernel: _Kernel, body: list[str],
+    def _kernel_text(self, gen: Gen, rank: int, plan: RankPlan, kernel: _Kernel, bodies: list[list[str]],
                      scratch: list[str]) -> list[str]:
         program = gen.sched.programs[rank]
         fields, locals_, fill = [], [], []
@@ -964,10 +1007,28 @@ class NvshmemTarget(Target):
             locals_.append(f"  [[maybe_unused]] char* {name} = a.{name};")
             fill.append(f"  a.{name} = {name};")
         n = len(program.ops)
+        names = kernel_names(rank, len(bodies))
+        kernels = []
+        for k, (name, body) in enumerate(zip(names, bodies)):
+            last = k == len(bodies) - 1
+            kernels += [
+                *([f"// call {k + 1} of {len(bodies)}: a kernel of its own, launched after the one before on the stream"]
+                  if len(bodies) > 1 else []),
+                f"__global__ void __launch_bounds__(CW_NV_THREADS) {name}(CwNvArgs{rank} a) {{",
+                *locals_,
+                "  [[maybe_unused]] uint64_t* cw_sig = a.sig;",
+                "  [[maybe_unused]] unsigned* cw_arrive = a.arrive;",
+                "  [[maybe_unused]] unsigned long long* cw_hash = a.hash;",
+                "  [[maybe_unused]] cg::grid_group grid = cg::this_grid();",
+                *body,
+                *(["", *_end(gen.sched, n)] if last else []),
+                "}",
+                "",
+            ]
         return [
             f"// ---------------------------------------------------------------------------------- rank {rank}",
             f"// {plan.blocks} block(s) wanted; {plan.counters} arrival counter(s); {plan.hash_slots} spread "
-            "compute op(s)",
+            "compute op(s)" + (f"; {len(bodies)} kernels, one per call" if len(bodies) > 1 else ""),
             *kernel.statics,
             f"struct CwNvArgs{rank} {{",
             *fields,
@@ -977,17 +1038,7 @@ class NvshmemTarget(Target):
             "  unsigned long long* hash;",
             "};",
             "",
-            f"__global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank{rank}(CwNvArgs{rank} a) {{",
-            *locals_,
-            "  [[maybe_unused]] uint64_t* cw_sig = a.sig;",
-            "  [[maybe_unused]] unsigned* cw_arrive = a.arrive;",
-            "  [[maybe_unused]] unsigned long long* cw_hash = a.hash;",
-            "  [[maybe_unused]] cg::grid_group grid = cg::this_grid();",
-            *body,
-            "",
-            *_end(gen.sched, n),
-            "}",
-            "",
+            *kernels,
             f"static void rank{rank}(cudaStream_t s) {{",
             f"  CwNvArgs{rank} a;",
             *fill,
@@ -995,10 +1046,27 @@ class NvshmemTarget(Target):
             "  a.marks = cw_marks_dev;",
             "  a.arrive = cw_nv_arrive;",
             "  a.hash = cw_nv_hash;",
-            f"  cw_nv_launch((const void*)cw_nv_rank{rank}, &a, s);",
+            *[f"  cw_nv_launch((const void*){name}, &a, s);" for name in names],
             "}",
             "",
         ]
+
+
+def kernel_names(rank: int, kernels: int) -> list[str]:
+    """The kernels of a rank: one, or one per call of `--calls` (in launch order)."""
+    return [f"cw_nv_rank{rank}"] if kernels == 1 else [f"cw_nv_rank{rank}_call{k}" for k in range(kernels)]
+
+
+def _call_end(step: Step) -> list[str]:
+    """The end of a call's kernel when the next call has a kernel of its own (`plan_rank`'s boundary)."""
+    if not step.end_fence:
+        return ["", "  // the end of this call's kernel: the next call's kernel starts after every block of this one",
+                "  // has finished (what a grid-wide sync would order); nothing here awaits a fence"]
+    return ["", "  // the end of this call's kernel: every block fences its own work (nvshmem_fence after",
+            "  // __syncthreads), and the next call's kernel starts after every block of this one has finished:",
+            "  // a fenced grid-wide sync, so what this call wrote or read is ordered before the next call's signals",
+            "  __syncthreads();",
+            "  if (threadIdx.x == 0) nvshmem_fence();"]
 
 
 def _end(sched: ir.Schedule, n: int) -> list[str]:

@@ -70,6 +70,12 @@ class Lowered:
     waits: dict[tuple[int, int], Channel] = field(default_factory=dict)
     unpacks: dict[tuple[int, int], Channel] = field(default_factory=dict)
     refused: list[str] = field(default_factory=list)
+    moved: dict[int, list[int]] = field(default_factory=dict)  # rank -> the new index of each old op
+
+    def remap(self, starts: dict[int, list[int]]) -> dict[int, list[int]]:
+        """Op indices of the schedule before the rewrite (`repeat.call_starts`) in the rewritten one
+        (a copy out of the packets follows its wait, so the ops after it move)."""
+        return {rank: [self.moved[rank][m] if rank in self.moved else m for m in ms] for rank, ms in starts.items()}
 
     def area_bytes(self, name: str) -> int:
         """Bytes of packet area `name` in memory (16 per 8 bytes of payload)."""
@@ -266,8 +272,10 @@ def _lower(sched: ir.Schedule, max_bytes: int, dropped: dict) -> Lowered:
     programs, sends = [], {}
     for program in sched.programs:
         new_ops: list = []
+        out.moved[program.rank] = []
         for m, op in enumerate(ops[program.rank]):
             new_index = len(new_ops)
+            out.moved[program.rank].append(new_index)
             new_ops.append(op)
             if (program.rank, m) in out.sends:
                 sends[(program.rank, new_index)] = out.sends[(program.rank, m)]

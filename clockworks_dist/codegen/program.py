@@ -165,10 +165,12 @@ def unsupported(sched: ir.Schedule, backend: str) -> list[str]:
     return list(found.values())
 
 
-def generate(sched: ir.Schedule, backend: str, packets=None) -> str:
+def generate(sched: ir.Schedule, backend: str, packets=None, splits: dict[int, list[int]] | None = None) -> str:
     """The `.cu` of `sched` for `backend`; `Unsupported` (naming file:line) if an op cannot be emitted.
     `packets` (`packets.Lowered` of which `sched` is the schedule): the NVSHMEM backend sends its
-    put_signals as flag-in-data packets."""
+    put_signals as flag-in-data packets. `splits` (rank -> op indices, `repeat.call_starts`): the
+    NVSHMEM backend begins a kernel at each (one kernel per call of `--calls`); the NCCL backend
+    launches every op on its own already."""
     tgt = target(backend)
     if packets is not None and packets.channels:
         if tgt.name != "nvshmem":
@@ -184,6 +186,8 @@ def generate(sched: ir.Schedule, backend: str, packets=None) -> str:
     gen = Gen(sched, tgt)
     if packets is not None and packets.channels:
         gen.state.setdefault("nvshmem", {})["packets"] = packets
+    if splits and tgt.name == "nvshmem":
+        gen.state.setdefault("nvshmem", {})["splits"] = splits
     functions = []
     for rank in range(sched.world):
         gen.rank = rank

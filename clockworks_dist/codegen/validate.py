@@ -602,7 +602,8 @@ def render_table(cells: list[dict], meta: dict) -> str:
                 "checker verified and what the results are compared with), and every time and prediction below is "
                 "per call: the run's time divided by the calls")
         if backend == "nvshmem":
-            how += " (the calls run inside the rank's one kernel launch)"
+            how += (" (each call its own kernel launch, as a library call's)" if meta.get("kernels") == "per call"
+                    else " (the calls run inside the rank's one kernel launch)")
     packets = meta.get("packets")
     if packets:
         counts = ", ".join(str(n) for n in packets.get("channels") or ())
@@ -835,7 +836,7 @@ def collect(out_dir: str) -> dict:
         cells.append(make_cell(entry["bytes"], result, predicted, nccl, [n for n in (why, nccl_note) if n]))
     meta = {**{k: manifest[k] for k in ("schedule", "file", "backend", "ranks", "iters", "warmup", "graph",
                                           "timeout")},
-            **{k: manifest.get(k) for k in ("params", "calls", "between", "packets")},
+            **{k: manifest.get(k) for k in ("params", "calls", "between", "kernels", "packets")},
             "launcher": "slurm", "topology": topo_note, "nccl_op": (manifest.get("nccl") or {}).get("op"),
             "nccl_version": (header or {}).get("nccl_version"), "nccl_header": header, "machine": machine}
     return write_results(out_dir, cells, meta)
@@ -917,14 +918,15 @@ def _require_gpus(ranks: int, backend: str) -> None:
                             "with --launcher slurm")
 
 
-def _generate(sched: ir.Schedule, backend: str, path: str, lowered=None) -> str:
+def _generate(sched: ir.Schedule, backend: str, path: str, lowered=None, splits=None) -> str:
     """Write the program of `sched` for `backend` to `path`; an op the backend cannot emit is named.
-    `lowered`: the `packets.Lowered` that `sched` is the schedule of."""
+    `lowered`: the `packets.Lowered` that `sched` is the schedule of; `splits`: where its calls begin
+    (a kernel each)."""
     from ..semantics.backends import Unsupported
     from . import program
 
     try:
-        text = program.generate(sched, backend, packets=lowered)
+        text = program.generate(sched, backend, packets=lowered, splits=splits)
     except Unsupported as exc:
         raise ValidateError(f"{sched.name}: {exc} (the {backend} backend cannot generate it: try another "
                             "--backend)") from None
@@ -938,22 +940,26 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
                   warmup: int = DEFAULT_WARMUP, graph: bool = True, launcher: str = "local",
                   topology: str | None = None, schedule_name: str | None = None, no_check: bool = False,
                   size_bindings: dict[str, int] | None = None, nccl: bool = True, nodes: int = 1, calls: int = 1,
-                  between: str = "barrier", packets: int = 0) -> dict:
+                  between: str = "barrier", packets: int = 0, fuse_calls: bool = False) -> dict:
     """`clockworks validate FILE`: see the module docstring. Returns the report (`results.json`'s
     content: `verdict`, the worst over the sizes, and one cell per size); with `--launcher
     slurm`, what was written (`verdict` "written", `sbatch`). `nccl`: measure NCCL's collective.
     `calls` > 1: each run is `calls` back-to-back calls (`repeat.repeat`, separated by `between`),
     checked and generated as one schedule; times and predictions are then per call. `packets` > 0
     (nvshmem): put_signals of at most that many bytes go as flag-in-data packets (`packets.lower`); the
-    rewritten schedule is the one checked, run and compared."""
+    rewritten schedule is the one checked, run and compared. With `calls` > 1 the NVSHMEM program
+    launches one kernel per call, as a library call would (`fuse_calls`: one kernel for them all)."""
     if backend not in BACKENDS:
         raise ValidateError(f"unknown backend {backend!r}; clockworks validate knows {', '.join(BACKENDS)}")
     if launcher not in LAUNCHERS:
         raise ValidateError(f"unknown launcher {launcher!r}; one of {', '.join(LAUNCHERS)}")
     schedules, nbytes = load_schedules(path, ranks, sizes, schedule_name, timeout, size_bindings)
+    splits = [None] * len(schedules)
     if calls > 1:
-        from ..repeat import RepeatError, repeat
+        from ..repeat import RepeatError, call_starts, repeat
 
+        if backend == "nvshmem" and not fuse_calls:
+            splits = [call_starts(sched, calls, between) for sched in schedules]
         try:
             schedules = [repeat(sched, calls, between) for sched in schedules]
         except RepeatError as exc:
@@ -966,6 +972,7 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
             raise ValidateError("--packets is a lowering of the nvshmem backend: add --backend nvshmem")
         lowered = [packets_mod.lower(sched, packets) for sched in schedules]
         schedules = [item.sched for item in lowered]
+        splits = [low.remap(s) if s else s for low, s in zip(lowered, splits)]
     if not no_check:
         for sched in schedules:
             verify(sched, timeout)
@@ -977,10 +984,11 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
             "nccl_op": nccl_collective(schedules[0]) if nccl else None, "nccl": nccl, "no_check": no_check,
             "params": dict(schedules[0].params),  # the family's variant (cw.param, cw.choice), if any
             "calls": calls, "between": between if calls > 1 else None,
+            "kernels": ("per call" if splits[0] else "one") if calls > 1 and backend == "nvshmem" else None,
             "packets": ({"max_bytes": packets, "channels": [len(item.channels) for item in lowered],
                          "refused": lowered[0].refused[:8]} if packets else None)}
     if launcher == "slurm":
-        return _prepare_slurm(schedules, nbytes, out_dir, meta, topology, search, nodes, lowered)
+        return _prepare_slurm(schedules, nbytes, out_dir, meta, topology, search, nodes, lowered, splits)
     launch.find_mpiexec()
     if backend == "cupy":
         return _validate_cupy(schedules, nbytes, out_dir, meta, topology, search)
@@ -993,10 +1001,10 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
     with concurrent.futures.ThreadPoolExecutor(max_workers=_build_workers(len(schedules))) as pool:
         bench = pool.submit(build_nccl_bench, build_root) if meta["nccl_op"] and schedules[0].world > 1 else None
         binaries = []
-        for sched, size, low in zip(schedules, nbytes, lowered):
+        for sched, size, low, split in zip(schedules, nbytes, lowered, splits):
             folder = os.path.join(build_root, str(size))
             os.makedirs(folder, exist_ok=True)
-            source = _generate(sched, backend, os.path.join(folder, f"{sched.name}.cu"), low)
+            source = _generate(sched, backend, os.path.join(folder, f"{sched.name}.cu"), low, split)
             binaries.append(pool.submit(build.compile_program, source, backend, folder, toolchain))
         binaries = [os.fspath(job.result()) for job in binaries]
         bench_binary, bench_problem = None, None
@@ -1093,19 +1101,20 @@ def _validate_cupy(schedules, nbytes, out_dir, meta, topology, search) -> dict:
     return _finish(schedules, nbytes, results, out_dir, meta, topology, bench_binary, bench_problem, timeout)
 
 
-def _prepare_slurm(schedules, nbytes, out_dir, meta, topology, search, nodes, lowered=None) -> dict:
+def _prepare_slurm(schedules, nbytes, out_dir, meta, topology, search, nodes, lowered=None, splits=None) -> dict:
     """Generate every program, write every job directory and the sbatch script; nothing runs here."""
     if meta["backend"] == "cupy":
         raise ValidateError("--launcher slurm runs generated programs: use --backend nccl or nvshmem "
                             "(the cupy backend runs under clockworks run inside the allocation)")
     out_dir = os.path.abspath(out_dir)
     cells = []
-    for sched, size, low in zip(schedules, nbytes, lowered or [None] * len(schedules)):
+    for sched, size, low, split in zip(schedules, nbytes, lowered or [None] * len(schedules),
+                                       splits or [None] * len(schedules)):
         folder = os.path.join(out_dir, "build", str(size))
         job_dir = os.path.join(out_dir, "runs", str(size))
         os.makedirs(folder, exist_ok=True)
         os.makedirs(job_dir, exist_ok=True)
-        source = _generate(sched, meta["backend"], os.path.join(folder, f"{sched.name}.cu"), low)
+        source = _generate(sched, meta["backend"], os.path.join(folder, f"{sched.name}.cu"), low, split)
         reference = reference_of(sched, search, meta["no_check"])
         prepare_job_dir(job_dir, sched, reference, meta["timeout"], meta["iters"], meta["backend"], size)
         cells.append({"bytes": size, "size": size_text(size), "source": source,
