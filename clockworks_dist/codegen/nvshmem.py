@@ -64,6 +64,12 @@ The end of a run: every block quiets, then every rank meets (`nvshmem_barrier_al
 kernel: a run ends when every delivery has landed on every rank (the final state the checker's
 values describe), and no rank's next reset can overwrite what a slower rank still delivers or reads.
 
+Calls (`--calls K`): each call's ops are a kernel of their own, launched one after the other on the
+stream, as a library call would launch them (`splits`; `--fuse-calls` keeps them in one kernel). The
+plan treats each boundary as a grid-wide sync, fenced where anything before it is unpublished: the
+kernel before ends with every block's fence of its own work, and the next starts once every block of
+that one has finished, which orders at least what a grid-wide sync orders.
+
 CUDA graphs: `nvshmemx_collective_launch` records an event on the caller's stream, launches on
 NVSHMEM's own stream and makes the caller's stream wait for it (NVIDIA/nvshmem's collective launch:
 capturable in principle, as a fork and join of streams, but that depends on how NVSHMEM made its
