@@ -236,7 +236,8 @@ def _topology_parser(sub) -> None:
     show = actions.add_parser("show", help="summarise a topology: devices, links, per-GPU bandwidth, a route",
                               description="Load, validate and summarise a topology file.", epilog=EPILOG)
     show.add_argument("file", metavar="FILE",
-                      help="a YAML topology file, or the name of a shipped one (e.g. dgx-h100, dgx-h100-cluster)")
+                      help="a YAML topology file, or the name of a shipped one (e.g. dgx-h100, dgx-h100-cluster; "
+                           "a name means its calibrated file when one ships, as for predict)")
     show.add_argument("--nodes", metavar="N", type=_positive,
                       help="expand a cluster template to N nodes (default: the template's own)")
     show.add_argument("--dot", metavar="OUT.dot", help="also write Graphviz DOT to OUT.dot")
@@ -545,7 +546,8 @@ def cmd_topology(args: argparse.Namespace, out: Output) -> int:
     for option, value in (("--dot", args.dot), ("--png", args.png)):
         if value is not None and not value.strip():
             raise UsageError(f"{option} needs a file name, got {value!r}")
-    topo = topology.load_topology(args.file, nodes=args.nodes)
+    chosen = topology.choose_topology(args.file, nodes=args.nodes)  # what predict would use for args.file
+    topo = chosen.topology
     if args.dot:
         _write(args.dot, topology.to_dot(topo))
     if args.png:
@@ -562,7 +564,8 @@ def cmd_topology(args: argparse.Namespace, out: Output) -> int:
     except TopologyError as exc:  # found while routing (two GPUs with no route): name the file
         message = str(exc)
         raise TopologyError(message if message.startswith(args.file) else f"{args.file}: {message}") from None
-    out.text(text)
+    heading, _, rest = text.partition("\n")
+    out.text(f"{heading}\n  file: {chosen.describe()}\n{rest}")
     return EXIT_VERIFIED
 
 

@@ -77,7 +77,9 @@ def add_parsers(sub, positive, size_arg, seconds) -> None:
     val.add_argument("--out", metavar="DIR", default="validate-results", help="the results folder")
     val.add_argument("--launcher", choices=("mpirun", "slurm"), default="mpirun",
                      help="mpirun here (default), or write an sbatch script for a Slurm cluster")
-    val.add_argument("--topology", metavar="NAME|FILE", help="the machine's calibrated topology for the prediction")
+    val.add_argument("--topology", metavar="NAME|FILE",
+                     help="the topology for the prediction: a shipped name means its calibrated file when one ships "
+                          "(default: the shipped calibrated topology of the GPUs here)")
     val.add_argument("--no-check", action="store_true",
                      help="run even a schedule the checker does not verify (to see a bug happen)")
     val.add_argument("--no-nccl", action="store_true", help="do not measure NCCL's own collective")

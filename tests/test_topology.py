@@ -405,8 +405,9 @@ def test_cli_show(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "3 nodes, 24 GPUs" in captured.out and f"wrote {dot}" in captured.err
     assert dot.read_text().startswith("graph ")
-    assert cli.main(["topology", "show", "h200x2-nv18", "--json"]) == 0
-    assert Topology.model_validate_json(capsys.readouterr().out) == load_topology("h200x2-nv18")
+    assert cli.main(["topology", "show", "h200x2-nv18", "--json"]) == 0  # a name: its calibrated file
+    calibrated = load_topology(ROOT / "topologies" / "measured" / "h200x2-nv18.yaml")
+    assert Topology.model_validate_json(capsys.readouterr().out) == calibrated
 
 
 def test_cli_malformed_file_exit_2_without_traceback(tmp_path, capsys):

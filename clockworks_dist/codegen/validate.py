@@ -68,7 +68,6 @@ NCCL_COLLECTIVE = {"allreduce": "allreduce", "allgather": "allgather", "reduce_s
 MANIFEST = "validate.json"
 SBATCH = "validate.sbatch"
 NCCL_LINES = "nccl.jsonl"
-CALIBRATED = "measured"  # the folder of calibrated topologies among the shipped ones
 
 
 class ValidateError(ClockworksError):
@@ -440,22 +439,24 @@ def run_nccl_bench(binary: str, op: str, sizes: list[int], ranks: int, timeout: 
 
 # ----------------------------------------------------------------------------------- predictions
 def pick_topology(topology: str | None, world: int, gpu_names: list[str]):
-    """The topology to predict with: `topology` when given, else the calibrated one of this machine
-    (a shipped file under measured/ whose provenance names these GPUs and that has `world` of
-    them). (topology or None, a note saying which and why)."""
-    from ..topology import gpus, load_topology
-    from ..topology.model import DATA_DIR
+    """The topology to predict with: `topology` when given (a shipped name means its calibrated
+    file when one ships: `topology.calibrated`), else the calibrated one of this machine (a shipped
+    file under measured/ whose provenance names these GPUs and that has `world` of them).
+    (topology or None, a note saying which and why)."""
+    from ..topology import choose_topology, gpus, load_topology
+    from ..topology.calibrated import CALIBRATED_DIR
 
     if topology:
-        topo = load_topology(topology)
+        chosen = choose_topology(topology)
+        topo = chosen.topology
         if len(gpus(topo)) < world:
             raise ValidateError(f"--topology {topology}: {topo.name} has {len(gpus(topo))} GPUs, but the schedule "
                                 f"has {world} ranks (give a topology of this machine)")
-        return topo, f"{topo.name} ({topology})"
+        return topo, f"{topo.name}, {chosen.describe()}"
     names = sorted(set(gpu_names))
     if not names:
         return None, "no prediction: no GPU is visible here to pick a calibrated topology (pass --topology)"
-    for path in sorted((DATA_DIR / CALIBRATED).glob("*.yaml")):
+    for path in sorted(CALIBRATED_DIR.glob("*.yaml")):
         topo = load_topology(path)
         made_on = topo.provenance.gpu if topo.provenance else None
         if made_on and names == [made_on] and len(gpus(topo)) >= world:

@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import ClockworksError
+from ..topology.calibrated import CALIBRATED_BY
 from ..topology.model import MAX_CHANNELS
 from .fit import channels_from_log, fit, load_cells
 
@@ -57,7 +58,7 @@ def calibrate(raw: str, base_topology, base_file: str, out_path: str, run_log: s
         "cuda": " ".join(provenance.get("nvcc_version") or []) or None,
         "nccl": (provenance.get("wheels") or {}).get("nvidia-nccl-cu13"),
         "nvshmem": (provenance.get("wheels") or {}).get("nvidia-nvshmem-cu13"),
-        "method": "clockworks calibrate: NCCL collectives and point-to-point (default and one-channel), "
+        "method": f"{CALIBRATED_BY}: NCCL collectives and point-to-point (default and one-channel), "
                   "NVSHMEM put sweeps under mpirun; least squares on log-time over every other "
                   "power-of-two size",
         "note": f"fit: {summary}",
