@@ -109,6 +109,7 @@ PINNED_STATES = [
     ("ring_allreduce", 8, 281),
     ("nvshmem_oneshot_allreduce", 4, 82),
     ("dissemination_barrier", 4, 81),
+    ("nvshmem_fenced_dispatch", 8, 465),
 ]
 
 

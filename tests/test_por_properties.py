@@ -3,7 +3,8 @@ unreduced search finds, DFS and BFS agree, and the IR round-trips through JSON e
 
 A schedule is drawn as a list of *events* over 2-3 ranks (a local op on one rank, a matched
 send/recv pair, grouped pairs, a crossed exchange that may deadlock, a one-sided op, several
-one-sided ops contending for one PE, a collective on every rank; now and then an op the matcher
+one-sided ops contending for one PE, a put fenced (or not) before a signal that its target waits
+for before reading the put's data, a collective on every rank; now and then an op the matcher
 rejects), then waits are inserted on values the signal updates can reach, and the result is traced
 through the DSL. A failing example prints the schedule's listing.
 """
@@ -105,7 +106,7 @@ def one_sided(draw, count: int, pe: int, what: str):
 def events(draw, world: int, count: int):
     """One event: a list of (rank, op descriptor) to append, in order."""
     kind = draw(st.sampled_from(["local", "p2p", "one_sided", "group", "contention", "crossed", "one_sided", "local",
-                                 "contention", "collective", "counter"]))
+                                 "contention", "collective", "counter", "fenced"]))
     rank = draw(st.integers(0, world - 1))
     if kind == "local":
         what = draw(st.sampled_from(["fill", "copy", "reduce"]))
@@ -164,6 +165,20 @@ def events(draw, world: int, count: int):
         updates = [(d[4], d[3]) for _, d in out]
         value = draw(st.sampled_from(_reachable(updates)))
         return out + [(pe, ("wait", word, draw(st.sampled_from(COMPARISONS)), value))]
+    if kind == "fenced":  # a put, a fence (or not), a signal to the same PE; the PE waits, then reads
+        pe = _other(draw, world, rank)
+        length = draw(st.integers(1, count))
+        dst = draw(regions(count, length, ("s",)))
+        word = draw(st.integers(0, SIGNAL_WORDS - 1))
+        out = [(rank, ("put", pe, dst, draw(regions(count, length)), draw(st.booleans())))]
+        if draw(st.integers(0, 3)):
+            out.append((rank, ("fence",)))
+        if draw(st.booleans()):
+            out.append((rank, ("signal_op", pe, word, 1, "add")))
+        else:
+            out.append((rank, ("put_signal", pe, draw(regions(count, 1, ("s",))), draw(regions(count, 1)), word, 1,
+                               "add", False)))
+        return out + [(pe, ("wait", word, "ge", 1)), (pe, ("copy", draw(regions(count, length, ("a", "b"))), dst))]
     if kind == "collective":
         what = draw(st.sampled_from(["all_reduce", "barrier", "barrier_all", "sync_all"]))
         if what != "all_reduce":

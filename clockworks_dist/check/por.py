@@ -21,7 +21,20 @@ which therefore cannot move on a path that avoids T. Closure rules, for every ac
     order), and every action or rank that may still update the awaited signal word (wait_until).
 "Could execute on a path avoiding T": a rank cannot pass its current op while one of its pending
 actions is in T, nor any op that needs a frozen rank, so its future stops there (its horizon).
-Anything else it may still do counts, including the deliveries of puts it has yet to issue.
+Anything else it may still do counts, including the deliveries of puts it has yet to issue, except
+a delivery a fence holds behind a delivery of T (`_fenced_out`). Fences. A fence has no footprint
+and commutes with everything; its effect is the rule that a delivery d from issuer i to PE p in
+fence epoch e is disabled while a delivery from i to p of an earlier epoch is in flight
+(`Model.delivery_blocked`). Claim: if such an earlier delivery d' is in flight in s and d' is in T,
+then d (in flight, or issued later on the path) cannot land on any path from s that avoids T.
+Proof: d' leaves the in-flight set only by its own landing, an action of T; so d' stays in flight
+along the path, and d stays disabled. Such a d is therefore neither "executable avoiding T" when
+collecting dependents (it cannot write what t reads), nor a signal update that lets a wait be
+passed when computing how far a rank can run avoiding T (`_limits`, `_may_update`). Without this,
+a put, a fence and a put_signal per peer (DeepEP's dispatch) made every reader of the put's data
+look reachable ahead of the put's own delivery: the closure froze every rank and the reduction
+vanished (30,439 states at 6 PEs, 253 with it). The claim uses T's membership only, which grows
+during the closure: a check made against a smaller T excludes less and stays sound.
 
 Why this is sound. These are Valmari's strong stubborn-set conditions D1 (every t in T commutes with
 any sequence of actions outside T) and D2 (the enabled actions of T stay enabled along such
@@ -73,6 +86,16 @@ class Reducer:
         self.joint_index = [[j[0] for j in joints] for joints in model.joints]
         self.has_waits = any(c.sync is Sync.WAIT for row in model.code for c in row)
         self._flight_state, self._flight_table = None, {}
+        # accesses an op makes when its delivery lands, not when it is issued: (owner, space,
+        # actor, index, lo, hi, mode); a fence may hold these back behind a delivery of T
+        self.at_delivery: set[tuple] = set()
+        for row in model.code:
+            for c in row:
+                if c.delivery is not None and c.delivery.fenced:
+                    for owner, space, lo, hi, mode in c.delivery.footprint:
+                        if (owner, space, lo, hi, mode) not in c.footprint:
+                            self.at_delivery.add((owner, space, c.rank, c.index, lo, hi, mode))
+        self._held: dict[tuple[int, int], int] = {}  # see `_fenced_out`
 
     def choose(self, state: State, enabled: list[tuple]) -> list[tuple]:
         if len(enabled) <= 1:
@@ -92,6 +115,7 @@ class Reducer:
         frozen: set[int] = set()
         actions: set[tuple] = set()
         work: list[tuple] = [("a", seed)]
+        self._held = {}
         while work:
             kind, item = work.pop()
             if kind == "r":
@@ -103,11 +127,33 @@ class Reducer:
             if item in actions:
                 continue
             actions.add(item)
+            if item[0] == "deliver":
+                self._hold(item)
             if item in enabled_set:
                 work.extend(self._dependents(state, item, frozen, actions))
             else:
                 work.extend(self._enablers(state, item))
         return [a for a in enabled if a in actions]
+
+    def _hold(self, action: tuple) -> None:
+        """A delivery in flight joins T: note the epoch from which its issuer's deliveries to the
+        same PE are held back by a fence (`_fenced_out`)."""
+        d = self.model.deliveries[(action[1], action[2])]
+        if d.fenced:
+            key = (d.issuer, d.pe)
+            if d.epoch < self._held.get(key, d.epoch + 1):
+                self._held[key] = d.epoch
+
+    def _fenced_out(self, issuer: int, index: int) -> bool:
+        """Whether the delivery of op (issuer, index), in flight or not yet issued, cannot land on
+        any path that avoids T: a fence orders it after a delivery of T that is in flight. That
+        delivery leaves the in-flight set only by landing, which a path avoiding T never does, so
+        the later one stays blocked (`Model.delivery_blocked`) on all such paths."""
+        held = self._held
+        if not held:
+            return False
+        d = self.model.deliveries.get((issuer, index))
+        return d is not None and d.fenced and held.get((d.issuer, d.pe), d.epoch) < d.epoch
 
     def action_of(self, key: tuple) -> tuple | None:
         """The action that executes op `key` = (rank, index, sub) when it is current."""
@@ -216,6 +262,8 @@ class Reducer:
             if ("deliver", i, j) in actions:
                 held.add(i)
                 continue
+            if self._fenced_out(i, j):
+                continue
             for owner, space, lo, _hi, _mode in model.deliveries[(i, j)].footprint:
                 if space == SIG:
                     updates.add((owner, lo))
@@ -282,6 +330,9 @@ class Reducer:
                 if lo == word and mode in (SIG_ADD, SIG_SET) and e_index <= limit[actor]:
                     if e_index == pcs[actor] and self.action_of((actor, e_index, sub)) in actions:
                         continue
+                    if (rank, SIG, actor, e_index, lo, _hi, mode) in self.at_delivery and \
+                            self._fenced_out(actor, e_index):
+                        continue
                     return True
         return False
 
@@ -308,6 +359,9 @@ class Reducer:
                 for index, sub, elo, ehi, emode, others in entries[start:]:
                     if elo >= hi or lo >= ehi or not dependent(space, mode, emode) or others & frozen:
                         continue
+                    if (owner, space, actor, index, elo, ehi, emode) in self.at_delivery and \
+                            self._fenced_out(actor, index):
+                        continue  # its delivery cannot land on a path that avoids T
                     if limit is None:
                         if self.has_waits:
                             if limits is None:
@@ -330,7 +384,8 @@ class Reducer:
                         out.append(("r", actor))
                         break
             for action_d, dlo, dhi, dmode in self._in_flight_on(state).get((owner, space), ()):
-                if action_d not in actions and dlo < hi and lo < dhi and dependent(space, mode, dmode):
+                if action_d not in actions and dlo < hi and lo < dhi and dependent(space, mode, dmode) \
+                        and not self._fenced_out(action_d[1], action_d[2]):
                     out.append(("a", action_d))
         return out
 
