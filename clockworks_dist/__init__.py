@@ -6,6 +6,7 @@
     def my_allreduce(r): ...
 
     result = cw.check(my_allreduce.trace(world=8))
+    report = cw.predict(my_allreduce, "h200x2-nv18", ranks=2, sizes="1KiB..1MiB")
 """
 
 from . import ir
@@ -17,11 +18,12 @@ from .errors import CheckIncomplete, ClockworksError, MissingDependency, Schedul
 
 __version__ = "0.1.0"
 from .check import check, expected_values, happens_before  # noqa: E402  (the function, not the package)
+from .prediction import predict  # noqa: E402
 
 
 __all__ = [
     "CheckIncomplete", "ClockworksError", "MissingDependency", "Rank", "ScheduleDef", "ScheduleError",
     "TopologyError", "allgather", "allreduce", "alltoall", "broadcast", "check", "choice", "custom", "equals",
     "expected_values", "happens_before", "ir",
-    "load_file", "param", "reduce", "reduce_scatter", "schedule", "size",
+    "load_file", "param", "predict", "reduce", "reduce_scatter", "schedule", "size",
 ]

@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from .errors import CheckIncomplete, ClockworksError, ScheduleError, TopologyError
+from .errors import CheckIncomplete, ClockworksError, ScheduleError
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_INCOMPLETE = 0, 2, 3
 # predict's default bound: a sweep of 21 sizes at 64 ranks takes minutes; a hang never ends
@@ -23,12 +23,17 @@ def add_parsers(sub, positive, size_arg, seconds) -> None:
                                          "path, the busiest links, a size sweep and a scaling sweep.")
     predict.add_argument("file", metavar="FILE", help="a Python file defining @cw.schedule functions")
     predict.add_argument("--topology", "-t", required=True, metavar="T",
-                         help="a topology file or a shipped name (e.g. h200x2-nv18, dgx-h100)")
+                         help="a shipped name (e.g. h200x2-nv18, dgx-h100): its calibrated file "
+                              "(measured/NAME.yaml) when one ships, else its uncalibrated one, with a warning; "
+                              "or a topology file, loaded as it is (NAME.yaml: the shipped uncalibrated file)")
     predict.add_argument("--ranks", metavar="N", type=positive, help="world size (default: the topology's GPUs)")
     predict.add_argument("--nodes", metavar="N", type=positive, help="nodes, for a cluster template")
     predict.add_argument("--schedule", metavar="NAME", help="the schedule NAME of FILE (default: the first)")
-    predict.add_argument("--sizes", metavar="RANGE", default="1KiB..1GiB",
-                         help="message sizes per rank: 1KiB..1GiB (powers of two) or a list 4KiB,1MiB")
+    predict.add_argument("--sizes", metavar="RANGE",
+                         help="message sizes per rank: 1KiB..1GiB (powers of two; the default) or a list 4KiB,1MiB")
+    predict.add_argument("--size", metavar="NAME=VALUE", type=size_arg, nargs="+", action="extend", default=[],
+                         help="bind a symbolic size, e.g. --size CHUNK=8, as for check; binding the one that "
+                              "scales the main buffer predicts that one size (no --sizes then)")
     predict.add_argument("--mode", choices=("graph", "eager"), default="graph",
                          help="CUDA-graph launches (default) or eager launches from the host")
     predict.add_argument("--scaling", metavar="N", type=positive, nargs="+",
@@ -51,13 +56,15 @@ def add_parsers(sub, positive, size_arg, seconds) -> None:
                                            "take earlier results (--raw), fit the constants by least squares "
                                            "on log-time, and write a calibrated topology file.")
     calibrate.add_argument("--topology", "-t", required=True, metavar="T",
-                           help="the uncalibrated topology of this machine (e.g. h200x2-nv18)")
+                           help="the uncalibrated topology of this machine, whose links the output keeps (e.g. "
+                                "h200x2-nv18: here a name is the shipped file itself, never its calibrated one)")
     source = calibrate.add_mutually_exclusive_group(required=True)
     source.add_argument("--run", metavar="DIR", help="run the microbenchmarks here, writing results to DIR")
     source.add_argument("--raw", metavar="DIR", help="a directory with calibration_raw.jsonl (and run.log)")
     calibrate.add_argument("--out", required=True, metavar="FILE.yaml", help="the calibrated topology to write")
     calibrate.add_argument("--start", metavar="FILE.yaml", help="start the fit from this topology's constants "
-                           "(e.g. an earlier calibration of the same machine) instead of the defaults")
+                           "(e.g. an earlier calibration of the same machine; a shipped name means its calibrated "
+                           "file when one ships) instead of the defaults")
     calibrate.add_argument("--json", action="store_true", help="print the fit summary as JSON")
     calibrate.add_argument("--debug", action="store_true", help="print tracebacks")
 
@@ -128,9 +135,9 @@ def cmd_predict(args: argparse.Namespace, out) -> int:
 
 def _predict(args: argparse.Namespace, out) -> int:
     from .dsl import load_file
-    from .perf.predict import parse_sizes, predict_sizes
+    from .perf.predict import parse_sizes
+    from .prediction import predict
     from .report import perf as report
-    from .topology import gpus, load_topology
 
     # Everything that can be wrong with the command line is found before the first simulation.
     for option, value in (("--trace", args.trace), ("--plot", args.plot)):
@@ -142,33 +149,14 @@ def _predict(args: argparse.Namespace, out) -> int:
         report.check_plot_format(args.plot)
         check_writable(args.plot, "--plot")
     try:
-        sizes = parse_sizes(args.sizes)
+        sizes = parse_sizes(args.sizes) if args.sizes is not None else None
     except ValueError as exc:
         raise ClockworksError(f"--sizes: {exc}") from None
-    topo = load_topology(args.topology, nodes=args.nodes)
     defn = _pick(load_file(args.file), args.schedule)
-    world = args.ranks or (defn.ranks[-1] if defn.ranks else len(gpus(topo)))
-    available = len(gpus(topo))
-    for n, option in [(world, None)] + [(n, "--scaling") for n in args.scaling or ()]:
-        if n > available:
-            what = f"{option} {n}: {n} ranks" if option else f"the schedule has {n} ranks"
-            raise TopologyError(f"{what} but {topo.name} has {available} GPUs (use a larger topology, or --nodes "
-                                "with a cluster template)")
-    bigger_topologies = [load_topology(args.topology, nodes=nodes) for nodes in args.scale_nodes or ()]
-    try:
-        results = predict_sizes(defn, topo, world, sizes, mode=args.mode, ranks_per_node=defn.ranks_per_node)
-    except TopologyError as exc:  # found while routing (no route between two GPUs): name the file
-        text = str(exc)
-        raise TopologyError(text if text.startswith(args.topology) else f"{args.topology}: {text}") from None
-    found = report.PredictionReport(defn.name, topo.name, world, args.mode, results)
-    largest = [results[-1].nbytes]
-    for n in args.scaling or ():
-        found.scaling.append((n, predict_sizes(defn, topo, n, largest, mode=args.mode,
-                                               ranks_per_node=defn.ranks_per_node)[0]))
-    for bigger in bigger_topologies:
-        count = len(gpus(bigger))
-        found.scaling.append((count, predict_sizes(defn, bigger, count, largest, mode=args.mode,
-                                                   ranks_per_node=count // max(bigger.nodes, 1))[0]))
+    found = predict(defn, args.topology, ranks=args.ranks, sizes=sizes, symbols=dict(args.size), mode=args.mode,
+                    nodes=args.nodes, scaling=args.scaling or (), scale_nodes=args.scale_nodes or ())
+    if found.warning:
+        sys.stderr.write(f"clockworks: warning: {found.warning}\n")
     if args.trace:
         _write_json(args.trace, report.chrome_trace(found.last.timeline), "--trace")
         sys.stderr.write(f"wrote {args.trace}\n")
@@ -189,7 +177,7 @@ def cmd_calibrate(args: argparse.Namespace, out) -> int:
     import os
 
     from .perf.calibration import calibrate, run_microbenchmarks
-    from .topology import load_topology
+    from .topology import choose_topology, load_topology
     from .topology.model import _resolve as locate
 
     for option, value in (("--raw", args.raw), ("--run", args.run), ("--out", args.out)):
@@ -210,7 +198,7 @@ def cmd_calibrate(args: argparse.Namespace, out) -> int:
     if not os.path.exists(raw):
         raise ClockworksError(f"{raw}: not found (run with --run DIR on the GPU machine first)")
     log = os.path.join(folder, "run.log")
-    start = load_topology(args.start) if args.start else None
+    start = choose_topology(args.start).topology if args.start else None
     summary = calibrate(raw, topo, str(locate(args.topology)), args.out, log if os.path.exists(log) else None,
                         start=start)
     load_topology(args.out)  # what we wrote must load

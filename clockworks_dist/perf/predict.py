@@ -112,6 +112,15 @@ def size_binding(defn, world: int, nbytes: int, ranks_per_node: int | None = Non
     return {name: value}
 
 
+def pinned_bytes(sched: ir.Schedule, symbols: dict[str, int] | None) -> int | None:
+    """The message size `symbols` fixes, if they bind the size symbol that scales the main buffer
+    (`--size CHUNK=8` on a ring: one size, not a sweep); None if they leave it free."""
+    buf = main_buffer(sched)
+    if buf.count_sym is None or not any(name in (symbols or {}) for name, _ in buf.count_sym.terms):
+        return None
+    return buf.count * ir.DTYPE_BYTES[buf.dtype]
+
+
 @dataclass
 class Prediction:
     nbytes: int
@@ -120,6 +129,11 @@ class Prediction:
     busbw_GBs: float
     timeline: Timeline = field(repr=False)
     mode: str = "graph"
+
+    @property
+    def bound(self) -> str:
+        """What limits the time at this size (`bound` of its timeline)."""
+        return bound(self.timeline)
 
     def to_json(self) -> dict:
         return {"bytes": self.nbytes, "time_us": round(self.time_us, 3), "algbw_GBs": round(self.algbw_GBs, 3),
@@ -156,17 +170,19 @@ def steady_state_us(sched: ir.Schedule, timeline: Timeline, consts: Constants, m
 def predict_sizes(defn, topo, world: int, sizes: list[int], consts: Constants | None = None,
                   mode: str = "graph", ranks_per_node: int | None = None,
                   conditions: RunConditions = RunConditions(), calls: int = 1,
-                  between: str = "barrier", transform=None) -> list[Prediction]:
+                  between: str = "barrier", transform=None, symbols: dict[str, int] | None = None) -> list[Prediction]:
     """The schedule traced at each size and simulated on `topo` (with its constants unless `consts`
-    is given), under `conditions`. `calls` > 1: `calls` back-to-back calls (`repeat.repeat`, with
+    is given), under `conditions`; `symbols` binds size symbols other than the one each size solves
+    for (`--size NAME=VALUE`). `calls` > 1: `calls` back-to-back calls (`repeat.repeat`, with
     `between` separating them) simulated as one run, and the time per call returned. `transform`:
     a rewrite applied last (a lowering, e.g. `codegen.packets.lower`'s schedule), what is simulated."""
     consts = consts or topo.constants
     out = []
     network = from_topology(topo, world)
-    base = defn.trace(world, ranks_per_node)
+    base = defn.trace(world, ranks_per_node, sizes=symbols)
     for nbytes in sizes:
-        sched = defn.trace(world, ranks_per_node, sizes=size_binding(defn, world, nbytes, ranks_per_node, base))
+        binding = {**(symbols or {}), **size_binding(defn, world, nbytes, ranks_per_node, base)}
+        sched = defn.trace(world, ranks_per_node, sizes=binding)
         factor, _ = busbw_factor(sched)
         if calls > 1:
             from ..repeat import repeat

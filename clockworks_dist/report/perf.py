@@ -27,6 +27,10 @@ class PredictionReport:
     mode: str
     predictions: list[Prediction]
     scaling: list[tuple[int, Prediction]] = field(default_factory=list)
+    topology_file: str = ""  # the file the constants came from (`topology.calibrated.Chosen.file`)
+    calibrated: bool = False  # whether `clockworks calibrate` fitted them
+    warning: str | None = None  # what to say when they are not calibrated
+    symbols: dict[str, int] = field(default_factory=dict)  # the size symbols bound (`--size`)
 
     @property
     def last(self) -> Prediction:
@@ -47,12 +51,18 @@ def busiest_links(timeline: Timeline) -> list[dict]:
             for name, moved, util in link_utilisation(timeline)]
 
 
+def explain(prediction: Prediction) -> dict:
+    """What bounds one size's time, its critical path and its busiest links."""
+    timeline = prediction.timeline
+    return {"bound": bound(timeline), "critical_path": critical_path(timeline), "links": busiest_links(timeline)}
+
+
 def to_json(report: PredictionReport) -> dict:
-    """The report as `clockworks predict --json` prints it."""
-    timeline = report.last.timeline
-    return {"schedule": report.schedule, "topology": report.topology, "ranks": report.ranks, "mode": report.mode,
-            "predictions": [p.to_json() for p in report.predictions], "bound": bound(timeline),
-            "critical_path": critical_path(timeline), "links": busiest_links(timeline),
+    """The report as `clockworks predict --json` prints it: every size with its bound, critical
+    path and busiest links; at the top level, the same three of the largest size."""
+    return {"schedule": report.schedule, "topology": report.topology, "topology_file": report.topology_file,
+            "calibrated": report.calibrated, "ranks": report.ranks, "mode": report.mode, "symbols": report.symbols,
+            "predictions": [{**p.to_json(), **explain(p)} for p in report.predictions], **explain(report.last),
             "scaling": [{"ranks": n, **p.to_json()} for n, p in report.scaling]}
 
 
@@ -60,7 +70,10 @@ def render_text(report: PredictionReport) -> str:
     """The report as a table of sizes, the critical path's last steps, the busiest links and the
     scaling sweep."""
     last = report.last
-    lines = [f"{report.schedule} on {report.topology}, {report.ranks} ranks, {report.mode} launches: predicted", "",
+    kind = "calibrated" if report.calibrated else "uncalibrated: not fitted by clockworks calibrate"
+    symbols = ", ".join(f"{name}={value}" for name, value in report.symbols.items())
+    lines = [f"{report.schedule} on {report.topology}, {report.ranks} ranks, {report.mode} launches: predicted",
+             f"topology file: {report.topology_file} ({kind})" + (f"; sizes bound: {symbols}" if symbols else ""), "",
              f"  {'bytes':>12}  {'time (us)':>11}  {'algbw (GB/s)':>12}  {'busbw (GB/s)':>12}"]
     for p in report.predictions:
         lines.append(f"  {p.nbytes:>12}  {p.time_us:>11.2f}  {p.algbw_GBs:>12.2f}  {p.busbw_GBs:>12.2f}")
