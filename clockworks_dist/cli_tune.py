@@ -28,7 +28,8 @@ def add_parser(sub, positive, seconds) -> None:
                                 "4 internal error")
     cmd.add_argument("file", metavar="FILE", help="a Python file defining a @cw.schedule family")
     cmd.add_argument("--topology", "-t", required=True, metavar="T",
-                     help="a topology file or a shipped name (e.g. h200x2-nv18)")
+                     help="a shipped name (e.g. h200x2-nv18: its calibrated file when one ships, else its "
+                          "uncalibrated one, with a warning), or a topology file, loaded as it is")
     cmd.add_argument("--np", "--ranks", dest="np", metavar="N", type=positive, required=True, help="world size")
     cmd.add_argument("--sizes", metavar="RANGE", default="1KiB..1GiB",
                      help="bytes per rank: 1KiB..1GiB (powers of two) or a list 8KiB,1MiB (default 1KiB..1GiB)")
