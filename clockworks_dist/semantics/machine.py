@@ -166,6 +166,109 @@ def _sorted(infl: tuple) -> tuple:
     return tuple(sorted(infl, key=lambda x: (x[0], x[1])))
 
 
+class Work:
+    """A state held in mutable form and changed in place by `Model.execute`, for searches that
+    walk one path at a time. `freeze()` gives the `State` it holds. With a journal, every change
+    is recorded, so `undo(mark)` returns to the state of an earlier `mark()` (backtracking), and
+    `changes(mark)` lists what changed since (the search's incremental bookkeeping reads it).
+
+    Memory rows and signal rows start as the state's tuples and become lists when first written.
+    Indexing (`work[0]` .. `work[4]`) reads like a `State`'s fields; `work[4]` iterates over the
+    in-flight deliveries in no particular order."""
+
+    __slots__ = ("pcs", "done", "mem", "sigs", "flight", "journal")
+
+    def __init__(self, state: State, journal: bool = True):
+        self.pcs = list(state[0])
+        self.done = list(state[1])
+        self.mem = list(state[2])
+        self.sigs = list(state[3])
+        self.flight = {(i, j): (i, j, p) for i, j, p in state[4]}  # (issuer, index) -> (issuer, index, payload)
+        self.journal: list | None = [] if journal else None
+
+    def __getitem__(self, field: int):
+        if field == 4:
+            return self.flight.values()
+        return (self.pcs, self.done, self.mem, self.sigs)[field]
+
+    def freeze(self) -> State:
+        """The immutable, canonical `State` this holds."""
+        mem = tuple(row if type(row) is tuple else tuple(row) for row in self.mem)
+        sigs = tuple(row if type(row) is tuple else tuple(row) for row in self.sigs)
+        return State(tuple(self.pcs), tuple(self.done), mem, sigs,
+                     tuple(self.flight[key] for key in sorted(self.flight)))
+
+    # -- changes (each journaled as a tuple whose first field names it) -------------------------
+    def set_pc(self, rank: int, value: int) -> None:
+        if self.journal is not None:
+            self.journal.append(("pc", rank, self.pcs[rank]))
+        self.pcs[rank] = value
+
+    def set_done(self, rank: int, value: int) -> None:
+        if self.journal is not None:
+            self.journal.append(("done", rank, self.done[rank]))
+        self.done[rank] = value
+
+    def write(self, rank: int, lo: int, values) -> None:
+        """Atoms lo, lo + 1, ... of `rank` take `values`."""
+        row = self.mem[rank]
+        if type(row) is tuple:
+            row = self.mem[rank] = list(row)
+        hi = lo + len(values)
+        if self.journal is not None:
+            self.journal.append(("mem", rank, lo, row[lo:hi]))
+        row[lo:hi] = values
+
+    def set_signal(self, rank: int, word: int, value: int) -> None:
+        row = self.sigs[rank]
+        if type(row) is tuple:
+            row = self.sigs[rank] = list(row)
+        if self.journal is not None:
+            self.journal.append(("sig", rank, word, row[word]))
+        row[word] = value
+
+    def launch(self, issuer: int, index: int, payload) -> None:
+        """A delivery is now in flight."""
+        if self.journal is not None:
+            self.journal.append(("launch", issuer, index))
+        self.flight[(issuer, index)] = (issuer, index, payload)
+
+    def land(self, key: tuple[int, int]):
+        """The delivery `key` leaves the in-flight set; its payload."""
+        entry = self.flight.pop(key)
+        if self.journal is not None:
+            self.journal.append(("land", entry))
+        return entry[2]
+
+    # -- journal --------------------------------------------------------------------------------
+    def mark(self) -> int:
+        return len(self.journal)
+
+    def changes(self, mark: int) -> list[tuple]:
+        return self.journal[mark:]
+
+    def undo(self, mark: int) -> None:
+        """Return to the state at `mark`, undoing every later change, newest first."""
+        journal = self.journal
+        while len(journal) > mark:
+            entry = journal.pop()
+            what = entry[0]
+            if what == "pc":
+                self.pcs[entry[1]] = entry[2]
+            elif what == "done":
+                self.done[entry[1]] = entry[2]
+            elif what == "mem":
+                _, rank, lo, old = entry
+                self.mem[rank][lo:lo + len(old)] = old
+            elif what == "sig":
+                self.sigs[entry[1]][entry[2]] = entry[3]
+            elif what == "launch":
+                del self.flight[(entry[1], entry[2])]
+            else:
+                triple = entry[1]
+                self.flight[(triple[0], triple[1])] = triple
+
+
 class Model:
     """A schedule compiled into a transition system: `initial()`, `enabled(state)`,
     `apply(state, action)`, `footprint(action)` and `done(state)`, in the manner of stateright's
@@ -365,6 +468,8 @@ class Model:
         at = self.landing_of.get(key)
         if at is None:
             return None
+        if type(state) is Work:
+            return Deliver("deliver", *at) if at in state.flight else None
         for issuer, index, _ in state[4]:
             if issuer == at[0] and index == at[1]:
                 return Deliver("deliver", *at)
@@ -506,43 +611,69 @@ class Model:
 
     def enabled(self, state: State) -> list[Action]:
         """The actions that can fire in `state`, in a fixed order (rank by rank, then deliveries)."""
-        pcs, done, _mem, _sigs, infl = state
         acts: list[Action] = []
-        recv_of = self.matches.recv_of
         for rank in range(self.world):
-            pc = pcs[rank]
-            if pc >= self.nops[rank]:
-                continue
-            c = self.code[rank][pc]
-            sync = c.sync
-            if sync is Sync.P2P:
-                for sub, m in c.members:
-                    if m.kind == "send" and not (sub is not None and (done[rank] >> sub) & 1):
-                        peer = recv_of.get((rank, pc, sub))
-                        if peer is not None and self.posted(state, peer):
-                            acts.append(P2P("p2p", rank, pc, sub))
-            elif c.cid is not None or sync in (Sync.COLLECTIVE, Sync.BARRIER_ALL, Sync.SYNC_ALL):
-                if c.cid is None:
-                    continue
-                members = self.coll_members[c.cid]
-                if members[0][0] != rank:
-                    continue
-                if all(pcs[r] == i and not done[r] for r, i in members):  # done: read, landing pending
-                    if sync is Sync.BARRIER_ALL and infl:
-                        continue
-                    acts.append(Coll("coll", c.cid))
-            elif sync is Sync.WAIT:
-                if self.waiting_holds(state, c):
-                    acts.append(Step("step", rank, pc))
-            elif sync is Sync.QUIET:
-                if not self.in_flight_from(state, rank):
-                    acts.append(Step("step", rank, pc))
-            else:
-                acts.append(Step("step", rank, pc))
-        for issuer, index, _ in infl:
-            if not self.delivery_blocked(state, issuer, index):
+            acts += self.rank_enabled(state, rank)
+        floors = self.fence_floors(state[4])
+        for issuer, index, _ in state[4]:
+            if not self.fenced_behind(floors, issuer, index):
                 acts.append(Deliver("deliver", issuer, index))
         return acts
+
+    def rank_enabled(self, state: State, rank: int, collectives: bool = True) -> list[Action]:
+        """The enabled actions of `rank`'s current op: its step, the sends of its group whose recv
+        is posted, or (`collectives`, and `rank` its first member) its collective, once every
+        member has arrived."""
+        pcs = state[0]
+        pc = pcs[rank]
+        if pc >= self.nops[rank]:
+            return []
+        c = self.code[rank][pc]
+        sync = c.sync
+        if sync is Sync.P2P:
+            done, recv_of, acts = state[1][rank], self.matches.recv_of, []
+            for sub, m in c.members:
+                if m.kind == "send" and not (sub is not None and (done >> sub) & 1):
+                    peer = recv_of.get((rank, pc, sub))
+                    if peer is not None and self.posted(state, peer):
+                        acts.append(P2P("p2p", rank, pc, sub))
+            return acts
+        if c.cid is not None or sync in (Sync.COLLECTIVE, Sync.BARRIER_ALL, Sync.SYNC_ALL):
+            if c.cid is None or not collectives or self.coll_members[c.cid][0][0] != rank:
+                return []
+            return [Coll("coll", c.cid)] if self.coll_ready(state, c.cid) else []
+        if sync is Sync.WAIT:
+            return [Step("step", rank, pc)] if self.waiting_holds(state, c) else []
+        if sync is Sync.QUIET:
+            return [] if self.in_flight_from(state, rank) else [Step("step", rank, pc)]
+        return [Step("step", rank, pc)]
+
+    def coll_ready(self, state: State, cid: int) -> bool:
+        """Whether every member of collective `cid` has arrived (and, for barrier_all, nothing is in
+        flight)."""
+        pcs, done = state[0], state[1]
+        if not all(pcs[r] == i and not done[r] for r, i in self.coll_members[cid]):  # done: landing pending
+            return False
+        return not (self.coll_sync[cid] is Sync.BARRIER_ALL and state[4])
+
+    def fence_floors(self, in_flight) -> dict[tuple[int, int], int]:
+        """(issuer, PE) -> the earliest fence epoch among the issuer's fenced deliveries to that PE
+        in flight: a fenced delivery of a later epoch must wait (`fenced_behind`)."""
+        floors: dict[tuple[int, int], int] = {}
+        deliveries = self.deliveries
+        for issuer, index, _ in in_flight:
+            d = deliveries[(issuer, index)]
+            if d.fenced:
+                key = (issuer, d.pe)
+                if d.epoch < floors.get(key, d.epoch + 1):
+                    floors[key] = d.epoch
+        return floors
+
+    def fenced_behind(self, floors: dict, issuer: int, index: int) -> bool:
+        """Whether the delivery (issuer, index) must wait for an earlier one to its PE, given the
+        in-flight set's `fence_floors`."""
+        d = self.deliveries[(issuer, index)]
+        return d.fenced and floors.get((issuer, d.pe), d.epoch) < d.epoch
 
     def footprint(self, action: Action) -> tuple[Access, ...]:
         """The atoms and signal words `action` touches, with their modes."""
@@ -558,171 +689,160 @@ class Model:
     # -- effects ------------------------------------------------------------------------------
     def apply(self, state: State, action: Action) -> State:
         """The state after `action` (which must be enabled in `state`)."""
-        pcs, done, mem, sigs, infl = state
+        work = Work(state, journal=False)
+        self.execute(work, action)
+        return work.freeze()
+
+    def execute(self, work: "Work", action: Action) -> None:
+        """Apply `action` (enabled in the state `work` holds) to `work`, in place. Every source is
+        read in the state before the action, so an action's writes never feed its own reads."""
         kind = action[0]
-        pcs, done, sigs = list(pcs), list(done), list(sigs)
-        writes: dict[int, list[int]] = {}
-
-        def mut(rank: int) -> list[int]:
-            found = writes.get(rank)
-            if found is None:
-                found = writes[rank] = list(mem[rank])
-            return found
-
         if kind == "step":
             rank, index = action[1], action[2]
-            infl = self._step(rank, self.code[rank][index], mem, sigs, mut, infl)
-            pcs[rank] += 1
+            self._step(work, rank, self.code[rank][index])
+            work.set_pc(rank, work.pcs[rank] + 1)
         elif kind == "p2p":
             skey = (action[1], action[2], action[3])
             rkey = self.matches.recv_of[skey]
             at = self.landing_of.get(rkey)
             if at is None:
-                self._move(self.p2p_moves[skey], mem, mut)
+                self._write(work, self._move(self.p2p_moves[skey], work.mem))
             else:  # the data is in flight: the recv lands later
                 r, lo, hi = self.p2p_capture[skey]
-                infl = _sorted(infl + ((at[0], at[1], mem[r][lo:hi]),))
-            self._complete(pcs, done, skey)
+                work.launch(at[0], at[1], tuple(work.mem[r][lo:hi]))
+            self._complete(work, skey)
             if at is None:
-                self._complete(pcs, done, rkey)
+                self._complete(work, rkey)
         elif kind == "coll":
-            infl = self._collect(action[1], mem, mut, pcs, done, infl)
+            self._collect(work, action[1])
         else:
             key = (action[1], action[2])
-            payload = next(p for i, j, p in infl if (i, j) == key)
-            infl = tuple(x for x in infl if (x[0], x[1]) != key)
+            payload = work.land(key)
             d = self.deliveries[key]
             if d.completes is None:
-                self._deliver(d, payload, mem, sigs, mut)
+                self._deliver(work, d, payload)
             else:
-                self._land(d, payload, mem, mut)
-                self._complete(pcs, done, d.completes)
-        if writes:
-            mem = list(mem)
-            for rank, cells in writes.items():
-                mem[rank] = tuple(cells)
-            mem = tuple(mem)
-        return State(tuple(pcs), tuple(done), mem, tuple(sigs), infl)
+                self._land(work, d, payload)
+                self._complete(work, d.completes)
 
-    def _complete(self, pcs: list[int], done: list[int], key: Key) -> None:
+    def _complete(self, work: "Work", key: Key) -> None:
         """The op (or group member) at `key` is complete: the rank moves on (after its group's last)."""
         rank, index, sub = key
         if sub is None:
-            pcs[rank] += 1
-            done[rank] = 0
+            work.set_pc(rank, work.pcs[rank] + 1)
+            if work.done[rank]:
+                work.set_done(rank, 0)
             return
-        done[rank] |= 1 << sub
-        if done[rank] == (1 << len(self.code[rank][index].members)) - 1:
-            done[rank] = 0
-            pcs[rank] += 1
+        done = work.done[rank] | 1 << sub
+        if done == (1 << len(self.code[rank][index].members)) - 1:
+            work.set_done(rank, 0)
+            work.set_pc(rank, work.pcs[rank] + 1)
+        else:
+            work.set_done(rank, done)
 
-    def _collect(self, cid: int, mem, mut, pcs: list[int], done: list[int], infl: tuple) -> tuple:
+    def _collect(self, work: "Work", cid: int) -> None:
         """Every member has arrived: read the sources and compute every output; a member that writes
         gets its values as the payload of its landing, the others complete now."""
-        scratch: dict[int, list[int]] = {}
-
-        def into(rank: int) -> list[int]:
-            found = scratch.get(rank)
-            if found is None:
-                found = scratch[rank] = list(mem[rank])
-            return found
-
+        mem = work.mem
+        out: dict[int, dict[int, int]] = {}  # rank -> atom -> value, what the moves compute
         for move in self.coll_moves[cid]:
-            self._move(move, mem, into)
-        added = []
+            for r, lo, values in self._move(move, mem):
+                cells = out.setdefault(r, {})
+                for n, v in enumerate(values):
+                    cells[lo + n] = v
         for rank, index in self.coll_members[cid]:
             at = self.landing_of.get((rank, index, None))
             if at is None:
-                pcs[rank] += 1
+                work.set_pc(rank, work.pcs[rank] + 1)
                 continue
-            done[rank] = 1  # the sources are read; the member completes at its landing
-            cells = scratch.get(rank, mem[rank])
-            payload = tuple(v for _r, lo, hi in self.deliveries[at].spans for v in cells[lo:hi])
-            added.append((at[0], at[1], payload))
-        return _sorted(infl + tuple(added)) if added else infl
+            work.set_done(rank, 1)  # the sources are read; the member completes at its landing
+            cells, row = out.get(rank, {}), mem[rank]
+            payload = tuple(cells.get(a, row[a]) for _r, lo, hi in self.deliveries[at].spans for a in range(lo, hi))
+            work.launch(at[0], at[1], payload)
 
-    def _land(self, d: Delivery, payload: tuple, mem, mut) -> None:
+    def _land(self, work: "Work", d: Delivery, payload: tuple) -> None:
         """A landing: the payload goes to its spans (a recv with reduce: dst combine payload)."""
         n = 0
         for r, lo, hi in d.spans:
-            cells = mut(r)
-            for a in range(lo, hi):
-                cells[a] = payload[n] if d.combine is None else self.values.combine(d.combine, (cells[a], payload[n]))
-                n += 1
+            if d.combine is None:
+                values = payload[n:n + hi - lo]
+            else:
+                row, combine = work.mem[r], self.values.combine
+                values = tuple(combine(d.combine, (row[a], payload[n + a - lo])) for a in range(lo, hi))
+            work.write(r, lo, values)
+            n += hi - lo
 
-    def _move(self, move: AtomMove, mem, mut, values: tuple | None = None, rank: int = 0, index: int = 0) -> None:
-        """Apply one data move: sources read in the state before the action (or `values`, a
-        payload read at issue), then every destination written."""
+    @staticmethod
+    def _write(work: "Work", writes: list) -> None:
+        for r, lo, values in writes:
+            work.write(r, lo, values)
+
+    def _move(self, move: AtomMove, mem, values: tuple | None = None, rank: int = 0, index: int = 0) -> list:
+        """One data move, as the writes [(rank, first atom, values)] it makes: sources read in
+        `mem` (or `values`, a payload read at issue)."""
         vals = self.values
         if move.value is not None:
             const = vals.const(move.value)
-            for r, lo, hi in move.dsts:
-                mut(r)[lo:hi] = [const] * (hi - lo)
-            return
+            return [(r, lo, (const,) * (hi - lo)) for r, lo, hi in move.dsts]
         if move.opaque is not None:  # every output depends on everything the kernel read
             reads = tuple(v for r, lo, hi in move.srcs for v in mem[r][lo:hi])
-            n = 0
+            writes, n = [], 0
             for r, lo, hi in move.dsts:
-                out = mut(r)
-                for a in range(lo, hi):
-                    out[a] = vals.intern(("opaque", move.opaque, rank, index, n, reads))
-                    n += 1
-            return
+                writes.append((r, lo, tuple(vals.intern(("opaque", move.opaque, rank, index, n + k, reads))
+                                            for k in range(hi - lo))))
+                n += hi - lo
+            return writes
         if values is None:
             columns = [mem[r][lo:hi] for r, lo, hi in move.srcs]
             if len(columns) == 1:
-                values = columns[0]
+                values = tuple(columns[0])
             else:
                 values = tuple(vals.combine(move.combine, tuple(col[i] for col in columns))
                                for i in range(len(columns[0])))
-        for r, lo, _hi in move.dsts:
-            mut(r)[lo:lo + len(values)] = values
+        return [(r, lo, values) for r, lo, _hi in move.dsts]
 
-    def _step(self, rank: int, c: Code, mem, sigs, mut, infl):
+    def _step(self, work: "Work", rank: int, c: Code) -> None:
         if c.delivery is not None:
             d = c.delivery
-            payload = mem[d.capture[0]][d.capture[1]:d.capture[2]] if d.capture is not None else None
-            return _sorted(infl + ((rank, c.index, payload),))
+            payload = tuple(work.mem[d.capture[0]][d.capture[1]:d.capture[2]]) if d.capture is not None else None
+            work.launch(rank, c.index, payload)
+            return
+        writes = []
         if c.rule.fetches:
-            self._fetch(rank, c.op, mem, sigs, mut)
-        for move in c.moves:
-            self._move(move, mem, mut, rank=rank, index=c.index)
-        return infl
+            writes += self._fetch(work, rank, c.op)
+        for move in c.moves:  # every move reads the state before the op
+            writes += self._move(move, work.mem, rank=rank, index=c.index)
+        self._write(work, writes)
 
-    def _fetch(self, rank: int, op, mem, sigs, mut) -> None:
+    def _fetch(self, work: "Work", rank: int, op) -> list:
         vals = self.values
         i_lo, _ = self.span(rank, op.into)
         if isinstance(op.target, ir.SignalRef):
             word = self.sig_word(op.target)
-            row = list(sigs[op.pe])
-            old = row[word]
-            row[word] = fetch_result(op.op, old, op.value, op.cond)
-            sigs[op.pe] = tuple(row)
-            mut(rank)[i_lo] = vals.const(old)
+            old = work.sigs[op.pe][word]
+            work.set_signal(op.pe, word, fetch_result(op.op, old, op.value, op.cond))
+            return [(rank, i_lo, (vals.const(old),))]
+        lo, _ = self.span(op.pe, op.target)
+        old = work.mem[op.pe][lo]
+        if op.op == "fetch":  # an atomic read: the target keeps its value
+            new = old
+        elif op.op in ("fetch_add", "fetch_inc"):
+            new = self._atomic_term("add", op.value if op.op == "fetch_add" else 1, old)
         else:
-            lo, _ = self.span(op.pe, op.target)
-            old = mut(op.pe)[lo] if op.pe == rank else mem[op.pe][lo]
-            if op.op == "fetch":  # an atomic read: the target keeps its value
-                new = old
-            elif op.op in ("fetch_add", "fetch_inc"):
-                new = self._atomic_term("add", op.value if op.op == "fetch_add" else 1, old)
-            else:
-                new = vals.intern(("atomic", op.op, (op.value, op.cond), (old,)))
-            mut(op.pe)[lo] = new
-            mut(rank)[i_lo] = old
+            new = vals.intern(("atomic", op.op, (op.value, op.cond), (old,)))
+        return [(op.pe, lo, (new,)), (rank, i_lo, (old,))]
 
-    def _deliver(self, d: Delivery, payload, mem, sigs, mut) -> None:
+    def _deliver(self, work: "Work", d: Delivery, payload) -> None:
+        writes = []
         for move in d.moves:
-            self._move(move, mem, mut, values=payload)
+            writes += self._move(move, work.mem, values=payload)
+        self._write(work, writes)
         if d.update is not None:
             space, where, how, value = d.update
             if space == SIG:
-                row = list(sigs[d.target])
-                row[where] = atomic_result(how, row[where], value)
-                sigs[d.target] = tuple(row)
+                work.set_signal(d.target, where, atomic_result(how, work.sigs[d.target][where], value))
             else:
-                cells = mut(d.target)
-                cells[where] = self._atomic_term(how, value, cells[where])
+                work.write(d.target, where, (self._atomic_term(how, value, work.mem[d.target][where]),))
 
     def _atomic_term(self, op: str, value: int, old: int) -> int:
         """The value of a data word after an atomic. Integer adds commute, so consecutive adds fold
