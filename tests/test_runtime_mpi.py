@@ -37,7 +37,8 @@ from test_por_properties import build, matched, plans  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROTOCOLS = os.path.join(os.path.dirname(HERE), "protocols")
 CORRECT = sorted(glob.glob(os.path.join(PROTOCOLS, "*.py")))
-RANDOM_EXAMPLES = 150
+RANDOM_EXAMPLES = 200
+MIN_RUN = 30
 
 
 def _item(sched: ir.Schedule, timeout: float = 60.0) -> job_mod.Item:
@@ -160,7 +161,7 @@ def test_random_verified_schedules_match_the_checker(no_process_left):
             found.append(sched)
 
     collect()
-    assert len(found) >= RANDOM_EXAMPLES // 5
+    assert len(found) >= MIN_RUN  # enough verified schedules to run (the generator draws many that fail)
     summary = _run(found, ranks=3, jitter=11)
     differ = [(found[i].to_json(), r["message"]) for i, r in enumerate(summary["results"]) if r["verdict"] != "match"]
     assert not differ, differ
