@@ -113,7 +113,7 @@ def worker(protocol: str, ranks: int, reduction: bool, timeout: float, max_state
                 phases[phase] += time.perf_counter() - t0
         return wrapper
 
-    pipeline.explore = timed("search", pipeline.explore)
+    pipeline._search = timed("search", pipeline._search)
     pipeline._symbolic = timed("symbolic", pipeline._symbolic)
     started = time.perf_counter()
     result = cw.check(schedule, timeout=timeout, max_states=max_states, reduction=reduction, progress=progress)

@@ -15,8 +15,7 @@ from hypothesis.control import currently_in_test_context
 
 from clockworks_dist import load_file
 from clockworks_dist.check import compile_schedule
-from clockworks_dist.check.dfs import DepthFirst
-from clockworks_dist.check.explore import explore
+from clockworks_dist.check.dfs import depth_first
 from clockworks_dist.semantics.values import COMMUTATIVE, render_term
 from clockworks_dist.perf.network import from_topology
 from clockworks_dist.perf.simulate import PredictError, Simulator
@@ -49,9 +48,9 @@ def outcome(model, state) -> tuple:
 def checker_outcomes(sched) -> set[tuple]:
     """The outcome of every terminal state of the checker's search (as `check.terminal_outcomes`)."""
     model = compile_schedule(sched)
-    found = explore(model, DepthFirst(), reduction=True, max_states=200_000)
+    found = depth_first(model, reduction=True, max_states=200_000)
     assert found.complete
-    return {outcome(model, state) for state in found.parents if not model.enabled(state)}
+    return {outcome(model, state) for state in found.terminals}
 
 
 def simulated_outcome(sched) -> tuple | None:

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from itertools import combinations
 
+import pytest
 from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
 import clockworks_dist as cw
 from clockworks_dist import ir
-from clockworks_dist.check import check, terminal_outcomes
+from clockworks_dist.check import check, dfs, terminal_outcomes
 from clockworks_dist.semantics.match import match
 from clockworks_dist.check.properties import MAX_PER_KIND
 from clockworks_dist.report.text import render_listing
@@ -34,6 +35,14 @@ COMPARISONS = ("eq", "ne", "gt", "ge", "lt", "le")
 
 SETTINGS = dict(deadline=None, derandomize=True, database=None, print_blob=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+
+@pytest.fixture(autouse=True, scope="module")
+def incremental_bookkeeping_is_checked():
+    """The in-place search compares its incremental bookkeeping with a rebuild at every state."""
+    dfs.CHECK_INCREMENTAL = True
+    yield
+    dfs.CHECK_INCREMENTAL = False
 
 
 # ------------------------------------------------------------------------------- the strategy

@@ -3,8 +3,9 @@
 Pipeline, top to bottom:
 1. `match`: pair sends with recvs and group collectives (static; mismatches stop here);
 2. `Model`: compile the schedule into atoms, footprints and actions;
-3. `explore`: depth- or breadth-first search with stubborn-set reduction (`por`), state hashing,
-   and the properties of `properties` checked at every visited state;
+3. the search: depth first in place (`dfs.depth_first`) or breadth first over stored states
+   (`explore`), with stubborn-set reduction (`por`) and the properties of `properties` checked at
+   every visited state;
 4. the symbolic checks (`symbolic`, z3) for sizes and waits;
 5. a `CheckResult`: verified only if the search was complete and nothing was violated.
 """
@@ -18,8 +19,8 @@ from .. import ir
 from ..errors import CheckIncomplete, ScheduleError
 from .bfs import BreadthFirst
 from ..semantics.budget import UNBOUNDED, Deadline, OutOfTime
-from .dfs import DepthFirst
-from .explore import explore
+from .dfs import depth_first
+from .explore import Outcome, explore
 from .hb import HappensBefore, happens_before as _stamp
 from ..semantics.match import match
 from ..semantics.machine import Model
@@ -51,8 +52,7 @@ def check(schedule: ir.Schedule, *, strategy: str = "dfs", max_states: int | Non
                                transitions=0, seconds=time.perf_counter() - started, complete=True,
                                strategy=strategy, reduction=reduction)
         model = Model(schedule, matches, deadline)
-        frontier = BreadthFirst() if strategy == "bfs" else DepthFirst()
-        outcome = explore(model, frontier, reduction=reduction, max_states=max_states, progress=progress,
+        outcome = _search(model, strategy, reduction=reduction, max_states=max_states, progress=progress,
                           deadline=deadline)
         violations += outcome.observer.violations()
         if symbolic and schedule.symbols or symbolic and _has_waits(schedule):
@@ -92,6 +92,15 @@ def _out_of_time(schedule, violations, outcome, phase: str, started: float, stra
         strategy=strategy, reduction=reduction, terminal_states=outcome.observer.terminals if outcome else 0)
 
 
+def _search(model: Model, strategy: str, *, reduction: bool, max_states: int | None, progress=None,
+            deadline: Deadline | None = None) -> Outcome:
+    """The state-space search of `strategy`: "dfs" in place, "bfs" over stored states."""
+    if strategy == "bfs":
+        return explore(model, BreadthFirst(), reduction=reduction, max_states=max_states, progress=progress,
+                       deadline=deadline)
+    return depth_first(model, reduction=reduction, max_states=max_states, progress=progress, deadline=deadline)
+
+
 def _sorted(violations: list[Violation]) -> list[Violation]:
     return sorted(violations, key=lambda v: _ORDER.get(v.kind, 99))
 
@@ -115,10 +124,9 @@ def _symbolic(schedule: ir.Schedule, model: Model, outcome, deadline: Deadline) 
 
 def _first_execution(model: Model, outcome, deadline: Deadline = UNBOUNDED) -> HappensBefore | None:
     """The happens-before order of one complete execution the search found (None if none did)."""
-    for state in outcome.parents:
-        if model.done(state) and not state[4] and not model.enabled(state):
-            return _stamp(model, outcome.path_to(state), deadline)
-    return None
+    if outcome.first_path is None:
+        return None
+    return _stamp(model, outcome.first_path, deadline)
 
 
 def compile_schedule(schedule: ir.Schedule) -> Model:
@@ -167,20 +175,19 @@ def happens_before(schedule: ir.Schedule) -> HappensBefore:
     return _stamp(model, actions)
 
 
-def terminal_outcomes(schedule: ir.Schedule, *, reduction: bool = True, max_states: int | None = 200_000
-                      ) -> frozenset[tuple]:
+def terminal_outcomes(schedule: ir.Schedule, *, reduction: bool = True, max_states: int | None = 200_000,
+                      strategy: str = "dfs") -> frozenset[tuple]:
     """Every terminal state the search reaches, as (finished, positions, final values rendered as
     exact trees, signals): the reduced and the unreduced search must give the same set."""
     model = compile_schedule(schedule)
-    outcome = explore(model, DepthFirst(), reduction=reduction, max_states=max_states)
+    outcome = _search(model, strategy, reduction=reduction, max_states=max_states)
     if not outcome.complete:
         raise CheckIncomplete(f"the search stopped at {outcome.states:,} states (max_states), so the set of "
                               "terminal states is not known")
     found = set()
-    for state in outcome.parents:
-        if not model.enabled(state):
-            values = tuple(tuple(model.values.render(v) for v in row) for row in state[2])
-            found.add((model.done(state), state[0], values, state[3]))
+    for state in outcome.terminals:
+        values = tuple(tuple(model.values.render(v) for v in row) for row in state[2])
+        found.add((model.done(state), state[0], values, state[3]))
     return frozenset(found)
 
 

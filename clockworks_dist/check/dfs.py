@@ -1,7 +1,56 @@
-"""Depth-first frontier: finds deep states (deadlocks at the end of a run) first, little memory."""
+"""Depth-first search in place: one path at a time, with the bookkeeping of each state updated
+from what the last action changed instead of recomputed.
+
+The search holds a single state, a `Work`, walks it forward with `Model.execute`, and backtracks by
+undoing the Work's journal. Per state it keeps:
+
+- the enabled actions: per rank (its current op's step or sends), per collective (a count of the
+  members that have arrived), per delivery in flight (the earliest fence epoch in flight per issuer
+  and PE). After an action only the ranks it moved, their p2p peers, the owners of the signal words
+  it changed and the issuers whose deliveries it launched or landed are looked at again;
+- the accesses of every enabled action and posted op, by the rank whose memory they touch. A data
+  race is a conflicting pair of them (`Observer.race_pair`); only pairs with a newly enabled action
+  or newly posted op are checked, since any other pair was there, and checked, in the state before.
+  Every pair co-enabled in a visited state is checked in the first state of the path where both are
+  there, so the races found are those a check of every pair in every visited state finds;
+- the stubborn set: an enabled action that is a stubborn set of its own (`Reducer.alone`, decided
+  once per action from the program text) if there is one, else the closure of `Reducer.choose`.
+
+Stored states. When the stubborn set holds one action, the state has one successor and there is
+nothing to come back to, so the state is not stored: only states where the search branches are
+kept (frozen, compared exactly), to cut the branches that meet again there. A state reached again
+between branch points is explored again, which costs time, never a state: the state space is
+finite and acyclic (every action consumes an op or a delivery), so the search ends, and everything
+reachable is still reached. `states` counts the states visited. The journal is dropped whenever no
+branch is pending: a path without branches then takes memory for its actions only (the path is
+the counterexample of whatever is found on it).
+
+The bookkeeping is a function of the state: `_rebuild` computes it from scratch (at the start and
+after each backtrack), and `CHECK_INCREMENTAL` makes the search compare the two at every state
+(the property tests turn it on).
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from typing import Callable
+
+from ..semantics.budget import Deadline
+from ..semantics.machine import MEM, Model, State, Work
+from ..semantics.rules import Sync
+from .explore import Outcome
+from .por import Reducer
+from .properties import Observer
+
+CHECK_INCREMENTAL = False  # compare the incremental bookkeeping with a rebuild at every state
+_KIND = {"step": 0, "p2p": 1, "coll": 2, "deliver": 3}  # `por`'s order of seeds
 
 
 class DepthFirst:
+    """A stack, for `explore`: the frontier search's depth-first order, kept for comparison with
+    `depth_first` (`check` runs depth-first searches on `depth_first`)."""
+
     name = "dfs"
 
     def __init__(self) -> None:
@@ -15,3 +64,368 @@ class DepthFirst:
 
     def __len__(self) -> int:
         return len(self._stack)
+
+
+def depth_first(model: Model, *, reduction: bool = True, max_states: int | None = None,
+                deadline: Deadline | None = None,
+                progress: Callable[[int, int, float], None] | None = None) -> Outcome:
+    """Search the state space of `model` depth first, in place; stop at `max_states` visited
+    states or at the deadline (then the outcome is incomplete)."""
+    return _Search(model, reduction, deadline or Deadline(None)).run(max_states, progress)
+
+
+class _Search:
+    def __init__(self, model: Model, reduction: bool, deadline: Deadline):
+        self.model = model
+        self.deadline = deadline
+        self.work = Work(model.initial())
+        self.path: list[tuple] = []
+        self.observer = Observer(model, lambda _state: list(self.path), deadline)
+        self.reducer = Reducer(model) if reduction else None
+        world = model.world
+        self.barrier_all = [sync is Sync.BARRIER_ALL for sync in model.coll_sync]
+        # send keys matched with each recv key, for waking a sender when its recv is posted
+        self.sender_of = model.matches.send_of
+        self.ends: list[State] = []
+        self.first_path: list[tuple] | None = None
+        self._clear(world)
+
+    # -- bookkeeping --------------------------------------------------------------------------
+    def _clear(self, world: int) -> None:
+        self.acts: list[tuple] = [()] * world  # rank -> its enabled actions, collectives aside
+        self.posts: list[tuple] = [()] * world  # rank -> its posted ops' tags
+        self.arrived = [0] * len(self.model.coll_members)
+        self.colls: dict[int, tuple] = {}  # enabled collectives
+        self.delivs: dict[tuple[int, int], tuple] = {}  # enabled deliveries, by (issuer, index)
+        self.lanes: dict[tuple[int, int], dict[tuple[int, int], int]] = {}  # (issuer, PE) -> fenced key -> epoch
+        self.lonely: set[tuple] = set()  # enabled actions that are stubborn sets of their own
+        self.queue: list[tuple] = []  # the same, as a heap by (kind, `_rank`): stale entries skipped
+        self.index: dict[int, dict[tuple, list[tuple]]] = {}  # owner -> tag -> [(lo, hi, mode, tag)]
+        self.count = 0  # enabled actions
+        self.fresh: dict[tuple, None] = {}  # tags enabled or posted since the last visit, still there
+
+    def _rebuild(self) -> None:
+        """The bookkeeping of the current state, from scratch."""
+        model, work = self.model, self.work
+        self._clear(model.world)
+        for rank in range(model.world):
+            self._set_acts(rank, tuple(model.rank_enabled(work, rank, collectives=False)))
+            self._set_posts(rank, self._posted(rank))
+            cid = self._arrival(rank, work.pcs[rank], work.done[rank])
+            if cid is not None:
+                self.arrived[cid] += 1
+        for cid in range(len(self.arrived)):
+            self._check_coll(cid)
+        for key in work.flight:
+            self._launched(key)
+        for key in work.flight:
+            self._check_delivery(key)
+
+    def _snapshot(self) -> tuple:
+        return (tuple(self.acts), tuple(self.posts), tuple(self.arrived), dict(self.colls), dict(self.delivs),
+                {k: dict(v) for k, v in self.lanes.items() if v}, set(self.lonely), self.count,
+                {o: {t: sorted(e) for t, e in tags.items()} for o, tags in self.index.items() if tags})
+
+    def _arrival(self, rank: int, pc: int, done: int) -> int | None:
+        """The collective `rank` has arrived at and not yet left, if any."""
+        model = self.model
+        if pc >= model.nops[rank] or done:
+            return None
+        return model.code[rank][pc].cid
+
+    def _posted(self, rank: int) -> tuple:
+        """The tags of `rank`'s posted ops that have not completed (`Model.posted_accesses`)."""
+        work = self.work
+        pc = work.pcs[rank]
+        entries = self.model.posted_fp.get((rank, pc))
+        if entries is None:
+            return ()
+        done = work.done[rank]
+        return tuple(("post", rank, pc, sub) for sub, _ in entries
+                     if not (done if sub is None else (done >> sub) & 1))
+
+    def _accesses(self, tag: tuple) -> tuple:
+        model = self.model
+        if tag[0] == "post":
+            _, rank, pc, sub = tag
+            return next(accesses for s, accesses in model.posted_fp[(rank, pc)] if s == sub)
+        return model.footprint(tag)
+
+    def _index_add(self, tag: tuple) -> None:
+        for owner, space, lo, hi, mode in self._accesses(tag):
+            if space == MEM:
+                self.index.setdefault(owner, {}).setdefault(tag, []).append((lo, hi, mode, tag))
+        self.fresh[tag] = None
+
+    def _index_remove(self, tag: tuple) -> None:
+        for owner, space, _lo, _hi, _mode in self._accesses(tag):
+            if space == MEM:
+                self.index[owner].pop(tag, None)
+        self.fresh.pop(tag, None)
+
+    def _enable(self, action: tuple) -> None:
+        self.count += 1
+        self._index_add(action)
+        if self.reducer is not None and self.reducer.alone(action):
+            self.lonely.add(action)
+            heapq.heappush(self.queue, (_KIND[action[0]], self._rank(action), action))
+
+    def _disable(self, action: tuple) -> None:
+        self.count -= 1
+        self._index_remove(action)
+        self.lonely.discard(action)
+
+    def _set_acts(self, rank: int, new: tuple) -> None:
+        old = self.acts[rank]
+        if old == new:
+            return
+        self.acts[rank] = new
+        for action in old:
+            if action not in new:
+                self._disable(action)
+        for action in new:
+            if action not in old:
+                self._enable(action)
+
+    def _set_posts(self, rank: int, new: tuple) -> None:
+        old = self.posts[rank]
+        if old == new:
+            return
+        self.posts[rank] = new
+        for tag in old:
+            if tag not in new:
+                self._index_remove(tag)
+        for tag in new:
+            if tag not in old:
+                self._index_add(tag)
+
+    def _check_coll(self, cid: int) -> None:
+        ready = self.arrived[cid] == len(self.model.coll_members[cid]) and not (
+            self.barrier_all[cid] and self.work.flight)
+        if ready and cid not in self.colls:
+            self.colls[cid] = action = ("coll", cid)
+            self._enable(action)
+        elif not ready and cid in self.colls:
+            self._disable(self.colls.pop(cid))
+
+    def _launched(self, key: tuple[int, int]) -> None:
+        d = self.model.deliveries[key]
+        if d.fenced:
+            self.lanes.setdefault((d.issuer, d.pe), {})[key] = d.epoch
+
+    def _check_delivery(self, key: tuple[int, int]) -> None:
+        d = self.model.deliveries[key]
+        blocked = False
+        if d.fenced and d.epoch:
+            blocked = min(self.lanes[(d.issuer, d.pe)].values()) < d.epoch
+        if not blocked and key not in self.delivs:
+            self.delivs[key] = action = ("deliver", key[0], key[1])
+            self._enable(action)
+        elif blocked and key in self.delivs:
+            self._disable(self.delivs.pop(key))
+
+    def _update(self, changes: list[tuple]) -> None:
+        """Bring the bookkeeping up to date with `changes`, the journal of the last action."""
+        model, work = self.model, self.work
+        old_pc: dict[int, int] = {}  # rank -> its pc before the action, if it changed
+        old_done: dict[int, int] = {}
+        ranks: set[int] = set()  # ranks whose own enabled actions may have changed
+        launched, landed = [], []
+        for entry in changes:
+            what = entry[0]
+            if what == "pc":
+                old_pc.setdefault(entry[1], entry[2])
+            elif what == "done":
+                old_done.setdefault(entry[1], entry[2])
+            elif what == "sig":
+                ranks.add(entry[1])  # a wait of that rank may be enabled or disabled now
+            elif what == "launch":
+                launched.append((entry[1], entry[2]))
+                ranks.add(entry[1])  # its quiet
+            elif what == "land":
+                key = (entry[1][0], entry[1][1])
+                landed.append(key)
+                ranks.add(key[0])
+        pcs, done = work.pcs, work.done
+        for rank in old_pc.keys() | old_done.keys():
+            pc, was = old_pc.get(rank, pcs[rank]), old_done.get(rank, done[rank])
+            ranks.add(rank)
+            for index in (pc, pcs[rank]):  # a send is enabled once its recv is posted
+                if index < model.nops[rank] and model.code[rank][index].sync is Sync.P2P:
+                    for sub, _member in model.code[rank][index].members:
+                        skey = self.sender_of.get((rank, index, sub))
+                        if skey is not None:
+                            ranks.add(skey[0])
+            before = self._arrival(rank, pc, was)
+            after = self._arrival(rank, pcs[rank], done[rank])
+            if before != after:
+                if before is not None:
+                    self.arrived[before] -= 1
+                    self._check_coll(before)
+                if after is not None:
+                    self.arrived[after] += 1
+                    self._check_coll(after)
+            self._set_posts(rank, self._posted(rank))
+        flight = work.flight
+        recheck: set[tuple[int, int]] = set()
+        for key in landed:
+            if key in self.delivs:
+                self._disable(self.delivs.pop(key))
+            d = model.deliveries[key]
+            if d.fenced:
+                lane = self.lanes[(d.issuer, d.pe)]
+                del lane[key]
+                recheck.update(lane)
+        for key in launched:
+            self._launched(key)
+            recheck.add(key)
+        for key in recheck:
+            if key in flight:
+                self._check_delivery(key)
+        if (len(flight) - len(launched) + len(landed) == 0) != (not flight):  # barrier_all waits for none
+            for cid, barrier in enumerate(self.barrier_all):
+                if barrier and self.arrived[cid] == len(model.coll_members[cid]):
+                    self._check_coll(cid)
+        for rank in ranks:
+            self._set_acts(rank, tuple(model.rank_enabled(work, rank, collectives=False)))
+
+    # -- the search -----------------------------------------------------------------------------
+    def _enabled(self) -> list[tuple]:
+        """Every enabled action, in `Model.enabled`'s order."""
+        model, work = self.model, self.work
+        out: list[tuple] = []
+        for rank in range(model.world):
+            out += self.acts[rank]
+            pc = work.pcs[rank]
+            if pc < model.nops[rank]:
+                cid = model.code[rank][pc].cid
+                if cid is not None and cid in self.colls and model.coll_members[cid][0][0] == rank:
+                    out.append(self.colls[cid])
+        out += [self.delivs[key] for key in sorted(self.delivs)]
+        return out
+
+    def _choose(self) -> list[tuple]:
+        if self.count == 0:
+            return []
+        if self.reducer is None:
+            return self._enabled()
+        if self.lonely:  # the first in `Reducer.choose`'s order of seeds
+            queue = self.queue
+            while queue[0][2] not in self.lonely:
+                heapq.heappop(queue)
+            return [queue[0][2]]
+        self.reducer.forget()
+        return self.reducer.choose(self.work, self._enabled())
+
+    def _visit(self) -> None:
+        """The properties of the current state: races among its new pairs, or its end."""
+        if self.count == 0:
+            state = self.work.freeze()
+            self.observer.terminal(state)
+            self.ends.append(state)
+            if self.first_path is None and self.model.done(state) and not state[4]:
+                self.first_path = list(self.path)
+            return
+        index, observer, state = self.index, self.observer, None
+        for tag in self.fresh:
+            for owner, space, lo, hi, mode in self._accesses(tag):
+                if space != MEM:
+                    continue
+                mine = (lo, hi, mode, tag)
+                for other, entries in index[owner].items():
+                    if other == tag or other[0] == "post" and tag[0] == "post":
+                        continue
+                    for entry in entries:
+                        if entry[0] < hi and lo < entry[1]:
+                            # in the order of `Observer._races`' sweep: by start, then as enabled
+                            if (entry[0], self._rank(other)) <= (lo, self._rank(tag)):
+                                observer.race_pair(state, owner, entry, mine)
+                            else:
+                                observer.race_pair(state, owner, mine, entry)
+
+    def _rank(self, tag: tuple) -> tuple:
+        """Where `tag` comes in `Model.enabled`'s order (posted ops after every action)."""
+        kind = tag[0]
+        if kind == "step":
+            return (0, tag[1], 0)
+        if kind == "p2p":
+            return (0, tag[1], tag[3] or 0)
+        if kind == "coll":
+            return (0, self.model.coll_members[tag[1]][0][0], 0)
+        if kind == "deliver":
+            return (1, tag[1], tag[2])
+        return (2, tag[1], -1 if tag[3] is None else tag[3])
+
+    def _step(self, action: tuple) -> None:
+        work = self.work
+        mark = work.mark()
+        self.model.execute(work, action)
+        self.path.append(action)
+        self._update(work.changes(mark))
+        if CHECK_INCREMENTAL:
+            self._verify()
+
+    def _verify(self) -> None:
+        incremental, fresh = self._snapshot(), self.fresh
+        self._rebuild()
+        rebuilt = self._snapshot()
+        assert incremental == rebuilt, f"incremental bookkeeping differs from a rebuild after {self.path[-1]}"
+        self.fresh = fresh
+
+    def run(self, max_states: int | None, progress) -> Outcome:
+        start = time.perf_counter()
+        work, path = self.work, self.path
+        self._rebuild()
+        stack: list[tuple[int, int, list]] = []  # branches pending: (journal mark, depth, actions left)
+        visited: set[State] = set()
+        states = transitions = 0
+        stopped_by = None
+        last_report = start
+        while True:
+            chosen = self._choose()
+            if len(chosen) > 1:
+                snapshot = work.freeze()
+                if snapshot in visited:
+                    chosen = None  # explored from here already
+                else:
+                    visited.add(snapshot)
+            if chosen is not None:
+                states += 1
+                self._visit()
+                self.fresh = {}
+                if self.deadline.expired():
+                    stopped_by = "timeout"
+                    break
+                if states & 255 == 0 and progress is not None:
+                    now = time.perf_counter()
+                    if now - last_report > 0.25:
+                        progress(states, transitions, now - start)
+                        last_report = now
+                if max_states is not None and states >= max_states and (chosen or stack):
+                    stopped_by = "max_states"
+                    break
+            if chosen:
+                if len(chosen) > 1:
+                    stack.append((work.mark(), len(path), chosen[:-1]))
+                self._step(chosen[-1])  # the last first, as a stack of the chosen actions would
+                transitions += 1
+                if not stack:
+                    work.journal.clear()  # nothing to come back to
+                continue
+            if not stack:
+                break
+            mark, depth, left = stack[-1]
+            action = left.pop()
+            if not left:
+                stack.pop()
+            work.undo(mark)
+            del path[depth:]
+            self._rebuild()
+            self.fresh = {}  # the branch point, visited already
+            self._step(action)
+            transitions += 1
+            if not stack:
+                work.journal.clear()
+        return Outcome(states=states, transitions=transitions, seconds=time.perf_counter() - start,
+                       complete=stopped_by is None, stopped_by=stopped_by, observer=self.observer,
+                       terminals=self.ends, first_path=self.first_path)

@@ -1,5 +1,7 @@
-"""The search engine: visits states from the initial one, through the actions the reducer keeps,
-until the frontier is empty (complete) or a bound stops it (incomplete)."""
+"""The frontier search: visits states from the initial one, through the actions the reducer keeps,
+until the frontier is empty (complete) or a bound stops it (incomplete). Every state it reaches is
+kept, with its parent, so a frontier can be a queue (`BreadthFirst`: shortest counterexamples) or a
+stack. Depth-first checks run on `dfs.depth_first` instead, which walks one path in place."""
 
 from __future__ import annotations
 
@@ -28,7 +30,9 @@ class Frontier(Protocol):
 @dataclass
 class Outcome:
     """What a search found: counts, whether it covered every reachable state (`complete`) or what
-    stopped it, the properties' observer (its violations) and the parent of each visited state."""
+    stopped it, the properties' observer (its violations), every terminal state it reached (nothing
+    enabled) and the actions of the first complete execution it found (every op done, nothing in
+    flight), if any."""
 
     states: int
     transitions: int
@@ -36,11 +40,8 @@ class Outcome:
     complete: bool
     stopped_by: str | None
     observer: Observer
-    parents: dict
-
-    def path_to(self, state: State) -> list[tuple]:
-        """The actions from the initial state to `state`, as the search first reached it."""
-        return path_to(self.parents, state)
+    terminals: list[State]
+    first_path: list[tuple] | None
 
 
 def path_to(parents: dict, state: State) -> list[tuple]:
@@ -97,5 +98,8 @@ def explore(model: Model, frontier: Frontier, *, reduction: bool = True, max_sta
             stopped_by = "max_states"
             break
     seconds = time.perf_counter() - start
+    terminals = [state for state in parents if not model.enabled(state)]
+    first = next((state for state in terminals if model.done(state) and not state[4]), None)
     return Outcome(states=len(parents), transitions=transitions, seconds=seconds,
-                   complete=stopped_by is None, stopped_by=stopped_by, observer=observer, parents=parents)
+                   complete=stopped_by is None, stopped_by=stopped_by, observer=observer, terminals=terminals,
+                   first_path=path_to(parents, first) if first is not None else None)

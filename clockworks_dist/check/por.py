@@ -36,6 +36,22 @@ look reachable ahead of the put's own delivery: the closure froze every rank and
 vanished (30,439 states at 6 PEs, 253 with it). The claim uses T's membership only, which grows
 during the closure: a check made against a smaller T excludes less and stays sound.
 
+Actions alone (`Reducer.alone`). {t} is a stubborn set in every state where t is enabled if no
+access of the program text that is dependent on t's footprint can happen on a path avoiding t
+from such a state. Decided once per action, with "can happen" over-approximated from the text
+alone: an access is excluded only if it is past or held. Past: an op the action's rank has
+already passed (whenever t is enabled, its ranks stand at t's op, so their earlier ops have run),
+except the deliveries of earlier one-sided ops, which may still be in flight. Held: t's op itself,
+its ranks' later ops (a rank cannot pass an op whose action is t, and a group completes only when
+every member has), and, for a one-sided delivery, its issuer's deliveries that a fence orders
+after it (the fence claim below). Other members of a group stay current and can run, so they are
+never held. Every other access, of any rank, at any point of its program, counts. This is the
+closure from seed t with "could execute on a path avoiding T" widened to the whole program: if
+the closure of the widened relation stays {t}, so does the closure below, and D1 and D2 hold as
+argued there (t is enabled and, with no dependent writer of its signal words left, cannot be
+disabled). The in-place search (`dfs`) takes such an action whenever one is enabled: a ring
+all-reduce then never computes a closure, and its search costs the same per state at any size.
+
 Why this is sound. These are Valmari's strong stubborn-set conditions D1 (every t in T commutes with
 any sequence of actions outside T) and D2 (the enabled actions of T stay enabled along such
 sequences). The state space is finite and acyclic (every action consumes an op or a delivery), so
@@ -62,6 +78,7 @@ from ..semantics.rules import Sync
 
 MAX_SEEDS = 6
 _ORDER = {"step": 0, "p2p": 1, "coll": 2, "deliver": 3}
+ISSUE, JOINT, DELIVERY = 0, 1, 2  # when an op's access happens: as it runs, jointly with peers, as it lands
 
 
 class Reducer:
@@ -96,8 +113,17 @@ class Reducer:
                         if (owner, space, lo, hi, mode) not in c.footprint:
                             self.at_delivery.add((owner, space, c.rank, c.index, lo, hi, mode))
         self._held: dict[tuple[int, int], int] = {}  # see `_fenced_out`
+        self._alone: dict[tuple, bool] = {}
+        self._foreign: dict | None = None
+        self._local: dict = {}
+
+    def forget(self) -> None:
+        """The state may have changed in place (a `Work`): drop what was cached for it."""
+        self._flight_state = None
 
     def choose(self, state: State, enabled: list[tuple]) -> list[tuple]:
+        """A stubborn subset of `enabled`, the enabled actions of `state`: the smallest closure
+        from up to `MAX_SEEDS` seeds (steps first), in `enabled`'s order."""
         if len(enabled) <= 1:
             return enabled
         best = enabled
@@ -109,6 +135,118 @@ class Reducer:
                 if len(best) == 1:
                     break
         return best
+
+    # -- actions that are a stubborn set on their own ------------------------------------------
+    def alone(self, action: tuple) -> bool:
+        """Whether {action} is a stubborn set in every state where `action` is enabled: no access
+        that any other action might make on a path avoiding it is dependent on it. Decided once per
+        action, from the program text alone (see the module docstring)."""
+        found = self._alone.get(action)
+        if found is None:
+            found = self._alone[action] = self._decide_alone(action)
+        return found
+
+    def _decide_alone(self, action: tuple) -> bool:
+        model = self.model
+        if self._foreign is None:
+            self._index_foreign()
+        kind = action[0]
+        held = self._holder(action)
+        ranks = _ranks_of(model, action)
+        for owner, space, lo, hi, mode in model.footprint(action):
+            foreign = self._foreign.get((owner, space))
+            local = self._local.get((owner, space), {})
+            for atom in range(lo, hi):
+                for entry in (foreign.get(atom, ()) if foreign else ()):
+                    if dependent(space, mode, entry[3]) and not held(entry):
+                        return False
+                if owner not in ranks:  # the owner's own accesses are not held by this action
+                    for entry in local.get(atom, ()):
+                        if dependent(space, mode, entry[3]) and not held(entry):
+                            return False
+            if kind == "p2p" or kind == "deliver" and action[2] < 0:
+                # the other members of a group stay current and may run on their own
+                for key in _keys_held(model, action):
+                    if key[2] is None or key[0] != owner:
+                        continue
+                    for sub, member in model.code[key[0]][key[1]].members:
+                        if sub == key[2]:
+                            continue
+                        for o, sp, mlo, mhi, mmode in model._member_footprint(key[0], key[1], sub, member):
+                            if o == owner and sp == space and mlo < hi and lo < mhi and dependent(space, mode, mmode):
+                                return False
+        return True
+
+    def _index_foreign(self) -> None:
+        """Per (owner, space) and atom, the accesses that are not the owner's own as it runs or
+        meets its peers: other ranks' accesses and every delivery's. Then, for just those atoms,
+        the owner's own accesses (a delivery's target may read or write what it writes)."""
+        model = self.model
+        foreign: dict[tuple[int, int], dict[int, list]] = {}
+        own: list[tuple] = []
+        for row in model.code:
+            for c in row:
+                entries = [(acc, None, ISSUE) for acc in c.footprint]
+                if c.delivery is not None:
+                    entries += [(acc, None, DELIVERY) for acc in c.delivery.footprint]
+                if c.sync is Sync.P2P:
+                    for sub, m in c.members:
+                        entries += [(acc, sub, JOINT) for acc in model._member_footprint(c.rank, c.index, sub, m)]
+                elif c.cid is not None:
+                    entries += [(acc, None, JOINT) for acc in model.coll_member_footprint[c.cid] if acc[0] == c.rank]
+                for (owner, space, lo, hi, mode), sub, phase in entries:
+                    entry = (c.rank, c.index, sub, mode, phase)
+                    if owner != c.rank or phase == DELIVERY:
+                        table = foreign.setdefault((owner, space), {})
+                        for atom in range(lo, hi):
+                            table.setdefault(atom, []).append(entry)
+                    else:
+                        own.append((owner, space, lo, hi, entry))
+        local: dict[tuple[int, int], dict[int, list]] = {}
+        for owner, space, lo, hi, entry in own:
+            table = foreign.get((owner, space))
+            if table is None:
+                continue
+            for atom in range(lo, hi):
+                if atom in table:
+                    local.setdefault((owner, space), {}).setdefault(atom, []).append(entry)
+        self._foreign, self._local = foreign, local
+
+    def _holder(self, action: tuple):
+        """A test of whether an access (rank, index, sub, mode, phase) cannot happen on a path that
+        avoids `action` in a state where `action` is enabled: it is past (an op its rank has passed,
+        other than a delivery, which may still be in flight), or held behind `action` (the op itself,
+        its rank's later ops, and deliveries a fence orders after a delivery's)."""
+        model = self.model
+        kind = action[0]
+        if kind == "deliver" and action[2] >= 0:
+            d = model.deliveries[(action[1], action[2])]
+            issuer, index = action[1], action[2]
+
+            def held(entry) -> bool:
+                rank, at, _sub, _mode, phase = entry
+                if rank != issuer:
+                    return False
+                if at == index or at < index and phase != DELIVERY:
+                    return True
+                if at > index and phase == DELIVERY and d.fenced:
+                    later = model.deliveries.get((rank, at))
+                    return later is not None and later.fenced and later.pe == d.pe and later.epoch > d.epoch
+                return False
+            return held
+        keys = _keys_held(model, action)
+
+        def held(entry) -> bool:
+            rank, at, sub, _mode, phase = entry
+            for r, index, s in keys:
+                if rank != r:
+                    continue
+                if at > index or at < index and phase != DELIVERY:
+                    return True
+                if at == index and (s is None or sub == s):
+                    return True
+            return False
+        return held
 
     # -- closure ------------------------------------------------------------------------------
     def _closure(self, state: State, enabled_set: set, enabled: list[tuple], seed: tuple) -> list[tuple]:
@@ -398,3 +536,24 @@ class Reducer:
                     table.setdefault((owner, space), []).append((("deliver", i, j), lo, hi, mode))
             self._flight_state, self._flight_table = state, table
         return self._flight_table
+
+
+def _keys_held(model: Model, action: tuple) -> list[tuple]:
+    """The ops (rank, index, sub) whose ranks `action` holds at that op: a step's op, a joint
+    step's participants, a landing's recv or member (sub None: the whole op)."""
+    kind = action[0]
+    if kind == "step":
+        return [(action[1], action[2], None)]
+    if kind == "p2p":
+        skey = (action[1], action[2], action[3])
+        return [skey, model.matches.recv_of[skey]]
+    if kind == "coll":
+        return [(r, i, None) for r, i in model.coll_members[action[1]]]
+    return [model.deliveries[(action[1], action[2])].completes]
+
+
+def _ranks_of(model: Model, action: tuple) -> set[int]:
+    """The ranks an action holds at their current op (none for a one-sided delivery)."""
+    if action[0] == "deliver" and action[2] >= 0:
+        return set()
+    return {key[0] for key in _keys_held(model, action)}

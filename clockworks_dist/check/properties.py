@@ -80,14 +80,19 @@ class Observer:
 
     # -- per state ----------------------------------------------------------------------------
     def visit(self, state: State, enabled: list[tuple]) -> None:
+        """Check a state whose enabled actions are `enabled`, from scratch."""
         if enabled:
             self._races(state, enabled)
-        if not enabled:
-            self.terminals += 1
-            if self.model.done(state):
-                self._final(state)
-            else:
-                self._deadlock(state)
+        else:
+            self.terminal(state)
+
+    def terminal(self, state: State) -> None:
+        """A state where nothing is enabled: the end of an execution, or a deadlock."""
+        self.terminals += 1
+        if self.model.done(state):
+            self._final(state)
+        else:
+            self._deadlock(state)
 
     def _races(self, state: State, enabled: list[tuple]) -> None:
         by_owner: dict[int, list[tuple]] = {}
@@ -108,19 +113,27 @@ class Observer:
             # sweep by start: only intervals still open can overlap the next one
             accesses.sort(key=lambda a: a[0])
             open_: list[tuple] = []
-            for lo2, hi2, m2, a2 in accesses:
-                open_ = [a for a in open_ if a[1] > lo2]
-                for lo1, hi1, m1, a1 in open_:
-                    if a1 == a2 or not conflicting(m1, m2):
-                        continue
-                    if a1[0] == "post" and (a2[0] == "post" or self.model.own_action(a1, a2)) or \
-                            a2[0] == "post" and self.model.own_action(a2, a1):
-                        continue  # only an enabled action races with a posted op, and not its own step
-                    k1, k2 = key_on(self.model, a1, owner), key_on(self.model, a2, owner)
-                    key = ("data_race", frozenset((k1, k2)))
-                    self._add(key, "data_race", lambda: self._race_violation(
-                        state, owner, (lo1, hi1, m1, a1, k1), (lo2, hi2, m2, a2, k2)))
-                open_.append((lo2, hi2, m2, a2))
+            for second in accesses:
+                open_ = [a for a in open_ if a[1] > second[0]]
+                for first in open_:
+                    self.race_pair(state, owner, first, second)
+                open_.append(second)
+
+    def race_pair(self, state, owner: int, first: tuple, second: tuple) -> None:
+        """Two overlapping accesses (lo, hi, mode, action) to `owner`'s memory, both possible in
+        `state` (an enabled action, or a posted op's pending access): a data race if they conflict
+        (an enabled action against a posted op that is not its own)."""
+        lo1, hi1, m1, a1 = first
+        lo2, hi2, m2, a2 = second
+        if a1 == a2 or not conflicting(m1, m2):
+            return
+        if a1[0] == "post" and (a2[0] == "post" or self.model.own_action(a1, a2)) or \
+                a2[0] == "post" and self.model.own_action(a2, a1):
+            return  # only an enabled action races with a posted op, and not its own step
+        k1, k2 = key_on(self.model, a1, owner), key_on(self.model, a2, owner)
+        key = ("data_race", frozenset((k1, k2)))
+        self._add(key, "data_race", lambda: self._race_violation(
+            state, owner, (lo1, hi1, m1, a1, k1), (lo2, hi2, m2, a2, k2)))
 
     def _race_violation(self, state, owner, first, second) -> Violation:
         model, sched = self.model, self.model.sched

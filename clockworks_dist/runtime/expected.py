@@ -64,14 +64,13 @@ def build_reference(sched: ir.Schedule, max_states: int | None = DEFAULT_MAX_STA
                     timeout: float | None = None) -> Reference:
     """The checker's final values of `sched` (a `ScheduleError` if it does not match statically)."""
     from ..check import compile_schedule
-    from ..check.dfs import DepthFirst
-    from ..check.explore import explore
+    from ..check.dfs import depth_first
     from ..check.properties import expected_atoms
     from ..semantics.budget import Deadline
 
     model = compile_schedule(sched)
-    outcome = explore(model, DepthFirst(), reduction=True, max_states=max_states, deadline=Deadline(timeout))
-    ends = [s for s in outcome.parents if model.done(s) and not model.enabled(s)]
+    outcome = depth_first(model, reduction=True, max_states=max_states, deadline=Deadline(timeout))
+    ends = [s for s in outcome.terminals if model.done(s)]
     reference, note = _one_execution(sched, model, ends)
     ref = Reference(world=sched.world, dtypes=[{b.name: b.dtype for b in p.buffers} for p in sched.programs],
                     roles=[{b.name: b.role for b in p.buffers} for p in sched.programs],
