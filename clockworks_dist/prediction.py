@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 from collections.abc import Iterable
 
@@ -44,7 +46,8 @@ def predict(defn: ScheduleDef, topology: str | os.PathLike, *, ranks: int | None
                               f"got {type(defn).__name__}")
     sizes = _sizes(sizes)
     symbols = dict(symbols or {})
-    with params_mod.bind(params):
+    # params=None keeps a binding made around the call (the CLI's --param binds it that way)
+    with params_mod.bind(params) if params is not None else contextlib.nullcontext():
         chosen = choose_topology(topology, nodes=nodes)
         topo = chosen.topology
         world = ranks or (defn.ranks[-1] if defn.ranks else len(gpus(topo)))
