@@ -39,7 +39,12 @@ DeviceKind = Literal["gpu", "nvswitch", "pcie_switch", "host_bridge", "cpu", "ni
 LinkKind = Literal["nvlink", "pcie", "upi", "ib", "ethernet", "c2c"]
 # Switches of the network fabric belong to no node; every other device belongs to exactly one.
 FABRIC_KINDS = frozenset({"ib_leaf", "ib_spine"})
-GPU_FIELDS = ("hbm_GBs", "hbm_GB", "sms", "rank_order")
+GPU_FIELDS = ("hbm_GBs", "hbm_GB", "sms", "rank_order", "peak_tflops")
+# The dtypes a GPU's peak FLOP rate is given for (`Device.peak_tflops`): a `compute` op's `flops=`
+# is divided by the rate of the dtype of the first region it writes (else the first it reads).
+FLOP_DTYPES = ("float16", "bfloat16", "float32", "float64")
+FlopDtype = Literal[FLOP_DTYPES]
+MAX_TFLOPS = 1e6  # an exaflop on one GPU: three orders of magnitude above any built
 NIC_FIELDS = ("rail", "gbps")
 
 Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.\-]*$", max_length=128)]
@@ -132,6 +137,9 @@ class Device(_Frozen):
     sms: _int(ge=1, le=100_000) | None = Field(None, description="GPU only: streaming multiprocessors")
     rank_order: _int(ge=0, le=1_000_000) | None = Field(None, description="GPU only: position among its node's "
                                                                            "GPUs (default: file order)")
+    peak_tflops: dict[FlopDtype, _real(gt=0, le=MAX_TFLOPS)] | None = Field(
+        None, description="GPU only: peak dense TFLOP/s by dtype (float16, bfloat16, float32, float64; tensor cores "
+                          "where the dtype has them), what a compute op's flops= is divided by")
     rail: _int(ge=0, lt=MAX_RAILS) | None = Field(None, description="NIC only: the rail (leaf group) it connects to")
     gbps: _real(gt=0, le=8 * MAX_GBS) | None = Field(None, description="NIC only: line rate, Gb/s")
 
@@ -237,17 +245,17 @@ class Constants(_Frozen):
     figures (sources in the comments); the calibration step measures them on a real machine and
     writes them into a topology file (`model_dump()`)."""
 
-    # The host's time to issue one kernel launch eagerly (not in a CUDA graph): launches issued back
-    # to back go no faster than one per this; a few us on Hopper with a recent driver, and the
-    # figure most worth calibrating.
+    # The host's time to issue one NCCL collective eagerly (not in a CUDA graph): launches issued
+    # back to back go no faster than one per this; a few us on Hopper with a recent driver, and the
+    # figure most worth calibrating. (Plain kernels have their own: local_host_us.)
     kernel_launch_us: Latency = 3.0
     # The same for an NCCL send/recv group, which skips the collectives' tuning on the host.
     p2p_launch_us: Latency = 3.0
-    # A kernel launched from inside a CUDA graph: about a microsecond (graphs remove the per-launch
-    # driver work).
+    # An NCCL kernel launched from inside a CUDA graph: about a microsecond (graphs remove the
+    # per-launch driver work), more once NCCL's own setup on the GPU is counted.
     graph_launch_us: Latency = 1.0
-    # What an eagerly launched kernel costs the GPU on top of a graph-launched one (the host's own
-    # cost per launch is kernel_launch_us); 0.5 until calibrated.
+    # What an eagerly launched NCCL kernel costs the GPU on top of a graph-launched one (the host's
+    # own cost per launch is kernel_launch_us); 0.5 until calibrated.
     eager_launch_us: Latency = 0.5
     # How long NCCL's kernels take (the timing side; which algorithm and protocol NCCL picks follows
     # its own tables, perf/nccl_tuning.py). Defaults are NCCL's cost model, src/graph/tuning.cc
@@ -281,10 +289,43 @@ class Constants(_Frozen):
     # Fraction of the datasheet HBM bandwidth a streaming kernel (a reduction) reaches: ~90% is
     # typical of STREAM-like kernels on H100/H200.
     hbm_efficiency: Fraction = 0.9
-    # One round of a barrier (barrier_all / sync_all); an opaque compute kernel beyond its memory
-    # traffic.
+    # One round of a barrier (barrier_all / sync_all).
     barrier_us: Latency = 2.0
-    compute_us: Latency = 5.0
+    # A `compute` op that states no cost (no us=, flops= or bytes=) is taken as a kernel bound by
+    # its reads and writes over HBM, plus this much; 0 unless a file sets it.
+    compute_us: Latency = 0.0
+    # Plain kernels (reduce, copy, fill, compute, and the reduction after a recv that reduces):
+    # they start faster than NCCL's kernels, which set up channels and peers first. The GPU-side
+    # start of one in a CUDA graph (about 1 us on Hopper), what an eager launch adds to it, and the
+    # host's time to issue one eagerly (a few us with a recent driver); the calibration's kernel
+    # microbenchmark measures all three (calibrate/bench_kernels.cu).
+    local_graph_launch_us: Latency = 1.0
+    local_eager_launch_us: Latency = 0.5
+    local_host_us: Latency = 3.0
+    # A timed run of a generated program (`clockworks validate`): the time from the start event
+    # to its first op and from its last op to the stop event (the graph launch itself, or the
+    # host's first issue), per run, in graph and in eager mode; the progress word a host-driven
+    # program writes before each op and after the last (a stream write to host-mapped memory):
+    # its GPU-side cost and, eagerly, the host's time to issue it. 0 until fitted on measured runs
+    # of generated programs.
+    program_graph_us: Latency = 0.0
+    program_eager_us: Latency = 0.0
+    program_mark_us: Latency = 0.0
+    program_mark_host_us: Latency = 0.0
+    # Eagerly, how far ahead of the GPU the host is when the timed span starts: the GPU is still in
+    # the barrier that aligns the ranks before the run while the host issues the first ops.
+    program_host_lead_us: Latency = 0.0
+    # An NVSHMEM program runs a rank's ops in one kernel: what each op adds there (its progress
+    # word, and the grid-wide sync the program puts before an op that needs its blocks' earlier
+    # work), on average; 0 until fitted on measured runs.
+    program_step_us: Latency = 0.0
+    # The rate of the stand-in kernels a generated program runs for a compute op (they hash what it
+    # reads and write what it writes with 64-bit integer arithmetic), GB/s of its reads and writes.
+    program_compute_GBs: Rate = 1000.0
+    # Each of those hash kernels ends with one 64-bit atomic add per warp on one word, which the
+    # GPU serialises: the time of one, us (a warp of 32 threads per atomic; up to 1024 blocks of 256
+    # threads, `lowering.local_blocks`). 0 until fitted.
+    program_atomic_us: Latency = 0.0
     # Point-to-point: NCCL runs send/recv on up to 32 channels per peer (its init log on NV18); the
     # protocol and channels of a send follow NCCL's rules (perf/nccl_tuning.py).
     nccl_p2p_max_channels: Channels = 32
@@ -307,6 +348,10 @@ class Constants(_Frozen):
     # rate they take from the opposite direction (traffic both ways runs slower than one way);
     # 0 until calibrated.
     nvlink_reverse_share: _real(ge=0, le=1) = 0.0
+    # The same for NVSHMEM puts and gets (stores and loads by the issuing threads, not NCCL's
+    # channels): measured on 2 x H200, puts both ways at once move about 8% less per direction than
+    # one way. 0 until calibrated.
+    nvshmem_reverse_share: _real(ge=0, le=1) = 0.0
     # The fraction of a link each protocol's stores can use beyond the kind's own (LL's 8-byte
     # stores pay more packet overhead than Simple's bulk writes); 1.0 until calibrated.
     nccl_protocol_link_efficiency: PerProtocolFraction = PerProtocolFraction(LL=1.0, LL128=1.0, Simple=1.0)
@@ -315,6 +360,13 @@ class Constants(_Frozen):
     nccl_copy_channel_GBs: Rate = 100.0
     # Send/recv has no ring steps: its fixed cost per protocol, apart from the collectives' base.
     nccl_p2p_base_latency_us: PerProtocol = PerProtocol(LL=6.6, LL128=14.0, Simple=8.4)
+    # An exchange over many channels (sends both ways at once, an all-to-all) does not reach its
+    # per-channel rate at once: a channel moving one chunk (NCCL's Simple p2p step, 512 KiB over
+    # NVLink) runs at this fraction of it, and the rate climbs with the chunks each channel moves,
+    # log-linearly, to the full rate at 32 chunks (NCCL's largest part per channel). Measured on 2 x
+    # H200 with 16 channels: 13 GB/s a channel at one chunk, 19.4 at 32; with one channel the rate is
+    # flat, so one channel takes the full rate. 1.0 (no ramp) until calibrated.
+    nccl_exchange_ramp: Fraction = 1.0
 
     def step_us(self, transport: str, protocol: str) -> float:
         """NCCL's latency per ring step of `protocol` over `transport` (nvlink, pcie or net)."""
@@ -758,6 +810,7 @@ _WHY = (("GBs_per_dir", "GB/s", "far beyond any real link"),
         ("_us", "us", "one second: no hop or fixed cost comes near it"),
         ("channels", "", "NCCL's own MAXCHANNELS is 32 or 64, by version"),
         ("kind_efficiency", "", "a factor on the per-channel rate; calibration fits 0.2 to 1.5"),
+        ("tflops", "TFLOP/s", "far beyond any GPU"),
         ("efficiency", "", "a fraction of a rate"),
         ("share", "", "a fraction of a rate"),
         ("lanes", "", "no link bundles more"),
