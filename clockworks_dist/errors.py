@@ -33,3 +33,11 @@ class CheckIncomplete(ClockworksError):
 
 class MissingDependency(ClockworksError, ImportError):
     """An optional dependency is not installed; the message names the pip command."""
+
+
+class ClockworksWarning(UserWarning):
+    """Base of every warning this package issues."""
+
+
+class CostWarning(ClockworksWarning):
+    """The performance model had to assume what an op costs (a compute op that states no cost)."""

@@ -458,13 +458,36 @@ class Fill(OpBase):
     value: float
 
 
+# Bounds on a compute op's stated cost: far beyond any one kernel, so that no value stalls the
+# simulator (the DSL names the op and its line when a value is out of them).
+MAX_COMPUTE_US = 1e9  # about 17 minutes
+MAX_COMPUTE_FLOPS = 1e21
+MAX_COMPUTE_BYTES = 2**50
+
+
 class Compute(OpBase):
-    """An opaque kernel: reads `reads`, then writes every element of `writes`."""
+    """An opaque kernel: reads `reads`, then writes every element of `writes`. `us`, or `flops`
+    and `bytes`, state what it costs (the time, or the work and HBM traffic of a roofline); they
+    are for the performance model only and never change what the op means."""
 
     kind: Literal["compute"] = "compute"
     name: Name
     reads: tuple[Region, ...] = ()
     writes: tuple[Region, ...] = ()
+    us: Annotated[float, Field(gt=0, le=MAX_COMPUTE_US, allow_inf_nan=False)] | None = None
+    flops: Annotated[float, Field(ge=0, le=MAX_COMPUTE_FLOPS, allow_inf_nan=False)] | None = None
+    bytes: Annotated[int, Field(ge=0, le=MAX_COMPUTE_BYTES)] | None = None
+
+    @model_validator(mode="after")
+    def _one_kind_of_cost(self) -> "Compute":
+        if self.us is not None and (self.flops is not None or self.bytes is not None):
+            raise ValueError("a compute op states its time (us) or its work (flops, bytes), not both")
+        return self
+
+    @property
+    def states_cost(self) -> bool:
+        """Whether the op says what it costs (us, flops or bytes)."""
+        return self.us is not None or self.flops is not None or self.bytes is not None
 
 
 Op = Annotated[

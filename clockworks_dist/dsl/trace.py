@@ -824,13 +824,58 @@ class Rank:
                               hint="fill with a number; inf and -inf are allowed")
         self._append(ir.Fill(dst=dst.to_ir(), value=number, loc=loc))
 
-    def compute(self, name: str, reads=(), writes=()) -> None:
-        """An opaque kernel `name` that reads `reads` and writes `writes`."""
+    def compute(self, name: str, reads=(), writes=(), *, us=None, flops=None, bytes=None) -> None:
+        """An opaque kernel `name`: it reads every region of `reads`, then writes every element of
+        `writes` with an unknown function of what it read (the checker tracks it as an opaque value
+        named after the kernel, so a write it races with is reported).
+
+        What it costs is for the performance model only and never changes what it means: `us=`
+        states its time on the GPU in microseconds; `flops=` (its arithmetic) and `bytes=` (its HBM
+        traffic) state its work, and it takes the longer of flops over the GPU's peak rate for the
+        dtype it writes (the topology's `peak_tflops`) and bytes over the GPU's HBM rate (a
+        roofline; `bytes=` defaults to its reads and writes). Give `us=` or the work, not both.
+        With neither, `clockworks predict` takes it as bound by its reads and writes over HBM and
+        warns once per op site."""
         loc = user_loc()
         check_name(name, "compute kernel", loc, self.rank, "compute")
         reads = self._regions(reads, "compute", "reads")
         writes = self._regions(writes, "compute", "writes")
-        self._append(ir.Compute(name=name, reads=reads, writes=writes, loc=loc))
+        cost = self._compute_cost(name, us, flops, bytes)
+        self._append(ir.Compute(name=name, reads=reads, writes=writes, loc=loc, **cost))
+
+    def _compute_cost(self, name: str, us, flops, nbytes) -> dict:
+        """The checked cost fields of compute `name` (those given)."""
+        def real(value, what: str, unit: str, low_ok: bool, high: float):
+            if isinstance(value, SymInt):
+                value = as_int(value)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise self._error(f"kernel {name}: {what} must be a number of {unit}, got {type(value).__name__} "
+                                  f"{value!r}", "compute", hint=f"e.g. {what}=12.5")
+            try:
+                number = float(value)
+            except OverflowError:
+                number = math.inf
+            if not math.isfinite(number) or number < 0 or (number == 0 and not low_ok) or number > high:
+                bound = f"{'at least 0' if low_ok else 'more than 0'} and at most {high:.0e}"
+                raise self._error(f"kernel {name}: {what}={value!r} is out of range: {what} is {bound} {unit}",
+                                  "compute", hint=f"state the kernel's {unit} as a finite number, e.g. {what}=12.5")
+            return number
+
+        cost: dict = {}
+        if us is not None:
+            cost["us"] = real(us, "us", "microseconds", False, ir.MAX_COMPUTE_US)
+        if flops is not None:
+            cost["flops"] = real(flops, "flops", "floating-point operations", True, ir.MAX_COMPUTE_FLOPS)
+        if nbytes is not None:
+            count = as_int(_integer(nbytes, f"kernel {name}: bytes", self, "compute"))
+            if not 0 <= count <= ir.MAX_COMPUTE_BYTES:
+                raise self._error(f"kernel {name}: bytes={count} is out of range 0..2**50", "compute",
+                                  hint="bytes is the kernel's HBM traffic in bytes, e.g. bytes=2 * n * 4")
+            cost["bytes"] = count
+        if "us" in cost and len(cost) > 1:
+            raise self._error(f"kernel {name}: give us= (its time) or flops= and bytes= (its work), not both",
+                              "compute", hint="us= overrides a roofline: keep one of them")
+        return cost
 
 
 def _u64(rank: Rank, value, op: str, what: str = "value") -> int:

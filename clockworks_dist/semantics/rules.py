@@ -654,7 +654,8 @@ class FillRule(Rule):
 
 class ComputeRule(Rule):
     """An opaque kernel: reads every region of `reads`, then writes every element of `writes` with
-    an unknown function of all it read."""
+    an unknown function of all it read. Its stated cost (`us`, `flops`, `bytes`) is the
+    performance model's: no access, flow or value here reads it."""
 
     op_class = ir.Compute
 
@@ -669,7 +670,8 @@ class ComputeRule(Rule):
     def describe(self, op):
         reads = ", ".join(map(str, op.reads)) or "-"
         writes = ", ".join(map(str, op.writes)) or "-"
-        return f"compute {op.name}(reads {reads}; writes {writes})"
+        cost = [f"{name}={getattr(op, name):g}" for name in ("us", "flops", "bytes") if getattr(op, name) is not None]
+        return f"compute {op.name}(reads {reads}; writes {writes}{''.join('; ' + c for c in cost)})"
 
 
 def _registry() -> dict[type, Rule]:
