@@ -153,7 +153,19 @@ def test_build_commands(tmp_path):
     s = cmds["nvshmem"]
     assert "-rdc=true" in s and "-lnvshmem_host" in s and "-lnvshmem_device" in s
     assert f"-L{tmp_path / 'b' / 'nvl'}" in s
-    assert set(runner.build_commands("nvcc", "sm_90", CALIB, tmp_path, None, ns, [], [])) == {"nvshmem"}
+    k = cmds["kernels"]  # one GPU, no MPI, no library
+    assert k[0] == "nvcc" and "-arch=sm_90" in k and str(CALIB / "bench_kernels.cu") in k
+    assert not any(flag.startswith(("-l", "-I")) for flag in k)
+    assert set(runner.build_commands("nvcc", "sm_90", CALIB, tmp_path, None, ns, [], [])) == {"nvshmem", "kernels"}
+    assert set(runner.build_commands("nvcc", "sm_90", CALIB, tmp_path, None, None, [], [])) == {"kernels"}
+
+
+def test_kernel_sweep_arguments(tmp_path):
+    full = runner.kernel_sweep_args(False, tmp_path / "k")
+    assert full[full.index("--max-bytes") + 1] == str(GIB) and full[full.index("--out") + 1] == str(tmp_path / "k")
+    quick = runner.kernel_sweep_args(True, tmp_path / "k")
+    assert int(quick[quick.index("--max-bytes") + 1]) <= 16 * MIB
+    assert runner.parse_args(["--out", "x", "--skip-kernels"]).skip_kernels
 
 
 def test_summarize_counts_and_flags_wrong_cells():
@@ -206,6 +218,23 @@ def test_bench_nccl_compiles_for_sm90(tmp_path):
     comp = _mpi_compile_flags()
     _compile([nvcc, "-O2", "-arch=sm_90", f"-I{nccl / 'include'}", *comp, "-c",
               str(CALIB / "bench_nccl.cu"), "-o", str(tmp_path / "bench_nccl.o")])
+
+
+def test_bench_kernels_compiles_and_links_for_sm90(tmp_path):
+    nvcc = _nvcc()
+    _compile([nvcc, "-O2", "-arch=sm_90", str(CALIB / "bench_kernels.cu"), "-o", str(tmp_path / "bench_kernels")])
+    assert (tmp_path / "bench_kernels").is_file()
+
+
+def test_bench_kernels_prints_what_the_fit_reads():
+    """Each kind of kernel the benchmark times is a microbenchmark schedule the fit predicts."""
+    from clockworks_dist.perf.microbench import KERNEL_OPS, SPIN_US
+
+    source = (CALIB / "bench_kernels.cu").read_text()
+    for op in KERNEL_OPS:
+        assert f'"{op}"' in source, op
+    assert f"double spin_us = {SPIN_US:.1f};" in source
+    assert '\\"bench\\":\\"kernel\\"' in source
 
 
 def test_bench_nvshmem_compiles_for_sm90(tmp_path):

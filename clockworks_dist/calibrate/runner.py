@@ -10,12 +10,14 @@ Steps, each with a timeout (nothing here can hang past `--budget-s`):
 1. locate NCCL and NVSHMEM (the `nvidia-nccl-*` / `nvidia-nvshmem-*` wheels in this Python's
    site-packages, or CLOCKWORKS_NCCL_HOME / CLOCKWORKS_NVSHMEM_HOME), MPI's compile flags (`mpicc`),
    and nvcc;
-2. build bench_nccl.cu and bench_nvshmem.cu (in parallel, into a temporary folder);
+2. build bench_nccl.cu, bench_nvshmem.cu and bench_kernels.cu (in parallel, into a temporary folder);
 3. run under `mpirun -np N`, NVLink multicast off in every child's environment:
    the NCCL sweep (all-reduce, all-gather, reduce-scatter, broadcast, all-to-all, send/recv one way and
    both ways; 1 KiB .. 1 GiB), the NVSHMEM sweep (signal latency, put bandwidth over 1..132 blocks,
    host-issued puts), then the NCCL sweep again on one channel (NCCL_MAX_NCHANNELS=1) at fewer sizes,
-   then both NCCL sweeps once more, untimed, with NCCL's per-call TUNING log on;
+   then both NCCL sweeps once more, untimed, with NCCL's per-call TUNING log on; and, as one process
+   on one GPU, the plain-kernel sweep (the start of an empty and of a spinning kernel, eager and in a
+   CUDA graph, and a reduce kernel's rate over HBM, 1 KiB .. 1 GiB);
 4. write DIR/calibration_raw.jsonl (a provenance line first, then every measurement line tagged with
    its run, NCCL's channel counts and its per-call algorithm/protocol/channel decisions read from its
    TUNING log, then a summary line), DIR/build.log and DIR/run.log (repeated TUNING lines once).
@@ -80,6 +82,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skip-nccl", action="store_true")
     p.add_argument("--skip-nvshmem", action="store_true")
     p.add_argument("--skip-one-channel", action="store_true")
+    p.add_argument("--skip-kernels", action="store_true")
     a = p.parse_args(argv)
     if a.budget_s <= 0:
         p.error("--budget-s must be positive")
@@ -226,6 +229,15 @@ def nvshmem_sweep_args(quick: bool, out_file: Path) -> list[str]:
     return a
 
 
+def kernel_sweep_args(quick: bool, out_file: Path) -> list[str]:
+    a = ["--out", str(out_file)]
+    if quick:
+        a += ["--max-bytes", str(16 * MIB), "--iters", "50", "--iters-large", "5", "--graph-reps", "2"]
+    else:
+        a += ["--max-bytes", str(GIB)]
+    return a
+
+
 def arch_from_compute_cap(cap: str) -> str | None:
     m = re.fullmatch(r"\s*(\d+)\.(\d+)\s*", cap or "")
     return f"sm_{m.group(1)}{m.group(2)}" if m else None
@@ -233,11 +245,13 @@ def arch_from_compute_cap(cap: str) -> str | None:
 
 def build_commands(nvcc: str, arch: str, src_dir: Path, build_dir: Path, nccl_home: Path | None,
                    nvshmem_home: Path | None, mpi_comp: list[str], mpi_link: list[str]) -> dict[str, list[str]]:
-    """nvcc command lines for the two programs (keys 'nccl', 'nvshmem'); a missing library skips its program.
+    """nvcc command lines for the programs (keys 'nccl', 'nvshmem', 'kernels'); a missing library skips its
+    program (the kernel benchmark needs none).
 
     NVSHMEM's device link wants -lnvshmem_host -lnvshmem_device, while the wheels ship
     libnvshmem_host.so.3: link through symlinks (made by `prepare_nvshmem_links`) in build_dir/nvl."""
-    cmds: dict[str, list[str]] = {}
+    cmds: dict[str, list[str]] = {"kernels": [nvcc, "-O2", f"-arch={arch}", str(src_dir / "bench_kernels.cu"),
+                                              "-o", str(build_dir / "bench_kernels")]}
     if nccl_home is not None:
         lib = nccl_home / "lib"
         cmds["nccl"] = [nvcc, "-O2", f"-arch={arch}", f"-I{nccl_home / 'include'}", *mpi_comp,
@@ -572,8 +586,10 @@ def main(argv: list[str] | None = None) -> int:
                               None if args.skip_nccl else nccl_home,
                               None if args.skip_nvshmem else nvshmem_home, mpi_comp, mpi_link)
         env = child_env()
+        if args.skip_kernels:
+            cmds.pop("kernels", None)
         logs = {k: io.StringIO() for k in cmds}
-        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as ex:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=3) as ex:
             futs = {k: ex.submit(runner.run, f"build {k}", c, env, 300.0, logs[k]) for k, c in cmds.items()}
             for k, f in futs.items():
                 step, _ = f.result()
@@ -601,6 +617,9 @@ def main(argv: list[str] | None = None) -> int:
         if "nccl" in built and not args.skip_one_channel:
             plan.append(("nccl_1ch", "nccl", nccl_sweep_args(args.quick, True, build_dir / "nccl_1ch.jsonl", "1ch"),
                          {**NCCL_DEBUG_ENV, **ONE_CHANNEL}, 240.0, True))
+        if "kernels" in built:  # one process, one GPU: no mpirun
+            plan.append(("kernels", "kernels", kernel_sweep_args(args.quick, build_dir / "kernels.jsonl"), {}, 120.0,
+                         True))
         if "nccl" in built:  # NCCL's decisions, logged in untimed passes
             plan.append(("nccl_choices", "nccl", nccl_sweep_args(args.quick, False, build_dir / "nccl_choices.jsonl",
                                                                   "choices") + CHOICE_PASS_ARGS,
@@ -615,11 +634,13 @@ def main(argv: list[str] | None = None) -> int:
                 out_file.unlink()
             env = child_env(extra, ld)
             names = list(NVLS_OFF) + list(extra) + ["LD_LIBRARY_PATH"]
-            cmd = mpirun_command(launcher, flavor, np_, [str(built[prog]), *pargs], names, as_root)
+            cmd = ([str(built[prog]), *pargs] if prog == "kernels" else
+                   mpirun_command(launcher, flavor, np_, [str(built[prog]), *pargs], names, as_root))
             step, output = runner.run(run, cmd, env, limit, run_log)
             lines = parse_json_lines(out_file.read_text()) if out_file.exists() else []
             if not lines:   # the program also prints its lines; use them if the file is missing
-                lines = [r for r in parse_json_lines(output) if str(r.get("bench", "")).startswith(("nccl", "nvshmem"))]
+                lines = [r for r in parse_json_lines(output)
+                         if str(r.get("bench", "")).startswith(("nccl", "nvshmem", "kernel"))]
             if timed:
                 keep(lines, run)
             if prog == "nccl":

@@ -1,9 +1,12 @@
 """Calibration: fit the model's constants to measured microbenchmarks, by least squares on
 log-time, with the same simulator that predicts user schedules.
 
-Cells are (op, bytes, mode[, blocks]) with a measured time. The fit uses a training subset and
-the accuracy benchmark reports on the cells it held out. scipy is an optional dependency
-(`pip install 'clockworks-dist[calibrate]'`), imported here only.
+Cells are (op, bytes, mode[, blocks]) with a measured time: NCCL's calls, NVSHMEM puts and plain
+kernels (`microbench.MICROBENCHMARKS`). The fit uses a training subset and the accuracy benchmark
+reports on the cells it held out; a constant is fitted only when the run measured what tells it
+apart (`needs`). `least_squares_fit` is the same fit over any measured items and any predictor
+(`scripts/bench_predict_generated.py` fits a generated program's own costs with it). scipy is an
+optional dependency (`pip install 'clockworks-dist[calibrate]'`), imported here only.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 from ..errors import ClockworksError, MissingDependency
 from ..topology.model import Constants
 from .costs import RunConditions
-from .microbench import MICROBENCHMARKS
+from .microbench import KERNEL_OPS, MICROBENCHMARKS
 from .predict import predict_sizes
 
 # The kinds whose per-kind constants the measurements tell apart (reduce_to is not measured).
@@ -42,8 +45,27 @@ PARAMETERS = [
     ("nvshmem_signal_latency_us", 0.1, 20.0),
     ("nvshmem_block_GBs", 1.0, 200.0),
     ("nvshmem_link_efficiency", 0.2, 1.0),
+    ("nccl_exchange_ramp", 0.2, 1.0),
+    ("local_graph_launch_us", 0.05, 20.0),
+    ("hbm_efficiency", 0.3, 1.0),
 ]
-EAGER = [("kernel_launch_us", 1.0, 60.0), ("p2p_launch_us", 1.0, 60.0), ("eager_launch_us", 0.01, 10.0)]
+EAGER = [("kernel_launch_us", 1.0, 60.0), ("p2p_launch_us", 1.0, 60.0), ("eager_launch_us", 0.01, 10.0),
+         ("local_host_us", 0.5, 60.0), ("local_eager_launch_us", 0.01, 10.0)]
+NCCL_OPS = ("allreduce", "allgather", "reducescatter", "broadcast", "alltoall", "sendrecv", "sendrecv_bidir")
+
+
+def needs(path: str) -> tuple[str, ...]:
+    """The microbenchmarks that tell the constant at `path` apart: it is fitted only if the cells
+    hold one of them (else it keeps its starting value)."""
+    if path.startswith("local_"):
+        return ("kernel_empty", "kernel_spin")
+    if path == "hbm_efficiency":
+        return ("kernel_reduce",)
+    if path.startswith("nvshmem_"):
+        return ("put",)
+    if path == "nccl_exchange_ramp":
+        return ("alltoall", "sendrecv_bidir")
+    return NCCL_OPS
 
 
 @dataclass(frozen=True)
@@ -102,6 +124,9 @@ def _cells_of(row: dict, provenance: dict) -> list[Cell]:
                                   nccl_est_us=row.get("nccl_est_us"),
                                   max_channels=_count(channels, "nchannels_env") if channels else None))
         return found
+    if bench == "kernel" and row.get("op") in KERNEL_OPS and row.get("correct") is not False:
+        return [Cell(row["op"], _count(row["bytes"], "bytes"), mode, _time(row[f"{mode}_us"], f"{mode}_us"))
+                for mode in ("graph", "eager") if row.get(f"{mode}_us")]
     if bench == "nvshmem" and row.get("op") == "put_block" and row.get("us"):
         return [Cell("put", _count(row["bytes"], "bytes"), "graph", _time(row["us"], "us"),
                      blocks=_count(row.get("blocks", 1), "blocks"))]
@@ -167,10 +192,18 @@ def conditions_of(cell: Cell) -> RunConditions:
     return RunConditions(nvshmem_blocks=cell.blocks, channel_cap=cell.max_channels or None)
 
 
+def with_constants(topo, consts: Constants):
+    """`topo` with `consts` where the network reads them from the topology (the HBM rate a
+    streaming kernel reaches, `hbm_efficiency`); `topo` itself when they agree."""
+    if consts.hbm_efficiency == topo.constants.hbm_efficiency:
+        return topo
+    return topo.model_copy(update={"constants": consts})
+
+
 def predict_cell(cell: Cell, topo, consts: Constants, world: int = 2) -> float:
     """The predicted time of one measured cell."""
     defn = MICROBENCHMARKS[cell.op]
-    return predict_sizes(defn, topo, world, [cell.nbytes], consts, mode=cell.mode,
+    return predict_sizes(defn, with_constants(topo, consts), world, [cell.nbytes], consts, mode=cell.mode,
                          conditions=conditions_of(cell))[0].time_us
 
 
@@ -179,10 +212,10 @@ _JOB: dict = {}
 
 
 def _residuals(x) -> list[float]:
-    """log(predicted) - log(measured) over the job's cells, with the parameters set to exp(x)."""
-    base, params, subset, topo = _JOB["base"], _JOB["params"], _JOB["subset"], _JOB["topo"]
+    """log(predicted) - log(measured) over the job's items, with the parameters set to exp(x)."""
+    base, params, items, predict = _JOB["base"], _JOB["params"], _JOB["items"], _JOB["predict"]
     consts = with_values(base, {path: math.exp(value) for (path, _, _), value in zip(params, x)})
-    return [math.log(predict_cell(c, topo, consts)) - math.log(c.measured_us) for c in subset]
+    return [math.log(predict(item, consts)) - math.log(measured) for item, measured in items]
 
 
 def _pool(workers: int):
@@ -198,8 +231,12 @@ def _pool(workers: int):
                                mp_context=multiprocessing.get_context("fork"))
 
 
-def fit(cells: list[Cell], topo, start: Constants | None = None, workers: int | None = None) -> tuple[Constants, dict]:
-    """Least squares on log-time over the training cells; returns the constants and a summary.
+def least_squares_fit(items: list[tuple[object, float]], predict, params: list[tuple[str, float, float]],
+                      base: Constants, workers: int | None = None, max_nfev: int = 200) -> tuple[Constants, dict]:
+    """The constants at the dotted paths of `params` ((path, lower, upper) bounds) that minimise the
+    squared log error of `predict(item, consts)` against each item's measured time (`items`:
+    (item, measured us) pairs), starting from `base`; the other constants stay as in `base`.
+    Returns the fitted constants (rounded to 4 digits) and a summary.
 
     The Jacobian is taken by forward differences, one parameter per worker process (`workers`,
     default: every CPU), so a fit of ~30 constants takes minutes on a laptop and less on a server."""
@@ -210,39 +247,53 @@ def fit(cells: list[Cell], topo, start: Constants | None = None, workers: int | 
         raise MissingDependency("calibration needs scipy: pip install 'clockworks-dist[calibrate]'") from exc
     import os
 
+    x0 = np.array([math.log(min(max(get_value(base, p), lo * 1.01), hi * 0.99)) for p, lo, hi in params])
+    lower = np.array([math.log(lo) for _, lo, _ in params])
+    upper = np.array([math.log(hi) for _, _, hi in params])
+    _JOB.update(base=base, params=params, items=items, predict=predict)
+    pool = _pool(workers if workers is not None else (os.cpu_count() or 1))
+    try:
+        def evaluate(points):
+            return list(pool.map(_residuals, points)) if pool else [_residuals(p) for p in points]
+
+        def jacobian(x):
+            steps = []
+            for i, value in enumerate(x):  # a forward step, backwards at an upper bound
+                h = 1e-3 * max(1.0, abs(value))
+                steps.append(h if value + h <= upper[i] else -h)
+            points = [x] + [x + h * np.eye(len(x))[i] for i, h in enumerate(steps)]
+            rows = evaluate(points)
+            f0 = np.array(rows[0])
+            return np.column_stack([(np.array(r) - f0) / h for r, h in zip(rows[1:], steps)])
+
+        result = least_squares(lambda x: np.array(_residuals(x)), x0, jac=jacobian, bounds=(lower, upper),
+                               max_nfev=max_nfev, ftol=1e-10, xtol=1e-10, x_scale="jac")
+    finally:
+        if pool:
+            pool.shutdown()
+        _JOB.clear()
+    fitted = with_values(base, {path: round(math.exp(value), 4) for (path, _, _), value in zip(params, result.x)})
+    return fitted, {"cells": len(items), "cost": float(result.cost), "evaluations": int(result.nfev),
+                    "jacobians": int(result.njev)}
+
+
+def fit(cells: list[Cell], topo, start: Constants | None = None, workers: int | None = None,
+        parameters: dict[str, list] | None = None) -> tuple[Constants, dict]:
+    """Least squares on log-time over the training cells (`held_out` ones excluded), graph cells
+    first, then eager ones for the host's constants; returns the constants and a summary. A
+    constant is fitted only when the cells hold a microbenchmark that tells it apart (`needs`);
+    `parameters` ({"graph": [...], "eager": [...]}) replaces PARAMETERS and EAGER."""
     base = start or Constants()
     train = [c for c in cells if not held_out(c)]
+    measured_ops = {c.op for c in train}
     summary = {}
-    for mode, params in (("graph", PARAMETERS), ("eager", EAGER)):
+    lists = parameters or {"graph": PARAMETERS, "eager": EAGER}
+    for mode in ("graph", "eager"):
         subset = [c for c in train if c.mode == mode]
-        if not subset:
+        params = [p for p in lists.get(mode, []) if measured_ops & set(needs(p[0]))]
+        if not subset or not params:
             continue
-        x0 = np.array([math.log(min(max(get_value(base, p), lo * 1.01), hi * 0.99)) for p, lo, hi in params])
-        lower = np.array([math.log(lo) for _, lo, _ in params])
-        upper = np.array([math.log(hi) for _, _, hi in params])
-        _JOB.update(base=base, params=params, subset=subset, topo=topo)
-        pool = _pool(workers if workers is not None else (os.cpu_count() or 1))
-        try:
-            def evaluate(points):
-                return list(pool.map(_residuals, points)) if pool else [_residuals(p) for p in points]
-
-            def jacobian(x):
-                steps = []
-                for i, value in enumerate(x):  # a forward step, backwards at an upper bound
-                    h = 1e-3 * max(1.0, abs(value))
-                    steps.append(h if value + h <= upper[i] else -h)
-                points = [x] + [x + h * np.eye(len(x))[i] for i, h in enumerate(steps)]
-                rows = evaluate(points)
-                f0 = np.array(rows[0])
-                return np.column_stack([(np.array(r) - f0) / h for r, h in zip(rows[1:], steps)])
-
-            result = least_squares(lambda x: np.array(_residuals(x)), x0, jac=jacobian, bounds=(lower, upper),
-                                   max_nfev=200, ftol=1e-10, xtol=1e-10, x_scale="jac")
-        finally:
-            if pool:
-                pool.shutdown()
-            _JOB.clear()
-        base = with_values(base, {path: round(math.exp(value), 4) for (path, _, _), value in zip(params, result.x)})
-        summary[mode] = {"cells": len(subset), "cost": float(result.cost), "evaluations": int(result.nfev),
-                         "jacobians": int(result.njev)}
+        base, summary[mode] = least_squares_fit([(c, c.measured_us) for c in subset],
+                                                lambda c, consts: predict_cell(c, topo, consts),
+                                                params, base, workers)
     return base, summary

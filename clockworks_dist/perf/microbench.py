@@ -1,5 +1,6 @@
 """The calibration microbenchmarks as schedules: each measured GPU call, written in the DSL, so the
-fit and the accuracy benchmark predict them with the same simulator as any user schedule."""
+fit and the accuracy benchmark predict them with the same simulator as any user schedule (NCCL's
+calls, NVSHMEM puts, and plain kernels)."""
 
 from __future__ import annotations
 
@@ -76,8 +77,37 @@ def put_op(r):
         r.wait_until(ready, "ge", 1)
 
 
+# bench_kernels.cu's spinning kernel runs this long (its --spin-us default).
+SPIN_US = 50.0
+
+
+@schedule
+def kernel_empty_op(r):
+    """One plain kernel that writes a float (bench_kernels.cu's kernel_empty): its start alone."""
+    x = r.buffer("x", count=ELEMS, role="output")
+    r.fill(x, 1.0)
+
+
+@schedule
+def kernel_spin_op(r):
+    """One plain kernel that spins SPIN_US (kernel_spin): the gap between kernels on the GPU."""
+    x = r.buffer("x", count=ELEMS, role="output")
+    r.compute("spin", writes=x, us=SPIN_US)
+
+
+@schedule
+def kernel_reduce_op(r):
+    """dst = dst + src (kernel_reduce): a plain kernel's rate over HBM."""
+    x = r.buffer("x", count=ELEMS, role="inout")
+    y = r.buffer("y", count=ELEMS, role="input")
+    r.reduce(x, x, y)
+
+
 MICROBENCHMARKS = {
     "allreduce": allreduce_op, "allgather": allgather_op, "reducescatter": reducescatter_op,
     "broadcast": broadcast_op, "alltoall": alltoall_op, "sendrecv": sendrecv_op,
     "sendrecv_bidir": sendrecv_bidir_op, "put": put_op,
+    "kernel_empty": kernel_empty_op, "kernel_spin": kernel_spin_op, "kernel_reduce": kernel_reduce_op,
 }
+# The microbenchmarks of bench_kernels.cu (one process on one GPU, no MPI).
+KERNEL_OPS = ("kernel_empty", "kernel_spin", "kernel_reduce")
