@@ -4,8 +4,9 @@
 
 - `host`: the constant the host spends issuing it when launches are eager, or None when the host
   launches no kernel for it (NVSHMEM calls run inside a kernel that is already running);
-- `launch`: whether the GPU pays a kernel's start for it (`graph_launch_us`, plus `eager_launch_us`
-  when launched eagerly);
+- `launch`: which kernel start the GPU pays for it, if any: "nccl" (an NCCL kernel,
+  `graph_launch_us`, plus `eager_launch_us` when launched eagerly) or "local" (a plain kernel,
+  `local_graph_launch_us`, plus `local_eager_launch_us`);
 - `issue`: constants the rank spends on the op before its bytes move (a put's issue);
 - `latency`: constants paid after its bytes have moved (a put's signal reaching the target);
 - `nbytes(op, rank, size)`: the bytes it moves, `size(rank, region)` giving a region's bytes: a
@@ -24,10 +25,12 @@ adding its entry here (tests/test_costs.py fails until then).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
 from .. import ir
+from ..errors import CostWarning
 from ..semantics.rules import rule
 
 Size = Callable[[int, ir.Region], float]
@@ -45,6 +48,12 @@ class RunConditions:
     # NCCL_MAX_NCHANNELS of the run: it caps the channels a call uses, not NCCL's choice of protocol
     # (NCCL builds its tuning tables for the full channel count).
     channel_cap: int | None = None
+    # A timed run of the program `clockworks codegen` generates for this backend ("nccl" or
+    # "nvshmem"), as `clockworks validate` measures it: one run from its start event to its stop
+    # event, with the program's own per-run costs (`program_*` constants; an NVSHMEM program's one
+    # kernel and its closing barrier; the progress word before each op of a host-driven one) and
+    # its stand-in kernels for compute ops. None: the schedule's own ops, run back to back.
+    program: str | None = None
 
 
 @dataclass(frozen=True)
@@ -53,7 +62,7 @@ class Cost:
 
     timing: str
     host: str | None = None
-    launch: bool = False
+    launch: str | None = None
     issue: tuple[str, ...] = ()
     latency: tuple[str, ...] = ()
     nbytes: Callable[[object, int, Size], float] | None = None
@@ -97,20 +106,21 @@ def _no_bytes(op, rank: int, size: Size) -> float:
     return 0.0
 
 
-_LOCAL = dict(timing="local", host="kernel_launch_us", launch=True)
-_NCCL_P2P = dict(timing="p2p", host="p2p_launch_us", launch=True)  # the host skips NCCL's tuning
-_NCCL = dict(timing="collective", host="kernel_launch_us", launch=True)
+_LOCAL = dict(timing="local", host="local_host_us", launch="local")
+_NCCL_P2P = dict(timing="p2p", host="p2p_launch_us", launch="nccl")  # the host skips NCCL's tuning
+_NCCL = dict(timing="collective", host="kernel_launch_us", launch="nccl")
 _PUT = dict(timing="delivery", issue=("nvshmem_put_latency_us",), latency=("nvshmem_signal_latency_us",))
 # A PE-wide barrier runs in the NVSHMEM kernel (no launch on the host), but its own start on the
-# GPU is a kernel's.
-_PE_BARRIER = dict(timing="barrier", launch=True, issue=("barrier_us",))
+# GPU is timed as an NCCL kernel's (the calibration has no barrier of its own yet).
+_PE_BARRIER = dict(timing="barrier", launch="nccl", issue=("barrier_us",))
 _WAIT = dict(timing="instant")
 
 COSTS: dict[str, Cost] = {
     "reduce": Cost(**_LOCAL, nbytes=_kernel_traffic),
     "copy": Cost(**_LOCAL, nbytes=_kernel_traffic),
     "fill": Cost(**_LOCAL, nbytes=_kernel_traffic),
-    "compute": Cost(**_LOCAL, issue=("compute_us",), nbytes=_kernel_traffic),
+    # What it costs is its own (`compute_time`); its traffic by default is its reads and writes.
+    "compute": Cost(**_LOCAL, nbytes=_kernel_traffic),
     # A send/recv's bytes are its send's, timed per matched pair; a group's are its members'.
     "send": Cost(**_NCCL_P2P, nbytes=_src_bytes),
     "recv": Cost(**_NCCL_P2P, nbytes=_dst_bytes),
@@ -155,12 +165,50 @@ def launches_kernel(op) -> bool:
 
 
 def host_cost(op, consts) -> float:
-    """The host's time to issue this op eagerly: a collective (NCCL tunes it on the host) or other
-    kernel, a send/recv group, or nothing (one-sided ops run inside a kernel)."""
+    """The host's time to issue this op eagerly: a collective (NCCL tunes it on the host) or plain
+    kernel, a send/recv group (and the kernel of each of its recvs that reduces), or nothing
+    (one-sided ops run inside a kernel)."""
     rule = COSTS[op.kind]
-    return getattr(consts, rule.host) if rule.host is not None else 0.0
+    own = getattr(consts, rule.host) if rule.host is not None else 0.0
+    return own + consts.local_host_us * len(reducing_recvs(op))
 
 
-def launch_us(consts, mode: str) -> float:
-    """The GPU-side start of a kernel (the host's issue cost is counted by the host clock)."""
+def launch_us(consts, mode: str, kernel: str = "nccl") -> float:
+    """The GPU-side start of a kernel, "nccl" or "local" (the host's issue cost is counted by the
+    host clock)."""
+    if kernel == "local":
+        return consts.local_graph_launch_us + (consts.local_eager_launch_us if mode == "eager" else 0.0)
     return consts.graph_launch_us + (consts.eager_launch_us if mode == "eager" else 0.0)
+
+
+def reducing_recvs(op) -> list:
+    """The recvs of a send/recv op or group that reduce into their destination: NCCL receives, so
+    each is a kernel after the transfer (dst = dst op received: reads both, writes dst)."""
+    members = op.ops if isinstance(op, ir.Group) else (op,)
+    return [m for m in members if isinstance(m, ir.Recv) and m.reduce is not None]
+
+
+def reduce_traffic(recv, size: Size, rank: int) -> float:
+    """The HBM bytes of the kernel after a recv that reduces: dst and what arrived read, dst written."""
+    return 3 * size(rank, recv.dst)
+
+
+def compute_dtype(op, dtype_of: Callable[[ir.Region], str]) -> str | None:
+    """The dtype a compute op's flops count in: its first write's, else its first read's."""
+    first = (op.writes or op.reads or (None,))[0]
+    return dtype_of(first) if first is not None else None
+
+
+_WARNED: set[tuple[str, int]] = set()  # the compute op sites already warned about, this process
+
+
+def warn_no_cost(op) -> None:
+    """Warn, once per op site (file:line), that a compute op states no cost and what it is taken as."""
+    site = (op.loc.file, op.loc.line)
+    if site in _WARNED:
+        return
+    _WARNED.add(site)
+    warnings.warn_explicit(
+        f"compute {op.name} states no cost, so it is taken as a kernel bound by its reads and writes over HBM; "
+        f"state it: r.compute({op.name!r}, ..., us=TIME_US), or flops=N and bytes=N for a roofline on the "
+        "topology's GPU", CostWarning, op.loc.file, op.loc.line)

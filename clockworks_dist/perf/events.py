@@ -73,19 +73,23 @@ class FlowEngine:
                                "(a bandwidth or rate of the topology is 0)")
 
     # -- flows --------------------------------------------------------------------------------
-    def start_flow(self, resources: tuple[int, ...], nbytes: float, ceiling_GBs: float | None, then) -> None:
-        """Move `nbytes` over `resources`; call `then()` when the last byte has left."""
+    def start_flow(self, resources: tuple[int, ...], nbytes: float, ceiling_GBs: float | None, then,
+                   reverse_share: float | None = None) -> None:
+        """Move `nbytes` over `resources`; call `then()` when the last byte has left. `reverse_share`:
+        the load its acknowledgements put on the opposite direction of each NVLink (default: the
+        engine's)."""
         if nbytes <= 0 or not resources:
             self.at(self.now, then)
             return
         self._advance_flows()
         fid = next(self.flow_ids)
         weights = None
-        if self.reverse_share > 0:  # acknowledgements on the opposite direction of each NVLink crossed
+        share = self.reverse_share if reverse_share is None else reverse_share
+        if share > 0:  # acknowledgements on the opposite direction of each NVLink crossed
             back = [self.net.reverse[r][0] for r in resources
                     if r in self.net.reverse and self.net.reverse[r][1] == "nvlink"]
             if back:
-                weights = (1.0,) * len(resources) + (self.reverse_share,) * len(back)
+                weights = (1.0,) * len(resources) + (share,) * len(back)
                 resources = resources + tuple(back)
         self.flows.append(Flow(fid=fid, resources=resources, remaining=nbytes, weights=weights,
                                ceiling=None if ceiling_GBs is None else ceiling_GBs * GB))
@@ -93,10 +97,11 @@ class FlowEngine:
         self._reschedule()
 
     def transfer(self, src: int, dst: int, nbytes: float, ceiling_GBs: float | None, latency_us: float, then,
-                 detail: dict | None = None) -> None:
+                 detail: dict | None = None, reverse_share: float | None = None, left=None) -> None:
         """A flow from rank src to rank dst, then the route's latency, paid once, and the time the
         last slice takes to cross the hops after the first (slices forwarded cut-through), then
-        `latency_us`. `detail["flow_us"]` notes how long the bytes themselves took."""
+        `latency_us`. `detail["flow_us"]` notes how long the bytes themselves took; `left()`, if
+        given, is called when the last byte has left; `reverse_share` as in `start_flow`."""
         resources, route_latency = self.net.route(src, dst)
         route_latency += self.net.fill_us(src, dst, nbytes)
         began = self.now
@@ -104,8 +109,10 @@ class FlowEngine:
         def flowed():
             if detail is not None:
                 detail["flow_us"] = self.now - began
+            if left is not None:
+                left()
             self.at(self.now + route_latency + latency_us, then)
-        self.start_flow(resources, nbytes, ceiling_GBs, flowed)
+        self.start_flow(resources, nbytes, ceiling_GBs, flowed, reverse_share)
 
     def _advance_flows(self) -> None:
         dt = self.now - self.last_update

@@ -22,11 +22,13 @@ EFFICIENCY = {"LL": 0.5, "LL128": 120 / 128, "Simple": 1.0}
 
 @dataclass(frozen=True)
 class Transfer:
-    """Bytes from member `src` to member `dst` (indices into the member list)."""
+    """Bytes from member `src` to member `dst` (indices into the member list); `src == dst`: a copy
+    within the member's HBM. `ceiling_GBs`: its own rate ceiling (None: the plan's)."""
 
     src: int
     dst: int
     nbytes: float
+    ceiling_GBs: float | None = None
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,25 @@ def p2p_choice(consts, nbytes: float, link_GBs: float = float("inf"), kind: str 
     every peer; `cap` is the run's channel cap (`RunConditions.channel_cap`)."""
     view = view or default_view(consts)
     proto, ch = nccl_tuning.p2p_plan(nbytes, n, view, cap, self_send)
-    return proto, ch, ceiling_for(consts, kind, proto, ch, link_GBs)
+    ramp = exchange_ramp(consts, kind, proto, ch, nbytes, view)
+    return proto, ch, ceiling_for(consts, kind, proto, ch, link_GBs, ramp)
+
+
+# An exchange channel reaches its full rate at this many chunks (NCCL's largest part per channel,
+# `nccl_tuning.p2p_plan`'s max_part, is 32 steps).
+RAMP_CHUNKS = 32
+
+
+def exchange_ramp(consts, kind: str, proto: str, channels: int, nbytes: float, view: View) -> float:
+    """The fraction of its per-channel rate a channel of an exchange (kind all_to_all) reaches, by
+    the chunks it moves: `nccl_exchange_ramp` at one chunk or less, climbing log-linearly to 1 at
+    RAMP_CHUNKS; 1 for other kinds, LL, and one channel."""
+    if kind != "all_to_all" or proto != "Simple" or channels <= 1 or consts.nccl_exchange_ramp >= 1:
+        return 1.0
+    chunk = nccl_tuning.P2P_STEP_BYTES["net" if view.nodes > 1 else view.intra]
+    chunks = nbytes / channels / chunk
+    climb = min(1.0, max(0.0, math.log2(chunks) / math.log2(RAMP_CHUNKS))) if chunks > 0 else 0.0
+    return consts.nccl_exchange_ramp + (1 - consts.nccl_exchange_ramp) * climb
 
 
 def p2p_fixed_us(consts, proto: str, kind: str = "p2p", own: bool = False) -> float:
@@ -90,11 +110,12 @@ def p2p_staging_us(consts, proto: str, nbytes: float, channels: int, transport: 
     return min(nbytes / channels, chunk) / (consts.nccl_copy_channel_GBs * 1e3)
 
 
-def ceiling_for(consts, kind: str, proto: str, channels: int, link_GBs: float) -> float:
-    """A transfer's rate ceiling: its channels at the kernel's per-channel rate, and no more than
-    the fraction of the route's bandwidth that kind of kernel reaches with that protocol (LL's
-    8-byte stores carry more packet overhead per byte than Simple's bulk writes)."""
-    per_channel = channels * consts.nccl_channel_GBs[proto] * consts.nccl_kind_efficiency[kind]
+def ceiling_for(consts, kind: str, proto: str, channels: int, link_GBs: float, ramp: float = 1.0) -> float:
+    """A transfer's rate ceiling: its channels at the kernel's per-channel rate (times `ramp`, the
+    fraction an exchange's channels reach at its size), and no more than the fraction of the
+    route's bandwidth that kind of kernel reaches with that protocol (LL's 8-byte stores carry
+    more packet overhead per byte than Simple's bulk writes)."""
+    per_channel = channels * consts.nccl_channel_GBs[proto] * consts.nccl_kind_efficiency[kind] * ramp
     return min(per_channel, link_GBs * consts.nccl_kind_link_efficiency[kind]
                * consts.nccl_protocol_link_efficiency[proto])
 
@@ -106,7 +127,7 @@ def default_view(consts, n_nodes: int = 1) -> View:
 
 
 def plan(kind: str, n: int, nbytes: float, consts, link_GBs: float, view: View | None = None,
-         transport: str = "nvlink", cap: int | None = None) -> Plan:
+         transport: str = "nvlink", cap: int | None = None, inplace: bool = False) -> Plan:
     """The plan NCCL runs for one collective, timed with the calibrated constants.
 
     The algorithm, protocol and channel count are NCCL's own decisions (`nccl_tuning`: its cost
@@ -114,20 +135,26 @@ def plan(kind: str, n: int, nbytes: float, consts, link_GBs: float, view: View |
     `cap`, only limits the channels the call then runs on). The fixed cost is the protocol's base,
     the kind's extra and one step latency per ring step over `transport` (the slowest hardware the
     ring crosses); the bytes are flows at most `channels` times the per-channel rate. `nbytes`
-    follows nccl-tests: all-gather output, reduce-scatter input."""
+    follows nccl-tests: all-gather output, reduce-scatter input; `inplace`: the call's source is its
+    destination."""
     view = view or default_view(consts)
     if n == 1 and kind != "barrier":
         # NCCL skips its algorithms on a one-rank communicator (ncclLaunchOneRank): out of place it
-        # copies the send buffer to the receive buffer, in place it does nothing. We charge the copy
-        # (one HBM read and write) either way: the plan does not know whether the call is in place.
-        return Plan("one_rank", "Simple", 1, (), 0.0, 0.0, 2.0 * nbytes)
+        # copies the send buffer to the receive buffer (one HBM read and write), in place it does
+        # nothing.
+        return Plan("one_rank", "Simple", 1, (), 0.0, 0.0, 0.0 if inplace else 2.0 * nbytes)
     if kind == "barrier":
         return Plan("ring", "LL", 1, (), consts.nccl_base_latency_us["LL"] + (n - 1) * consts.step_us(transport, "LL"),
                     0.0, 0.0)
     if kind == "all_to_all":
+        # a send and a recv per member, the member itself included: that chunk is a copy in HBM (read
+        # and written) on the channels of a send to itself, at their copy rate
         per = nbytes / n
         proto, ch, ceiling = p2p_choice(consts, per, link_GBs, "all_to_all", view, n, cap=cap)
-        transfers = tuple(Transfer(i, j, per / EFFICIENCY[proto]) for i in range(n) for j in range(n) if i != j)
+        _, own_ch = nccl_tuning.p2p_plan(per, n, view, cap, self_send=True)
+        transfers = tuple(Transfer(i, j, per / EFFICIENCY[proto]) if i != j else
+                          Transfer(i, i, 2 * per, own_ch * consts.nccl_copy_channel_GBs)
+                          for i in range(n) for j in range(n))
         return Plan("p2p", proto, ch, transfers, p2p_fixed_us(consts, proto, "all_to_all"), ceiling, 0.0)
     algorithm, proto, _ = nccl_tuning.choose(kind, n, nbytes, view)
     ch = nccl_tuning.collective_channels(kind, n, nbytes, algorithm, proto, view, cap)

@@ -32,6 +32,21 @@ class Network:
     nominal: dict = field(default_factory=dict)  # (src, dst) -> GB/s as NCCL's topology search counts it
     reverse: dict = field(default_factory=dict)  # link resource -> (the opposite direction's resource, link kind)
     slices: dict = field(default_factory=dict)  # (src, dst) -> [(slice bytes, GB/s) of every hop after the first]
+    gpus: list = field(default_factory=list)  # the topology's GPU device of each rank
+
+    def peak_flops(self, rank: int, dtype: str | None, op) -> float:
+        """Rank's GPU's peak rate for `dtype`, TFLOP/s; PredictError naming the op where the topology
+        gives none."""
+        gpu = self.gpus[rank] if rank < len(self.gpus) else None
+        rate = (gpu.peak_tflops or {}).get(dtype) if gpu is not None else None
+        if rate is None:
+            from .events import PredictError
+
+            what = f"{gpu.id} ({gpu.model or 'a GPU'})" if gpu is not None else "its GPU"
+            raise PredictError(f"{op.loc}: compute {op.name} states flops={op.flops:g}, but {what} has no peak "
+                               f"FLOP rate for {dtype}: add peak_tflops: {{{dtype}: TFLOPS}} to that GPU in the "
+                               "topology file, or state the kernel's time with us=")
+        return rate
 
     def fill_us(self, src: int, dst: int, nbytes: float) -> float:
         """Slices forwarded cut-through: the last slice still crosses every hop after the first
@@ -127,4 +142,5 @@ def from_topology(topo, ranks: int) -> Network:
     net = Network(names=names, capacity=capacity, hbm_of=hbm, router=router, gpu_generation=generation,
                   node_of=[by_id[devices[r]].node or 0 for r in range(ranks)])
     net.transports, net.nominal, net.reverse, net.slices = transports, nominal, reverse, slices
+    net.gpus = [by_id[devices[r]] for r in range(ranks)]
     return net

@@ -10,14 +10,21 @@ words compare true, quiet and barrier_all wait for the rank's deliveries. The si
 - a rank's stream runs its ops in order: an op is posted when the previous one has ended and, when
   launches are eager, once the host has issued it (the host issues one launch after another);
   an action starts when it is enabled and every rank it involves has posted its op;
-- the cost of each op kind (`costs.COSTS`): kernel launch, NCCL's plan for a collective or a
-  send/recv (the algorithm, protocol and channels NCCL itself picks, `nccl_tuning`, timed by
-  `nccl`; a send to itself is a copy in HBM), NVSHMEM issue and signal latencies, barrier rounds;
+- the cost of each op kind (`costs.COSTS`): kernel launch (NCCL's kernels and plain ones have
+  constants of their own), NCCL's plan for a collective or a send/recv (the algorithm, protocol and
+  channels NCCL itself picks, `nccl_tuning`, timed by `nccl`; a send to itself, and an all-to-all's
+  own chunk, is a copy in HBM; a recv that reduces is followed by a kernel that does it), NVSHMEM
+  issue and signal latencies, barrier rounds; a compute op's stated cost (us=, or a roofline of
+  flops= and bytes= on the GPU's peak rate and HBM);
 - every transfer is a flow over the network (`events.FlowEngine`); local ops are flows over the
-  GPU's HBM, so they slow down when other traffic uses it.
+  GPU's HBM, so they slow down when other traffic uses it;
+- `RunConditions.program`: a timed run of the generated program (`program.py`), with its own
+  per-run and per-op costs.
 
 A put's issue is a step of its rank (`nvshmem_put_latency_us`); its delivery then flows and lands
-as an action of its own. A fetching atomic takes effect when issued, and its rank waits for the
+as an action of its own. Between GPUs that reach each other's memory the issuing threads store
+the bytes themselves, so the rank goes on only once they have left (over a network a proxy moves
+them and the rank goes on at once). A fetching atomic takes effect when issued, and its rank waits for the
 round trip. A wait ends when the write that satisfies it lands; a collective starts when its last
 member arrives; a send/recv transfer when the later side posts.
 
@@ -36,12 +43,18 @@ from ..semantics.machine import Model
 from ..semantics.match import match
 from ..semantics.rules import Sync, describe
 from . import nccl
-from .costs import COSTS, RunConditions, fixed_us, host_cost, launch_us
+from .costs import (
+    COSTS, RunConditions, compute_dtype, fixed_us, host_cost, launch_us, launches_kernel, reduce_traffic,
+    reducing_recvs, warn_no_cost,
+)
 from .events import FlowEngine, PredictError
 from .network import Network
 
 __all__ = ["OpRecord", "PredictError", "Simulator", "Timeline", "compile_model"]
 
+# The ops an NVSHMEM program runs on one thread (no step of the kernel's blocks before them).
+_ONE_THREAD = frozenset({"wait_until", "wait_until_all", "wait_until_any", "fence", "quiet", "signal_op", "atomic",
+                         "fetch_atomic", "barrier_all", "sync_all"})
 # A run that handles far more events than its ops can cause is not advancing.
 EVENTS_PER_OP_AND_RANK = 100
 
@@ -116,26 +129,74 @@ class Simulator:
         self.arrival = [0] * self.world
         self.arrivals = itertools.count()
         self.issues: dict[tuple[int, int], OpRecord] = {}  # the issue of each delivery in flight
+        self.holding: dict[tuple[int, int], OpRecord] = {}  # puts whose rank waits for their bytes to leave
         self.sig_writer: dict[tuple[int, int], OpRecord] = {}  # (rank, word) -> the last write's record
         # Eager mode: the host issues the launches one after another (`costs.host_cost`); a kernel
         # cannot start before the host has issued it (it can start later, when the GPU is busy).
+        # A generated program's run (`conditions.program`) also has its own costs: before its first
+        # op (`start_us`), before each op (a host-driven program's progress word, `mark_us`, which
+        # the host issues too) and after its last (`end_us`).
+        self.program = conditions.program
+        self.start_us, self.mark_us, self.end_us, mark_host = self._program_costs()
         self.host_ready = [[0.0] * len(p.ops) for p in sched.programs]
         if mode == "eager" and host_clock:
             for rank, prog in enumerate(sched.programs):
-                issued = 0.0
+                # a program's host may be ahead when its timed span starts (the GPU still aligns)
+                issued = -consts.program_host_lead_us if self.program is not None else 0.0
+                issued += consts.local_host_us if self.program == "nvshmem" else 0.0  # its one kernel
                 for i, op in enumerate(prog.ops):
-                    issued += host_cost(op, consts)
-                    self.host_ready[rank][i] = issued
+                    issued += self._host_cost(rank, op) + (mark_host if launches_kernel(op) else 0.0)
+                    self.host_ready[rank][i] = max(0.0, issued)
 
     @property
     def now(self) -> float:
         """The simulated time, us."""
         return self.engine.now
 
+    def _program_costs(self) -> tuple[float, float, float, float]:
+        """(before the first op, before each op, after the last, the host's issue of a progress
+        word) of a generated program's run; zeros for the schedule alone."""
+        c = self.c
+        if self.program is None:
+            return 0.0, 0.0, 0.0, 0.0
+        run = c.program_eager_us if self.mode == "eager" else c.program_graph_us
+        if self.program == "nvshmem":  # one kernel per rank, a step per op; it ends with a quiet and a barrier
+            closing = all(p.ops and p.ops[-1].kind == "barrier_all" for p in self.sched.programs)
+            rounds = max(1, (self.world - 1).bit_length())
+            end = 0.0 if closing else c.barrier_us * rounds
+            return run + launch_us(c, self.mode, "local") + c.program_step_us, c.program_step_us, end, 0.0
+        # host-driven: a progress word before every op and one after the last
+        return run + c.program_mark_us, c.program_mark_us, c.program_mark_us, c.program_mark_host_us
+
+    def _host_cost(self, rank: int, op) -> float:
+        """The host's time to issue `op` eagerly: `costs.host_cost`, except for what launches no
+        kernel here: an op inside an NVSHMEM program's kernel, and an in-place collective on a
+        communicator of one rank (NCCL returns at once)."""
+        if self._in_kernel() and COSTS[op.kind].timing not in ("p2p", "collective"):
+            return 0.0
+        if op.kind in ("all_reduce", "broadcast", "reduce_to") and op.src == getattr(op, "dst", None) \
+                and len(self.sched.members(op.comm, rank)) == 1:
+            return 0.0
+        return host_cost(op, self.c)
+
+    def _gap(self, op) -> float:
+        """What a generated program runs before `op`: a host-driven program's progress word before
+        each launch; in an NVSHMEM program's kernel, a step before each op that spreads its work
+        over blocks (data moving, local work), whose earlier work it may have to wait for (one
+        thread signals, waits and fences: no step)."""
+        if self.program == "nvshmem":
+            return 0.0 if op.kind in _ONE_THREAD else self.mark_us
+        return self.mark_us if launches_kernel(op) else 0.0
+
+    def _in_kernel(self) -> bool:
+        """Whether local ops and PE-wide barriers run inside an already running kernel (an NVSHMEM
+        program's one kernel per rank), starting no kernel of their own."""
+        return self.program == "nvshmem"
+
     def run(self) -> Timeline:
         """Simulate to the end; PredictError if the schedule deadlocks."""
         for rank in range(self.world):
-            self.engine.at(0.0, lambda r=rank: self._post(r))
+            self.engine.at(self.start_us, lambda r=rank: self._post(r))
         budget = 1_000_000 + EVENTS_PER_OP_AND_RANK * sum(self.model.nops) * self.world
         self.engine.run(budget, self._progress)
         pcs = self.state.pcs
@@ -146,7 +207,7 @@ class Simulator:
             raise PredictError(f"{op.loc}: the schedule deadlocks: rank(s) {', '.join(map(str, stuck))} never finish "
                                f"(rank {rank} blocks in {describe(op)}; run `clockworks check` for the "
                                "counterexample)")
-        total = max([r.end for r in self.records], default=0.0)
+        total = max([r.end for r in self.records], default=0.0) + self.end_us
         return Timeline(total_us=total, records=self.records, link_bytes=self.engine.link_bytes, network=self.net,
                         critical=self._critical_path(), plans=self.plans)
 
@@ -260,17 +321,21 @@ class Simulator:
         self.records.append(rec)
         return rec
 
-    def _launch(self) -> float:
-        """GPU-side cost of starting a kernel (the host's issue cost is the host clock's)."""
-        return launch_us(self.c, self.mode)
+    def _launch(self, kernel: str = "nccl") -> float:
+        """GPU-side cost of starting a kernel, "nccl" or "local" (the host's issue cost is the host
+        clock's)."""
+        return launch_us(self.c, self.mode, kernel)
 
     def _finish(self, rank: int, rec: OpRecord, end: float | None = None) -> None:
-        """The rank's op is done at `end` (default: now): its stream goes on from there."""
+        """The rank's op is done at `end` (default: now): its stream goes on from there (after the
+        progress word a generated program writes before its next op)."""
         rec.end = self.now if end is None else end
         self.last[rank] = rec
         self.posted[rank] = False
         self.current[rank] = None
-        self.engine.at(rec.end, lambda: self._post(rank))
+        pc = self.state.pcs[rank]
+        gap = self._gap(self.sched.programs[rank].ops[pc]) if pc < self.model.nops[rank] else 0.0
+        self.engine.at(rec.end + gap, lambda: self._post(rank))
 
     def _size(self, rank: int, region: ir.Region) -> float:
         """A region's bytes on `rank`."""
@@ -286,9 +351,7 @@ class Simulator:
             return
         rec = self.current[rank]
         if rule.timing == "local":
-            nbytes = rule.nbytes(op, rank, self._size)
-            self.engine.at(self.now + self._launch() + fixed_us(self.c, rule.issue), lambda: self.engine.start_flow(
-                (self.net.hbm(rank),), nbytes, None, lambda: self._step_done(action, rec)))
+            self._start_kernel(action, op, rec)
         elif rule.timing == "delivery":  # issued: the delivery is in flight, the rank goes on
             self.engine.at(self.now + fixed_us(self.c, rule.issue), lambda: self._issued(action, rec))
         elif rule.timing == "get":
@@ -304,6 +367,51 @@ class Simulator:
         else:  # fence (its effect is on deliveries, which the machine holds back) and quiet
             self._step_done(action, rec)
 
+    def _start_kernel(self, action: tuple, op, rec: OpRecord) -> None:
+        """A local kernel: its start, then its bytes over the rank's HBM (shared with whatever else
+        uses it); a compute op takes the cost it states (`_compute_cost`)."""
+        rank = action[1]
+        nbytes = COSTS[op.kind].nbytes(op, rank, self._size)
+        launches, fixed_after, floor, ceiling = 1, 0.0, 0.0, None
+        if op.kind == "compute":
+            launches, nbytes, fixed_after, floor = self._compute_cost(op, rank, nbytes)
+            if self.program is not None:  # the program's stand-in hashes at its own rate
+                ceiling = self.c.program_compute_GBs
+        start = self.now + (0.0 if self._in_kernel() else launches * self._launch("local"))
+        done = lambda: self._step_done(action, rec)  # noqa: E731
+        if fixed_after and not nbytes:
+            self.engine.at(start + fixed_after, done)
+            return
+        began = [start]
+
+        def flowed():  # a roofline: the longer of its bytes over HBM and its arithmetic
+            self.engine.at(max(self.now, began[0] + floor) + fixed_after, done)
+
+        self.engine.at(start, lambda: self.engine.start_flow((self.net.hbm(rank),), nbytes, ceiling, flowed))
+
+    def _compute_cost(self, op, rank: int, traffic: float) -> tuple[int, float, float, float]:
+        """(kernel starts, HBM bytes, fixed us after them, least us for the arithmetic) of a compute
+        op: the time it states (us=), else a roofline of its flops and bytes (bytes default to its
+        reads and writes) on this rank's GPU; stating nothing, it is bound by its reads and writes
+        (plus `compute_us`) and a CostWarning says so, once per op site. In a generated program's
+        run it is the program's stand-in: one kernel to start, one that hashes each read and one
+        that writes each write, over its reads and writes, whatever cost it states."""
+        if self.program == "nccl":  # a kernel to start, one hash kernel per read, one writer per write
+            warps = sum(lowering.local_blocks(r.count) * lowering.LOCAL_THREADS // 32 for r in op.reads)
+            return 1 + len(op.reads) + len(op.writes), traffic, warps * self.c.program_atomic_us, 0.0
+        if self.program is not None:
+            return 1, traffic, 0.0, 0.0
+        if op.us is not None:
+            return 1, 0.0, op.us, 0.0
+        if not op.states_cost:
+            warn_no_cost(op)
+            return 1, traffic, self.c.compute_us, 0.0
+        floor = 0.0
+        if op.flops:
+            dtype = compute_dtype(op, lambda region: self.sched.programs[rank].buffer(region.buffer).dtype)
+            floor = op.flops / (self.net.peak_flops(rank, dtype, op) * 1e6)
+        return 1, float(op.bytes if op.bytes is not None else traffic), 0.0, floor
+
     def _step_done(self, action: tuple, rec: OpRecord) -> None:
         self._apply(action)
         self._finish(action[1], rec)
@@ -311,7 +419,30 @@ class Simulator:
 
     def _issued(self, action: tuple, rec: OpRecord) -> None:
         self.issues[action[1:]] = rec
-        self._step_done(action, rec)
+        if not self._holds(action):
+            self._step_done(action, rec)
+            return
+        # the issuing blocks store the bytes themselves: the rank goes on once the last has left
+        self.holding[action[1:]] = rec
+        self._apply(action)
+        self.posted[action[1]] = False
+        self._dispatch()
+
+    def _holds(self, action: tuple) -> bool:
+        """Whether a put or non-blocking get keeps its rank until its bytes have moved: between
+        GPUs that reach each other's memory (NVLink, PCIe peer to peer) NVSHMEM moves them with the
+        issuing threads' own loads and stores; over a network a proxy does, and the rank goes on."""
+        op = self.sched.programs[action[1]].ops[action[2]]
+        if op.kind not in ("put", "put_signal", "get_nbi"):
+            return False
+        return self.net.transport(action[1], op.pe) in ("nvlink", "pcie")
+
+    def _release(self, key: tuple) -> None:
+        """A held put's bytes have left its rank: the rank goes on."""
+        rec = self.holding.pop(key, None)
+        if rec is not None:
+            self._finish(key[0], rec)
+            self._dispatch()
 
     def _wait_ends(self, action: tuple, op) -> None:
         """A wait whose words compare true: it ends now, after the write that made them so (if that
@@ -347,7 +478,9 @@ class Simulator:
             ceiling = min(self._block_ceiling(nbytes),
                           self.net.bottleneck(issuer, pe) * self.c.nvshmem_link_efficiency)
         self.engine.transfer(src, dst, nbytes, ceiling, fixed_us(self.c, rule.latency),
-                             lambda: self._landed(action, op, issue, note), detail=note)
+                             lambda: self._landed(action, op, issue, note), detail=note,
+                             reverse_share=self.c.nvshmem_reverse_share,
+                             left=lambda: self._release((issuer, index)))
 
     def _landed(self, action: tuple, op, issue: OpRecord, note: dict) -> None:
         issuer = action[1]
@@ -414,8 +547,33 @@ class Simulator:
                 head = self.current[rank]
                 if rec.end >= head.start:
                     head.cause, head.cause_kind = rec, "transfer"
-                self._finish(rank, head)
+                reduces = reducing_recvs(self.sched.programs[rank].ops[before[rank]])
+                if reduces:  # NCCL only receives: each recv that reduces is a kernel after the group
+                    head.end = self.now
+                    self.posted[rank] = False
+                    self._reduce_kernels(rank, head, before[rank], reduces)
+                else:
+                    self._finish(rank, head)
         self._dispatch()
+
+    def _reduce_kernels(self, rank: int, after: OpRecord, index: int, recvs: list) -> None:
+        """The kernels after a send/recv op whose recvs reduce (dst = dst op received), one after
+        another on the rank's stream, each a record of its own; then the op is done."""
+        if not recvs:
+            self._finish(rank, after, after.end)
+            return
+        recv = recvs[0]
+        rec = OpRecord(rank=rank, index=index, sub=None, kind="reduce", text=f"{recv.dst} {recv.reduce}= received",
+                       loc=recv.loc, start=self.now, cause=after, cause_kind="program order")
+        self.records.append(rec)
+
+        def done():
+            rec.end = self.now
+            self._reduce_kernels(rank, rec, index, recvs[1:])
+
+        nbytes = reduce_traffic(recv, self._size, rank)
+        self.engine.at(self.now + self._launch("local"),
+                       lambda: self.engine.start_flow((self.net.hbm(rank),), nbytes, None, done))
 
     # -- collectives --------------------------------------------------------------------------
     def _start_collective(self, action: tuple) -> None:
@@ -431,14 +589,15 @@ class Simulator:
         ranks = [r for r, _ in members]
         rule = COSTS[op.kind]
         if rule.timing == "barrier":  # a dissemination barrier: one round per doubling
-            end = self.now + self._launch() + fixed_us(self.c, rule.issue) * max(1, (len(ranks) - 1).bit_length())
+            launch = 0.0 if self._in_kernel() else self._launch()
+            end = self.now + launch + fixed_us(self.c, rule.issue) * max(1, (len(ranks) - 1).bit_length())
             self.engine.at(end, lambda: self._collective_done(action, arrived))
             return
         nbytes = rule.nbytes(op, ranks[0], self._size)
-        p = self._plan(op.kind, ranks, nbytes)
+        p = self._plan(op.kind, ranks, nbytes, inplace=getattr(op, "src", None) == getattr(op, "dst", None))
         self.plans.append((last, p))
         left = [len(p.transfers) + (len(ranks) if p.reduce_bytes else 0)]
-        start = self.now + self._launch()
+        start = self.now + (0.0 if p.algorithm == "one_rank" and not p.reduce_bytes else self._launch())
 
         def one_done():
             left[0] -= 1
@@ -454,21 +613,21 @@ class Simulator:
                 return
             for t in p.transfers:
                 resources, _latency = self.net.route(ranks[t.src], ranks[t.dst])
-                self.engine.start_flow(resources, t.nbytes, p.ceiling_GBs, one_done)
+                self.engine.start_flow(resources, t.nbytes, t.ceiling_GBs or p.ceiling_GBs, one_done)
             if p.reduce_bytes:
                 for r in ranks:
                     self.engine.start_flow((self.net.hbm(r),), p.reduce_bytes, None, one_done)
         self.engine.at(start, launch)
 
-    def _plan(self, kind: str, ranks: list[int], nbytes: float) -> nccl.Plan:
+    def _plan(self, kind: str, ranks: list[int], nbytes: float, inplace: bool = False) -> nccl.Plan:
         """NCCL's plan for a collective over `ranks`, its step latency that of the slowest hardware
-        its ring crosses."""
+        its ring crosses (`inplace`: the call's source is its destination)."""
         pairs = [(a, b) for a in ranks for b in ranks if a != b]
         link = min(self.net.bottleneck(a, b) for a, b in pairs) if pairs else 1e9
         transports = {self.net.transport(a, b) for a, b in pairs}
         worst = next((t for t in ("net", "pcie", "nvlink") if t in transports), "nvlink")
         return nccl.plan(kind, len(ranks), nbytes, self.c, link, self._view(tuple(ranks)), worst,
-                         self.conditions.channel_cap)
+                         self.conditions.channel_cap, inplace)
 
     def _collective_done(self, action: tuple, arrived: dict[int, OpRecord]) -> None:
         self._apply(action)

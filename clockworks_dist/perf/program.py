@@ -1,0 +1,35 @@
+"""A timed run of a generated program, as `clockworks validate` measures it.
+
+`clockworks predict` times a schedule's own ops, run back to back (a library call). The program
+that `clockworks codegen` writes times one run between two CUDA events, and that run has costs of
+its own: the graph launch (or the host's first issue) before the first op, a progress word before
+each op of a host-driven program (NCCL), an NVSHMEM program's one kernel and its closing quiet and
+barrier, and stand-in kernels for compute ops (the generated code hashes what a compute op reads
+and writes what it writes; it does not run the user's kernel). Eagerly, the run is one pass of
+the host issuing every launch while the GPU runs what it has been given, not a steady state.
+`RunConditions.program` turns these on in the simulator; the constants are `program_*`.
+"""
+
+from __future__ import annotations
+
+from .. import ir
+from ..topology.model import Constants
+from .costs import RunConditions
+from .network import from_topology
+from .simulate import Simulator
+
+BACKENDS = ("nccl", "nvshmem")
+
+
+def program_us(sched: ir.Schedule, topo, mode: str, backend: str, consts: Constants | None = None,
+               calls: int = 1) -> float:
+    """The predicted time of one timed run of `sched`'s generated `backend` program in `mode`
+    (graph or eager), per call when `sched` is `calls` back-to-back calls (`repeat.repeat`)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}: one of {', '.join(BACKENDS)}")
+    consts = consts or topo.constants
+    if consts.hbm_efficiency != topo.constants.hbm_efficiency:  # the network reads it from the topology
+        topo = topo.model_copy(update={"constants": consts})
+    network = from_topology(topo, sched.world)
+    timeline = Simulator(sched, network, consts, mode, conditions=RunConditions(program=backend)).run()
+    return timeline.total_us / calls
