@@ -18,7 +18,7 @@ from clockworks_dist.errors import ScheduleError, TopologyError
 from clockworks_dist.perf import fit, nccl, nccl_tuning
 from clockworks_dist.perf.costs import RunConditions
 from clockworks_dist.perf.flows import Flow, max_min_rates
-from clockworks_dist.perf.microbench import MICROBENCHMARKS, broadcast_op
+from clockworks_dist.perf.microbench import KERNEL_OPS, MICROBENCHMARKS, broadcast_op
 from clockworks_dist.perf.network import Network, from_topology
 from clockworks_dist.perf.predict import (
     bound, busbw_factor, link_utilisation, parse_size, parse_sizes, predict_sizes, size_binding, steady_state_us,
@@ -144,12 +144,15 @@ def test_weighted_load_saturates_the_shared_resource_first():
 LINK_01, LINK_10, HBM0, HBM1 = 0, 1, 2, 3
 
 
-def two_ranks(link_GBs: float = 100.0, latency_us: float = 0.5, hbm_GBs: float = 3000.0) -> Network:
-    """Two GPUs, one link per direction (resources 0: 0->1, 1: 1->0), and an HBM each."""
+def two_ranks(link_GBs: float = 100.0, latency_us: float = 0.5, hbm_GBs: float = 3000.0,
+              transport: str = "nvlink") -> Network:
+    """Two GPUs, one link per direction (resources 0: 0->1, 1: 1->0), and an HBM each; the link is
+    `transport` (over "net", a put's rank goes on once it is issued: a proxy moves the bytes)."""
     routes = {(0, 1): ((LINK_01,), latency_us), (1, 0): ((LINK_10,), latency_us)}
     return Network(names=["link 0->1", "link 1->0", "gpu0 HBM", "gpu1 HBM"],
                    capacity=[link_GBs * 1e3, link_GBs * 1e3, hbm_GBs * 1e3, hbm_GBs * 1e3],
-                   hbm_of=[HBM0, HBM1], router=lambda s, d: routes[(s, d)])
+                   hbm_of=[HBM0, HBM1], router=lambda s, d: routes[(s, d)],
+                   transports={(0, 1): transport, (1, 0): transport})
 
 
 # Distinct, made-up constants, so that every term of the expected time is visible.
@@ -318,8 +321,8 @@ def test_a_schedule_that_does_not_match_is_refused():
 def test_local_reduce_is_bounded_by_hbm():
     c, nbytes = consts(), 1 * MiB
     tl = run(local_reduce, two_ranks(hbm_GBs=2000.0), c, N=nbytes // 4)
-    # reads x and t, writes x: three times the buffer over HBM, after the launch
-    assert tl.total_us == pytest.approx(c.graph_launch_us + 3 * nbytes / 2000e3)
+    # reads x and t, writes x: three times the buffer over HBM, after a plain kernel's launch
+    assert tl.total_us == pytest.approx(c.local_graph_launch_us + 3 * nbytes / 2000e3)
     assert tl.link_bytes[HBM0] == pytest.approx(3 * nbytes)
     assert tl.link_bytes[HBM1] == pytest.approx(3 * nbytes)
 
@@ -333,8 +336,9 @@ def test_put_signal_wakes_the_waiter_after_delivery():
     assert waiter.rank == 1
     assert waiter.end == pytest.approx(signal_delivery.end)
     assert waiter.cause is signal_delivery and waiter.cause_kind == "signal"
-    # put_signal issued at 1 (after the put's issue) + 1 issue, then 64 bytes at 40 GB/s + route + signal
-    issued = 2 * c.nvshmem_put_latency_us
+    # over NVLink the put's threads store its 64 bytes (at 40 GB/s) before rank 0 goes on: put_signal
+    # issued at 1 + 64 / 40e3, + 1 issue, then its own 64 bytes + route + signal
+    issued = 2 * c.nvshmem_put_latency_us + 64 / 40e3
     assert signal_delivery.end == pytest.approx(issued + 64 / 40e3 + 0.5 + c.nvshmem_signal_latency_us)
 
 
@@ -356,7 +360,7 @@ def test_simulated_time_and_events_are_bounded():
 
 def test_run_conditions_set_put_blocks_and_nccl_channels():
     """What calibration varies per measured cell is an argument of the run, not a constant."""
-    c, net = consts(), two_ranks(link_GBs=400.0)
+    c, net = consts(), two_ranks(link_GBs=400.0, transport="net")
     sched = PUT_NOFENCE.trace(2, sizes={"N": 1 << 20, "M": 16})
     one = Simulator(sched, net, c, conditions=RunConditions(nvshmem_blocks=1)).run().total_us
     four = Simulator(sched, net, c, conditions=RunConditions(nvshmem_blocks=4)).run().total_us
@@ -379,9 +383,9 @@ def test_run_conditions_set_put_blocks_and_nccl_channels():
 
 
 def test_fence_orders_deliveries_to_the_same_pe():
-    big = 1 * MiB
-    free = run(PUT_NOFENCE, N=big // 4, M=16)
-    fenced = run(PUT_FENCE, N=big // 4, M=16)
+    big, net = 1 * MiB, two_ranks(transport="net")  # over a network, the rank goes on once a put is issued
+    free = run(PUT_NOFENCE, net, N=big // 4, M=16)
+    fenced = run(PUT_FENCE, net, N=big // 4, M=16)
 
     def delivery(tl, word):
         return next(r for r in tl.records if r.kind == "delivery" and r.text.startswith(f"delivery of {word}("))
@@ -395,8 +399,27 @@ def test_fence_orders_deliveries_to_the_same_pe():
     assert fenced.total_us > free.total_us
 
 
+def test_a_put_between_gpus_keeps_its_rank_until_its_bytes_have_left():
+    """Over NVLink the issuing threads store a put's bytes themselves: the next op waits for them,
+    so a small put_signal after a big put cannot start (or land) before the big put's bytes left."""
+    held = run(PUT_NOFENCE, N=MiB // 4, M=16)
+    free = run(PUT_NOFENCE, two_ranks(transport="net"), N=MiB // 4, M=16)
+    c = consts()
+
+    def record(tl, text):
+        return next(r for r in tl.records if r.text.startswith(text))
+
+    big, signal = record(held, "put("), record(held, "put_signal(")
+    moved = MiB / min(100e3, 40e3 * 16)  # 1 MiB on 16 blocks of 40 GB/s, at most the link's 100 GB/s
+    assert big.end == pytest.approx(c.nvshmem_put_latency_us + moved)
+    assert signal.start == pytest.approx(big.end)
+    assert record(free, "put(").end == pytest.approx(c.nvshmem_put_latency_us)  # a proxy moves them
+    assert record(free, "delivery of put_signal(").end < record(free, "delivery of put(").end
+    assert record(held, "delivery of put_signal(").end > record(held, "delivery of put(").end
+
+
 def test_quiet_waits_for_every_delivery():
-    tl = run(PUT_NOFENCE, N=MiB // 4, M=16)
+    tl = run(PUT_NOFENCE, two_ranks(transport="net"), N=MiB // 4, M=16)
     quiet = next(r for r in tl.records if r.kind == "quiet")
     last = max((r for r in tl.records if r.kind == "delivery" and r.rank == 0), key=lambda r: r.end)
     assert last.text.startswith("delivery of put(")  # the big put lands last
@@ -757,10 +780,18 @@ def test_plan_barrier_and_all_to_all():
     over_pcie = nccl.plan("barrier", 4, 0, c, LINK, transport="pcie")
     assert over_pcie.fixed_us == pytest.approx(c.nccl_base_latency_us["LL"] + 3 * c.step_us("pcie", "LL"))
     a2a = nccl.plan("all_to_all", 4, 64 * KiB, c, LINK)
-    assert len(a2a.transfers) == 4 * 3
+    assert len(a2a.transfers) == 4 * 4  # a chunk to every member, itself included
     assert a2a.algorithm == "p2p"
     assert a2a.protocol == "LL"  # 16 KiB per peer
-    assert all(t.nbytes == pytest.approx(16 * KiB / nccl.EFFICIENCY["LL"]) for t in a2a.transfers)
+    peers = [t for t in a2a.transfers if t.src != t.dst]
+    assert len(peers) == 4 * 3 and all(t.ceiling_GBs is None for t in peers)
+    assert all(t.nbytes == pytest.approx(16 * KiB / nccl.EFFICIENCY["LL"]) for t in peers)
+    # the own chunk: a copy in HBM (read and written) on the channels of a send to itself
+    own = [t for t in a2a.transfers if t.src == t.dst]
+    _, own_channels = nccl_tuning.p2p_plan(16 * KiB, 4, nccl.default_view(c), self_send=True)
+    assert sorted(t.src for t in own) == [0, 1, 2, 3]
+    assert all(t.nbytes == 2 * 16 * KiB for t in own)
+    assert all(t.ceiling_GBs == pytest.approx(own_channels * c.nccl_copy_channel_GBs) for t in own)
     # LL up to 16 KiB per p2p channel of the peer (32): 512 KiB per peer, inclusive
     assert nccl.plan("all_to_all", 4, 2 * MiB, c, LINK).protocol == "LL"
     assert nccl.plan("all_to_all", 4, 2 * MiB + 64, c, LINK).protocol == "Simple"
@@ -969,8 +1000,11 @@ def raw_cells():
 
 def test_load_cells_covers_every_microbenchmark(raw_cells):
     cells, provenance = raw_cells
-    assert {c.op for c in cells} == set(MICROBENCHMARKS) == {
-        "allreduce", "allgather", "reducescatter", "broadcast", "alltoall", "sendrecv", "sendrecv_bidir", "put"}
+    assert set(MICROBENCHMARKS) == {
+        "allreduce", "allgather", "reducescatter", "broadcast", "alltoall", "sendrecv", "sendrecv_bidir", "put",
+        *KERNEL_OPS}
+    # the committed run predates the plain-kernel microbenchmark (bench_kernels.cu)
+    assert {c.op for c in cells} == set(MICROBENCHMARKS) - set(KERNEL_OPS)
     assert provenance["gpu"] == "NVIDIA H200"
     assert provenance["wheels"]["nvidia-nccl-cu13"] == "2.28.9"
     assert all(c.measured_us > 0 and c.nbytes > 0 for c in cells)
@@ -987,7 +1021,7 @@ def test_held_out_alternates_powers_of_two(raw_cells):
         assert fit.held_out(c) == (round(math.log2(c.nbytes)) % 2 == 1)
     assert [fit.held_out(fit.Cell("allreduce", 2 ** k, "graph", 1.0)) for k in range(10, 16)] == [
         False, True, False, True, False, True]
-    for op in MICROBENCHMARKS:
+    for op in {c.op for c in cells}:
         mine = [c for c in cells if c.op == op]
         assert any(fit.held_out(c) for c in mine) and not all(fit.held_out(c) for c in mine), op
 
@@ -1053,7 +1087,7 @@ def three_fills(r):
 
 
 def test_eager_launches_wait_for_the_host_and_overlap_with_the_gpu():
-    c = consts(kernel_launch_us=10.0, eager_launch_us=0.5)
+    c = consts(local_host_us=10.0, local_graph_launch_us=1.5, local_eager_launch_us=0.5)
     net = two_ranks(hbm_GBs=1000.0)
     small = three_fills.trace(2, sizes={"N": 1})  # 4 bytes a fill: nothing but fixed costs
     graph = Simulator(small, net, c, "graph").run()

@@ -162,11 +162,16 @@ def test_self_link_names_its_field(tmp_path, capsys):
     ("nccl_max_channels: 24", "nccl_max_channels: 1000000000",
      "constants.nccl_max_channels: must be <= 256, got 1000000000 (NCCL's own MAXCHANNELS is 32 or 64"),
     ("nccl_p2p_max_channels: 32", "nccl_p2p_max_channels: 0", "constants.nccl_p2p_max_channels: must be >= 1"),
-    ("graph_launch_us: 4.3284", "graph_launch_us: -4.3284", "constants.graph_launch_us: must be >= 0"),
-    ("all_reduce: 0.9724", "all_reduce: -100", "constants.nccl_kind_base_us.all_reduce: must be >= 0"),
-    ("all_reduce: 0.6494", "all_reduce: -1", "constants.nccl_kind_efficiency.all_reduce: must be >= 0.01"),
+    ("graph_launch_us: 4.3359", "graph_launch_us: -4.3359", "constants.graph_launch_us: must be >= 0"),
+    ("all_reduce: 0.9612", "all_reduce: -100", "constants.nccl_kind_base_us.all_reduce: must be >= 0"),
+    ("all_reduce: 0.718", "all_reduce: -1", "constants.nccl_kind_efficiency.all_reduce: must be >= 0.01"),
     ("all_reduce: 0.6528", "all_reduce: 7", "constants.nccl_kind_link_efficiency.all_reduce: must be <= 1"),
-    ("nvlink_reverse_share: 0.2372", "nvlink_reverse_share: .inf", "constants.nvlink_reverse_share: must be a finite number"),
+    ("nvlink_reverse_share: 0.0051", "nvlink_reverse_share: .inf", "constants.nvlink_reverse_share: must be a finite number"),
+    ("local_host_us: 2.0815", "local_host_us: -1", "constants.local_host_us: must be >= 0"),
+    ("nccl_exchange_ramp: 0.7909", "nccl_exchange_ramp: 0", "constants.nccl_exchange_ramp: must be >= 0.01"),
+    ("float16: 989", "float16: -989", "devices[0].peak_tflops.float16: must be > 0"),
+    ("float16: 989", "float16: 1.0e+9", "devices[0].peak_tflops.float16: must be <= 1e+06 TFLOP/s, got 1000000000.0 "
+                                     "(far beyond any GPU)"),
     ("hbm_GBs: 4800", "hbm_GBs: 1e-300", "devices[0].hbm_GBs: must be at least 0.001 GB/s"),
     ("sms: 132", "sms: 1e9", "devices[0].sms: must be a valid integer"),
     ("sms: 132", "sms: true", "devices[0].sms: must be a number, not true or false"),
@@ -201,13 +206,13 @@ def test_valid_extremes_still_predict(tmp_path):
 
 # ------------------------------------------------------------------ 3. zero rates are bad input, not deadlocks
 @pytest.mark.parametrize("old, new, field", [
-    ("LL: 22.7281", "LL: 0", "constants.nccl_channel_GBs.LL: must be > 0, got 0"),
-    ("Simple: 33.4938", "Simple: 0", "constants.nccl_channel_GBs.Simple: must be > 0, got 0"),
+    ("LL: 20.5291", "LL: 0", "constants.nccl_channel_GBs.LL: must be > 0, got 0"),
+    ("Simple: 30.3145", "Simple: 0", "constants.nccl_channel_GBs.Simple: must be > 0, got 0"),
     ("GBs_per_dir: 478.116", "GBs_per_dir: 0", "links[0].GBs_per_dir: must be > 0, got 0"),
     ("nvshmem_block_GBs: 41.4251", "nvshmem_block_GBs: 0", "constants.nvshmem_block_GBs: must be > 0, got 0"),
-    ("nccl_copy_channel_GBs: 356.1305", "nccl_copy_channel_GBs: 0", "constants.nccl_copy_channel_GBs: must be > 0"),
+    ("nccl_copy_channel_GBs: 1000.0", "nccl_copy_channel_GBs: 0", "constants.nccl_copy_channel_GBs: must be > 0"),
     ("nvshmem_link_efficiency: 0.7461", "nvshmem_link_efficiency: 0", "nvshmem_link_efficiency: must be >= 0.01"),
-    ("p2p: 0.7717", "p2p: 0", "constants.nccl_kind_link_efficiency.p2p: must be >= 0.01"),
+    ("p2p: 0.7631", "p2p: 0", "constants.nccl_kind_link_efficiency.p2p: must be >= 0.01"),
     ("hbm_GBs: 4800", "hbm_GBs: 0", "devices[0].hbm_GBs: must be > 0, got 0"),
 ])
 def test_zero_rates_are_field_errors_not_deadlocks(tmp_path, capsys, old, new, field):

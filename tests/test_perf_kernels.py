@@ -1,0 +1,398 @@
+"""Plain kernels and compute ops in the performance model: their own launch constants, the cost a
+compute op states (us=, or flops= and bytes= as a roofline on the topology's GPU), the warning when
+it states none, the kernel after a recv that reduces, an all-to-all's own chunk as an HBM copy, the
+size-dependent rate of an exchange's channels, a generated program's own costs, and the fit that
+recovers the new constants from measurements."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+import warnings
+
+import pytest
+
+import clockworks_dist as cw
+from clockworks_dist import ir, load_file
+from clockworks_dist.check import check
+from clockworks_dist.errors import CostWarning, ScheduleError
+from clockworks_dist.perf import costs, fit, nccl
+from clockworks_dist.perf.costs import RunConditions, host_cost, launch_us
+from clockworks_dist.perf.microbench import KERNEL_OPS, MICROBENCHMARKS, SPIN_US
+from clockworks_dist.perf.network import from_topology
+from clockworks_dist.perf.predict import predict_sizes
+from clockworks_dist.perf.program import program_us
+from clockworks_dist.perf.simulate import PredictError, Simulator
+from clockworks_dist.report.text import render_listing as listing
+from clockworks_dist.semantics.rules import rule
+from clockworks_dist.topology import Constants, load_topology
+
+KiB, MiB = 1 << 10, 1 << 20
+H200 = "h200x2-nv18"  # the uncalibrated file: datasheet rates, default constants
+N = cw.size("N", 1024)
+
+
+def topo_with(**changes):
+    topo = load_topology(H200)
+    return topo.model_copy(update={"constants": topo.constants.model_copy(update=changes)})
+
+
+def simulate(defn, topo, mode="graph", conditions=RunConditions(), **sizes):
+    sched = defn.trace(2, sizes=sizes or None)
+    return Simulator(sched, from_topology(topo, 2), topo.constants, mode, conditions=conditions).run()
+
+
+@pytest.fixture(autouse=True)
+def fresh_warnings():
+    """Each test sees the no-cost warnings afresh (they are given once per op site per process)."""
+    costs._WARNED.clear()
+    yield
+    costs._WARNED.clear()
+
+
+# ------------------------------------------------------------------------------------------ launches
+def test_plain_kernels_have_launch_constants_of_their_own():
+    c = Constants(kernel_launch_us=9.0, graph_launch_us=4.0, eager_launch_us=0.6, local_host_us=2.5,
+                  local_graph_launch_us=1.2, local_eager_launch_us=0.3)
+    loc, region = ir.SourceLoc(file="x.py", line=1), ir.Region(buffer="x", start=0, stop=4)
+    assert host_cost(ir.Fill(loc=loc, dst=region, value=1.0), c) == 2.5
+    assert host_cost(ir.Compute(loc=loc, name="k", writes=(region,)), c) == 2.5
+    assert host_cost(ir.AllReduce(loc=loc, src=region, dst=region), c) == 9.0
+    assert launch_us(c, "graph", "local") == 1.2 and launch_us(c, "eager", "local") == pytest.approx(1.5)
+    assert launch_us(c, "graph") == 4.0 and launch_us(c, "eager") == pytest.approx(4.6)
+    assert costs.COSTS["reduce"].launch == "local" and costs.COSTS["all_reduce"].launch == "nccl"
+
+
+@cw.schedule
+def one_fill(r):
+    x = r.buffer("x", count=N, role="output")
+    r.fill(x, 1.0)
+
+
+def test_a_fill_costs_a_plain_kernel_not_an_nccl_one():
+    topo = topo_with(local_graph_launch_us=1.25, graph_launch_us=7.0)
+    tl = simulate(one_fill, topo, N=1)
+    assert tl.total_us == pytest.approx(1.25, abs=1e-3)  # 4 bytes: the launch alone
+    assert simulate(one_fill, topo_with(local_graph_launch_us=2.5, graph_launch_us=7.0), N=1).total_us == \
+        pytest.approx(2.5, abs=1e-3)
+
+
+# --------------------------------------------------------------------------------------- compute cost
+def write_schedule(tmp_path, body: str, name: str = "kernels.py"):
+    """A schedule file whose body's first line is line 8."""
+    head = ["import clockworks_dist as cw", 'N = cw.size("N", 1024)', "", "@cw.schedule", "def kernels(r):",
+            '    x = r.buffer("x", count=N, dtype="bfloat16", role="inout")',
+            '    y = r.buffer("y", count=N, dtype="bfloat16", role="output")']
+    lines = head + ["    " + line for line in textwrap.dedent(body).splitlines()]
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    return load_file(str(path))[0]
+
+
+def test_compute_us_is_its_time_whatever_it_touches(tmp_path):
+    defn = write_schedule(tmp_path, 'r.compute("k", reads=x, writes=y, us=40.0)')
+    topo = topo_with(local_graph_launch_us=1.0)
+    small = simulate(defn, topo, N=1024).total_us
+    big = simulate(defn, topo, N=1 << 26).total_us  # 128 MiB read and written: us= says what it costs
+    assert small == pytest.approx(41.0) and big == pytest.approx(41.0)
+    twice = write_schedule(tmp_path, 'r.compute("k", reads=x, writes=y, us=80.0)', "twice.py")
+    assert simulate(twice, topo, N=1024).total_us == pytest.approx(81.0)
+
+
+def test_compute_flops_and_bytes_follow_the_roofline(tmp_path):
+    topo = topo_with(local_graph_launch_us=1.0)
+    gpu = topo.devices[0]
+    hbm = gpu.hbm_GBs * topo.constants.hbm_efficiency * 1e3  # bytes per us
+    peak = gpu.peak_tflops["bfloat16"] * 1e6  # flops per us
+
+    def time(flops, nbytes):
+        defn = write_schedule(tmp_path, f'r.compute("k", reads=x, writes=y, flops={flops}, bytes={nbytes})',
+                              f"k_{flops}_{nbytes}.py")
+        return simulate(defn, topo, N=1024).total_us - 1.0  # the launch
+
+    # compute-bound: the arithmetic's time, and twice the flops take twice as long
+    assert time(int(989e9), 1 << 20) == pytest.approx(989e9 / peak)  # 1 ms at 989 TFLOP/s
+    assert time(int(2 * 989e9), 1 << 20) == pytest.approx(2 * 989e9 / peak)
+    # memory-bound: the bytes over HBM, whatever the (few) flops
+    assert time(1000, 1 << 30) == pytest.approx((1 << 30) / hbm)
+    assert time(2000, 1 << 31) == pytest.approx((1 << 31) / hbm)
+    # at the ridge point both take as long
+    ridge = int(peak / hbm * (1 << 30))
+    assert time(ridge, 1 << 30) == pytest.approx((1 << 30) / hbm, rel=1e-3)
+
+
+def test_compute_flops_count_at_the_peak_of_the_dtype_it_writes(tmp_path):
+    topo = topo_with(local_graph_launch_us=1.0)
+    peak = topo.devices[0].peak_tflops
+    path = tmp_path / "f32.py"
+    path.write_text(textwrap.dedent("""\
+        import clockworks_dist as cw
+
+        @cw.schedule
+        def f32(r):
+            x = r.buffer("x", count=16, dtype="float32", role="output")
+            r.compute("k", writes=x, flops=67e9)
+        """))
+    f32 = load_file(str(path))[0]
+    assert simulate(f32, topo).total_us - 1.0 == pytest.approx(67e9 / (peak["float32"] * 1e6))
+
+
+def test_compute_flops_on_a_gpu_without_a_peak_rate_names_the_op_and_the_fix(tmp_path):
+    defn = write_schedule(tmp_path, 'r.compute("k", writes=y, flops=1e12)', "nopeak.py")
+    topo = load_topology("pcie-gen4-8gpu")  # its L40S lists no peak rate
+    with pytest.raises(PredictError, match=r"nopeak\.py:\d+: compute k states flops=1e\+12, but gpu0 \(L40S-48GB\) "
+                                           r"has no peak FLOP rate for bfloat16: add peak_tflops"):
+        simulate(defn, topo)
+
+
+def test_a_compute_op_without_a_cost_warns_once_per_site(tmp_path):
+    defn = write_schedule(tmp_path, '''\
+        r.compute("a", reads=x, writes=y)
+        r.compute("b", reads=y, writes=x, us=3.0)
+        r.compute("c", reads=x, writes=y)''', "nocost.py")
+    topo = topo_with(local_graph_launch_us=1.0, compute_us=0.0)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        tl = simulate(defn, topo, N=1 << 20)  # two ranks, each running both ops without a cost
+        simulate(defn, topo, N=1 << 22)  # and again at another size
+    found = [w for w in seen if issubclass(w.category, CostWarning)]
+    assert len(found) == 2  # sites a and c, once each
+    assert sorted(w.lineno for w in found) == [8, 10]
+    assert all(w.filename == "nocost.py" for w in found)
+    text = str(found[0].message)
+    assert "compute a states no cost" in text and "us=" in text and "flops=" in text and "bytes=" in text
+    # taken as bound by its reads and writes over HBM: 2 MiB each of bf16
+    hbm = topo.devices[0].hbm_GBs * topo.constants.hbm_efficiency * 1e3
+    assert tl.total_us == pytest.approx(3 * 1.0 + 3.0 + 2 * (4 * MiB) / hbm)
+
+
+@pytest.mark.parametrize("call, message", [
+    ('r.compute("k", writes=y, us=-1)', "kernel k: us=-1 is out of range: us is more than 0"),
+    ('r.compute("k", writes=y, us=0)', "kernel k: us=0 is out of range"),
+    ('r.compute("k", writes=y, us=float("nan"))', "kernel k: us=nan is out of range"),
+    ('r.compute("k", writes=y, us="5")', "kernel k: us must be a number of microseconds, got str '5'"),
+    ('r.compute("k", writes=y, flops=-2.0)', "kernel k: flops=-2.0 is out of range: flops is at least 0"),
+    ('r.compute("k", writes=y, flops=float("inf"))', "kernel k: flops=inf is out of range"),
+    ('r.compute("k", writes=y, bytes=1.5)', "kernel k: bytes must be an integer, got float 1.5"),
+    ('r.compute("k", writes=y, bytes=-4)', "kernel k: bytes=-4 is out of range 0..2**50"),
+    ('r.compute("k", writes=y, us=5, flops=10)', "kernel k: give us= (its time) or flops= and bytes= (its work), "
+                                                 "not both"),
+])
+def test_bad_compute_costs_name_the_line_the_op_and_the_fix(tmp_path, call, message):
+    path = tmp_path / "bad.py"
+    path.write_text(textwrap.dedent(f"""\
+        import clockworks_dist as cw
+
+        @cw.schedule
+        def bad(r):
+            y = r.buffer("y", count=8, role="output")
+            {call}
+        """))
+    with pytest.raises(ScheduleError) as info:
+        load_file(str(path))[0].trace(2)
+    err = info.value
+    assert (err.file, err.line, err.rank, err.op) == ("bad.py", 6, 0, "compute")
+    assert message in str(err)
+
+
+def test_the_ir_refuses_a_cost_the_dsl_would_refuse():
+    loc = ir.SourceLoc(file="x.py", line=1)
+    with pytest.raises(ValueError, match="its time \\(us\\) or its work \\(flops, bytes\\), not both"):
+        ir.Compute(loc=loc, name="k", us=1.0, bytes=8)
+    for bad in (dict(us=0.0), dict(us=float("nan")), dict(flops=-1.0), dict(bytes=-1)):
+        with pytest.raises(ValueError):
+            ir.Compute(loc=loc, name="k", **bad)
+
+
+def test_cost_fields_change_no_meaning(tmp_path):
+    plain = write_schedule(tmp_path, '''\
+        r.compute("k", reads=x, writes=y)
+        r.send((r.rank + 1) % r.world, y) if r.rank == 0 else r.recv(0, x)''', "plain.py").trace(2)
+    costed = write_schedule(tmp_path, '''\
+        r.compute("k", reads=x, writes=y, flops=1e9, bytes=4096)
+        r.send((r.rank + 1) % r.world, y) if r.rank == 0 else r.recv(0, x)''', "costed.py").trace(2)
+    # the same op but for its cost: unequal (and hashable), the same rule's accesses and flows
+    a, b = plain.programs[0].ops[0], costed.programs[0].ops[0]
+    assert a != b and hash(a) != hash(b) and len({a, b, a}) == 2
+    assert rule(a).accesses(a, 0) == rule(b).accesses(b, 0) and rule(a).flows(a, 0) == rule(b).flows(b, 0)
+    # the checker finds the same states, transitions and verdict
+    one, two = check(plain), check(costed)
+    assert (one.verdict, one.states, one.transitions) == (two.verdict, two.states, two.transitions)
+    # and the cost round-trips through JSON exactly
+    again = ir.Schedule.from_json(costed.to_json())
+    assert again == costed and again.programs[0].ops[0].flops == 1e9 and again.programs[0].ops[0].bytes == 4096
+
+
+def test_show_prints_the_stated_cost(tmp_path):
+    sched = write_schedule(tmp_path, 'r.compute("k", reads=x, writes=y, us=12.5)', "shown.py").trace(2)
+    text = listing(sched)
+    assert "compute k(reads x[0:1024]; writes y[0:1024]; us=12.5)" in text
+    flops = write_schedule(tmp_path, 'r.compute("k", writes=y, flops=2e12, bytes=4096)', "f.py").trace(2)
+    assert "compute k(reads -; writes y[0:1024]; flops=2e+12; bytes=4096)" in listing(flops)
+
+
+# ---------------------------------------------------------------------------- what NCCL programs run
+@cw.schedule
+def recv_and_reduce(r):
+    x = r.buffer("x", count=N, role="inout")
+    if r.rank == 0:
+        r.send(1, x)
+    else:
+        r.recv(0, x, reduce="sum")
+
+
+def test_a_recv_that_reduces_is_a_kernel_after_the_transfer():
+    topo = topo_with(local_graph_launch_us=2.0)
+    tl = simulate(recv_and_reduce, topo, N=1 << 20)  # 4 MiB
+    kernel = next(r for r in tl.records if r.kind == "reduce")
+    transfer = next(r for r in tl.records if r.kind == "send")
+    assert kernel.rank == 1 and kernel.start == pytest.approx(transfer.end)
+    hbm = topo.devices[1].hbm_GBs * topo.constants.hbm_efficiency * 1e3
+    assert kernel.end - kernel.start == pytest.approx(2.0 + 3 * 4 * MiB / hbm)  # x and what arrived, x written
+    assert tl.total_us == pytest.approx(kernel.end)
+    assert tl.critical[-1] is kernel and tl.critical[-2].kind == "recv"
+    c = Constants(p2p_launch_us=10.0, local_host_us=3.0)
+    assert host_cost(recv_and_reduce.trace(2).programs[1].ops[0], c) == 13.0  # the group, then the kernel
+
+
+@cw.schedule
+def a2a(r):
+    x = r.buffer("x", count=2 * N, role="input")
+    y = r.buffer("y", count=2 * N, role="output")
+    r.all_to_all(x, y)
+
+
+def test_an_all_to_all_copies_its_own_chunk_in_hbm():
+    topo = load_topology(H200)
+    chunk = 64 * MiB
+    tl = simulate(a2a, topo, N=chunk // 4)
+    net = tl.network
+    hbm = {name: moved for res, moved in tl.link_bytes.items() for name in [net.names[res]]}
+    assert hbm["gpu0 HBM"] == pytest.approx(2 * chunk)  # read and written
+    # the copy takes its own time: with a slow copy channel the call is slower
+    slow = topo_with(nccl_copy_channel_GBs=1.0)
+    assert simulate(a2a, slow, N=chunk // 4).total_us > 1.5 * tl.total_us
+
+
+@cw.schedule
+def inner_all_reduce(r):
+    me = r.comm("me", [r.rank])  # a communicator of one rank
+    x = r.buffer("x", count=N, role="inout")
+    r.all_reduce(x, x, comm=me)
+
+
+def test_an_in_place_collective_of_one_rank_is_nothing():
+    topo = topo_with(graph_launch_us=5.0)
+    assert simulate(inner_all_reduce, topo, N=1 << 20).total_us == pytest.approx(0.0)
+    assert simulate(inner_all_reduce, topo, "eager", N=1 << 20).total_us == pytest.approx(0.0)
+
+
+# ----------------------------------------------------------------------------- exchange channel rate
+def test_an_exchange_channel_climbs_from_the_ramp_to_its_full_rate():
+    c = Constants(nccl_exchange_ramp=0.6)
+    view = nccl.default_view(c)
+    chunk = 512 * KiB
+    ramp = lambda nbytes, channels=16, kind="all_to_all", proto="Simple": nccl.exchange_ramp(  # noqa: E731
+        c, kind, proto, channels, nbytes, view)
+    assert ramp(16 * chunk) == pytest.approx(0.6)  # one chunk a channel
+    assert ramp(16 * chunk // 4) == pytest.approx(0.6)  # less than one
+    assert ramp(16 * chunk * 32) == pytest.approx(1.0) and ramp(16 * chunk * 1024) == pytest.approx(1.0)
+    assert ramp(16 * chunk * 4) == pytest.approx(0.6 + 0.4 * 2 / 5)  # log2(4) of log2(32)
+    assert ramp(16 * chunk * 4, channels=1) == 1.0  # one channel: flat
+    assert ramp(16 * chunk, kind="p2p") == 1.0 and ramp(16 * chunk, proto="LL") == 1.0
+    assert nccl.exchange_ramp(Constants(), "all_to_all", "Simple", 16, 16 * chunk, view) == 1.0  # the default
+
+
+def test_the_calibrated_exchange_rate_depends_on_size():
+    topo = load_topology("topologies/measured/h200x2-nv18.yaml")
+    c = topo.constants
+    assert c.nccl_exchange_ramp < 1.0  # fitted: an exchange's channels start slower
+    view = nccl.default_view(c)
+
+    def per_byte(kind, nbytes):
+        proto, ch, ceiling = nccl.p2p_choice(c, nbytes, float("inf"), kind, view)
+        return ceiling / ch
+
+    # per channel, an 8 MiB exchange runs slower than a 256 MiB one; a one-way send does not ramp
+    assert per_byte("all_to_all", 8 * MiB) < 0.85 * per_byte("all_to_all", 256 * MiB)
+    assert per_byte("p2p", 8 * MiB) == pytest.approx(per_byte("p2p", 256 * MiB))
+    bidir = MICROBENCHMARKS["sendrecv_bidir"]
+    times = {n: predict_sizes(bidir, topo, 2, [n])[0].time_us for n in (8 * MiB, 16 * MiB, 256 * MiB)}
+    rates = {n: n / t for n, t in times.items()}
+    assert rates[8 * MiB] < rates[16 * MiB] < rates[256 * MiB]
+
+
+# ------------------------------------------------------------------------- a generated program's run
+def test_a_generated_program_adds_its_own_costs():
+    topo = topo_with(program_graph_us=5.0, program_mark_us=2.0, program_step_us=1.5, local_graph_launch_us=1.0,
+                     barrier_us=3.0)
+    sched = one_fill.trace(2, sizes={"N": 1})
+    alone = Simulator(sched, from_topology(topo, 2), topo.constants).run().total_us
+    # NCCL: the run's start, a progress word before the op and one after it
+    assert program_us(sched, topo, "graph", "nccl") == pytest.approx(alone + 5.0 + 2 * 2.0)
+    # NVSHMEM: the run's start, its one kernel, the op's step inside it (no launch of its own), the closing barrier
+    assert program_us(sched, topo, "graph", "nvshmem") == pytest.approx(5.0 + 1.0 + 1.5 + 3.0, abs=1e-3)
+    with pytest.raises(ValueError, match="unknown backend"):
+        program_us(sched, topo, "graph", "cupy")
+
+
+# ---------------------------------------------------------------------------------------- calibration
+def synthetic(truth: Constants, topo, ops, sizes) -> list[fit.Cell]:
+    """Cells measured on a machine whose constants are `truth` (each the model's own prediction)."""
+    cells = []
+    for op in ops:
+        for nbytes in sizes.get(op, [4]):
+            for mode in ("graph", "eager"):
+                cell = fit.Cell(op, nbytes, mode, 1.0)
+                cells.append(fit.Cell(op, nbytes, mode, fit.predict_cell(cell, topo, truth)))
+    return cells
+
+
+def test_the_fit_recovers_plain_kernel_constants_from_their_microbenchmarks():
+    pytest.importorskip("scipy")
+    topo = load_topology(H200)
+    truth = fit.with_values(topo.constants, {"local_graph_launch_us": 1.7, "hbm_efficiency": 0.82,
+                                             "local_host_us": 4.6, "local_eager_launch_us": 0.9})
+    sizes = {"kernel_reduce": [4 * KiB, 1 * MiB, 16 * MiB, 256 * MiB]}  # even powers of two: all trained
+    cells = synthetic(truth, topo, KERNEL_OPS, sizes)
+    assert not any(fit.held_out(c) for c in cells)
+    start = topo.constants
+    assert (start.local_graph_launch_us, start.hbm_efficiency, start.local_host_us) == (1.0, 0.9, 3.0)
+    fitted, summary = fit.fit(cells, topo, start, workers=1)
+    assert set(summary) == {"graph", "eager"}
+    for path, want in (("local_graph_launch_us", 1.7), ("hbm_efficiency", 0.82), ("local_host_us", 4.6),
+                       ("local_eager_launch_us", 0.9)):
+        assert fit.get_value(fitted, path) == pytest.approx(want, rel=0.01), path
+    # nothing the kernel cells cannot tell apart moved
+    assert fitted.graph_launch_us == start.graph_launch_us and fitted.nccl_channel_GBs == start.nccl_channel_GBs
+
+
+def test_the_fit_recovers_the_exchange_ramp():
+    pytest.importorskip("scipy")
+    topo = load_topology("topologies/measured/h200x2-nv18.yaml")
+    truth = fit.with_values(topo.constants, {"nccl_exchange_ramp": 0.55})
+    sizes = {"sendrecv_bidir": [MiB * 4 ** k for k in range(6)], "alltoall": [MiB * 4 ** k for k in range(6)]}
+    cells = synthetic(truth, topo, ("sendrecv_bidir", "alltoall"), sizes)
+    start = fit.with_values(topo.constants, {"nccl_exchange_ramp": 0.9})
+    fitted, _ = fit.fit(cells, topo, start, workers=1,
+                        parameters={"graph": [("nccl_exchange_ramp", 0.2, 1.0)], "eager": []})
+    assert fitted.nccl_exchange_ramp == pytest.approx(0.55, rel=0.01)
+
+
+def test_kernel_microbenchmark_lines_become_cells(tmp_path):
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text("\n".join([
+        '{"bench":"kernel_header","gpu":"NVIDIA H200"}',
+        '{"bench":"kernel","op":"kernel_empty","bytes":4,"eager_us":4.6,"graph_us":1.7,"spin_us":0,"correct":null}',
+        '{"bench":"kernel","op":"kernel_spin","bytes":4,"eager_us":52.6,"graph_us":51.7,"spin_us":50,"correct":null}',
+        '{"bench":"kernel","op":"kernel_reduce","bytes":1048576,"eager_us":5.0,"graph_us":3.0,"correct":true}',
+        '{"bench":"kernel","op":"kernel_reduce","bytes":2097152,"eager_us":5.0,"graph_us":3.0,"correct":false}',
+    ]))
+    cells, _ = fit.load_cells(str(raw))
+    assert {(c.op, c.nbytes, c.mode) for c in cells} == {
+        (op, n, mode) for op, n in (("kernel_empty", 4), ("kernel_spin", 4), ("kernel_reduce", 1 << 20))
+        for mode in ("graph", "eager")}  # a wrong result is never fitted
+    spin = next(c for c in cells if c.op == "kernel_spin" and c.mode == "graph")
+    topo = topo_with(local_graph_launch_us=1.7)
+    assert fit.predict_cell(spin, topo, topo.constants) == pytest.approx(SPIN_US + 1.7)
+    assert math.isclose(spin.measured_us, 51.7)
