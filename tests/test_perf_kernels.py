@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import textwrap
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +30,7 @@ from clockworks_dist.topology import Constants, load_topology
 
 KiB, MiB = 1 << 10, 1 << 20
 H200 = "h200x2-nv18"  # the uncalibrated file: datasheet rates, default constants
+MEASURED = str(Path(__file__).resolve().parent.parent / "topologies" / "measured" / "h200x2-nv18.yaml")
 N = cw.size("N", 1024)
 
 
@@ -304,7 +306,7 @@ def test_an_exchange_channel_climbs_from_the_ramp_to_its_full_rate():
 
 
 def test_the_calibrated_exchange_rate_depends_on_size():
-    topo = load_topology("topologies/measured/h200x2-nv18.yaml")
+    topo = load_topology(MEASURED)
     c = topo.constants
     assert c.nccl_exchange_ramp < 1.0  # fitted: an exchange's channels start slower
     view = nccl.default_view(c)
@@ -369,7 +371,7 @@ def test_the_fit_recovers_plain_kernel_constants_from_their_microbenchmarks():
 
 def test_the_fit_recovers_the_exchange_ramp():
     pytest.importorskip("scipy")
-    topo = load_topology("topologies/measured/h200x2-nv18.yaml")
+    topo = load_topology(MEASURED)
     truth = fit.with_values(topo.constants, {"nccl_exchange_ramp": 0.55})
     sizes = {"sendrecv_bidir": [MiB * 4 ** k for k in range(6)], "alltoall": [MiB * 4 ** k for k in range(6)]}
     cells = synthetic(truth, topo, ("sendrecv_bidir", "alltoall"), sizes)
