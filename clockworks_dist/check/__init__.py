@@ -18,7 +18,7 @@ from typing import Callable
 from .. import ir
 from ..errors import CheckIncomplete, ScheduleError
 from .bfs import BreadthFirst
-from ..semantics.budget import UNBOUNDED, Deadline, OutOfTime
+from ..semantics.budget import Deadline, OutOfTime
 from .dfs import depth_first
 from .explore import Outcome, explore
 from .hb import HappensBefore, happens_before as _stamp
@@ -112,7 +112,7 @@ def _has_waits(schedule: ir.Schedule) -> bool:
 def _symbolic(schedule: ir.Schedule, model: Model, outcome, deadline: Deadline) -> list[Violation]:
     from . import symbolic
 
-    hb = _first_execution(model, outcome, deadline)
+    hb = _LazyOrder(model, outcome.first_path, deadline) if outcome.first_path is not None else None
     found = []
     if schedule.symbols:
         found += symbolic.check_sizes(schedule, hb.unordered if hb else None, beyond_traced=outcome.complete,
@@ -122,11 +122,24 @@ def _symbolic(schedule: ir.Schedule, model: Model, outcome, deadline: Deadline) 
     return found
 
 
-def _first_execution(model: Model, outcome, deadline: Deadline = UNBOUNDED) -> HappensBefore | None:
-    """The happens-before order of one complete execution the search found (None if none did)."""
-    if outcome.first_path is None:
-        return None
-    return _stamp(model, outcome.first_path, deadline)
+class _LazyOrder:
+    """The happens-before order of the first complete execution, stamped on the first question
+    (the size check of a schedule whose regions are all chunk k against chunk m asks none)."""
+
+    def __init__(self, model: Model, path: list[tuple], deadline: Deadline):
+        self.model, self.path, self.deadline = model, path, deadline
+        self.order: HappensBefore | None = None
+
+    def _get(self) -> HappensBefore:
+        if self.order is None:
+            self.order = _stamp(self.model, self.path, self.deadline)
+        return self.order
+
+    def ordered(self, *args) -> bool:
+        return self._get().ordered(*args)
+
+    def unordered(self, *args) -> bool:
+        return self._get().unordered(*args)
 
 
 def compile_schedule(schedule: ir.Schedule) -> Model:

@@ -21,27 +21,46 @@ MAX_PER_KIND = 3
 
 def expected_atoms(model: Model, deadline: Deadline = UNBOUNDED) -> dict[tuple[int, int], tuple[tuple, ir.Expectation]]:
     """(rank, atom) -> (normal form of the expected value, its expectation)."""
+    return {place: (norm, exp) for place, (norm, _number, exp) in expected_table(model, deadline).items()}
+
+
+def expected_table(model: Model, deadline: Deadline = UNBOUNDED) -> dict[tuple[int, int], tuple]:
+    """(rank, atom) -> (normal form of the expected value, its `Values.normal_number`, its
+    expectation). An all-reduce expects on every rank what it expects on each other one: each
+    distinct (contributions, offset, length) is evaluated once and shared."""
     values, layout = model.values, model.layout
-    out: dict[tuple[int, int], tuple[tuple, ir.Expectation]] = {}
+    out: dict[tuple[int, int], tuple] = {}
+    sources: dict[tuple, int] = {}  # the contributions of an expectation, numbered
+    known: dict[tuple, tuple[tuple, int]] = {}
     for exp in model.sched.expect:
         deadline.check("evaluating the postcondition")
+        contribs = tuple((c.rank, c.region.buffer, c.region.start) for c in exp.contributions)
+        source = sources.setdefault(contribs, len(sources))
         lo, hi = layout.span(exp.rank, exp.region)
         for atom in range(lo, hi):
             _buf, start, stop = layout.atom_names[exp.rank][atom]
-            shift = start - exp.region.start
-            terms = []
-            for contrib in exp.contributions:
-                region = ir.Region(buffer=contrib.region.buffer, start=contrib.region.start + shift,
-                                   stop=contrib.region.start + shift + (stop - start))
-                c_lo, c_hi = layout.span(contrib.rank, region)
-                terms.append(values.normal(values.initial(contrib.rank, *layout.atom_names[contrib.rank][c_lo])))
-                assert c_hi == c_lo + 1, "atoms are aligned across transfers and postconditions"
-            if len(terms) == 1:
-                norm = terms[0]
-            else:
-                norm = ("op", exp.op, tuple(sorted(terms, key=repr)))
-            out[(exp.rank, atom)] = (norm, exp)
+            key = (source, exp.op, start - exp.region.start, stop - start)
+            found = known.get(key)
+            if found is None:
+                norm = _expected_normal(model, contribs, exp.op, start - exp.region.start, stop - start)
+                found = known[key] = (norm, values.normal_number(norm))
+            out[(exp.rank, atom)] = (found[0], found[1], exp)
     return out
+
+
+def _expected_normal(model: Model, contribs: tuple, op: str, shift: int, length: int) -> tuple:
+    """The normal form of op over the contributions' atoms at `shift`, `length` elements each."""
+    values, layout = model.values, model.layout
+    terms = []
+    for rank, buffer, start in contribs:
+        atom = layout.atom(rank, buffer, start + shift)
+        name = layout.atom_names[rank][atom]
+        assert name[1] == start + shift and name[2] == start + shift + length, \
+            "atoms are aligned across transfers and postconditions"
+        terms.append(values.normal(values.initial(rank, *name)))
+    if len(terms) == 1:
+        return terms[0]
+    return ("op", op, tuple(sorted(terms, key=repr)))
 
 
 class Observer:
@@ -52,9 +71,9 @@ class Observer:
         self.path_to = path_to
         self.found: dict[tuple, Violation] = {}
         self.per_kind: Counter = Counter()
-        self.expected = expected_atoms(model, deadline)
+        self.expected = expected_table(model, deadline)
         self.outputs = self._output_atoms()
-        self.finals: dict[tuple[int, int], dict[tuple, int]] = {}
+        self.finals: dict[tuple[int, int], dict[int, int]] = {}  # output atom -> normal number -> a value
         self.terminals = 0
 
     def _output_atoms(self) -> list[tuple[int, int]]:
@@ -213,9 +232,9 @@ class Observer:
     def _final(self, state: State) -> None:
         model, values = self.model, self.model.values
         mem = state[2]
-        for (rank, atom), (norm, exp) in self.expected.items():
+        for (rank, atom), (norm, number, exp) in self.expected.items():
             actual = mem[rank][atom]
-            if values.normal(actual) != norm:
+            if values.normal_id(actual) != number:
                 key = ("wrong_result", rank, exp.region.buffer)
                 self._add(key, "wrong_result", lambda: self._wrong(state, rank, atom, norm, exp))
         # every distinct final value of every output, over all terminal states: a pair with
@@ -225,17 +244,16 @@ class Observer:
         for (rank, atom) in self.outputs:
             actual = mem[rank][atom]
             seen = self.finals.setdefault((rank, atom), {})
-            norm = values.normal(actual)
-            buf = model.layout.atom_names[rank][atom][0]
-            if seen and norm not in seen:
+            number = values.normal_id(actual)
+            if seen and number not in seen:
                 first = next(iter(seen.values()))
-                key = ("nondeterministic_result", rank, buf)
+                key = ("nondeterministic_result", rank, model.layout.atom_names[rank][atom][0])
                 self._add(key, "nondeterministic_result", lambda: self._nondeterministic(state, rank, atom, first))
-            elif norm in seen and seen[norm] != actual:
-                key = ("not_bitwise_reproducible", rank, buf)
+            elif number in seen and seen[number] != actual:
+                key = ("not_bitwise_reproducible", rank, model.layout.atom_names[rank][atom][0])
                 self._add(key, "not_bitwise_reproducible",
-                          lambda: self._run_to_run(state, rank, atom, seen[norm]))
-            seen.setdefault(norm, actual)
+                          lambda: self._run_to_run(state, rank, atom, seen[number]))
+            seen.setdefault(number, actual)
         self._cross_rank_bitwise(state)
 
     def _writer(self, state: State, rank: int, atom: int) -> OpRef | None:
@@ -284,15 +302,15 @@ class Observer:
     def _cross_rank_bitwise(self, state: State) -> None:
         """Ranks that should hold the same reduction but associate it differently."""
         values = self.model.values
-        groups: dict[tuple, list[tuple[int, int]]] = {}
-        for (rank, atom), (norm, _exp) in self.expected.items():
+        groups: dict[int, list[tuple[int, int]]] = {}
+        for (rank, atom), (norm, number, _exp) in self.expected.items():
             if norm[0] == "op":
-                groups.setdefault(norm, []).append((rank, atom))
-        for norm, places in groups.items():
+                groups.setdefault(number, []).append((rank, atom))
+        for number, places in groups.items():
             trees = {}
             for rank, atom in places:
                 actual = state[2][rank][atom]
-                if values.normal(actual) == norm:
+                if values.normal_id(actual) == number:
                     trees.setdefault(actual, (rank, atom))
             if len(trees) > 1:
                 (t1, (r1, a1)), (t2, (r2, a2)) = list(trees.items())[:2]

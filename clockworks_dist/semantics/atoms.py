@@ -96,6 +96,10 @@ class Layout:
     size: tuple[int, ...]  # per rank: number of atoms
     atom_names: tuple[tuple[tuple[str, int, int], ...], ...]  # per rank: (buffer, start, stop)
 
+    def atom(self, rank: int, buffer: str, start: int) -> int:
+        """The index of the atom of `buffer` on `rank` that starts at element `start`."""
+        return self.offset[rank][buffer] + bisect.bisect_left(self.bounds[buffer], start)
+
     def span(self, rank: int, region: ir.Region) -> tuple[int, int]:
         """Atom index range [lo, hi) of a region on a rank."""
         points = self.bounds[region.buffer]

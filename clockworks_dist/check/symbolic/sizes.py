@@ -100,11 +100,10 @@ def check_sizes(schedule: ir.Schedule, unordered: Unordered | None = None, *,
     found = [a for key, op in ops for a in accesses(key, op)]
     _bounds(schedule, found, need)
     _counts(schedule, matches, ops, need)
-    _overlaps(schedule, matches, found, unordered, need, deadline)
-
     traced = {s.name: s.value for s in schedule.symbols}
-    items = [ob for ob in obligations.values()
-             if not (beyond_traced and ob.kind == "overlap" and _overlap_at(ob.forms, traced))]
+    _overlaps(schedule, matches, found, unordered, need, deadline,
+              left_to_search=(lambda forms: _overlap_at(forms, traced)) if beyond_traced else None)
+    items = list(obligations.values())
     negations = [_negation(solver, ob) for ob in items]
     failing, unknown = solver.refute(negations)
     # One report per source line (or pair of lines): the first failing site names the problem and
@@ -231,8 +230,12 @@ def _counts(schedule: ir.Schedule, matches: Matches, ops: list[tuple[Key, ir.OpB
 
 
 def _overlaps(schedule: ir.Schedule, matches: Matches, found: list[Access], unordered: Unordered | None, need,
-              deadline: Deadline = UNBOUNDED) -> None:
-    """Concurrent accesses to one rank's buffer, one a write, are disjoint for every valuation."""
+              deadline: Deadline = UNBOUNDED, left_to_search: Callable[[tuple], bool] | None = None) -> None:
+    """Concurrent accesses to one rank's buffer, one a write, are disjoint for every valuation.
+    Pairs of regions (as forms) are sorted out once per buffer name, for every rank: most are
+    surely apart (chunk k against chunk m) or, with `left_to_search`, overlap at the traced sizes
+    (the explicit search reports those); only the others need their accesses paired, and only
+    those pairs ask whether they can be concurrent."""
     default: list[StaticOrder] = []  # built on first use: most schedules never need it
     decided: dict[tuple, bool] = {}
 
@@ -247,23 +250,39 @@ def _overlaps(schedule: ir.Schedule, matches: Matches, found: list[Access], unor
         return decided[pair]
 
     symbols = {sym.name: sym for sym in schedule.symbols}
-    apart: dict[tuple, bool] = {}
-    by_buffer: dict[tuple[int, str], list[Access]] = defaultdict(list)
-    for access in found:
-        by_buffer[(access.memory, access.region.buffer)].append(access)
-    for group in by_buffer.values():
-        for i, a in enumerate(group):
+    by_buffer: dict[tuple[int, str], dict[tuple, list[Access]]] = defaultdict(lambda: defaultdict(list))
+    shapes: dict[str, set[tuple]] = defaultdict(set)  # buffer name -> every region (as forms) used on it
+    position: dict[int, int] = {}  # id(access) -> its place in `found`: a pair is named in that order
+    for number, access in enumerate(found):
+        by_buffer[(access.memory, access.region.buffer)][access.forms].append(access)
+        shapes[access.region.buffer].add(access.forms)
+        position[id(access)] = number
+    pairs: dict[str, list[tuple[tuple, tuple]]] = {}  # buffer name -> pairs of regions that need a look
+    for buffer, regions in shapes.items():
+        ordered = sorted(regions)
+        found_pairs = pairs[buffer] = []
+        for i, a_forms in enumerate(ordered):
             deadline.check("the z3 overlap checks")
-            for b in group[i + 1:]:
-                if not (a.write or b.write) or not (a.symbolic or b.symbolic) or (a.atomic and b.atomic):
+            for b_forms in ordered[i:]:
+                forms = a_forms + b_forms
+                if _surely_apart(forms, symbols) or left_to_search is not None and left_to_search(forms):
                     continue
-                # One proof per pair of forms, whichever op comes first.
-                forms = a.forms + b.forms if a.forms <= b.forms else b.forms + a.forms
-                if forms not in apart:
-                    apart[forms] = _surely_apart(forms, symbols)
-                if apart[forms] or a.key == b.key or not concurrent(a, b):
-                    continue
-                need("overlap", forms, _OverlapSite(a, b))
+                found_pairs.append((a_forms, b_forms))
+    for (_memory, buffer), by_forms in by_buffer.items():
+        deadline.check("the z3 overlap checks")
+        for a_forms, b_forms in pairs[buffer]:
+            first, second = by_forms.get(a_forms), by_forms.get(b_forms)
+            if not first or not second:
+                continue
+            forms = a_forms + b_forms
+            for i, a in enumerate(first):
+                for b in (first[i + 1:] if a_forms == b_forms else second):
+                    if not (a.write or b.write) or not (a.symbolic or b.symbolic) or (a.atomic and b.atomic):
+                        continue
+                    if a.key == b.key or not concurrent(a, b):
+                        continue
+                    site = _OverlapSite(a, b) if position[id(a)] < position[id(b)] else _OverlapSite(b, a)
+                    need("overlap", forms, site)
 
 
 def _surely_apart(forms: tuple[Form, Form, Form, Form], symbols: dict[str, ir.Symbol]) -> bool:
