@@ -593,12 +593,20 @@ class Schedule(Frozen):
 
 def op_regions(op: OpBase) -> list[tuple[str, Region]]:
     """(field name, region) for every region an op names, for listings and bounds checks."""
+    fields = _REGION_FIELDS.get(type(op))
+    if fields is None:  # per op class, the fields it has: asking a model for one it lacks is slow
+        declared = type(op).model_fields
+        fields = _REGION_FIELDS[type(op)] = (tuple(n for n in ("src", "dst", "into", "target") if n in declared),
+                                             tuple(n for n in ("srcs", "reads", "writes") if n in declared))
     found = []
-    for name in ("src", "dst", "into", "target"):
-        value = getattr(op, name, None)
+    for name in fields[0]:
+        value = getattr(op, name)
         if isinstance(value, Region):
             found.append((name, value))
-    for name in ("srcs", "reads", "writes"):
-        for value in getattr(op, name, ()):
+    for name in fields[1]:
+        for value in getattr(op, name):
             found.append((name, value))
     return found
+
+
+_REGION_FIELDS: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}

@@ -69,22 +69,41 @@ def collect_alignments(sched: ir.Schedule, matches, deadline: Deadline = UNBOUND
 
 def split_atoms(bounds: dict[str, set[int]], transfers: list, deadline: Deadline = UNBOUNDED
                 ) -> dict[str, list[int]]:
-    """Propagate boundaries through transfers to a fixpoint; return sorted boundaries per buffer."""
-    changed = True
-    while changed:
-        changed = False
-        for number, (a, off_a, b, off_b, length) in enumerate(transfers):
-            if number & 1023 == 0:
-                deadline.check("compiling the model")
-            ba, bb = bounds[a], bounds[b]
-            for src_set, src_off, dst_set, dst_off in ((ba, off_a, bb, off_b), (bb, off_b, ba, off_a)):
-                for p in list(src_set):
-                    if src_off < p < src_off + length:
-                        q = dst_off + (p - src_off)
-                        if q not in dst_set:
-                            dst_set.add(q)
-                            changed = True
-    return {name: sorted(points) for name, points in bounds.items()}
+    """Propagate boundaries through transfers to a fixpoint; return sorted boundaries per buffer.
+
+    A worklist: a transfer is looked at again only when one of its buffers gained a boundary, and
+    only the boundaries inside its window are read (by bisection). Transfers repeat across ranks
+    (buffers are split by name, on every rank alike), so each distinct one is kept once."""
+    transfers = list(dict.fromkeys(transfers))
+    users: dict[str, list[int]] = {}  # buffer -> the transfers that read its boundaries
+    for number, (a, _off_a, b, _off_b, _length) in enumerate(transfers):
+        users.setdefault(a, []).append(number)
+        if b != a:
+            users.setdefault(b, []).append(number)
+    points = {name: sorted(found) for name, found in bounds.items()}
+    work = list(range(len(transfers) - 1, -1, -1))
+    queued = set(work)
+    steps = 0
+    while work:
+        number = work.pop()
+        queued.discard(number)
+        steps += 1
+        if steps & 1023 == 0:
+            deadline.check("compiling the model")
+        a, off_a, b, off_b, length = transfers[number]
+        for src, src_off, dst, dst_off in ((a, off_a, b, off_b), (b, off_b, a, off_a)):
+            inside = points[src]
+            first, last = bisect.bisect_right(inside, src_off), bisect.bisect_left(inside, src_off + length)
+            for p in inside[first:last]:
+                q = dst_off + (p - src_off)
+                if q not in bounds[dst]:
+                    bounds[dst].add(q)
+                    bisect.insort(points[dst], q)
+                    for other in users[dst]:
+                        if other not in queued:
+                            queued.add(other)
+                            work.append(other)
+    return {name: sorted(found) for name, found in bounds.items()}
 
 
 @dataclass(frozen=True)
