@@ -4,8 +4,8 @@ unreduced search finds, DFS and BFS agree, and the IR round-trips through JSON e
 A schedule is drawn as a list of *events* over 2-3 ranks (a local op on one rank, a matched
 send/recv pair, grouped pairs, a crossed exchange that may deadlock, a one-sided op, several
 one-sided ops contending for one PE, a put fenced (or not) before a signal that its target waits
-for before reading the put's data, a collective on every rank; now and then an op the matcher
-rejects), then waits are inserted on values the signal updates can reach, and the result is traced
+for before reading the put's data, a slot and its signal reused across a barrier with the signal
+set to the epoch, a collective on every rank; now and then an op the matcher rejects), then waits are inserted on values the signal updates can reach, and the result is traced
 through the DSL. A failing example prints the schedule's listing.
 """
 
@@ -115,7 +115,7 @@ def one_sided(draw, count: int, pe: int, what: str):
 def events(draw, world: int, count: int):
     """One event: a list of (rank, op descriptor) to append, in order."""
     kind = draw(st.sampled_from(["local", "p2p", "one_sided", "group", "contention", "crossed", "one_sided", "local",
-                                 "contention", "collective", "counter", "fenced"]))
+                                 "contention", "collective", "counter", "fenced", "epochs"]))
     rank = draw(st.integers(0, world - 1))
     if kind == "local":
         what = draw(st.sampled_from(["fill", "copy", "reduce"]))
@@ -188,6 +188,21 @@ def events(draw, world: int, count: int):
             out.append((rank, ("put_signal", pe, draw(regions(count, 1, ("s",))), draw(regions(count, 1)), word, 1,
                                "add", False)))
         return out + [(pe, ("wait", word, "ge", 1)), (pe, ("copy", draw(regions(count, length, ("a", "b"))), dst))]
+    if kind == "epochs":  # a slot reused across a barrier, its signal set to the epoch (the one-shot's reuse)
+        pe = _other(draw, world, rank)
+        word = draw(st.integers(0, SIGNAL_WORDS - 1))
+        length = draw(st.integers(1, count))
+        dst = draw(regions(count, length, ("s",)))
+        cmp = draw(st.sampled_from(["ge", "eq", "ge", "gt"]))
+        out = []
+        for epoch in (1, 2):
+            out.append((rank, ("put_signal", pe, dst, draw(regions(count, length)), word, epoch, "set", False)))
+            out.append((pe, ("wait", word, cmp, epoch - 1 if cmp == "gt" else epoch)))
+            out.append((pe, ("copy", draw(regions(count, length, ("a", "b"))), dst)))
+            if epoch == 1:
+                out += [(q, (draw(st.sampled_from(["sync_all", "barrier_all", "barrier"])),)) for q in range(world)] \
+                    if draw(st.integers(0, 4)) else []  # now and then no barrier: a race
+        return out
     if kind == "collective":
         what = draw(st.sampled_from(["all_reduce", "barrier", "barrier_all", "sync_all"]))
         if what != "all_reduce":

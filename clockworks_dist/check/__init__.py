@@ -24,6 +24,7 @@ from ..semantics.budget import Deadline, OutOfTime
 from .dfs import depth_first
 from .explore import Outcome, explore
 from .hb import HappensBefore, happens_before as _stamp
+from .must import MustOrder
 from ..semantics.match import match
 from ..semantics.machine import Model
 from .properties import expected_atoms
@@ -82,7 +83,8 @@ def _check(schedule: ir.Schedule, strategy: str, max_states: int | None, timeout
         if model.deliveries:
             from .symbolic import unfinished_deliveries
 
-            violations += unfinished_deliveries(schedule, deadline)
+            order = outcome.order if outcome.order is not None else MustOrder(model, deadline)
+            violations += unfinished_deliveries(schedule, deadline, order)
     except OutOfTime as exc:
         return _out_of_time(schedule, violations, outcome, exc.phase, started, strategy, reduction)
     errors = [v for v in violations if v.severity == "error"]

@@ -81,7 +81,7 @@ class _Search:
         self.work = Work(model.initial())
         self.path: list[tuple] = []
         self.observer = Observer(model, lambda _state: list(self.path), deadline)
-        self.reducer = Reducer(model) if reduction else None
+        self.reducer = Reducer(model, deadline) if reduction else None
         world = model.world
         self.barrier_all = [sync is Sync.BARRIER_ALL for sync in model.coll_sync]
         # send keys matched with each recv key, for waking a sender when its recv is posted
@@ -428,4 +428,5 @@ class _Search:
                 work.journal.clear()
         return Outcome(states=states, transitions=transitions, seconds=time.perf_counter() - start,
                        complete=stopped_by is None, stopped_by=stopped_by, observer=self.observer,
-                       terminals=self.ends, first_path=self.first_path)
+                       terminals=self.ends, first_path=self.first_path,
+                       order=self.reducer._order if self.reducer is not None else None)

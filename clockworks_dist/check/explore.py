@@ -42,6 +42,7 @@ class Outcome:
     observer: Observer
     terminals: list[State]
     first_path: list[tuple] | None
+    order: object | None = None  # the static order the reduction built (`must.MustOrder`), if it did
 
 
 def path_to(parents: dict, state: State) -> list[tuple]:

@@ -45,7 +45,15 @@ except the deliveries of earlier one-sided ops, which may still be in flight. He
 its ranks' later ops (a rank cannot pass an op whose action is t, and a group completes only when
 every member has), and, for a one-sided delivery, its issuer's deliveries that a fence orders
 after it (the fence claim below). Other members of a group stay current and can run, so they are
-never held. Every other access, of any rank, at any point of its program, counts. This is the
+never held. An access is also excluded if the static order (`must.MustOrder`: facts "x happens
+before y in every execution prefix where y happens", from the ordering rules and, by value, from
+the updates a wait can return after) puts it wholly before t's event or wholly after it: one
+before t has happened in any state where t is enabled (else executing t there would give a prefix
+where t happens without it), and one after t cannot happen on a path that avoids t. This makes a
+one-sided delivery alone when its target reads the data only after waiting for the signal that
+implies it, and each wait alone when its word's other updates come after a barrier it precedes:
+the one-shot, two-shot and dispatch protocols then never compute a closure. Every other access,
+of any rank, at any point of its program, counts. This is the
 closure from seed t with "could execute on a path avoiding T" widened to the whole program: if
 the closure of the widened relation stays {t}, so does the closure below, and D1 and D2 hold as
 argued there (t is enabled and, with no dependent writer of its signal words left, cannot be
@@ -73,7 +81,9 @@ from __future__ import annotations
 
 import bisect
 
+from ..semantics.budget import UNBOUNDED, Deadline
 from ..semantics.machine import MEM, SIG, SIG_ADD, SIG_SET, Model, State, dependent
+from .must import MustOrder
 from ..semantics.rules import Sync
 
 MAX_SEEDS = 6
@@ -84,8 +94,10 @@ ISSUE, JOINT, DELIVERY = 0, 1, 2  # when an op's access happens: as it runs, joi
 class Reducer:
     """Chooses a stubborn subset of the enabled actions."""
 
-    def __init__(self, model: Model):
+    def __init__(self, model: Model, deadline: Deadline = UNBOUNDED):
         self.model = model
+        self.deadline = deadline
+        self._order: MustOrder | None = None
         # owner -> space -> actor -> [(index, sub, lo, hi, mode, others)] sorted by index
         self.by_actor: list[list[dict[int, list[tuple]]]] = []
         for owner in range(model.world):
@@ -158,11 +170,11 @@ class Reducer:
             local = self._local.get((owner, space), {})
             for atom in range(lo, hi):
                 for entry in (foreign.get(atom, ()) if foreign else ()):
-                    if dependent(space, mode, entry[3]) and not held(entry):
+                    if dependent(space, mode, entry[3]) and not held(entry) and not self._ordered(entry, action):
                         return False
                 if owner not in ranks:  # the owner's own accesses are not held by this action
                     for entry in local.get(atom, ()):
-                        if dependent(space, mode, entry[3]) and not held(entry):
+                        if dependent(space, mode, entry[3]) and not held(entry) and not self._ordered(entry, action):
                             return False
             if kind == "p2p" or kind == "deliver" and action[2] < 0:
                 # the other members of a group stay current and may run on their own
@@ -176,6 +188,19 @@ class Reducer:
                             if o == owner and sp == space and mlo < hi and lo < mhi and dependent(space, mode, mmode):
                                 return False
         return True
+
+    @property
+    def order(self) -> MustOrder:
+        """The static order of the schedule (`must.MustOrder`), built on first need: a ring
+        all-reduce never asks for it."""
+        if self._order is None:
+            self._order = MustOrder(self.model, self.deadline)
+        return self._order
+
+    def _ordered(self, entry: tuple, action: tuple) -> bool:
+        """Whether the access `entry` is over before `action` or starts only after it, in every
+        execution prefix."""
+        return self.order.ordered(entry, action)
 
     def _index_foreign(self) -> None:
         """Per (owner, space) and atom, the accesses that are not the owner's own as it runs or

@@ -10,15 +10,19 @@ from ..result import Violation
 from .waits import static_order
 
 
-def unfinished_deliveries(schedule: ir.Schedule, deadline: Deadline = UNBOUNDED) -> list[Violation]:
+def unfinished_deliveries(schedule: ir.Schedule, deadline: Deadline = UNBOUNDED, order=None) -> list[Violation]:
     """Deliveries that some execution leaves in flight when every rank has finished its program:
     those not ordered before the end of any rank (no quiet or barrier_all after them on the issuer,
-    and no rank whose progress depends on them). Decided on the static order, so the answer does
+    and no rank whose progress depends on them). Decided on a static order, so the answer does
     not depend on which interleavings a search visits; the order can miss a chain an execution
-    would give, which makes this a warning, never an error."""
+    would give, which makes this a warning, never an error. `order` has `happens_before(a, b)` on
+    `semantics.order` events (the checker passes the reduction's `check.must.MustOrder`, whose
+    vector clocks scale where this module's z3-ordered `static_order` does not); without it, the
+    static order is built here."""
     if not any(op.kind in ir.DELIVERY_KINDS for p in schedule.programs for op in p.ops):
         return []
-    order = static_order(schedule, deadline)
+    if order is None:
+        order = static_order(schedule, deadline)
     ends = [op_event(p.rank, len(p.ops)) for p in schedule.programs if p.ops]
     refs = []
     for program in schedule.programs:
