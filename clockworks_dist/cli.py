@@ -342,7 +342,9 @@ class Output:
 
 
 class Progress:
-    """A transient status line on stderr (states, states/s) for searches longer than a second."""
+    """A transient status line on stderr for searches longer than a second: states, states/s,
+    how far the current path is (of the actions of one complete execution, and the time left at
+    this pace if the search does not branch from here) and the memory used so far."""
 
     def __init__(self, title: str, enabled: bool):
         self.title = title
@@ -352,11 +354,18 @@ class Progress:
             self.enabled = False
         self.status = None
 
-    def __call__(self, states: int, transitions: int, seconds: float) -> None:
+    def __call__(self, states: int, transitions: int, seconds: float, depth: int | None = None,
+                 length: int | None = None) -> None:
         if not self.enabled or seconds < PROGRESS_AFTER:
             return
         rate = states / seconds if seconds > 0 else 0.0
         message = f"{self.title}: {states:,} states ({rate:,.0f}/s), {seconds:.0f} s"
+        if depth and length:
+            left = (length - depth) / rate if rate > 0 else 0.0
+            message += f", path {depth:,}/{length:,} actions (~{left:.0f} s left if it does not branch)"
+        memory = _peak_memory_mb()
+        if memory is not None:
+            message += f", {memory:,.0f} MB"
         if self.status is None:
             from rich.console import Console
 
@@ -369,6 +378,16 @@ class Progress:
         if self.status is not None:
             self.status.stop()
             self.status = None
+
+
+def _peak_memory_mb() -> float | None:
+    """The process's peak resident memory so far, in MB (None where the platform does not say)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
 # ------------------------------------------------------------------------------------ commands

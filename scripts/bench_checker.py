@@ -96,7 +96,7 @@ def worker(protocol: str, ranks: int, reduction: bool, timeout: float, max_state
     trace_seconds = time.perf_counter() - started
     rss_before = _maxrss_mb()
 
-    def progress(states: int, transitions: int, seconds: float) -> None:
+    def progress(states: int, transitions: int, seconds: float, **_where) -> None:
         _emit("PROGRESS", {"states": states, "transitions": transitions, "seconds": round(seconds, 3),
                            "peak_mb": round(_maxrss_mb(), 1)})
 

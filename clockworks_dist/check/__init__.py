@@ -38,8 +38,12 @@ _ORDER = {"collective_mismatch": 0, "send_recv_mismatch": 1, "symbolic_size": 2,
 
 def check(schedule: ir.Schedule, *, strategy: str = "dfs", max_states: int | None = 1_000_000,
           timeout: float | None = 60.0, reduction: bool = True,
-          progress: Callable[[int, int, float], None] | None = None, symbolic: bool = True) -> CheckResult:
+          progress: Callable[..., None] | None = None, symbolic: bool = True) -> CheckResult:
     """Model-check a traced schedule; see the module docstring for the pipeline.
+
+    `progress(states, transitions, seconds, depth=None, length=None)` is called now and then
+    during the search (the depth-first search also says how far its current path is: `depth`
+    actions of `length` in a complete execution).
 
     `timeout` bounds the whole check, every phase included: a phase that runs out of time makes
     the result incomplete (`stopped_by="timeout"`, `stopped_in` naming the phase), never
@@ -63,7 +67,7 @@ def _no_cycle_collection() -> Iterator[None]:
 
 
 def _check(schedule: ir.Schedule, strategy: str, max_states: int | None, timeout: float | None, reduction: bool,
-           progress: Callable[[int, int, float], None] | None, symbolic: bool) -> CheckResult:
+           progress: Callable[..., None] | None, symbolic: bool) -> CheckResult:
     started = time.perf_counter()
     deadline = Deadline(timeout)
     violations: list[Violation] = []
@@ -80,7 +84,7 @@ def _check(schedule: ir.Schedule, strategy: str, max_states: int | None, timeout
         violations += outcome.observer.violations()
         if symbolic and schedule.symbols or symbolic and _has_waits(schedule):
             violations += _symbolic(schedule, model, outcome, deadline)
-        if model.deliveries:
+        if any(d.completes is None for d in model.deliveries.values()):  # one-sided ops, not landings
             from .symbolic import unfinished_deliveries
 
             order = outcome.order if outcome.order is not None else MustOrder(model, deadline)

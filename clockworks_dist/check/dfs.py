@@ -67,10 +67,11 @@ class DepthFirst:
 
 
 def depth_first(model: Model, *, reduction: bool = True, max_states: int | None = None,
-                deadline: Deadline | None = None,
-                progress: Callable[[int, int, float], None] | None = None) -> Outcome:
+                deadline: Deadline | None = None, progress: Callable[..., None] | None = None) -> Outcome:
     """Search the state space of `model` depth first, in place; stop at `max_states` visited
-    states or at the deadline (then the outcome is incomplete)."""
+    states or at the deadline (then the outcome is incomplete). `progress(states, transitions,
+    seconds, depth=, length=)` is called now and then: `depth`, the actions on the current path,
+    of `length` in a complete execution (a search that never branches ends at that depth)."""
     return _Search(model, reduction, deadline or Deadline(None)).run(max_states, progress)
 
 
@@ -381,6 +382,7 @@ class _Search:
         states = transitions = 0
         stopped_by = None
         last_report = start
+        length = _execution_length(self.model)
         while True:
             chosen = self._choose()
             if len(chosen) > 1:
@@ -399,7 +401,7 @@ class _Search:
                 if states & 255 == 0 and progress is not None:
                     now = time.perf_counter()
                     if now - last_report > 0.25:
-                        progress(states, transitions, now - start)
+                        progress(states, transitions, now - start, depth=len(path), length=length)
                         last_report = now
                 if max_states is not None and states >= max_states and (chosen or stack):
                     stopped_by = "max_states"
@@ -430,3 +432,11 @@ class _Search:
                        complete=stopped_by is None, stopped_by=stopped_by, observer=self.observer,
                        terminals=self.ends, first_path=self.first_path,
                        order=self.reducer._order if self.reducer is not None else None)
+
+
+def _execution_length(model: Model) -> int:
+    """The actions of one complete execution: every op that runs alone, every send meeting its
+    recv, every collective, every delivery and landing (for progress: a search that never branches
+    visits one more state than this)."""
+    alone = sum(1 for row in model.code for c in row if c.sync is not Sync.P2P and c.cid is None)
+    return alone + len(model.matches.recv_of) + len(model.coll_members) + len(model.deliveries)

@@ -98,6 +98,19 @@ class Reducer:
         self.model = model
         self.deadline = deadline
         self._order: MustOrder | None = None
+        self._indexed = False  # the closure's tables, built on its first use (`_index`)
+        self._flight_state, self._flight_table = None, {}
+        self._held: dict[tuple[int, int], int] = {}  # see `_fenced_out`
+        self._alone: dict[tuple, bool] = {}
+        self._foreign: dict | None = None
+        self._local: dict = {}
+
+    def _index(self) -> None:
+        """The tables of the closure, for a search that needs one (a ring never does)."""
+        if self._indexed:
+            return
+        self._indexed = True
+        model = self.model
         # owner -> space -> actor -> [(index, sub, lo, hi, mode, others)] sorted by index
         self.by_actor: list[list[dict[int, list[tuple]]]] = []
         for owner in range(model.world):
@@ -114,7 +127,6 @@ class Reducer:
                       for o in range(model.world) for s in (MEM, SIG) for a, entries in self.by_actor[o][s].items()}
         self.joint_index = [[j[0] for j in joints] for joints in model.joints]
         self.has_waits = any(c.sync is Sync.WAIT for row in model.code for c in row)
-        self._flight_state, self._flight_table = None, {}
         # accesses an op makes when its delivery lands, not when it is issued: (owner, space,
         # actor, index, lo, hi, mode); a fence may hold these back behind a delivery of T
         self.at_delivery: set[tuple] = set()
@@ -124,10 +136,6 @@ class Reducer:
                     for owner, space, lo, hi, mode in c.delivery.footprint:
                         if (owner, space, lo, hi, mode) not in c.footprint:
                             self.at_delivery.add((owner, space, c.rank, c.index, lo, hi, mode))
-        self._held: dict[tuple[int, int], int] = {}  # see `_fenced_out`
-        self._alone: dict[tuple, bool] = {}
-        self._foreign: dict | None = None
-        self._local: dict = {}
 
     def forget(self) -> None:
         """The state may have changed in place (a `Work`): drop what was cached for it."""
@@ -138,6 +146,7 @@ class Reducer:
         from up to `MAX_SEEDS` seeds (steps first), in `enabled`'s order."""
         if len(enabled) <= 1:
             return enabled
+        self._index()
         best = enabled
         enabled_set = set(enabled)
         for seed in sorted(enabled, key=lambda a: _ORDER[a[0]])[:MAX_SEEDS]:
