@@ -144,7 +144,7 @@ def _symbolic(schedule: ir.Schedule, model: Model, outcome, deadline: Deadline) 
     found = []
     if schedule.symbols:
         found += symbolic.check_sizes(schedule, hb.unordered if hb else None, beyond_traced=outcome.complete,
-                                      deadline=deadline)
+                                      deadline=deadline, matches=model.matches)
     if _has_waits(schedule):
         found += symbolic.check_waits(schedule, hb.ordered if hb else None, deadline)
     return found

@@ -6,6 +6,7 @@ over the same forms are proven once. `show_form` writes one as the user would (`
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Iterator
@@ -21,12 +22,19 @@ def form(affine: ir.Affine | None, concrete: int) -> Form:
     """The form of a traced number: its affine form if it has one, else the constant."""
     if affine is None:
         return (concrete, ())
+    return _form(affine.const, affine.terms)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _form(const: int, terms: tuple) -> Form:
+    """Forms repeat across ranks (chunk k of a buffer on every rank): each is built once."""
     merged: dict[str, int] = defaultdict(int)
-    for name, coeff in affine.terms:
+    for name, coeff in terms:
         merged[name] += coeff
-    return (affine.const, tuple(sorted((n, c) for n, c in merged.items() if c)))
+    return (const, tuple(sorted((n, c) for n, c in merged.items() if c)))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def combine(a: Form, b: Form, sign: int = 1, scale: int = 1) -> Form:
     """a + sign * scale * b."""
     merged: dict[str, int] = defaultdict(int)
@@ -144,13 +152,15 @@ def accesses(key: Key, op: ir.OpBase) -> list[Access]:
     """The regions op `key` touches, with their forms; whose memory, whether it writes or is
     atomic, and whether it happens at delivery come from the op's rule (`semantics.rules`)."""
     rank = key[0]
-    ruled: dict[tuple[str, ir.Region], list] = {}
+    ruled: dict[tuple[str, int], list] = {}  # by the region object: hashing a region's fields is slow
     for a in rule(op).accesses(op, rank):
         if isinstance(a.where, ir.Region):
-            ruled.setdefault((a.field, a.where), []).append(a)
+            ruled.setdefault((a.field, id(a.where)), []).append(a)
     found = []
     for name, region in ir.op_regions(op):
-        these = ruled[(name, region)]
+        these = ruled.get((name, id(region)))
+        if these is None:  # a rule that named a copy of the region
+            these = [a for a in rule(op).accesses(op, rank) if a.field == name and a.where == region]
         write = any(a.mode in WRITE_MODES for a in these)  # an atomic fetch writes nothing back
         atomic = any(a.mode in ATOMIC_MODES for a in these)
         deferred = any(a.when is When.DELIVERY for a in these)

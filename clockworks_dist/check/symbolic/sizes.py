@@ -71,7 +71,8 @@ class _Obligation:
 
 
 def check_sizes(schedule: ir.Schedule, unordered: Unordered | None = None, *,
-                beyond_traced: bool = False, deadline: Deadline = UNBOUNDED) -> list[Violation]:
+                beyond_traced: bool = False, deadline: Deadline = UNBOUNDED,
+                matches: Matches | None = None) -> list[Violation]:
     """Prove, for every admissible valuation of the size symbols, that regions are in bounds,
     transfers move equal counts, and accesses that can be concurrent, one of them a write, never
     overlap. Returns `symbolic_size` violations, one per source line, with counterexamples.
@@ -95,7 +96,8 @@ def check_sizes(schedule: ir.Schedule, unordered: Unordered | None = None, *,
             obligations[key] = _Obligation(kind, forms)
         obligations[key].sites.append(site)
 
-    matches, _ = match(schedule, deadline)
+    if matches is None:
+        matches, _ = match(schedule, deadline)
     ops, unproven = _split_affine(schedule, list(walk(schedule)))
     found = [a for key, op in ops for a in accesses(key, op)]
     _bounds(schedule, found, need)
