@@ -10,6 +10,13 @@ larger sizes of that protocol are skipped.
                                     [--timeout 120] [--out scripts/results]
 
 Writes <out>/bench_checker.json (machine info and one record per case) and <out>/bench_checker.md.
+
+    python scripts/bench_checker.py --scaling [--repeat 1] [--timeout 600]
+
+runs the reduced search on the scaling cases (`SCALING`: each protocol up to the sizes of the
+targets, the hierarchical all-reduce at 8 ranks per node) and writes bench_checker_scaling.json,
+.md (a table per protocol and the targets) and .png (states, seconds and peak memory against
+ranks, log-log, with SPIN's figures on the 8-rank ring for scale; matplotlib needed for the plot).
 """
 
 from __future__ import annotations
@@ -37,13 +44,41 @@ HARD_KILL_MARGIN = 30.0  # seconds past the check's own timeout before the subpr
 UNREDUCED_TIMEOUT = 60.0
 UNREDUCED_MIN_RANKS = (2, 4)  # always attempted, whatever happened before
 
-# (label, protocol, ranks, limit in seconds)
+# (label, protocol, ranks, ranks per node (None: the protocol's), limit in seconds, limit in MB or None).
+# Seconds are the whole check() call (tracing the schedule apart, as in the tables); MB is the
+# worker's peak resident memory, tracing included.
 TARGETS = (
-    ("8-rank ring all-reduce verified in < 1 s", "ring_allreduce", 8, 1.0),
-    ("64-rank ring all-reduce verified in < 60 s", "ring_allreduce", 64, 60.0),
-    ("8-rank NVSHMEM one-shot all-reduce (2 iterations) verified in < 30 s",
-     "nvshmem_oneshot_allreduce", 8, 30.0),
+    ("8-rank ring all-reduce verified in < 1 s", "ring_allreduce", 8, None, 1.0, None),
+    ("128-rank ring all-reduce verified in < 5 s", "ring_allreduce", 128, None, 5.0, None),
+    ("1024-rank ring all-reduce verified in < 60 s and < 4 GB", "ring_allreduce", 1024, None, 60.0, 4096),
+    ("1024-rank hierarchical all-reduce (8 per node) verified in < 30 s", "hierarchical_allreduce", 1024, 8, 30.0,
+     None),
+    ("64-rank NVSHMEM one-shot all-reduce (2 iterations) verified in < 10 s", "nvshmem_oneshot_allreduce", 64,
+     None, 10.0, None),
+    ("256-rank NVSHMEM one-shot all-reduce (2 iterations) verified in < 120 s", "nvshmem_oneshot_allreduce", 256,
+     None, 120.0, None),
+    ("64-rank NVSHMEM two-shot all-reduce verified in < 10 s", "nvshmem_twoshot_allreduce", 64, None, 10.0, None),
+    ("256-rank NVSHMEM two-shot all-reduce verified in < 120 s", "nvshmem_twoshot_allreduce", 256, None, 120.0, None),
+    ("64-rank NVSHMEM all-to-all dispatch verified in < 10 s", "nvshmem_alltoall_dispatch", 64, None, 10.0, None),
+    ("256-rank NVSHMEM all-to-all dispatch verified in < 120 s", "nvshmem_alltoall_dispatch", 256, None, 120.0,
+     None),
+    ("8-PE fenced dispatch verified in < 5 s", "nvshmem_fenced_dispatch", 8, None, 5.0, None),
+    ("64-PE fenced dispatch verified in < 60 s", "nvshmem_fenced_dispatch", 64, None, 60.0, None),
 )
+# The scaling run: protocol -> (ranks per node or None, sizes). The ring stops at 256 ranks: its
+# traced schedule alone takes about 7.9 KB per op (pydantic models), 6 GB at 512 ranks and 24 GB
+# at 1024, which this machine's other users cannot spare.
+SCALING = {
+    "ring_allreduce": (None, (8, 16, 32, 64, 128, 256)),
+    "hierarchical_allreduce": (8, (8, 16, 32, 64, 128, 256, 512, 1024)),
+    "nvshmem_oneshot_allreduce": (None, (8, 16, 32, 64, 128, 256)),
+    "nvshmem_twoshot_allreduce": (None, (8, 16, 32, 64, 128, 256)),
+    "nvshmem_alltoall_dispatch": (None, (8, 16, 32, 64, 128, 256)),
+    "nvshmem_fenced_dispatch": (None, (8, 16, 32, 64, 128)),
+}
+# SPIN on the same 8-rank ring all-reduce (Promela model of the same schedule), for scale: it had
+# stored 326 million states and used 20 GB when stopped unfinished at 600 s.
+SPIN_RING_8 = {"ranks": 8, "states": 326_000_000, "seconds": 600.0, "mb": 20_000, "finished": False}
 
 
 # ------------------------------------------------------------------------------------- helpers
@@ -72,7 +107,8 @@ def _emit(tag: str, payload: dict) -> None:
 
 
 # -------------------------------------------------------------------------------------- worker
-def worker(protocol: str, ranks: int, reduction: bool, timeout: float, max_states: int | None) -> int:
+def worker(protocol: str, ranks: int, reduction: bool, timeout: float, max_states: int | None,
+           per_node: int | None = None) -> int:
     """One case in this process: trace, check, print one RESULT line (PROGRESS lines before it)."""
     import clockworks_dist as cw
     if not Path(cw.__file__).resolve().is_relative_to(SOURCE.resolve()):
@@ -89,7 +125,7 @@ def worker(protocol: str, ranks: int, reduction: bool, timeout: float, max_state
     defn = cw.load_file(os.path.relpath(SOURCE / "protocols" / f"{protocol}.py"))[0]
     started = time.perf_counter()
     try:
-        schedule = defn.trace(ranks)
+        schedule = defn.trace(ranks, ranks_per_node=per_node)
     except Exception as exc:  # the protocol cannot be traced at this size
         _emit("RESULT", {"status": "n/a", "error": _sanitize(f"{type(exc).__name__}: {exc}")})
         return 0
@@ -131,10 +167,11 @@ def worker(protocol: str, ranks: int, reduction: bool, timeout: float, max_state
     return 0
 
 
-def run_case(protocol: str, ranks: int, reduction: bool, timeout: float, max_states: int | None) -> dict:
+def run_case(protocol: str, ranks: int, reduction: bool, timeout: float, max_states: int | None,
+             per_node: int | None = None) -> dict:
     """Run one case in a subprocess, killed at timeout + HARD_KILL_MARGIN."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--_worker", protocol, str(ranks),
-           "1" if reduction else "0", str(timeout), str(max_states or 0)]
+           "1" if reduction else "0", str(timeout), str(max_states or 0), str(per_node or 0)]
     started = time.perf_counter()
     killed = False
     try:
@@ -180,14 +217,16 @@ def _median(runs: list[dict], key: str):
     return round(statistics.median(values), 4) if values else None
 
 
-def bench_reduced(protocol: str, ranks: int, args) -> dict:
+def bench_reduced(protocol: str, ranks: int, args, per_node: int | None = None) -> dict:
     runs = []
     for _ in range(args.repeat):
-        run = run_case(protocol, ranks, True, args.timeout, args.max_states)
+        run = run_case(protocol, ranks, True, args.timeout, args.max_states, per_node)
         runs.append(run)
         if run.get("status") == "n/a" or not run.get("complete"):
             break  # no point repeating a case that cannot trace or stops at the bound
     rec = {"protocol": protocol, "ranks": ranks, "reduction": True, "code": code_version(SOURCE)}
+    if per_node:
+        rec["ranks_per_node"] = per_node
     if runs[0].get("status") == "n/a":
         rec.update(verdict="n/a", complete=None, error=runs[0]["error"], repeats=0)
         return rec
@@ -288,17 +327,21 @@ def _secs(value):
 
 def targets(records: list[dict]) -> list[dict]:
     out = []
-    for label, protocol, ranks, limit in TARGETS:
-        rec = next((r for r in records if r["protocol"] == protocol and r["ranks"] == ranks), None)
+    for label, protocol, ranks, per_node, limit, limit_mb in TARGETS:
+        rec = next((r for r in records if r["protocol"] == protocol and r["ranks"] == ranks
+                    and r.get("ranks_per_node") == per_node), None)
+        base = {"target": label, "protocol": protocol, "ranks": ranks, "ranks_per_node": per_node, "limit_s": limit,
+                "limit_mb": limit_mb}
         if rec is None or rec.get("verdict") in (None, "skipped", "n/a"):
-            out.append({"target": label, "protocol": protocol, "ranks": ranks, "limit_s": limit,
-                        "result": "NOT MEASURED", "median_s": None, "verdict": rec and rec.get("verdict")})
+            out.append({**base, "result": "NOT MEASURED", "median_s": None, "verdict": rec and rec.get("verdict"),
+                        "note": rec and rec.get("note")})
             continue
         median = rec.get("seconds_median")
         ok = rec["verdict"] == "verified" and median is not None and median < limit
-        out.append({"target": label, "protocol": protocol, "ranks": ranks, "limit_s": limit,
-                    "result": "PASS" if ok else "FAIL", "median_s": median, "verdict": rec["verdict"],
-                    "states": rec.get("states")})
+        if limit_mb is not None:
+            ok = ok and rec.get("peak_mb") is not None and rec["peak_mb"] < limit_mb
+        out.append({**base, "result": "PASS" if ok else "FAIL", "median_s": median, "verdict": rec["verdict"],
+                    "states": rec.get("states"), "peak_mb": rec.get("peak_mb")})
     return out
 
 
@@ -377,9 +420,10 @@ def markdown(doc: dict) -> str:
                 f"| {_secs(r.get('trace_seconds_median'))} | {_fmt(r.get('peak_mb'), 0)} "
                 f"| {_fmt(r.get('check_delta_mb'), 0)} | {unred} | {ratio} | {note.replace('|', '/')} |")
         lines.append("")
-    lines += ["## Targets", "", "| target | verdict | median s | result |", "|---|---|---:|---|"]
+    lines += ["## Targets", "", "| target | verdict | median s | peak MB | result |", "|---|---|---:|---:|---|"]
     for t in doc["targets"]:
-        lines.append(f"| {t['target']} | {t.get('verdict') or '–'} | {_secs(t['median_s'])} | **{t['result']}** |")
+        lines.append(f"| {t['target']} | {t.get('verdict') or '–'} | {_secs(t['median_s'])} "
+                     f"| {_fmt(t.get('peak_mb'), 0)} | **{t['result']}** |")
     lines.append("")
     return "\n".join(lines)
 
@@ -421,11 +465,146 @@ def machine_info() -> dict:
             "platform": f"{platform.system()} {platform.machine()}", "package_version": pkg, "git_commit": commit}
 
 
+# ------------------------------------------------------------------------------------- scaling
+def _run_scaling(args) -> int:
+    """The reduced search on every scaling case, larger sizes of a protocol skipped once one stops
+    at its bound; writes bench_checker_scaling.{json,md,png}."""
+    started = time.perf_counter()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    records: list[dict] = []
+    names = args.protocols or list(SCALING)
+
+    def write(final: bool) -> dict:
+        doc = {"benchmark": "clockworks-dist model checker, scaling", "finished": final,
+               "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+               "machine": machine_info(), "code_measured": code_version(SOURCE), "frozen": SOURCE != REPO,
+               "code_at_start": started_code, "code_at_end": code_version(),
+               "settings": {"strategy": "dfs", "repeat": args.repeat, "timeout": args.timeout,
+                            "hard_kill_after": args.timeout + HARD_KILL_MARGIN, "cases": {n: SCALING[n] for n in names}},
+               "spin_ring_8": SPIN_RING_8, "records": records, "targets": targets(records),
+               "total_seconds": round(time.perf_counter() - started, 1)}
+        (out / "bench_checker_scaling.json").write_text(json.dumps(doc, indent=1) + "\n")
+        (out / "bench_checker_scaling.md").write_text(scaling_markdown(doc))
+        scaling_plot(doc, out / "bench_checker_scaling.png")
+        return doc
+
+    started_code = code_version()
+    for protocol in names:
+        per_node, sizes = SCALING[protocol]
+        stop = None
+        for ranks in sizes:
+            if stop is not None:
+                records.append({"protocol": protocol, "ranks": ranks, "ranks_per_node": per_node, "verdict": "skipped",
+                                "complete": None, "note": f"skipped: incomplete at {stop} ranks"})
+                continue
+            rec = bench_reduced(protocol, ranks, args, per_node)
+            records.append(rec)
+            print(f"{protocol:28s} {ranks:5d} ranks  {rec['verdict']:10s} {_fmt(rec.get('states')):>10s} states "
+                  f"{_secs(rec.get('seconds_median')):>7s} s  (search {_secs(rec.get('search_seconds_median'))}, "
+                  f"symbolic {_secs(rec.get('symbolic_seconds_median'))})  trace {_secs(rec.get('trace_seconds_median'))}"
+                  f" s  peak {_fmt(rec.get('peak_mb'), 0)} MB" + (f"  [{rec['error']}]" if rec.get("error") else ""),
+                  flush=True)
+            if not rec.get("complete"):
+                stop = ranks
+            write(final=False)
+    doc = write(final=True)
+    print()
+    for t in doc["targets"]:
+        print(f"{t['result']:12s} {t['target']}: median {_secs(t['median_s'])} s, peak {_fmt(t.get('peak_mb'), 0)} MB "
+              f"(verdict {t.get('verdict')})")
+    print(f"\nwrote {out / 'bench_checker_scaling.md'} (.json, .png) in {doc['total_seconds']:.0f} s")
+    return 0
+
+
+def _label(protocol: str, per_node) -> str:
+    return protocol + (f" ({per_node} per node)" if per_node else "")
+
+
+def scaling_markdown(doc: dict) -> str:
+    m, st = doc["machine"], doc["settings"]
+    spin = doc["spin_ring_8"]
+    lines = ["# Model checker scaling", ""] + ([] if doc.get("finished") else ["**Partial results.**", ""]) + [
+        f"Generated {doc['date']} by `scripts/bench_checker.py --scaling` (clockworks-dist {m['package_version']}).",
+        "", _sources_line(doc), "",
+        f"Machine: {m['cpu_model']}, {m['cpu_count']} cores, {m['memory_gb']} GB RAM, Python {m['python_version']} "
+        f"({m['platform']}). Shared machine: timings are noisy.", "",
+        f"Settings: DFS with the partial-order reduction, {st['repeat']} run(s) per case (median), a "
+        f"{st['timeout']:g} s budget per check. Check s is the whole check() call (matching, model, search, "
+        "post-search phase); search s and post s are its state-space search and its post-search phase "
+        "(happens-before of one execution, z3 size and wait checks, unfinished deliveries); trace s (running "
+        "the DSL to build the schedule) comes before and is not in check s. Peak MB is the worker's peak "
+        "resident memory, tracing included. A size is skipped once a smaller one stopped at its bound.", "",
+        f"For scale: SPIN on the same 8-rank ring all-reduce had stored {spin['states']:,} states and used "
+        f"{spin['mb'] / 1000:.0f} GB when stopped, unfinished, after {spin['seconds']:.0f} s.", "",
+        "![states, seconds and peak memory against ranks](bench_checker_scaling.png)", ""]
+    groups: dict[tuple, list[dict]] = {}
+    for rec in doc["records"]:
+        groups.setdefault((rec["protocol"], rec.get("ranks_per_node")), []).append(rec)
+    for (protocol, per_node), recs in groups.items():
+        lines += [f"## {_label(protocol, per_node)}", "",
+                  "| ranks | verdict | states | check s | states/s | search s | post s | trace s | peak MB | note |",
+                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for r in recs:
+            note = r.get("error") or r.get("note") or ""
+            if r.get("stopped_by"):
+                note = (note + "; " if note else "") + f"stopped by {r['stopped_by']}"
+            lines.append(f"| {r['ranks']} | {r['verdict']} | {_fmt(r.get('states'))} | {_secs(r.get('seconds_median'))} "
+                         f"| {_fmt(r.get('states_per_second'), 0)} | {_secs(r.get('search_seconds_median'))} "
+                         f"| {_secs(r.get('symbolic_seconds_median'))} | {_secs(r.get('trace_seconds_median'))} "
+                         f"| {_fmt(r.get('peak_mb'), 0)} | {note.replace('|', '/')} |")
+        lines.append("")
+    lines += ["## Targets", "", "| target | verdict | check s | peak MB | result |", "|---|---|---:|---:|---|"]
+    for t in doc["targets"]:
+        lines.append(f"| {t['target']} | {t.get('verdict') or '–'} | {_secs(t['median_s'])} "
+                     f"| {_fmt(t.get('peak_mb'), 0)} | **{t['result']}** |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def scaling_plot(doc: dict, path: Path) -> None:
+    """States, check seconds and peak MB against ranks, log-log, one line per protocol, with
+    SPIN's point on the 8-rank ring (hollow: it stopped unfinished)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot (pip install 'clockworks-dist[plot]')", file=sys.stderr)
+        return
+    spin = doc["spin_ring_8"]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 5))
+    groups: dict[tuple, list[dict]] = {}
+    for rec in doc["records"]:
+        if rec.get("verdict") == "verified":
+            groups.setdefault((rec["protocol"], rec.get("ranks_per_node")), []).append(rec)
+    for ax, key, title, spin_value in zip(axes, ("states", "seconds_median", "peak_mb"),
+                                          ("states", "check seconds", "peak memory (MB)"),
+                                          (spin["states"], spin["seconds"], spin["mb"])):
+        for (protocol, per_node), recs in groups.items():
+            xs = [r["ranks"] for r in recs if r.get(key)]
+            ys = [r[key] for r in recs if r.get(key)]
+            ax.plot(xs, ys, marker="o", label=_label(protocol, per_node))
+        ax.plot([spin["ranks"]], [spin_value], marker="s", markersize=9, markerfacecolor="none", color="black",
+                linestyle="none", label="SPIN, 8-rank ring (stopped, unfinished)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("ranks")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("clockworks check: reduced DFS, verified cases (2-core machine)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--_worker":
         protocol, ranks, red, timeout, cap = argv[1:6]
-        return worker(protocol, int(ranks), red == "1", float(timeout), int(cap) or None)
+        per_node = int(argv[6]) if len(argv) > 6 else 0
+        return worker(protocol, int(ranks), red == "1", float(timeout), int(cap) or None, per_node or None)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--protocols", nargs="+", metavar="NAME", help="protocol file stems (default: all)")
@@ -436,6 +615,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-unreduced", action="store_true", help="skip the unreduced searches")
     parser.add_argument("--max-states", type=int, default=None, help="state cap per check (default: none)")
     parser.add_argument("--out", default=str(REPO / "scripts" / "results"))
+    parser.add_argument("--scaling", action="store_true",
+                        help="run the scaling cases (SCALING) instead, reduced search only; writes bench_checker_scaling.*")
     parser.add_argument("--no-freeze", action="store_true",
                         help="import the package from the working tree in every case, instead of from a copy "
                              "taken at the start (edits made during the run would then be measured)")
@@ -444,6 +625,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--repeat must be at least 1")
 
     available = sorted(p.stem for p in PROTOCOLS.glob("*.py") if not p.stem.startswith("_"))
+    if args.scaling and args.protocols:
+        unknown = [n for n in args.protocols if n not in SCALING]
+        if unknown:
+            parser.error(f"no scaling case for {', '.join(unknown)}; cases: {', '.join(SCALING)}")
     names = args.protocols or available
     unknown = [n for n in names if n not in available]
     if unknown:
@@ -461,7 +646,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copytree(REPO / "protocols", snapshot / "protocols", ignore=ignore)
         SOURCE = snapshot
     try:
-        return _run(args, names, sizes)
+        return _run_scaling(args) if args.scaling else _run(args, names, sizes)
     finally:
         if snapshot is not None:
             shutil.rmtree(snapshot, ignore_errors=True)

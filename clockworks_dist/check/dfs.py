@@ -85,8 +85,10 @@ class _Search:
         self.reducer = Reducer(model, deadline) if reduction else None
         world = model.world
         self.barrier_all = [sync is Sync.BARRIER_ALL for sync in model.coll_sync]
-        # send keys matched with each recv key, for waking a sender when its recv is posted
-        self.sender_of = model.matches.send_of
+        # (rank, index) -> the ranks whose sends meet the recvs of that op: they wake when it is posted
+        self.senders: dict[tuple[int, int], tuple[int, ...]] = {}
+        for (rank, index, _sub), send in model.matches.send_of.items():
+            self.senders[(rank, index)] = self.senders.get((rank, index), ()) + (send[0],)
         self.ends: list[State] = []
         self.first_path: list[tuple] | None = None
         self._clear(world)
@@ -252,11 +254,9 @@ class _Search:
             pc, was = old_pc.get(rank, pcs[rank]), old_done.get(rank, done[rank])
             ranks.add(rank)
             for index in (pc, pcs[rank]):  # a send is enabled once its recv is posted
-                if index < model.nops[rank] and model.code[rank][index].sync is Sync.P2P:
-                    for sub, _member in model.code[rank][index].members:
-                        skey = self.sender_of.get((rank, index, sub))
-                        if skey is not None:
-                            ranks.add(skey[0])
+                senders = self.senders.get((rank, index))
+                if senders:
+                    ranks.update(senders)
             before = self._arrival(rank, pc, was)
             after = self._arrival(rank, pcs[rank], done[rank])
             if before != after:

@@ -336,6 +336,7 @@ class Model:
                 if found:
                     self.posted_fp[(c.rank, c.index)] = found
         self._por_index: tuple | None = None
+        self._member_fp: dict[Key, tuple[Access, ...]] = {}
 
     # -- compilation --------------------------------------------------------------------------
     def span(self, rank: int, region: ir.Region) -> tuple[int, int]:
@@ -560,11 +561,14 @@ class Model:
         return accessors, joints
 
     def _member_footprint(self, rank: int, index: int, sub, op) -> tuple[Access, ...]:
+        """The accesses of a send or recv (a group member) to its own rank's memory."""
         key = (rank, index, sub)
-        if op.kind == "send":
-            return tuple(a for a in self.p2p_member_footprint.get(key, ()) if a[0] == rank)
-        skey = self.matches.send_of.get(key)
-        return tuple(a for a in self.p2p_member_footprint.get(skey, ()) if a[0] == rank) if skey else ()
+        found = self._member_fp.get(key)
+        if found is None:
+            skey = key if op.kind == "send" else self.matches.send_of.get(key)
+            found = tuple(a for a in self.p2p_member_footprint.get(skey, ()) if a[0] == rank) if skey else ()
+            self._member_fp[key] = found
+        return found
 
     # -- states -------------------------------------------------------------------------------
     def initial(self) -> State:
