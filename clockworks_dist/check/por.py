@@ -44,7 +44,7 @@ already passed (whenever t is enabled, its ranks stand at t's op, so their earli
 except the deliveries of earlier one-sided ops, which may still be in flight. Held: t's op itself,
 its ranks' later ops (a rank cannot pass an op whose action is t, and a group completes only when
 every member has), and, for a one-sided delivery, its issuer's deliveries that a fence orders
-after it (the fence claim below). Other members of a group stay current and can run, so they are
+after it (the fence claim above). Other members of a group stay current and can run, so they are
 never held. An access is also excluded if the static order (`must.MustOrder`: facts "x happens
 before y in every execution prefix where y happens", from the ordering rules and, by value, from
 the updates a wait can return after) puts it wholly before t's event or wholly after it: one
@@ -73,8 +73,11 @@ no cycle proviso is needed, and the reduced search reaches:
     t1 and reachable avoiding T, so the closure put t2's actor in T: both are enabled at s. Else pick
     an enabled action of T(s): it commutes with w, t1 and t2 and keeps them enabled, and the search
     takes it; since every path has at most (ops + deliveries) actions, this step cannot repeat
-    forever.
-The property tests compare this search against the unreduced one on random schedules.
+    forever. For an action alone, the second case has no t2: an access that is past, held or
+    statically ordered with t1 is never enabled beside it (ordered before: it has happened
+    wherever t1 is enabled; after: executing it first would contradict the order).
+The property tests compare this search against the unreduced one on random schedules, and
+tests/test_must.py checks on random walks that every order `MustOrder` claims holds.
 """
 
 from __future__ import annotations
