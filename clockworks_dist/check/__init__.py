@@ -12,15 +12,13 @@ Pipeline, top to bottom:
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import time
-from typing import Callable, Iterator
+from typing import Callable
 
 from .. import ir
 from ..errors import CheckIncomplete, ScheduleError
 from .bfs import BreadthFirst
-from ..semantics.budget import Deadline, OutOfTime
+from ..semantics.budget import Deadline, OutOfTime, cycle_collector_paused
 from .dfs import depth_first
 from .explore import Outcome, explore
 from .hb import HappensBefore, happens_before as _stamp
@@ -48,22 +46,8 @@ def check(schedule: ir.Schedule, *, strategy: str = "dfs", max_states: int | Non
     `timeout` bounds the whole check, every phase included: a phase that runs out of time makes
     the result incomplete (`stopped_by="timeout"`, `stopped_in` naming the phase), never
     verified; errors found before that still make it violated."""
-    with _no_cycle_collection():
+    with cycle_collector_paused():
         return _check(schedule, strategy, max_states, timeout, reduction, progress, symbolic)
-
-
-@contextlib.contextmanager
-def _no_cycle_collection() -> Iterator[None]:
-    """Python's cycle collector off for the duration: a check allocates millions of long-lived
-    objects that form no cycles (states, actions, the compiled model), and each pass of the
-    collector walks all of them; at 128 ranks that was close to half of the model's compile time."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _check(schedule: ir.Schedule, strategy: str, max_states: int | None, timeout: float | None, reduction: bool,

@@ -26,6 +26,7 @@ from ..errors import ScheduleError
 from .expect import check_specs, resolve_all
 from . import params as _params
 from .sizes import _BINDINGS, Size, SymInt, as_affine, as_int
+from ..semantics.budget import cycle_collector_paused
 from ..semantics.rules import rule
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -934,7 +935,7 @@ class ScheduleDef:
 
         token = _BINDINGS.set(bindings)
         try:
-            with guard.user_code(), _params.tracing(chosen):  # what the function prints goes to stderr
+            with guard.user_code(), _params.tracing(chosen), cycle_collector_paused():  # prints go to stderr
                 return _build(self, world, per_node, chosen)
         except (ScheduleError, guard.TimeUp, Exception):
             raise
