@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import inspect
 import math
 import numbers
@@ -35,12 +36,74 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def user_loc() -> ir.SourceLoc:
     """The innermost stack frame outside this package: where the user called us."""
     frame = sys._getframe(1)
-    while frame is not None and (os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR)
-                                 or frame.f_code.co_filename == contextlib.__file__):
+    while frame is not None and _ours(frame.f_code.co_filename):
         frame = frame.f_back
     if frame is None:
-        return ir.SourceLoc(file="<unknown>", line=0)
-    return ir.SourceLoc(file=os.path.basename(frame.f_code.co_filename), line=frame.f_lineno)
+        return _source_loc("<unknown>", 0)
+    return _source_loc(_basename(frame.f_code.co_filename), frame.f_lineno)
+
+
+@functools.lru_cache(maxsize=1024)
+def _ours(filename: str) -> bool:
+    """A frame of this package (or of contextlib, under `with r.group()`): not the user's."""
+    return os.path.abspath(filename).startswith(_PACKAGE_DIR) or filename == contextlib.__file__
+
+
+@functools.lru_cache(maxsize=1024)
+def _basename(filename: str) -> str:
+    return os.path.basename(filename)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _source_loc(file: str, line: int) -> ir.SourceLoc:
+    """One `SourceLoc` per user line: every op traced at a line shares it."""
+    return ir.SourceLoc(file=file, line=line)
+
+
+class _Interner:
+    """One IR object per distinct value while a schedule is traced: the regions, their affine
+    bounds and the ops. A ring all-reduce of 1024 ranks has 3 million ops, most of them the same
+    few regions at the same few lines on every rank, and a reduction of chunk c is the same op on
+    every rank that does it. The IR is frozen, so sharing is invisible to its readers (equal
+    values compare and serialise alike). Objects are keyed by value, with the parts already
+    interned (or held here through the op that holds them) keyed by identity: the tables keep
+    every object alive for the whole trace, so an identity is never reused while they exist."""
+
+    def __init__(self) -> None:
+        self.affines: dict[tuple, ir.Affine] = {}
+        self.regions: dict[tuple, ir.Region] = {}
+        self.ops: dict[tuple, ir.OpBase] = {}
+
+    def affine(self, value) -> ir.Affine | None:
+        form = as_affine(value)
+        if form is None:
+            return None
+        return self.affines.setdefault((form.const, form.terms, form.exact), form)
+
+    def region(self, name: str, start, stop) -> ir.Region:
+        start_sym, stop_sym = self.affine(start), self.affine(stop)
+        key = (name, as_int(start), as_int(stop), id(start_sym), id(stop_sym))
+        found = self.regions.get(key)
+        if found is None:
+            found = self.regions[key] = ir.Region(buffer=name, start=key[1], stop=key[2], start_sym=start_sym,
+                                                  stop_sym=stop_sym)
+        return found
+
+    def op(self, op: ir.OpBase) -> ir.OpBase:
+        """The op already traced with the same value, else `op` (kept for the next one)."""
+        key = (type(op), tuple(_identity(v) for v in op.__dict__.values()))
+        return self.ops.setdefault(key, op)
+
+
+def _identity(value):
+    """A field's value as an interning key: IR objects by identity, tuples element by element."""
+    if isinstance(value, ir.Frozen):
+        return id(value)
+    if isinstance(value, tuple):
+        return tuple(_identity(v) for v in value)
+    if isinstance(value, float):
+        return (float, repr(value))  # -0.0 equals 0.0 but is another value
+    return (type(value), value)
 
 
 def check_name(name: object, what: str, loc: ir.SourceLoc, rank: int | None, op: str | None = None) -> str:
@@ -113,8 +176,7 @@ class RegionRef:
         return self.buf._region(self.start + index * size, self.start + (index + 1) * size, op)
 
     def to_ir(self) -> ir.Region:
-        return ir.Region(buffer=self.buf.name, start=as_int(self.start), stop=as_int(self.stop),
-                         start_sym=as_affine(self.start), stop_sym=as_affine(self.stop))
+        return self.buf.rank._intern.region(self.buf.name, self.start, self.stop)
 
     def __str__(self) -> str:
         return f"{self.buf.name}[{as_int(self.start)}:{as_int(self.stop)}]"
@@ -249,8 +311,9 @@ class Rank:
     Attributes: `rank`, `world`, `ranks_per_node`, `node`, `local_rank`, `nodes`.
     """
 
-    def __init__(self, rank: int, world: int, ranks_per_node: int):
+    def __init__(self, rank: int, world: int, ranks_per_node: int, intern: _Interner | None = None):
         self.rank = rank
+        self._intern = intern if intern is not None else _Interner()
         self.world = world
         self.ranks_per_node = ranks_per_node
         self.node = rank // ranks_per_node
@@ -393,6 +456,7 @@ class Rank:
 
     def _append(self, op) -> None:
         self._open(op.kind)
+        op = self._intern.op(op)
         if self._st.group is not None:
             if op.kind not in ("send", "recv"):
                 raise self._error(f"only send and recv may be grouped, not {op.kind}", op.kind,
@@ -495,7 +559,7 @@ class Rank:
             ops, loc = self._st.group, self._st.group_loc
             self._st.group = None
         if ops:
-            self._st.ops.append(ir.Group(ops=tuple(ops), loc=loc))
+            self._st.ops.append(self._intern.op(ir.Group(ops=tuple(ops), loc=loc)))
 
     def send(self, peer, src, comm=None) -> None:
         """ncclSend of local `src` to `peer` (on `comm`, default the world).
@@ -975,8 +1039,9 @@ def _build(defn: ScheduleDef, world: int, per_node: int, chosen: dict[str, int |
     for size in defn.sizes:
         size.check_binding()
     handles = []
+    intern = _Interner()
     for rank in range(world):
-        handle = Rank(rank, world, per_node)
+        handle = Rank(rank, world, per_node, intern)
         _run_user(defn, handle)
         handle._st.closed = True
         if handle._st.group is not None:  # entered by hand and never exited: its ops would be lost
