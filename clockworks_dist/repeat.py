@@ -206,3 +206,119 @@ def repeat(sched: ir.Schedule, calls: int, between: str = "barrier") -> ir.Sched
             ops += [_renamed(op, names) for op in shifted] if alternate and call % 2 else shifted
         programs.append(_with_copies(program.model_copy(update={"ops": tuple(ops)}), names))
     return sched.model_copy(update={"programs": tuple(programs), "name": sched.name})
+
+
+# ------------------------------------------------------------------------- a library's calls
+# A library (`codegen.library`) runs the calls of `repeat(sched, K, between)` one at a time, and its
+# caller may stop after any of them, read the outputs, and write new inputs before the next. What
+# the checker verifies for it is therefore not only the K-call schedule but every prefix of it, each
+# with the caller's accesses between the calls (`library_schedules`).
+CALLER = "caller"  # the name of the caller's opaque reads (compute ops) in the modelled schedule
+
+
+def prefix(sched: ir.Schedule, starts: dict[int, list[int]], calls: int) -> ir.Schedule:
+    """The first `calls` calls of `sched`, a schedule of more calls whose call k > 0 begins at op
+    `starts[rank][k - 1]` of each rank (`call_starts`, or `packets.Lowered.remap` of it): each rank's
+    ops before the first op of call `calls` (a separator between calls counts as the next call's)."""
+    if calls < 1:
+        raise RepeatError(f"a prefix of {calls} calls: at least one call")
+    programs = []
+    for program in sched.programs:
+        ms = starts.get(program.rank, [])
+        if calls - 1 > len(ms):
+            raise RepeatError(f"a prefix of {calls} calls of a schedule of {len(ms) + 1}")
+        stop = ms[calls - 1] if calls - 1 < len(ms) else len(program.ops)
+        programs.append(program.model_copy(update={"ops": program.ops[:stop]}))
+    return sched.model_copy(update={"programs": tuple(programs)})
+
+
+def caller_regions(sched: ir.Schedule) -> tuple[dict[int, list[ir.Region]], dict[int, list[ir.Region]]]:
+    """Per rank, what the caller writes between calls (the regions its postconditions read at the
+    start: the inputs) and reads after a call (the regions the postconditions name: the outputs)."""
+    inputs: dict[int, list[ir.Region]] = defaultdict(list)
+    outputs: dict[int, list[ir.Region]] = defaultdict(list)
+    for expect in sched.expect:
+        region = _sized(sched, expect.rank, expect.region)
+        if region not in outputs[expect.rank]:
+            outputs[expect.rank].append(region)
+        for contribution in expect.contributions:
+            region = _sized(sched, contribution.rank, contribution.region)
+            if region not in inputs[contribution.rank]:
+                inputs[contribution.rank].append(region)
+    return dict(inputs), dict(outputs)
+
+
+def _sized(sched: ir.Schedule, rank: int, region: ir.Region) -> ir.Region:
+    """A postcondition's region as the ops name it: a whole buffer of a symbolic size with that size
+    (a postcondition holds the traced numbers only, which the symbolic size check would refuse)."""
+    decl = sched.programs[rank].buffer(region.buffer)
+    if region.start_sym is None and decl.count_sym is not None and (region.start, region.stop) == (0, decl.count):
+        return region.model_copy(update={"start_sym": ir.Affine(const=0), "stop_sym": decl.count_sym})
+    return region
+
+
+def with_caller(sched: ir.Schedule, starts: dict[int, list[int]], calls: int) -> ir.Schedule:
+    """`sched` (`calls` calls, call k > 0 beginning at `starts[rank][k - 1]`) with its caller's
+    accesses, as ops of each rank between the calls:
+
+    - before call 0, a copy of every input region into a buffer of the caller's own (`<name>_saved`):
+      the inputs the postconditions speak of;
+    - after every call, a read of every output region (an opaque compute op that writes nothing): a
+      delivery still landing there, or a later op writing there, races with it, so the checker
+      reports a caller that could read a result not yet (or no longer) there;
+    - before calls 1 .. calls - 2, every input region filled with a value of its own per call (the
+      caller's new inputs); before the last call, the saved inputs copied back, so the postconditions
+      (of one call, on the inputs at the start) speak of what the last call computes. A call that read
+      an earlier call's inputs, or a caller's write that raced with a delivery or a peer's read of the
+      inputs, is then a wrong result or a race.
+
+    The caller's ops carry the schedule's own file:line; they run where the library's caller runs
+    them, between two calls' kernels on the stream."""
+    inputs, outputs = caller_regions(sched)
+    loc = sched.loc
+    taken = {d.name for p in sched.programs for d in (*p.buffers, *p.signals)}
+    saved_names: dict[str, str] = {}
+    for regions in inputs.values():
+        for region in regions:
+            if region.buffer not in saved_names:
+                name = f"{region.buffer}_saved"
+                while name in taken:
+                    name += "_"
+                taken.add(name)
+                saved_names[region.buffer] = name
+    programs = []
+    for program in sched.programs:
+        rank = program.rank
+        mine_in, mine_out = inputs.get(rank, []), outputs.get(rank, [])
+        ms = starts.get(rank, [])
+        if len(ms) != calls - 1:
+            raise RepeatError(f"rank {rank}: {len(ms) + 1} call starts for {calls} calls")
+        bounds = [0, *ms, len(program.ops)]
+        ops: list = [ir.Copy(loc=loc, dst=r.model_copy(update={"buffer": saved_names[r.buffer]}), src=r)
+                     for r in mine_in]
+        for call in range(calls):
+            if call:
+                if call < calls - 1:  # the caller's new inputs, a value of their own per call
+                    ops += [ir.Fill(loc=loc, dst=r, value=float(1000 + call)) for r in mine_in]
+                else:  # before the last call: the inputs the postconditions speak of
+                    ops += [ir.Copy(loc=loc, dst=r, src=r.model_copy(update={"buffer": saved_names[r.buffer]}))
+                            for r in mine_in]
+            ops += list(program.ops[bounds[call]:bounds[call + 1]])
+            if mine_out:
+                ops.append(ir.Compute(loc=loc, name=CALLER, reads=tuple(mine_out)))
+        buffers = list(program.buffers)
+        for buffer, name in saved_names.items():
+            if any(r.buffer == buffer for r in mine_in):
+                decl = program.buffer(buffer)
+                buffers.append(decl.model_copy(update={"name": name, "role": "scratch", "symmetric": False}))
+        programs.append(program.model_copy(update={"ops": tuple(ops), "buffers": tuple(buffers)}))
+    return sched.model_copy(update={"programs": tuple(programs)})
+
+
+def library_schedules(sched: ir.Schedule, starts: dict[int, list[int]], calls: int) -> list[ir.Schedule]:
+    """What the checker verifies for a library that runs the `calls` calls of `sched` one at a time
+    and restores the start state after the last (or earlier): every prefix of 1 .. `calls` calls, each
+    with its caller's accesses (`with_caller`). The caller may stop after any call (a prefix must end
+    and hold its results) and go on with new inputs (the next prefix)."""
+    return [with_caller(prefix(sched, starts, j), {r: ms[:j - 1] for r, ms in starts.items()}, j)
+            for j in range(1, calls + 1)]
