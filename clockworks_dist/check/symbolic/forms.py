@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from ... import ir
@@ -125,20 +124,28 @@ def walk(schedule: ir.Schedule) -> Iterator[tuple[Key, ir.OpBase]]:
                 yield (program.rank, index, sub), member
 
 
-@dataclass(frozen=True)
 class Access:
-    """One region an op touches: on whose memory, read or write, and when."""
+    """One region an op touches: on whose memory, read or write, and when. Read-only: a plain
+    class with slots, since the size check makes one per region of every op (3 million ops in a
+    1024-rank ring) and a frozen dataclass costs several times more to build."""
 
-    key: Key
-    op: ir.OpBase
-    field: str
-    region: ir.Region
-    memory: int  # the rank whose memory holds the region
-    write: bool
-    atomic: bool
-    deferred: bool  # happens at delivery, after the op is issued (puts, non-fetching atomics)
-    forms: tuple[Form, Form]  # start, stop
-    symbolic: bool
+    __slots__ = ("key", "op", "field", "region", "memory", "write", "atomic", "deferred", "forms", "symbolic")
+
+    def __init__(self, key: Key, op: ir.OpBase, field: str, region: ir.Region, memory: int, write: bool,
+                 atomic: bool, deferred: bool, forms: tuple[Form, Form], symbolic: bool):
+        self.key = key
+        self.op = op
+        self.field = field
+        self.region = region
+        self.memory = memory  # the rank whose memory holds the region
+        self.write = write
+        self.atomic = atomic
+        self.deferred = deferred  # happens at delivery, after the op is issued (puts, non-fetching atomics)
+        self.forms = forms  # start, stop
+        self.symbolic = symbolic
+
+    def __repr__(self) -> str:
+        return f"Access({self.key}, {self.describe()}, write={self.write})"
 
     def describe(self) -> str:
         """`send x[CHUNK:2*CHUNK]`, `put dst x[0:CHUNK] on rank 2`."""
@@ -148,23 +155,36 @@ class Access:
         return text
 
 
-def accesses(key: Key, op: ir.OpBase) -> list[Access]:
+def accesses(key: Key, op: ir.OpBase, memo: dict | None = None) -> list[Access]:
     """The regions op `key` touches, with their forms; whose memory, whether it writes or is
-    atomic, and whether it happens at delivery come from the op's rule (`semantics.rules`)."""
+    atomic, and whether it happens at delivery come from the op's rule (`semantics.rules`).
+    With `memo` (a dict the caller keeps for one pass over a schedule), each region's forms are
+    computed once: the tracer shares one region object among every op that names it."""
     rank = key[0]
-    ruled: dict[tuple[str, int], list] = {}  # by the region object: hashing a region's fields is slow
+    if memo is None:
+        memo = {}
+    flags: dict[tuple[str, int], list] = {}  # by the region object: hashing a region's fields is slow
     for a in rule(op).accesses(op, rank):
         if isinstance(a.where, ir.Region):
-            ruled.setdefault((a.field, id(a.where)), []).append(a)
+            mode = a.mode
+            new = [a.owner, mode in WRITE_MODES, mode in ATOMIC_MODES, a.when is When.DELIVERY]
+            old = flags.setdefault((a.field, id(a.where)), new)
+            if old is not new:  # an atomic fetch writes nothing back
+                old[1], old[2], old[3] = old[1] or new[1], old[2] or new[2], old[3] or new[3]
     found = []
     for name, region in ir.op_regions(op):
-        these = ruled.get((name, id(region)))
+        these = flags.get((name, id(region)))
         if these is None:  # a rule that named a copy of the region
-            these = [a for a in rule(op).accesses(op, rank) if a.field == name and a.where == region]
-        write = any(a.mode in WRITE_MODES for a in these)  # an atomic fetch writes nothing back
-        atomic = any(a.mode in ATOMIC_MODES for a in these)
-        deferred = any(a.when is When.DELIVERY for a in these)
-        forms = (region_start(region), region_stop(region))
-        found.append(Access(key, op, name, region, these[0].owner, write, atomic, deferred, forms,
-                            is_symbolic(*forms)))
+            these = [None, False, False, False]
+            for a in rule(op).accesses(op, rank):
+                if a.field == name and a.where == region:
+                    these[0] = a.owner if these[0] is None else these[0]
+                    these[1] = these[1] or a.mode in WRITE_MODES
+                    these[2] = these[2] or a.mode in ATOMIC_MODES
+                    these[3] = these[3] or a.when is When.DELIVERY
+        forms = memo.get(id(region))
+        if forms is None:
+            start, stop = region_start(region), region_stop(region)
+            forms = memo[id(region)] = ((start, stop), is_symbolic(start, stop), region)  # holds the region
+        found.append(Access(key, op, name, region, these[0], these[1], these[2], these[3], forms[0], forms[1]))
     return found

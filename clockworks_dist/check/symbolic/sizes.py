@@ -99,7 +99,9 @@ def check_sizes(schedule: ir.Schedule, unordered: Unordered | None = None, *,
     if matches is None:
         matches, _ = match(schedule, deadline)
     ops, unproven = _split_affine(schedule, list(walk(schedule)))
-    found = [a for key, op in ops for a in accesses(key, op)]
+    memo: dict = {}
+    found = [a for key, op in ops for a in accesses(key, op, memo)]
+    del memo
     _bounds(schedule, found, need)
     _counts(schedule, matches, ops, need)
     traced = {s.name: s.value for s in schedule.symbols}
@@ -132,10 +134,15 @@ def _split_affine(schedule: ir.Schedule, ops: list) -> tuple[list, list[Violatio
     inexact_buffers = {(p.rank, d.name) for p in schedule.programs for d in p.buffers
                        if d.count_sym is not None and not d.count_sym.exact}
     kept, skipped = [], {}
+    seen: dict[int, tuple] = {}  # id(op) -> (op, its regions' buffers, or None if a bound is not affine)
     for key, op in ops:
-        regions = [region for _, region in ir.op_regions(op)]
-        bad = any(form is not None and not form.exact for r in regions for form in (r.start_sym, r.stop_sym))
-        bad = bad or any((key[0], r.buffer) in inexact_buffers for r in regions)
+        found = seen.get(id(op))  # the tracer shares an op among the ranks and steps that do the same
+        if found is None:
+            regions = [region for _, region in ir.op_regions(op)]
+            inexact = any(form is not None and not form.exact for r in regions for form in (r.start_sym, r.stop_sym))
+            found = seen[id(op)] = (op, None if inexact else tuple({r.buffer for r in regions}))
+        buffers = found[1]
+        bad = buffers is None or bool(inexact_buffers) and any((key[0], b) in inexact_buffers for b in buffers)
         if bad:
             skipped.setdefault((op.loc.file, op.loc.line), []).append((key, op))
         else:
@@ -178,37 +185,56 @@ def _negation(solver: Solver, ob: _Obligation):
 # -------------------------------------------------------------------------------- obligations
 def _bounds(schedule: ir.Schedule, found: list[Access], need) -> None:
     """0 <= start <= stop <= count of the buffer on the rank that holds it."""
+    counts: dict[tuple[int, str], Form | None] = {}  # (rank, buffer) -> its count's form
     for access in found:
-        try:
-            decl = schedule.programs[access.memory].buffer(access.region.buffer)
-        except (KeyError, IndexError):
-            continue  # an unknown buffer is a trace error, reported there
+        memory, name = access.memory, access.region.buffer
+        count = counts.get((memory, name), False)
+        if count is False:
+            try:
+                count = counts[(memory, name)] = buffer_count(schedule.programs[memory].buffer(name))
+            except (KeyError, IndexError):
+                count = counts[(memory, name)] = None  # an unknown buffer is a trace error, reported there
+        if count is None:
+            continue
         start, stop = access.forms
-        count = buffer_count(decl)
-        if is_symbolic(start, stop, count):
+        if access.symbolic or count[1]:
             need("bounds", (start, stop, count), access)
 
 
 def _counts(schedule: ir.Schedule, matches: Matches, ops: list[tuple[Key, ir.OpBase]], need) -> None:
     """Transfers move equal counts: put/get, copy, reduce, collectives, a send and its matched recv,
     and the k-th collective of every member of a communicator."""
-    def equal(a: _Side, b: _Side, members: int | None = None) -> None:
-        a_count, b_count = region_count(a.region), region_count(b.region)
+    counts: dict[int, tuple] = {}  # id(region) -> (region, its count): the tracer shares regions
+
+    def count(region: ir.Region) -> Form:
+        found = counts.get(id(region))
+        if found is None:
+            found = counts[id(region)] = (region, region_count(region))
+        return found[1]
+
+    def equal(a: tuple, b: tuple, members: int | None = None) -> None:
+        """a and b: the (key, op, field, region) of a `_Side`, built only for an obligation."""
+        a_count, b_count = count(a[3]), count(b[3])
         if members is not None:
             a_count = scaled(a_count, members)
-        if is_symbolic(a_count, b_count) and a_count != b_count:
-            need("count", tuple(sorted((a_count, b_count))), _CountSite(a, b, members))
+        if a_count != b_count and is_symbolic(a_count, b_count):
+            need("count", tuple(sorted((a_count, b_count))), _CountSite(_Side(*a), _Side(*b), members))
 
+    flows: dict[tuple[int, int], tuple] = {}  # (id(op), rank) -> (op, its rule's moves that copy or combine)
     for key, op in ops:
-        op_rule = rule(op)
-        for move in op_rule.flows(op, key[0]):  # the data flow of the rule: each source as long as its destination
-            if move.opaque is None and move.value is None:
-                dst = _Side(key, op, "dst", move.dsts[0][1])
-                for _, region in move.srcs:
-                    equal(_Side(key, op, "src", region), dst)
+        found = flows.get((id(op), key[0]))
+        if found is None:
+            moves = [(move.dsts[0][1], tuple(region for _, region in move.srcs))
+                     for move in rule(op).flows(op, key[0]) if move.opaque is None and move.value is None]
+            found = flows[(id(op), key[0])] = (op, moves)
+        for dst_region, srcs in found[1]:  # the data flow of the rule: each source as long as its destination
+            dst = (key, op, "dst", dst_region)
+            for region in srcs:
+                equal((key, op, "src", region), dst)
         if op.kind in ir.COLLECTIVE_KINDS and op.kind != "barrier" and op.dst is not None:
+            op_rule = rule(op)
             members = len(schedule.members(op.comm, key[0]))
-            src, dst = _Side(key, op, "src", op.src), _Side(key, op, "dst", op.dst)
+            src, dst = (key, op, "src", op.src), (key, op, "dst", op.dst)
             src_units, dst_units = op_rule.scale(members)  # all_gather's dst is members times its src ...
             if dst_units > 1:
                 equal(src, dst, dst_units)
@@ -222,13 +248,13 @@ def _counts(schedule: ir.Schedule, matches: Matches, ops: list[tuple[Key, ir.OpB
     for key, op in ops:
         partner = matches.recv_of.get(key)
         if partner in kept:
-            equal(_Side(key, op, "src", op.src), _Side(partner, kept[partner], "dst", kept[partner].dst))
+            equal((key, op, "src", op.src), (partner, kept[partner], "dst", kept[partner].dst))
     for key, op in ops:
         if op.kind not in ir.COLLECTIVE_KINDS or op.kind == "barrier" or (key[0], key[1]) not in matches.cid_of:
             continue
         lead = matches.collectives[matches.cid_of[(key[0], key[1])]][0] + (None,)
         if lead[0] != key[0] and lead in kept:
-            equal(_Side(lead, kept[lead], "src", kept[lead].src), _Side(key, op, "src", op.src))
+            equal((lead, kept[lead], "src", kept[lead].src), (key, op, "src", op.src))
 
 
 def _overlaps(schedule: ir.Schedule, matches: Matches, found: list[Access], unordered: Unordered | None, need,
