@@ -1014,6 +1014,9 @@ class NvshmemTarget(Target):
             fill.append(f"  a.{name} = {name};")
         n = len(program.ops)
         names = kernel_names(rank, len(bodies))
+        # A library (`library.py`) launches one call's kernel at a time from its own host code: it
+        # takes the struct's fields (buffers in declaration order, then the scratch) from here.
+        _state(gen).setdefault("fields", {})[rank] = ([decl.name for decl in program.buffers], list(scratch))
         kernels = []
         for k, (name, body) in enumerate(zip(names, bodies)):
             last = k == len(bodies) - 1
@@ -1045,6 +1048,13 @@ class NvshmemTarget(Target):
             "};",
             "",
             *kernels,
+            *([] if _state(gen).get("library") else self._host_launch(rank, fill, names)),
+        ]
+
+    @staticmethod
+    def _host_launch(rank: int, fill: list[str], names: list[str]) -> list[str]:
+        """`rank<k>(s)`: one run of the rank's ops, every kernel launched in order (the program's)."""
+        return [
             f"static void rank{rank}(cudaStream_t s) {{",
             f"  CwNvArgs{rank} a;",
             *fill,
