@@ -1,5 +1,7 @@
-"""`clockworks tune FILE -t TOPOLOGY --np N --sizes RANGE [--dry]`: the fastest verified variant of a
-schedule family per size (`clockworks_dist.tune`).
+"""`clockworks tune FILE -t TOPOLOGY --np N --sizes RANGE [--dry] [--emit DIR]`: the fastest verified
+variant of a schedule family per size (`clockworks_dist.tune`); with `--emit DIR`, the winners as a
+library with a size dispatcher (`cw_<name>.h` + `.cu`, `codegen.library`), also from tune results
+already made (`--from RESULTS`, without tuning again).
 
 Exit codes: 0 done, 2 bad input (the file, an option, no GPU without --dry), 3 out of time, 4 an
 internal error.
@@ -25,12 +27,16 @@ def add_parser(sub, positive, seconds) -> None:
                                      "without --dry, build and measure the top K with validate and accept a "
                                      "variant only above the noise. Every try is remembered in DIR/tune_memory.json.",
                          epilog="exit codes: 0 done, 2 bad input or no GPU without --dry, 3 out of time, "
-                                "4 internal error")
+                                "4 internal error. With --emit DIR: the winners as a library, cw_<name>.h + .cu (a "
+                                "size dispatcher over their kernels), its test driver and cw_<name>.json; --from "
+                                "RESULTS (repeatable) emits from tune results already made, without tuning.")
     cmd.add_argument("file", metavar="FILE", help="a Python file defining a @cw.schedule family")
-    cmd.add_argument("--topology", "-t", required=True, metavar="T",
+    cmd.add_argument("--topology", "-t", metavar="T",
                      help="a shipped name (e.g. h200x2-nv18: its calibrated file when one ships, else its "
-                          "uncalibrated one, with a warning), or a topology file, loaded as it is")
-    cmd.add_argument("--np", "--ranks", dest="np", metavar="N", type=positive, required=True, help="world size")
+                          "uncalibrated one, with a warning), or a topology file, loaded as it is (required unless "
+                          "--from)")
+    cmd.add_argument("--np", "--ranks", dest="np", metavar="N", type=positive,
+                     help="world size (required unless --from)")
     cmd.add_argument("--sizes", metavar="RANGE", default="1KiB..1GiB",
                      help="bytes per rank: 1KiB..1GiB (powers of two) or a list 8KiB,1MiB (default 1KiB..1GiB)")
     cmd.add_argument("--schedule", metavar="NAME", help="the schedule NAME of FILE (default: its only one)")
@@ -55,6 +61,17 @@ def add_parser(sub, positive, seconds) -> None:
                           "checked, predicted and measured, and each lowering's top K is measured")
     cmd.add_argument("--timeout", metavar="S", type=seconds, default=tune.CHECK_TIMEOUT_S,
                      help=f"the check of each variant stops after S seconds (default {tune.CHECK_TIMEOUT_S:g})")
+    cmd.add_argument("--emit", metavar="DIR",
+                     help="write the winners as a library into DIR: cw_<name>.h + cw_<name>.cu (a size dispatcher "
+                          "over their NVSHMEM kernels, one kernel per call), cw_<name>_test.cu and cw_<name>.json; "
+                          "in a --dry run the predicted winners, labelled so")
+    cmd.add_argument("--from", dest="from_dirs", metavar="RESULTS", action="append", default=[],
+                     help="with --emit: take the winners from this tune results folder (tune.json and "
+                          "tune_memory.json, e.g. an earlier --out) instead of tuning; repeatable (one folder per "
+                          "size range)")
+    cmd.add_argument("--reset-every", metavar="K", type=positive, default=None,
+                     help="with --emit: the library restores its start state every K calls of one size (default "
+                          "8); every prefix of K calls is checked with the caller's accesses between calls")
     cmd.add_argument("--json", action="store_true", help="print tune.json on stdout")
     cmd.add_argument("--debug", action="store_true", help="print tracebacks of errors in the input")
 
@@ -83,13 +100,22 @@ def cmd_tune(args: argparse.Namespace, out) -> int:
     from . import tune
     from .perf.predict import parse_sizes
 
+    def say(text: str) -> None:
+        sys.stderr.write(f"tune: {text}\n")
+
+    if args.from_dirs:
+        if not args.emit:
+            raise ClockworksError("--from RESULTS: add --emit DIR (it emits the library of those results)")
+        found = tune.emit(args.file, args.emit, results=args.from_dirs, reset_every=args.reset_every,
+                          schedule_name=args.schedule, say=say)
+        _said_emit(found, args, out)
+        return 0
+    if args.topology is None or args.np is None:
+        raise ClockworksError("--topology T and --np N are required (unless --emit DIR --from RESULTS)")
     try:
         sizes = parse_sizes(args.sizes)
     except ValueError as exc:
         raise ClockworksError(f"--sizes: {exc}") from None
-
-    def say(text: str) -> None:
-        sys.stderr.write(f"tune: {text}\n")
 
     report = tune.tune(args.file, args.topology, args.np, sizes, args.out, schedule_name=args.schedule,
                        top=args.top, noise=args.noise, dry=args.dry, mode=args.mode, check_timeout=args.timeout,
@@ -99,4 +125,31 @@ def cmd_tune(args: argparse.Namespace, out) -> int:
     else:
         out.text(tune.render_markdown(report).rstrip("\n"))
         out.text(f"wrote {args.out}/tune.json, {args.out}/tune.md, {args.out}/{tune.MEMORY_FILE}")
+    if args.emit:
+        _said_emit(tune.emit(args.file, args.emit, results=[args.out], reset_every=args.reset_every,
+                             schedule_name=args.schedule, say=say), args, out)
     return 0
+
+
+def _said_emit(found: dict, args: argparse.Namespace, out) -> None:
+    """What --emit wrote: the dispatcher's table, in words (or the JSON with --json)."""
+    if args.json:
+        out.json(found)
+        return
+    kind = "measured" if found["measured"] else "PREDICTED, not measured (a --dry run)"
+    lines = [f"# {found['library']}: {len(found['sizes'])} size(s), {kind} winners, reset every "
+             f"{found['reset_every']} calls", "", "| bytes per rank | kernel | between calls | us per call |",
+             "|---:|---|---|---:|"]
+    for row in found["sizes"]:
+        time = f"{row['time_us']:.2f}" if row["time_us"] is not None else "-"
+        lines.append(f"| {_size(row['bytes'])} | {row['label']} | {row['between']} | {time} |")
+    if found["not_tuned"]:
+        lines += ["", "No kernel (the library refuses these sizes): " + ", ".join(found["not_tuned"])]
+    lines += ["", "wrote " + ", ".join(found["written"])]
+    out.text("\n".join(lines))
+
+
+def _size(nbytes: int) -> str:
+    from .tune import _size_text
+
+    return _size_text(nbytes)

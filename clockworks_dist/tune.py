@@ -498,3 +498,121 @@ def render_markdown(report: dict) -> str:
         lines += [f"- {r['label']}: {r['reason']}" for r in report["rejected"]]
         lines.append("")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------ the library (--emit)
+def _try_of(tries: list[dict], report: dict, variant: dict, packets: int) -> dict:
+    """The memory's try of a report's candidate (empty if the memory lacks it)."""
+    for entry in tries:
+        if (entry.get("schedule") == report["schedule"] and entry.get("variant") == variant
+                and entry.get("packets", 0) == packets and entry.get("world") == report["world"]
+                and entry.get("topology") == report["topology"] and entry.get("calls", 1) == report.get("calls", 1)):
+            return entry
+    return {}
+
+
+def _timing(report: dict, entry: dict) -> str:
+    """How a winner's time was taken, in words (a library call is one kernel per call)."""
+    if report["dry"]:
+        return "predicted per call"
+    calls = report.get("calls", 1)
+    if calls <= 1:
+        return "one call per timed run"
+    # tries from before a kernel per call was the default have no fuse_calls: their calls were fused
+    fused = entry.get("fuse_calls", True)
+    return (f"{calls} calls per timed run, " + ("fused into one kernel per rank (no launch between calls)" if fused
+                                                else "a kernel per call"))
+
+
+def winners_of(report: dict, tries: list[dict], where: str) -> tuple[list, list[str]]:
+    """The winner per size of one tune report (`tune.json`'s content; `tries`: its memory's): the
+    measured winner, or, in a dry run, the predicted one. Sizes without a winner are named."""
+    from .codegen.library import Winner
+
+    winners, missing = [], []
+    for row in report["sizes"]:
+        won = row.get("predicted_winner") if report["dry"] else row.get("winner")
+        if not won:
+            missing.append(f"{_size_text(row['bytes'])} ({where}: "
+                           f"{'no verified variant' if report['dry'] else 'no variant measured correctly'})")
+            continue
+        packets = won.get("packets", 0)
+        entry = _try_of(tries, report, won["variant"], packets)
+        winners.append(Winner(nbytes=row["bytes"], variant=dict(won["variant"]), packets=packets,
+                              between=entry.get("between"), time_us=won.get("time_us"),
+                              nccl_us=row.get("nccl_us") if not report["dry"] else None, measured=not report["dry"],
+                              label=candidate_label(won["variant"], packets), timing=_timing(report, entry)))
+    return winners, missing
+
+
+def _read_results(folder: str) -> tuple[dict, list[dict]]:
+    """`tune.json` and the memory's tries of a tune results folder."""
+    path = os.path.join(folder, "tune.json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            report = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise TuneError(f"--from {folder}: cannot read {path} ({exc}); point --from at a folder tune wrote") from None
+    if not isinstance(report, dict) or "sizes" not in report or "schedule" not in report:
+        raise TuneError(f"--from {folder}: {path} is not a tune report")
+    memory_path = os.path.join(folder, MEMORY_FILE)
+    tries = list(load_memory(memory_path).values())
+    if not tries:
+        raise TuneError(f"--from {folder}: no {MEMORY_FILE} beside tune.json (it records how each winner was checked)")
+    return report, tries
+
+
+def emit(path: str, out_dir: str, results: list[str] | None = None, reports: list[tuple[dict, list[dict], str]]
+         | None = None, reset_every: int | None = None, schedule_name: str | None = None,
+         say: Callable[[str], None] = lambda _text: None) -> dict:
+    """`clockworks tune --emit DIR`: the library of the winners (`codegen.library`) from tune results
+    folders (`results`, e.g. a tune's `--out`) or from reports just made (`reports`: (report, its
+    memory's tries, where)). The schedule file must be the one tuned (its sha256 is in the memory).
+    Returns `cw_<name>.json`'s content, with `written`: the files."""
+    from .codegen import library
+
+    reports = list(reports or [])
+    for folder in results or []:
+        report, tries = _read_results(folder)
+        reports.append((report, tries, folder))
+    if not reports:
+        raise TuneError("--emit: no tune results: tune first (FILE -t T --np N), or name a results folder with --from")
+    digest = file_hash(path)
+    defn = _pick(load_file(path), schedule_name or reports[0][0]["schedule"], path)
+    winners, missing, seen = [], [], {}
+    first = reports[0][0]
+    for report, tries, where in reports:
+        if (report["schedule"], report["world"], report["topology"]) != (first["schedule"], first["world"],
+                                                                          first["topology"]):
+            raise TuneError(f"--from {where}: {report['schedule']} at {report['world']} ranks on {report['topology']}, "
+                            f"but {reports[0][2]} is {first['schedule']} at {first['world']} ranks on "
+                            f"{first['topology']}: one library is one schedule, world and machine")
+        if report["schedule"] != defn.name:
+            raise TuneError(f"--from {where}: the results are of {report['schedule']}, not of {defn.name} in {path}")
+        hashes = {t.get("file") for t in tries if t.get("schedule") == report["schedule"]}
+        if digest not in hashes:
+            raise TuneError(f"{path} is not the file {where} tuned (its sha256 {digest[:12]}... is not in the "
+                            f"memory): the kernels would not be the ones measured; tune it again")
+        found, lacking = winners_of(report, tries, where)
+        missing += lacking
+        for winner in found:
+            if winner.nbytes in seen:
+                raise TuneError(f"{_size_text(winner.nbytes)} was tuned in both {seen[winner.nbytes]} and {where}: "
+                                "name each size once")
+            seen[winner.nbytes] = where
+            winners.append(winner)
+    for text in missing:
+        say(f"no kernel at {text}: the library refuses that size")
+    calls = reset_every or library.DEFAULT_RESET_EVERY
+    try:
+        entries = library.plan_entries(defn, first["world"], winners, calls, say=say)
+        provenance = {"source": ", ".join(where for _r, _t, where in reports), "topology": first["topology"],
+                      "file": os.path.basename(path), "hash": digest,
+                      "measured": all(w.measured for w in winners)}
+        written = library.emit(entries, provenance, out_dir)
+    except library.LibraryError as exc:
+        raise TuneError(f"--emit: {exc}") from None
+    described = library.describe(entries, provenance)
+    described["written"] = [str(p) for p in written]
+    described["not_tuned"] = missing
+    return described

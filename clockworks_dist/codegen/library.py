@@ -76,6 +76,7 @@ class Winner:
     nccl_us: float | None = None
     measured: bool = True  # False: the predicted winner of a dry run
     label: str = ""
+    timing: str = ""  # how the time was taken (calls per timed run, fused or a kernel per call)
 
 
 @dataclass
@@ -259,6 +260,7 @@ def describe(entries: list[Entry], provenance: dict) -> dict:
             "sizes": [{"bytes": e.winner.nbytes, "variant": e.winner.variant, "packets": e.winner.packets,
                        "label": e.winner.label, "between": e.between, "measured_between": e.winner.between,
                        "time_us": e.winner.time_us, "nccl_us": e.winner.nccl_us, "measured": e.winner.measured,
+                       "timing": e.winner.timing,
                        "checker": e.said} for e in entries]}
 
 
@@ -273,6 +275,7 @@ def _winner_lines(entries: list[Entry]) -> list[str]:
         time = (f"{w.time_us:.2f} us per call, {'measured' if w.measured else 'predicted, not measured'}"
                 if w.time_us is not None else "no time")
         nccl = f", NCCL {w.nccl_us:.2f} us" if w.nccl_us else ""
+        nccl += f" ({w.timing})" if w.timing else ""
         moved = "" if e.between == w.between or w.between is None else f" (measured with {w.between})"
         lines.append(f"//   {_size_text(w.nbytes):>9}  {cuda.comment(w.label or w.variant)}; {e.between} between "
                      f"calls{cuda.comment(moved)}; {cuda.comment(time + nccl)}")
@@ -479,6 +482,9 @@ def source(entries: list[Entry], provenance: dict) -> str:
         "};",
         f"const int CWL_NSIZES = {len(entries)};",
         f"const int CWL_RESET_EVERY = {entries[0].calls};",
+        f"const size_t CWL_SIZE_BYTES[] = {{{', '.join(f'{e.winner.nbytes}ULL' for e in entries)}}};",
+        "",
+        DISPATCH_LOGIC.rstrip(),
         "",
         *hosts,
         *_api(name, up, world, len(caller), len(entries)),
@@ -670,6 +676,52 @@ def _entry_host(entry: Entry, k: int, info: dict, slot: dict[str, int]) -> list[
     return setup + call
 
 
+# The dispatcher's decisions, plain C++ without CUDA: the library includes it, and tests compile and
+# run it alone (tests/test_dispatch.py).
+DISPATCH_LOGIC = r"""// ------------------------------------------------- the dispatcher's decisions (plain C++, no CUDA)
+// The size whose kernels a call of `bytes` per PE runs: exactly a tuned one (-1: none; the kernels have
+// their sizes compiled in, so no other size's kernels may stand in).
+inline int cwl_find_in(const size_t* sizes, int n, size_t bytes) {
+  for (int k = 0; k < n; ++k)
+    if (sizes[k] == bytes) return k;
+  return -1;
+}
+// Why `bytes` is refused: the size, and every tuned one.
+inline void cwl_size_message(char* out, size_t cap, const size_t* sizes, int n, size_t bytes) {
+  int used = snprintf(out, cap, "%zu bytes per PE was not tuned (the kernels have their sizes compiled in); the %d "
+                      "tuned sizes: ", bytes, n);
+  for (int k = 0; k < n && used > 0 && (size_t)used + 24 < cap; ++k)
+    used += snprintf(out + used, cap - used, "%s%zu", k ? ", " : "", sizes[k]);
+  if (used > 0 && (size_t)used + 40 < cap) snprintf(out + used, cap - used, " (tune and emit this size)");
+}
+struct CwlState {
+  int current = -1;                // the size whose calls run since the last reset (-1: a reset is due)
+  int calls = 0;                   // its calls since that reset
+  bool captured = false;           // a call was ever captured into a CUDA graph
+  unsigned long long capture = 0;  // the capture the last call was in (0: none)
+};
+// Before a call of size k: whether the start state must be restored first (a reset), and *call, the
+// call's place in the checked prefix it belongs to (0 .. every - 1). Advances the state past the call.
+// The checker verified every prefix of `every` calls of one size from the start state, so a reset is
+// due before a size's first call, after `every` of its calls, at a capture's first call (a graph may
+// replay after anything), and outside a capture once any call was captured (a replay may have run
+// since the last call, and the host cannot see it).
+inline bool cwl_step(CwlState& st, int k, bool capturing, unsigned long long id, int every, int* call) {
+  bool reset = st.current != k || st.calls >= every;
+  if (capturing && id != st.capture) reset = true;
+  if (!capturing && st.captured) reset = true;
+  st.capture = capturing ? id : 0;
+  if (capturing) st.captured = true;
+  if (reset) {
+    st.current = k;
+    st.calls = 0;
+  }
+  *call = st.calls++;
+  return reset;
+}
+"""
+
+
 def _api(name: str, up: str, world: int, ncaller: int, nsizes: int) -> list[str]:
     return [
         "// ------------------------------------------------------------------------------------ the API",
@@ -681,27 +733,15 @@ def _api(name: str, up: str, world: int, ncaller: int, nsizes: int) -> list[str]
         "}",
         "bool cwl_ready = false;",
         "int cwl_pe = -1;",
-        "int cwl_current = -1;          // the size whose calls run since the last reset (-1: a reset is due)",
-        "int cwl_calls = 0;             // its calls since that reset",
-        "bool cwl_captured = false;     // a call was ever captured into a graph",
-        "unsigned long long cwl_capture = 0;  // the capture the last call was in (0: none)",
+        "CwlState cwl_state;",
         "cudaStream_t cwl_stream = nullptr;",
         "bool cwl_have_stream = false;",
         "cudaEvent_t cwl_done = nullptr;",
         "",
-        "int cwl_find(size_t bytes) {",
-        "  for (int k = 0; k < CWL_NSIZES; ++k)",
-        "    if (cwl_sizes[k].bytes == bytes) return k;",
-        "  return -1;",
-        "}",
+        "int cwl_find(size_t bytes) { return cwl_find_in(CWL_SIZE_BYTES, CWL_NSIZES, bytes); }",
         "",
         "int cwl_size_error(size_t bytes) {",
-        "  int n = snprintf(cwl_message, sizeof cwl_message, \"%zu bytes per PE was not tuned (the kernels have their \"",
-        "                   \"sizes compiled in); the %d tuned sizes: \", bytes, CWL_NSIZES);",
-        "  for (int k = 0; k < CWL_NSIZES && n > 0 && n < (int)sizeof cwl_message - 24; ++k)",
-        "    n += snprintf(cwl_message + n, sizeof cwl_message - n, \"%s%zu\", k ? \", \" : \"\", cwl_sizes[k].bytes);",
-        "  if (n > 0 && n < (int)sizeof cwl_message - 48)",
-        "    snprintf(cwl_message + n, sizeof cwl_message - n, \" (tune and emit it at this size)\");",
+        "  cwl_size_message(cwl_message, sizeof cwl_message, CWL_SIZE_BYTES, CWL_NSIZES, bytes);",
         f"  return {up}_ERR_SIZE;",
         "}",
         "",
@@ -749,8 +789,7 @@ def _api(name: str, up: str, world: int, ncaller: int, nsizes: int) -> list[str]
         "  CWL_CUDA(cudaEventCreateWithFlags(&cwl_done, cudaEventDisableTiming));",
         "  CWL_CUDA(cudaDeviceSynchronize());",
         "  nvshmem_barrier_all();  // every PE's allocations and zeroed words are in place before any call",
-        "  cwl_current = -1;",
-        "  cwl_calls = 0;",
+        "  cwl_state = CwlState();",
         "  cwl_ready = true;",
         "  return 0;",
         "}",
@@ -777,18 +816,13 @@ def _api(name: str, up: str, world: int, ncaller: int, nsizes: int) -> list[str]
         f"namespace {name}_impl {{",
         "// Before a call of size k on stream s: whether the state is one a checked prefix goes on from, else",
         "// a reset first (see the file's head). Returns 0 or an error.",
-        "int cwl_prepare(int k, cudaStream_t s) {",
+        "int cwl_prepare(int k, cudaStream_t s, int* call) {",
         "  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;",
         "  unsigned long long id = 0;",
         "  CWL_CUDA(cudaStreamGetCaptureInfo(s, &status, &id));",
         "  bool capturing = status == cudaStreamCaptureStatusActive;",
         f"  if (status == cudaStreamCaptureStatusInvalidated) return cwl_fail({up}_ERR_CUDA, \"cudaStreamGetCaptureInfo\", "
         "\"the stream's capture was invalidated\", __LINE__);",
-        "  bool reset = cwl_current != k || cwl_calls >= CWL_RESET_EVERY;",
-        "  // a capture's first call: the graph may replay any number of times, after anything",
-        "  if (capturing && id != cwl_capture) reset = true;",
-        "  // outside a capture once one happened: a replay of that graph may have run since the last call",
-        "  if (!capturing && cwl_captured) reset = true;",
         "  if (cwl_have_stream && s != cwl_stream) {",
         f"    if (capturing) return cwl_fail({up}_ERR_STATE, \"{name}_run\", \"a capture on another stream than the \"",
         "                                    \"calls before it: capture on the same stream\", __LINE__);",
@@ -799,15 +833,10 @@ def _api(name: str, up: str, world: int, ncaller: int, nsizes: int) -> list[str]
         "  }",
         "  cwl_stream = s;",
         "  cwl_have_stream = true;",
-        "  cwl_capture = capturing ? id : 0;",
-        "  if (capturing) cwl_captured = true;",
-        "  if (!reset) return 0;",
+        "  if (!cwl_step(cwl_state, k, capturing, id, CWL_RESET_EVERY, call)) return 0;",
         "  CwlSize& z = cwl_sizes[k];",
         "  CwlReset r = {z.sig, z.words, z.arrive, std::max(z.counters, 1), z.areas, z.nareas};",
-        "  CWL_TRY(cwl_launch((const void*)cwl_reset_kernel, &r, 1, s));",
-        "  cwl_current = k;",
-        "  cwl_calls = 0;",
-        "  return 0;",
+        "  return cwl_launch((const void*)cwl_reset_kernel, &r, 1, s);",
         "}",
         f"}}  // namespace {name}_impl",
         "",
@@ -815,11 +844,15 @@ def _api(name: str, up: str, world: int, ncaller: int, nsizes: int) -> list[str]
         f"  if (!cwl_ready) return cwl_fail({up}_ERR_STATE, \"{name}_run\", \"call {name}_init first\", __LINE__);",
         "  int k = cwl_find(bytes);",
         "  if (k < 0) return cwl_size_error(bytes);",
-        "  CWL_TRY(cwl_prepare(k, stream));",
-        "  CWL_TRY(cwl_calls_of[k](cwl_pe, cwl_calls, stream));",
-        "  ++cwl_calls;",
-        "  CWL_CUDA(cudaGetLastError());",
-        "  return 0;",
+        "  int call = 0;",
+        "  int status = cwl_prepare(k, stream, &call);",
+        "  if (status == 0) status = cwl_calls_of[k](cwl_pe, call, stream);",
+        "  if (status == 0) {",
+        "    cudaError_t e = cudaGetLastError();",
+        f"    if (e != cudaSuccess) status = cwl_fail({up}_ERR_CUDA, \"a kernel launch\", cudaGetErrorString(e), __LINE__);",
+        "  }",
+        "  if (status != 0) cwl_state.current = -1;  // the state is unknown after a failure: the next call resets",
+        "  return status;",
         "}",
         "",
         f'extern "C" int {name}_finalize(void) {{',
@@ -841,8 +874,7 @@ def _api(name: str, up: str, world: int, ncaller: int, nsizes: int) -> list[str]
         "  cwl_marks = nullptr;",
         "  cwl_ready = false;",
         "  cwl_have_stream = false;",
-        "  cwl_captured = false;",
-        "  cwl_capture = 0;",
+        "  cwl_state = CwlState();",
         "  return 0;",
         "}",
     ]
