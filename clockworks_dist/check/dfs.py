@@ -89,6 +89,7 @@ class _Search:
         self.senders: dict[tuple[int, int], tuple[int, ...]] = {}
         for (rank, index, _sub), send in model.matches.send_of.items():
             self.senders[(rank, index)] = self.senders.get((rank, index), ()) + (send[0],)
+        self.has_colls = bool(model.coll_members)
         self.ends: list[State] = []
         self.first_path: list[tuple] | None = None
         self._clear(world)
@@ -106,6 +107,7 @@ class _Search:
         self.index: dict[int, dict[tuple, list[tuple]]] = {}  # owner -> tag -> [(lo, hi, mode, tag)]
         self.count = 0  # enabled actions
         self.fresh: dict[tuple, None] = {}  # tags enabled or posted since the last visit, still there
+        self.live: dict[tuple, tuple] = {}  # every indexed tag -> its accesses
 
     def _rebuild(self) -> None:
         """The bookkeeping of the current state, from scratch."""
@@ -151,19 +153,31 @@ class _Search:
         model = self.model
         if tag[0] == "post":
             _, rank, pc, sub = tag
-            return next(accesses for s, accesses in model.posted_fp[(rank, pc)] if s == sub)
+            for s, accesses in model.posted_fp[(rank, pc)]:
+                if s == sub:
+                    return accesses
         return model.footprint(tag)
 
     def _index_add(self, tag: tuple) -> None:
-        for owner, space, lo, hi, mode in self._accesses(tag):
+        accesses = self.live[tag] = self._accesses(tag)
+        index = self.index
+        for owner, space, lo, hi, mode in accesses:
             if space == MEM:
-                self.index.setdefault(owner, {}).setdefault(tag, []).append((lo, hi, mode, tag))
+                tags = index.get(owner)
+                if tags is None:
+                    tags = index[owner] = {}
+                entries = tags.get(tag)
+                if entries is None:
+                    tags[tag] = [(lo, hi, mode, tag)]
+                else:
+                    entries.append((lo, hi, mode, tag))
         self.fresh[tag] = None
 
     def _index_remove(self, tag: tuple) -> None:
-        for owner, space, _lo, _hi, _mode in self._accesses(tag):
+        index = self.index
+        for owner, space, _lo, _hi, _mode in self.live.pop(tag):
             if space == MEM:
-                self.index[owner].pop(tag, None)
+                index[owner].pop(tag, None)
         self.fresh.pop(tag, None)
 
     def _enable(self, action: tuple) -> None:
@@ -237,9 +251,11 @@ class _Search:
         for entry in changes:
             what = entry[0]
             if what == "pc":
-                old_pc.setdefault(entry[1], entry[2])
+                if entry[1] not in old_pc:
+                    old_pc[entry[1]] = entry[2]
             elif what == "done":
-                old_done.setdefault(entry[1], entry[2])
+                if entry[1] not in old_done:
+                    old_done[entry[1]] = entry[2]
             elif what == "sig":
                 ranks.add(entry[1])  # a wait of that rank may be enabled or disabled now
             elif what == "launch":
@@ -249,23 +265,27 @@ class _Search:
                 key = (entry[1][0], entry[1][1])
                 landed.append(key)
                 ranks.add(key[0])
-        pcs, done = work.pcs, work.done
+        pcs, done, senders_of, colls = work.pcs, work.done, self.senders, self.has_colls
         for rank in old_pc.keys() | old_done.keys():
-            pc, was = old_pc.get(rank, pcs[rank]), old_done.get(rank, done[rank])
+            pc, now = old_pc.get(rank, pcs[rank]), pcs[rank]
             ranks.add(rank)
-            for index in (pc, pcs[rank]):  # a send is enabled once its recv is posted
-                senders = self.senders.get((rank, index))
+            senders = senders_of.get((rank, pc))  # a send is enabled once its recv is posted
+            if senders:
+                ranks.update(senders)
+            if now != pc:
+                senders = senders_of.get((rank, now))
                 if senders:
                     ranks.update(senders)
-            before = self._arrival(rank, pc, was)
-            after = self._arrival(rank, pcs[rank], done[rank])
-            if before != after:
-                if before is not None:
-                    self.arrived[before] -= 1
-                    self._check_coll(before)
-                if after is not None:
-                    self.arrived[after] += 1
-                    self._check_coll(after)
+            if colls:
+                before = self._arrival(rank, pc, old_done.get(rank, done[rank]))
+                after = self._arrival(rank, now, done[rank])
+                if before != after:
+                    if before is not None:
+                        self.arrived[before] -= 1
+                        self._check_coll(before)
+                    if after is not None:
+                        self.arrived[after] += 1
+                        self._check_coll(after)
             self._set_posts(rank, self._posted(rank))
         flight = work.flight
         recheck: set[tuple[int, int]] = set()
@@ -328,8 +348,9 @@ class _Search:
                 self.first_path = list(self.path)
             return
         index, observer, state = self.index, self.observer, None
+        live = self.live
         for tag in self.fresh:
-            for owner, space, lo, hi, mode in self._accesses(tag):
+            for owner, space, lo, hi, mode in live[tag]:
                 if space != MEM:
                     continue
                 mine = (lo, hi, mode, tag)

@@ -175,19 +175,22 @@ class Reducer:
         if self._foreign is None:
             self._index_foreign()
         kind = action[0]
-        held = self._holder(action)
-        ranks = _ranks_of(model, action)
+        held = ranks = None  # built when first needed: most actions touch atoms no other rank does
         for owner, space, lo, hi, mode in model.footprint(action):
             foreign = self._foreign.get((owner, space))
-            local = self._local.get((owner, space), {})
-            for atom in range(lo, hi):
-                for entry in (foreign.get(atom, ()) if foreign else ()):
-                    if dependent(space, mode, entry[3]) and not held(entry) and not self._ordered(entry, action):
-                        return False
-                if owner not in ranks:  # the owner's own accesses are not held by this action
-                    for entry in local.get(atom, ()):
+            if foreign is not None:  # else only the owner's own accesses, as it runs, touch this memory
+                local = self._local.get((owner, space), {})
+                if held is None:
+                    held, ranks = self._holder(action), _ranks_of(model, action)
+                for atom in range(lo, hi):
+                    for entry in foreign.get(atom, ()):
                         if dependent(space, mode, entry[3]) and not held(entry) and not self._ordered(entry, action):
                             return False
+                    if owner not in ranks:  # the owner's own accesses are not held by this action
+                        for entry in local.get(atom, ()):
+                            if dependent(space, mode, entry[3]) and not held(entry) and \
+                                    not self._ordered(entry, action):
+                                return False
             if kind == "p2p" or kind == "deliver" and action[2] < 0:
                 # the other members of a group stay current and may run on their own
                 for key in _keys_held(model, action):

@@ -23,8 +23,12 @@ def collect_alignments(sched: ir.Schedule, matches, deadline: Deadline = UNBOUND
     collective instances) and every expectation."""
     bounds: dict[str, set[int]] = {}
     transfers: list[tuple[str, int, str, int, int]] = []
+    added: dict[int, ir.Region] = {}  # the tracer shares regions: each is added once (and held here)
 
     def add(region: ir.Region) -> None:
+        if added.get(id(region)) is region:
+            return
+        added[id(region)] = region
         bounds.setdefault(region.buffer, set()).update((region.start, region.stop))
 
     def link(a: ir.Region, b: ir.Region) -> None:

@@ -43,6 +43,8 @@ from .rules import (ATOMIC_MODES, MEM, SIG, SIG_READS, WRITE_MODES, Access as Ru
                     When, collective_flows, conflicting, dependent, lands, p2p_flow, rule)
 from .values import Values
 
+SPAN_MEMO = 1 << 20  # (rank, region) spans kept by `Model.span`
+
 # The modes under their short names (por, properties and actions read them).
 READ, WRITE, ATOMIC_ADD, ATOMIC_OTHER, ATOMIC_READ = (Mode.READ, Mode.WRITE, Mode.ATOMIC_ADD, Mode.ATOMIC_OTHER,
                                                       Mode.ATOMIC_READ)
@@ -112,7 +114,7 @@ Action = Step | P2P | Coll | Deliver
 Span = tuple[int, int, int]  # (rank, first atom, end atom)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AtomMove:
     """A `rules.Move` on atoms: each destination span receives the combine of the source spans."""
 
@@ -123,7 +125,7 @@ class AtomMove:
     opaque: str | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Delivery:
     """What the delivery of a one-sided op does when it lands."""
 
@@ -142,9 +144,10 @@ class Delivery:
     combine: str | None = None  # a landing of a recv with reduce: dst = dst combine payload
 
 
-@dataclass
+@dataclass(slots=True)
 class Code:
-    """One compiled op (a group keeps its members in `members`)."""
+    """One compiled op (a group keeps its members in `members`). With slots, as `Delivery` and
+    `AtomMove`: a model has one per op, and a 1024-rank ring has 3 million ops."""
 
     rank: int
     index: int
@@ -153,7 +156,8 @@ class Code:
     rule: Rule
     sync: Sync
     footprint: tuple[Access, ...] = ()
-    members: list = field(default_factory=list)  # group: [(sub, op)]
+    members: list | tuple = ()  # group: [(sub, op)]
+    sends: tuple = ()  # the subs of `members` that are sends
     cid: int | None = None
     delivery: Delivery | None = None
     partners: frozenset = frozenset()  # other ranks that must take part
@@ -281,12 +285,20 @@ class Model:
         bounds, transfers = collect_alignments(sched, matches, deadline)
         self.layout: Layout = make_layout(sched, split_atoms(bounds, transfers, deadline))
         self.values = Values()
+        self._spans: dict[tuple[int, int], tuple] = {}
+        self._interns: dict = {}
+        # ranks whose buffers sit at the same offsets (all of them, mostly) share their spans
+        offsets: dict[tuple, int] = {}
+        self._layout_of = [offsets.setdefault(tuple(sorted(row.items())), len(offsets))
+                           for row in self.layout.offset]
         self.sig_offset: dict[str, int] = {}
         self.sig_count = 0
         for decl in sched.programs[0].signals:  # symmetric: the same layout on every rank
             self.sig_offset[decl.name] = self.sig_count
             self.sig_count += decl.count
         self.may_wrap = self._may_wrap()
+        self._access_memo: dict[tuple, tuple] = {}  # see `_access`; dropped once the model is built
+        self._accesses_memo: dict[tuple, tuple] = {}
         deadline.check("compiling the model")
         self.code: list[list[Code]] = []
         for p in sched.programs:
@@ -337,11 +349,19 @@ class Model:
                     self.posted_fp[(c.rank, c.index)] = found
         self._por_index: tuple | None = None
         self._member_fp: dict[Key, tuple[Access, ...]] = {}
+        self._access_memo, self._accesses_memo = {}, {}
 
     # -- compilation --------------------------------------------------------------------------
     def span(self, rank: int, region: ir.Region) -> tuple[int, int]:
         """The atoms [lo, hi) of `region` in `rank`'s memory."""
-        return self.layout.span(rank, region)
+        key = (self._layout_of[rank], id(region))
+        found = self._spans.get(key)
+        if found is not None and found[0] is region:
+            return found[1]
+        span = self.layout.span(rank, region)
+        if len(self._spans) < SPAN_MEMO:  # shared regions, held here so that their identity stays theirs
+            self._spans[key] = (region, span)
+        return span
 
     def sig_word(self, ref: ir.SignalRef) -> int:
         """The index of a signal word in a rank's signal array."""
@@ -377,15 +397,31 @@ class Model:
         return frozenset(unbounded | over)
 
     def _access(self, a: RuleAccess) -> Access:
+        # The tracer shares region objects among ops and ranks: one compiled access per (owner,
+        # region, mode), held with the region (so that its identity is not reused meanwhile).
+        key = (a.owner, id(a.where), a.mode)
+        found = self._access_memo.get(key)
+        if found is not None and found[0] is a.where:
+            return found[1]
         if isinstance(a.where, ir.SignalRef):
             word = self.sig_word(a.where)
-            return Access(a.owner, SIG, word, word + 1, a.mode)
-        return Access(a.owner, MEM, *self.span(a.owner, a.where), a.mode)
+            access = Access(a.owner, SIG, word, word + 1, a.mode)
+        else:
+            access = Access(a.owner, MEM, *self.span(a.owner, a.where), a.mode)
+        self._access_memo[key] = (a.where, access)
+        return access
 
     def _accesses(self, rank: int, op, when: When) -> tuple[Access, ...]:
-        """The non-empty compiled accesses of `op` on `rank` that happen `when`."""
-        found = (self._access(a) for a in rule(op).accesses(op, rank) if a.when is when)
-        return tuple(a for a in found if a.lo < a.hi)
+        """The non-empty compiled accesses of `op` on `rank` that happen `when` (asked several
+        times per op while the model is built: a recv's for its meeting and for its landing)."""
+        key = (rank, id(op), when)
+        found = self._accesses_memo.get(key)
+        if found is not None and found[0] is op:
+            return found[1]
+        compiled = (self._access(a) for a in rule(op).accesses(op, rank) if a.when is when)
+        result = tuple(a for a in compiled if a.lo < a.hi)
+        self._accesses_memo[key] = (op, result)
+        return result
 
     def _atoms(self, move: Move) -> AtomMove:
         spans = lambda places: tuple((r, *self.span(r, region)) for r, region in places)  # noqa: E731
@@ -397,7 +433,8 @@ class Model:
         c = Code(rank=rank, index=index, op=op, kind=op.kind, rule=r, sync=r.sync)
         if c.sync is Sync.P2P:
             c.members = members_of(op)
-            c.partners = frozenset(m.peer for _, m in c.members) - {rank}
+            c.sends = tuple(sub for sub, m in c.members if m.kind == "send")
+            c.partners = self._interned(frozenset(m.peer for _, m in c.members) - {rank})
             return c
         if c.sync in (Sync.COLLECTIVE, Sync.BARRIER_ALL, Sync.SYNC_ALL):
             c.cid = self.matches.cid_of.get((rank, index))
@@ -418,6 +455,10 @@ class Model:
             c.moves = tuple(self._atoms(m) for m in r.flows(op, rank))
         c.footprint = tuple(fp)
         return c
+
+    def _interned(self, value):
+        """One object per distinct value (a ring's ranks have the same few partner sets)."""
+        return self._interns.setdefault(value, value)
 
     def _delivery(self, rank: int, index: int, op) -> Delivery:
         r = rule(op)
@@ -628,18 +669,23 @@ class Model:
         """The enabled actions of `rank`'s current op: its step, the sends of its group whose recv
         is posted, or (`collectives`, and `rank` its first member) its collective, once every
         member has arrived."""
-        pcs = state[0]
+        if type(state) is Work:  # the in-place search asks this after every action
+            pcs, dones = state.pcs, state.done
+        else:
+            pcs, dones = state[0], state[1]
         pc = pcs[rank]
         if pc >= self.nops[rank]:
             return []
         c = self.code[rank][pc]
         sync = c.sync
         if sync is Sync.P2P:
-            done, recv_of, acts = state[1][rank], self.matches.recv_of, []
-            for sub, m in c.members:
-                if m.kind == "send" and not (sub is not None and (done >> sub) & 1):
+            done, recv_of, acts = dones[rank], self.matches.recv_of, []
+            for sub in c.sends:
+                if not (sub is not None and (done >> sub) & 1):
                     peer = recv_of.get((rank, pc, sub))
-                    if peer is not None and self.posted(state, peer):
+                    # posted: the recv's rank stands at it and it has not completed
+                    if peer is not None and pcs[peer[0]] == peer[1] and (
+                            peer[2] is None or not (dones[peer[0]] >> peer[2]) & 1):
                         acts.append(P2P("p2p", rank, pc, sub))
             return acts
         if c.cid is not None or sync in (Sync.COLLECTIVE, Sync.BARRIER_ALL, Sync.SYNC_ALL):
