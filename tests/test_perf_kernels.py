@@ -30,7 +30,8 @@ from clockworks_dist.topology import Constants, load_topology
 
 KiB, MiB = 1 << 10, 1 << 20
 H200 = "h200x2-nv18"  # the uncalibrated file: datasheet rates, default constants
-MEASURED = str(Path(__file__).resolve().parent.parent / "topologies" / "measured" / "h200x2-nv18.yaml")
+ROOT = Path(__file__).resolve().parent.parent
+MEASURED = str(ROOT / "topologies" / "measured" / "h200x2-nv18.yaml")
 N = cw.size("N", 1024)
 
 
@@ -249,8 +250,8 @@ def test_a_recv_that_reduces_is_a_kernel_after_the_transfer():
     kernel = next(r for r in tl.records if r.kind == "reduce")
     transfer = next(r for r in tl.records if r.kind == "send")
     assert kernel.rank == 1 and kernel.start == pytest.approx(transfer.end)
-    hbm = topo.devices[1].hbm_GBs * topo.constants.hbm_efficiency * 1e3
-    assert kernel.end - kernel.start == pytest.approx(2.0 + 3 * 4 * MiB / hbm)  # x and what arrived, x written
+    # x and what arrived read, x written: 12 MiB, within the H200's 50 MiB of L2
+    assert kernel.end - kernel.start == pytest.approx(2.0 + 3 * 4 * MiB / (topo.constants.l2_GBs * 1e3))
     assert tl.total_us == pytest.approx(kernel.end)
     assert tl.critical[-1] is kernel and tl.critical[-2].kind == "recv"
     c = Constants(p2p_launch_us=10.0, local_host_us=3.0)
@@ -354,8 +355,9 @@ def test_the_fit_recovers_plain_kernel_constants_from_their_microbenchmarks():
     pytest.importorskip("scipy")
     topo = load_topology(H200)
     truth = fit.with_values(topo.constants, {"local_graph_launch_us": 1.7, "hbm_efficiency": 0.82,
-                                             "local_host_us": 4.6, "local_eager_launch_us": 0.9})
-    sizes = {"kernel_reduce": [4 * KiB, 1 * MiB, 16 * MiB, 256 * MiB]}  # even powers of two: all trained
+                                             "local_host_us": 4.6, "local_eager_launch_us": 0.9, "l2_GBs": 11000.0})
+    # even powers of two: all trained; 4 and 16 MiB of reduce (12 and 48 MiB moved) run from L2
+    sizes = {"kernel_reduce": [4 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 256 * MiB]}
     cells = synthetic(truth, topo, KERNEL_OPS, sizes)
     assert not any(fit.held_out(c) for c in cells)
     start = topo.constants
@@ -363,10 +365,48 @@ def test_the_fit_recovers_plain_kernel_constants_from_their_microbenchmarks():
     fitted, summary = fit.fit(cells, topo, start, workers=1)
     assert set(summary) == {"graph", "eager"}
     for path, want in (("local_graph_launch_us", 1.7), ("hbm_efficiency", 0.82), ("local_host_us", 4.6),
-                       ("local_eager_launch_us", 0.9)):
+                       ("local_eager_launch_us", 0.9), ("l2_GBs", 11000.0)):
         assert fit.get_value(fitted, path) == pytest.approx(want, rel=0.01), path
     # nothing the kernel cells cannot tell apart moved
     assert fitted.graph_launch_us == start.graph_launch_us and fitted.nccl_channel_GBs == start.nccl_channel_GBs
+
+
+def test_a_plain_kernel_runs_from_l2_only_when_what_it_moves_fits():
+    topo = topo_with(local_graph_launch_us=0.0)
+    l2 = topo.devices[0].l2_MiB * MiB
+    net = from_topology(topo, 2)
+    hbm = net.capacity[net.hbm(0)]  # bytes per us
+    rate = topo.constants.l2_GBs * 1e3
+    assert net.local_bytes(0, l2, topo.constants.l2_GBs) == pytest.approx(l2 * hbm / rate)  # fits exactly
+    assert net.local_bytes(0, l2 + 1, topo.constants.l2_GBs) == l2 + 1  # one byte more: all over HBM
+    assert net.local_bytes(0, 1024, 1.0) == 1024  # an L2 slower than HBM never speeds a kernel up
+    # a GPU that states no L2 is HBM alone
+    bare = topo.model_copy(update={"devices": [d.model_copy(update={"l2_MiB": None}) for d in topo.devices]})
+    assert from_topology(bare, 2).local_bytes(0, 1024, topo.constants.l2_GBs) == 1024
+    def reduce_us(t, nbytes):  # the reduce kernel's microbenchmark, in a graph (its start costs 0 here)
+        return fit.predict_cell(fit.Cell("kernel_reduce", nbytes, "graph", 1.0), t, t.constants)
+
+    small, large = 4 * MiB, 64 * MiB  # 12 MiB moved (in L2), 192 MiB moved (not)
+    assert reduce_us(topo, small) == pytest.approx(3 * small / rate, rel=1e-3)
+    assert reduce_us(topo, large) == pytest.approx(3 * large / hbm, rel=1e-3)
+    assert reduce_us(bare, small) == pytest.approx(3 * small / hbm, rel=1e-3)
+
+
+def test_the_calibrated_file_predicts_the_measured_plain_kernels():
+    """The kernel microbenchmark measured on one H200 (results/h200/one_gpu/kernels.jsonl): the
+    calibrated file's plain-kernel constants predict a reduce kernel from 1 KiB to 1 GiB."""
+    cells, _ = fit.load_cells(str(ROOT / "results" / "h200" / "one_gpu" / "kernels.jsonl"))
+    topo = load_topology(MEASURED)
+    reduces = [c for c in cells if c.op == "kernel_reduce" and c.mode == "graph"]
+    assert len(reduces) == 21  # 1 KiB .. 1 GiB
+    errors = sorted(abs(fit.predict_cell(c, topo, topo.constants) - c.measured_us) / c.measured_us for c in reduces)
+    assert errors[len(errors) // 2] < 0.15
+    # in HBM (64 MiB and up) the rate is the fitted one: within 3%
+    assert all(abs(fit.predict_cell(c, topo, topo.constants) / c.measured_us - 1) < 0.03
+               for c in reduces if c.nbytes >= 64 * MiB)
+    # and from L2 (4 to 16 MiB) far faster than HBM alone would allow
+    hbm_alone = topo.devices[0].hbm_GBs * topo.constants.hbm_efficiency * 1e3
+    assert all(c.measured_us < 3 * c.nbytes / hbm_alone * 0.8 for c in reduces if 4 * MiB <= c.nbytes <= 16 * MiB)
 
 
 def test_the_fit_recovers_the_exchange_ramp():

@@ -48,6 +48,7 @@ PARAMETERS = [
     ("nccl_exchange_ramp", 0.2, 1.0),
     ("local_graph_launch_us", 0.05, 20.0),
     ("hbm_efficiency", 0.3, 1.0),
+    ("l2_GBs", 500.0, 50000.0),
 ]
 EAGER = [("kernel_launch_us", 1.0, 60.0), ("p2p_launch_us", 1.0, 60.0), ("eager_launch_us", 0.01, 10.0),
          ("local_host_us", 0.5, 60.0), ("local_eager_launch_us", 0.01, 10.0)]
@@ -59,7 +60,7 @@ def needs(path: str) -> tuple[str, ...]:
     hold one of them (else it keeps its starting value)."""
     if path.startswith("local_"):
         return ("kernel_empty", "kernel_spin")
-    if path == "hbm_efficiency":
+    if path in ("hbm_efficiency", "l2_GBs"):
         return ("kernel_reduce",)
     if path.startswith("nvshmem_"):
         return ("put",)

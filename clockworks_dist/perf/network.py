@@ -76,6 +76,17 @@ class Network:
     def hbm(self, rank: int) -> int:
         return self.hbm_of[rank]
 
+    def local_bytes(self, rank: int, nbytes: float, l2_GBs: float) -> float:
+        """What a plain kernel's `nbytes` of reads and writes cost the rank's HBM resource: all of
+        them, unless they fit in its GPU's L2 (the device's l2_MiB), where they move at `l2_GBs`
+        (as if fewer bytes crossed HBM, so a kernel in L2 still shares what HBM others use).
+        Counting every access (a reduce's destination twice) errs towards HBM near the size."""
+        gpu = self.gpus[rank] if rank < len(self.gpus) else None
+        l2 = getattr(gpu, "l2_MiB", None)
+        if not l2 or nbytes > l2 * (1 << 20):
+            return nbytes
+        return nbytes * min(1.0, self.capacity[self.hbm_of[rank]] / (l2_GBs * GB))
+
     def bottleneck(self, src: int, dst: int) -> float:
         """The smallest capacity on the route, in GB/s."""
         resources, _ = self.route(src, dst)

@@ -377,6 +377,8 @@ class Simulator:
             launches, nbytes, fixed_after, floor = self._compute_cost(op, rank, nbytes)
             if self.program is not None:  # the program's stand-in hashes at its own rate
                 ceiling = self.c.program_compute_GBs
+        else:  # reduce, copy, fill: from L2 when what they touch fits there
+            nbytes = self.net.local_bytes(rank, nbytes, self.c.l2_GBs)
         start = self.now + (0.0 if self._in_kernel() else launches * self._launch("local"))
         done = lambda: self._step_done(action, rec)  # noqa: E731
         if fixed_after and not nbytes:
@@ -571,7 +573,7 @@ class Simulator:
             rec.end = self.now
             self._reduce_kernels(rank, rec, index, recvs[1:])
 
-        nbytes = reduce_traffic(recv, self._size, rank)
+        nbytes = self.net.local_bytes(rank, reduce_traffic(recv, self._size, rank), self.c.l2_GBs)
         self.engine.at(self.now + self._launch("local"),
                        lambda: self.engine.start_flow((self.net.hbm(rank),), nbytes, None, done))
 

@@ -39,7 +39,7 @@ DeviceKind = Literal["gpu", "nvswitch", "pcie_switch", "host_bridge", "cpu", "ni
 LinkKind = Literal["nvlink", "pcie", "upi", "ib", "ethernet", "c2c"]
 # Switches of the network fabric belong to no node; every other device belongs to exactly one.
 FABRIC_KINDS = frozenset({"ib_leaf", "ib_spine"})
-GPU_FIELDS = ("hbm_GBs", "hbm_GB", "sms", "rank_order", "peak_tflops")
+GPU_FIELDS = ("hbm_GBs", "hbm_GB", "l2_MiB", "sms", "rank_order", "peak_tflops")
 # The dtypes a GPU's peak FLOP rate is given for (`Device.peak_tflops`): a `compute` op's `flops=`
 # is divided by the rate of the dtype of the first region it writes (else the first it reads).
 FLOP_DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -134,6 +134,9 @@ class Device(_Frozen):
     model: str | None = Field(None, max_length=200, description="product name, e.g. H100-SXM5-80GB, ConnectX-7")
     hbm_GBs: Rate | None = Field(None, description="GPU only: memory bandwidth, GB/s")
     hbm_GB: _real(gt=0, le=1e6) | None = Field(None, description="GPU only: memory capacity, GB")
+    l2_MiB: _real(gt=0, le=1e5) | None = Field(
+        None, description="GPU only: L2 cache, MiB (50 on H100/H200, 40 on A100); a plain kernel whose reads and "
+                          "writes fit in it moves them at l2_GBs instead of over HBM. Omit it to model HBM alone")
     sms: _int(ge=1, le=100_000) | None = Field(None, description="GPU only: streaming multiprocessors")
     rank_order: _int(ge=0, le=1_000_000) | None = Field(None, description="GPU only: position among its node's "
                                                                            "GPUs (default: file order)")
@@ -289,6 +292,11 @@ class Constants(_Frozen):
     # Fraction of the datasheet HBM bandwidth a streaming kernel (a reduction) reaches: ~90% is
     # typical of STREAM-like kernels on H100/H200.
     hbm_efficiency: Fraction = 0.9
+    # What a plain kernel moves per second when all the bytes it reads and writes fit in the GPU's
+    # L2 (the device's l2_MiB): a kernel repeated on the same buffers, or reducing what a recv has
+    # just written, finds them there. Measured about 9 TB/s for the reduce kernel on one H200
+    # (calibrate/bench_kernels.cu, 4 to 16 MiB); used only where the device states l2_MiB.
+    l2_GBs: Rate = 8000.0
     # One round of a barrier (barrier_all / sync_all).
     barrier_us: Latency = 2.0
     # A `compute` op that states no cost (no us=, flops= or bytes=) is taken as a kernel bound by
