@@ -87,8 +87,10 @@ class _Search:
         self.barrier_all = [sync is Sync.BARRIER_ALL for sync in model.coll_sync]
         # (rank, index) -> the ranks whose sends meet the recvs of that op: they wake when it is posted
         self.senders: dict[tuple[int, int], tuple[int, ...]] = {}
+        shared: dict[tuple, tuple] = {}  # a ring's ops have the same one sender: one tuple each
         for (rank, index, _sub), send in model.matches.send_of.items():
-            self.senders[(rank, index)] = self.senders.get((rank, index), ()) + (send[0],)
+            found = self.senders.get((rank, index), ()) + (send[0],)
+            self.senders[(rank, index)] = shared.setdefault(found, found)
         self.has_colls = bool(model.coll_members)
         self.ends: list[State] = []
         self.first_path: list[tuple] | None = None

@@ -12,6 +12,8 @@ line, never a crash in the checker.
 
 from __future__ import annotations
 
+import functools
+
 import os
 from abc import ABC, abstractmethod
 from typing import Callable, Iterable
@@ -59,7 +61,18 @@ def _whole(sched: ir.Schedule, rank: int, name: str, spec: "Spec") -> ir.Region:
     except KeyError:
         raise _fail(spec.loc, f"postcondition {spec.label} names buffer {name!r}, which rank {rank} does not declare",
                     "use a buffer name the schedule declares", rank=rank) from None
-    return ir.Region(buffer=name, start=0, stop=decl.count)
+    return _region(name, 0, decl.count)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _region(buffer: str, start: int, stop: int) -> ir.Region:
+    """One region object per value: a world's expectations name the same few regions n*n times."""
+    return ir.Region(buffer=buffer, start=start, stop=stop)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _contribution(rank: int, region: ir.Region) -> ir.Contribution:
+    return ir.Contribution(rank=rank, region=region)
 
 
 def _chunk(region: ir.Region, index: int, parts: int, spec: "Spec") -> ir.Region:
@@ -67,8 +80,7 @@ def _chunk(region: ir.Region, index: int, parts: int, spec: "Spec") -> ir.Region
         raise _fail(spec.loc, f"postcondition {spec.label}: {region.buffer} has {region.count} elements, "
                               f"not a multiple of {parts}", "make the buffer's count a multiple of the world size")
     size = region.count // parts
-    return ir.Region(buffer=region.buffer, start=region.start + index * size,
-                     stop=region.start + (index + 1) * size)
+    return _region(region.buffer, region.start + index * size, region.start + (index + 1) * size)
 
 
 class Spec(ABC):
@@ -97,9 +109,9 @@ class allreduce(Spec):
 
     def resolve(self, sched):
         out = []
+        # the same contributions for every rank: one tuple (a 1024-rank world would hold a million)
+        contributions = tuple(_contribution(q, _whole(sched, q, self.buf, self)) for q in range(sched.world))
         for rank in range(sched.world):
-            contributions = tuple(ir.Contribution(rank=q, region=_whole(sched, q, self.buf, self))
-                                  for q in range(sched.world))
             out.append(ir.Expectation(rank=rank, region=_whole(sched, rank, self.dst, self),
                                       contributions=contributions, op=self.op, label=self.label))
         return out
@@ -125,7 +137,7 @@ class allgather(Spec):
                 if self.dst is None:
                     source = _chunk(source, q, n, self)
                 out.append(ir.Expectation(rank=rank, region=_chunk(target, q, n, self),
-                                          contributions=(ir.Contribution(rank=q, region=source),),
+                                          contributions=(_contribution(q, source),),
                                           label=self.label))
         return out
 
@@ -146,7 +158,7 @@ class reduce_scatter(Spec):
         n = sched.world
         for rank in range(n):
             contributions = tuple(
-                ir.Contribution(rank=q, region=_chunk(_whole(sched, q, self.src, self), rank, n, self))
+                _contribution(q, _chunk(_whole(sched, q, self.src, self), rank, n, self))
                 for q in range(n))
             if self.dst is None:
                 target = _chunk(_whole(sched, rank, self.src, self), rank, n, self)
@@ -174,7 +186,7 @@ class alltoall(Spec):
             for q in range(n):
                 source = _chunk(_whole(sched, q, self.src, self), rank, n, self)
                 out.append(ir.Expectation(rank=rank, region=_chunk(target, q, n, self),
-                                          contributions=(ir.Contribution(rank=q, region=source),),
+                                          contributions=(_contribution(q, source),),
                                           label=self.label))
         return out
 
@@ -200,7 +212,7 @@ class broadcast(Spec):
         root = _root(self, sched)
         source = _whole(sched, root, self.buf, self)
         return [ir.Expectation(rank=rank, region=_whole(sched, rank, self.dst, self),
-                               contributions=(ir.Contribution(rank=root, region=source),), label=self.label)
+                               contributions=(_contribution(root, source),), label=self.label)
                 for rank in range(sched.world)]
 
 
@@ -217,7 +229,7 @@ class reduce(Spec):
 
     def resolve(self, sched):
         root = _root(self, sched)
-        contributions = tuple(ir.Contribution(rank=q, region=_whole(sched, q, self.buf, self))
+        contributions = tuple(_contribution(q, _whole(sched, q, self.buf, self))
                               for q in range(sched.world))
         return [ir.Expectation(rank=root, region=_whole(sched, root, self.dst, self),
                                contributions=contributions, op=self.op, label=self.label)]

@@ -332,7 +332,7 @@ class Model:
             self.p2p_footprint[skey] = sent
             self.p2p_member_footprint[skey] = sent + self._accesses(rkey[0], recv, When.JOINT)
             self.p2p_moves[skey] = self._atoms(p2p_flow(send, skey[0], recv, rkey[0]))
-            self.p2p_capture[skey] = (skey[0], *self.span(skey[0], send.src))
+            self.p2p_capture[skey] = self._interned((skey[0], *self.span(skey[0], send.src)))
             self._landing(rkey, recv)
         self.posted_fp: dict[tuple[int, int], tuple] = {}  # (rank, index) -> ((sub, accesses), ...)
         for row in self.code:
@@ -344,12 +344,12 @@ class Model:
                     found = ((None, tuple(a for a in self.coll_member_footprint[c.cid] if a.owner == c.rank)),)
                 else:
                     continue
-                found = tuple((sub, accs) for sub, accs in found if accs)
+                found = tuple(self._interned((sub, accs)) for sub, accs in found if accs)
                 if found:
-                    self.posted_fp[(c.rank, c.index)] = found
+                    self.posted_fp[(c.rank, c.index)] = self._interned(found)
         self._por_index: tuple | None = None
         self._member_fp: dict[Key, tuple[Access, ...]] = {}
-        self._access_memo, self._accesses_memo = {}, {}
+        self._access_memo, self._accesses_memo, self._interns = {}, {}, {}
 
     # -- compilation --------------------------------------------------------------------------
     def span(self, rank: int, region: ir.Region) -> tuple[int, int]:
@@ -424,9 +424,11 @@ class Model:
         return result
 
     def _atoms(self, move: Move) -> AtomMove:
-        spans = lambda places: tuple((r, *self.span(r, region)) for r, region in places)  # noqa: E731
-        return AtomMove(dsts=spans(move.dsts), srcs=spans(move.srcs), combine=move.combine, value=move.value,
-                        opaque=move.opaque)
+        intern = self._interned
+        spans = lambda places: intern(tuple(intern((r, *self.span(r, region))) for r, region in places))  # noqa: E731
+        atoms = AtomMove(dsts=spans(move.dsts), srcs=spans(move.srcs), combine=move.combine, value=move.value,
+                         opaque=move.opaque)
+        return atoms if move.value is not None else intern(atoms)  # -0.0 equals 0.0: fills kept apart
 
     def _compile(self, rank: int, index: int, op) -> Code:
         r = rule(op)
@@ -502,7 +504,7 @@ class Model:
         self.landing_of[key] = at
         self.deliveries[at] = Delivery(issuer=rank, index=at[1], target=rank, pe=rank, epoch=0, fenced=False,
                                        footprint=footprint, completes=key,
-                                       spans=tuple((rank, a.lo, a.hi) for a in writes),
+                                       spans=self._interned(tuple((rank, a.lo, a.hi) for a in writes)),
                                        combine=op.reduce if op.kind == "recv" else None)
 
     def landing(self, state: State, key: Key) -> tuple | None:
