@@ -17,6 +17,11 @@ model what packets save (the separate signal's round trip) or cost (twice the by
 simulates the rewritten schedule's ops as they are. So each lowering is ranked on its own and its top
 K measured; the measurements decide.
 
+The library (`--emit DIR`, `emit`): the winner at each size, measured (or predicted in a dry run,
+labelled so), as `cw_<name>.h` + `cw_<name>.cu` with a size dispatcher (`codegen.library`), from the
+tune just made or from results folders made before (`--from`); each winner is checked again for the
+library (every prefix of K calls, with the caller's accesses between calls).
+
 Every try is recorded in `tune_memory.json` in the output folder, keyed by the schedule file's hash,
 the schedule, the variant, its lowering, the world and the topology, so a rerun skips what was
 already decided. The results go to `tune.json` and `tune.md`.

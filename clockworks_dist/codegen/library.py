@@ -31,7 +31,15 @@ model, else the cheapest it verifies (none, alternate, sync, barrier).
 
 What the caller may do between two calls: write new inputs into the input buffers and read the
 output buffers, by stream-ordered work on the library's stream (or after synchronising with it),
-never touch any other buffer. CUDA graphs: a captured sequence of calls begins with a reset (a graph
+never touch any other buffer. The checker models exactly this (`repeat.with_caller`: the caller's
+writes and reads are ops of the rank between two calls, after every op of the call before and before
+every op of the next, with the peers' ops and in-flight deliveries running beside them), and the
+library matches it on the hardware: a call's kernel has finished on the stream before the caller's
+work runs, and that work has finished before the next call's kernel starts. One assumption is made
+beyond the plan's own: what the caller's completed stream work wrote is what a peer reads from this
+PE (over NVLink, served by this GPU's memory) once this PE's next kernel signals it; CUDA makes a
+finished kernel's or copy's writes visible to the work after it, and the next kernel's signal is
+issued after it starts. CUDA graphs: a captured sequence of calls begins with a reset (a graph
 may replay any number of times, so its first call cannot rely on the state it was captured in), and
 once a capture has happened, every call made outside a capture begins with one too (a replay may
 have run since the last such call).

@@ -14,7 +14,7 @@ per PE and size; the exit status is 1 on any mismatch, 2 on an error.
 from __future__ import annotations
 
 from . import cuda
-from .library import SUPPORT, Entry, _buffers, _caller, _section, _upper, library_name
+from .library import SUPPORT, Entry, LibraryError, _buffers, _caller, _section, _upper, library_name
 
 _ITEM = {2: "uint16_t", 4: "uint32_t", 8: "uint64_t"}
 _REDUCE = cuda.REDUCE_CODE
@@ -37,14 +37,15 @@ def _expectations(entries: list[Entry], slots: dict[str, int]) -> tuple[list[str
     for k, entry in enumerate(entries):
         for expect in entry.sched.expect:
             if expect.region.buffer not in slots or any(c.region.buffer not in slots for c in expect.contributions):
-                raise ValueError(f"a postcondition of {entry.sched.name} names a buffer that is not the caller's")
+                raise LibraryError(f"a postcondition of {entry.sched.name} names a buffer that is not the caller's "
+                                   "(an input, output or inout buffer): the driver cannot check it")
             rows.append(f"  {{{k}, {expect.rank}, {slots[expect.region.buffer]}, {expect.region.start}ULL, "
                         f"{expect.region.count}ULL, {_REDUCE[expect.op]}, {len(contributions)}, "
                         f"{len(expect.contributions)}}},")
             for c in expect.contributions:
                 if c.region.count != expect.region.count:
-                    raise ValueError(f"{entry.sched.name}: a contribution of {c.region.count} elements to "
-                                     f"{expect.region.count}")
+                    raise LibraryError(f"{entry.sched.name}: a contribution of {c.region.count} elements to "
+                                       f"{expect.region.count}")
                 contributions.append(f"  {{{c.rank}, {slots[c.region.buffer]}, {c.region.start}ULL}},")
     return rows + ["};", "const CwtContribution CWT_CONTRIBUTIONS[] = {", *(contributions or ["  {0, 0, 0ULL},"])], len(rows)
 
