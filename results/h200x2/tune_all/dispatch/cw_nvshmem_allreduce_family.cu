@@ -7421,7 +7421,7 @@ extern "C" int cw_nvshmem_allreduce_family_init(void) {
   CWL_CUDA(cudaMalloc((void**)&cwl_marks, (1 + most) * sizeof(uint32_t)));
   CWL_CUDA(cudaMemset(cwl_marks, 0, (1 + most) * sizeof(uint32_t)));
   CWL_CUDA(cudaEventCreateWithFlags(&cwl_done, cudaEventDisableTiming));
-  CWL_CUDA(cudaDeviceSynchronize());
+  CWL_CUDA(cudaDeviceSynchronize());  // the zeroed counters and words are in memory before the PEs meet
   nvshmem_barrier_all();  // every PE's allocations and zeroed words are in place before any call
   cwl_state = CwlState();
   cwl_ready = true;
@@ -7488,7 +7488,7 @@ extern "C" int cw_nvshmem_allreduce_family_run(size_t bytes, cudaStream_t stream
 
 extern "C" int cw_nvshmem_allreduce_family_finalize(void) {
   if (!cwl_ready) return cwl_fail(CW_NVSHMEM_ALLREDUCE_FAMILY_ERR_STATE, "cw_nvshmem_allreduce_family_finalize", "not initialised", __LINE__);
-  CWL_CUDA(cudaDeviceSynchronize());
+  CWL_CUDA(cudaDeviceSynchronize());  // this PE's calls have finished before anything is freed
   nvshmem_barrier_all();  // no PE frees what a peer's last call may still touch
   for (int k = 0; k < CWL_NSIZES; ++k) {
     CwlSize& z = cwl_sizes[k];
