@@ -357,12 +357,15 @@ def test_the_library_and_its_driver_compile_and_link(tmp_path):
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert binary.is_file()
     assert "warning" not in (done.stdout + done.stderr).lower()
-    # the header stands alone in a C++ translation unit of the caller's
-    probe = tmp_path / "probe.cpp"
-    probe.write_text(f'#include "{name}.h"\nint main() {{ return {name.upper()}_NSIZES == 2 ? 0 : 1; }}\n')
-    if tc.cuda_include is not None and shutil.which("g++"):
-        subprocess.run(["g++", "-std=c++17", f"-I{out}", f"-I{tc.cuda_include}", "-c", str(probe), "-o",
-                        str(tmp_path / "probe.o")], check=True)
+    # the header stands alone in a caller's C or C++ translation unit
+    for compiler, suffix in (("gcc", "c"), ("g++", "cpp")):
+        if tc.cuda_include is None or shutil.which(compiler) is None:
+            continue
+        probe = tmp_path / f"probe.{suffix}"
+        probe.write_text(f'#include "{name}.h"\nint main(void) {{ cudaStream_t s = 0; (void)s; '
+                         f'return {name.upper()}_NSIZES == 2 && {name.upper()}_OK == 0 ? 0 : 1; }}\n')
+        subprocess.run([compiler, "-Wall", "-Werror", f"-I{out}", f"-I{tc.cuda_include}", "-c", str(probe), "-o",
+                        str(tmp_path / f"probe_{suffix}.o")], check=True)
 
 
 def test_the_pieces_the_kernels_need_are_found():

@@ -335,7 +335,7 @@ def header(entries: list[Entry], provenance: dict) -> str:
         f"#ifndef {up}_H",
         f"#define {up}_H",
         "#include <stddef.h>",
-        "#include <cuda_runtime.h>",
+        "#include <cuda_runtime_api.h>  /* cudaStream_t; plain C as well as C++ */",
         "#ifdef __cplusplus",
         'extern "C" {',
         "#endif",

@@ -31,7 +31,7 @@
 #ifndef CW_NVSHMEM_ALLREDUCE_FAMILY_H
 #define CW_NVSHMEM_ALLREDUCE_FAMILY_H
 #include <stddef.h>
-#include <cuda_runtime.h>
+#include <cuda_runtime_api.h>  /* cudaStream_t; plain C as well as C++ */
 #ifdef __cplusplus
 extern "C" {
 #endif
