@@ -20,7 +20,7 @@ import operator
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 from .. import ir
 from ..errors import ScheduleError
@@ -75,10 +75,20 @@ class _Interner:
         self.ops: dict[tuple, ir.OpBase] = {}
 
     def affine(self, value) -> ir.Affine | None:
-        form = as_affine(value)
-        if form is None:
+        """`as_affine(value)`, built once per distinct form."""
+        if not isinstance(value, SymInt):
             return None
-        return self.affines.setdefault((form.const, form.terms, form.exact), form)
+        if value._terms is None:
+            key = (value.value, (), False)
+        else:
+            terms = tuple(sorted((name, coeff) for name, coeff in value._terms.items() if coeff))
+            if not terms:
+                return None
+            key = (value._const, terms, True)
+        found = self.affines.get(key)
+        if found is None:
+            found = self.affines[key] = as_affine(value)
+        return found
 
     def region(self, name: str, start, stop) -> ir.Region:
         start_sym, stop_sym = self.affine(start), self.affine(stop)
@@ -97,13 +107,16 @@ class _Interner:
 
 def _identity(value):
     """A field's value as an interning key: IR objects by identity, tuples element by element."""
+    kind = type(value)
+    if kind is int or kind is str or value is None:
+        return value
     if isinstance(value, ir.Frozen):
         return id(value)
-    if isinstance(value, tuple):
+    if kind is tuple:
         return tuple(_identity(v) for v in value)
-    if isinstance(value, float):
+    if kind is float:
         return (float, repr(value))  # -0.0 equals 0.0 but is another value
-    return (type(value), value)
+    return (kind, value)  # True equals 1 but is another value
 
 
 def check_name(name: object, what: str, loc: ir.SourceLoc, rank: int | None, op: str | None = None) -> str:
@@ -444,9 +457,9 @@ class Rank:
                               hint="use the communicator this rank's r.comm(...) returned")
         return comm.name
 
-    def _members(self, comm: str) -> tuple[int, ...]:
+    def _members(self, comm: str) -> Sequence[int]:
         if comm == "world":
-            return tuple(range(self.world))
+            return range(self.world)  # `in` and len() in constant time: a send is traced per step
         return self._st.comms[comm][0]
 
     def _flag(self, value, what: str, op: str) -> bool:

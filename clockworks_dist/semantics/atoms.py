@@ -48,11 +48,18 @@ def collect_alignments(sched: ir.Schedule, matches, deadline: Deadline = UNBOUND
         for region in places[1:]:
             link(places[0], region)
 
+    # An op object the tracer shares among ranks and steps is aligned once: a rule's flows name
+    # the op's own regions whatever the rank (the rank only says whose memory they are in), and
+    # boundaries are kept per buffer name, on every rank alike.
+    seen: dict[int, object] = {}
     for prog in sched.programs:
         deadline.check("compiling the model")
         for decl in prog.buffers:
             bounds.setdefault(decl.name, set()).update((0, decl.count))
         for op in prog.ops:
+            if seen.get(id(op)) is op:
+                continue
+            seen[id(op)] = op
             for member in (op.ops if op.kind == "group" else (op,)):
                 for _, region in ir.op_regions(member):
                     add(region)

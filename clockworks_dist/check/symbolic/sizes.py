@@ -18,7 +18,7 @@ from ...semantics.match import Key, Matches, match, op_ref
 from ...semantics.order import StaticOrder
 from ...semantics.rules import describe, rule
 from ..result import OpRef, Violation
-from .forms import (Access, Form, accesses, buffer_count, combine, is_symbolic, names, region_count, scaled,
+from .forms import (Access, Form, accesses, buffer_count, is_symbolic, names, region_count, scaled,
                     show_form, show_op_region, show_region, show_valuation, value_at, walk)
 from .solver import Solver, z3_module
 from .waits import static_order
@@ -287,13 +287,23 @@ def _overlaps(schedule: ir.Schedule, matches: Matches, found: list[Access], unor
         position[id(access)] = number
     pairs: dict[str, list[tuple[tuple, tuple]]] = {}  # buffer name -> pairs of regions that need a look
     for buffer, regions in shapes.items():
+        # every pair of distinct regions of a buffer: a ring of n ranks names n chunks of x, so
+        # this is n * n / 2 pairs, each tested without building forms (`_lowest`, no cache to thrash)
         ordered = sorted(regions)
         found_pairs = pairs[buffer] = []
         for i, a_forms in enumerate(ordered):
             deadline.check("the z3 overlap checks")
+            a_start, a_stop = a_forms
             for b_forms in ordered[i:]:
+                b_start, b_stop = b_forms
+                lowest = _lowest(b_start, a_stop, symbols)
+                if lowest is not None and lowest >= 0:
+                    continue  # surely apart: a ends before b starts, whatever the sizes
+                lowest = _lowest(a_start, b_stop, symbols)
+                if lowest is not None and lowest >= 0:
+                    continue
                 forms = a_forms + b_forms
-                if _surely_apart(forms, symbols) or left_to_search is not None and left_to_search(forms):
+                if left_to_search is not None and left_to_search(forms):
                     continue
                 found_pairs.append((a_forms, b_forms))
     for (_memory, buffer), by_forms in by_buffer.items():
@@ -313,27 +323,29 @@ def _overlaps(schedule: ir.Schedule, matches: Matches, found: list[Access], unor
                     need("overlap", forms, site)
 
 
-def _surely_apart(forms: tuple[Form, Form, Form, Form], symbols: dict[str, ir.Symbol]) -> bool:
-    """A cheap sufficient test, before z3: one region ends before the other starts whatever the
-    symbols (chunk k against chunk m of one buffer), so the pair needs no ordering at all."""
-    a_start, a_stop, b_start, b_stop = forms
-    return _surely_nonnegative(combine(b_start, a_stop, -1), symbols) or \
-        _surely_nonnegative(combine(a_start, b_stop, -1), symbols)
-
-
-def _surely_nonnegative(form: Form, symbols: dict[str, ir.Symbol]) -> bool:
-    lowest = form[0]
-    for name, coeff in form[1]:
+def _lowest(x: Form, y: Form, symbols: dict[str, ir.Symbol]) -> int | None:
+    """The least value of x - y over the admissible sizes, or None if it has none (a size
+    without a max, with a negative coefficient). A pair of regions is surely apart when one
+    region's start minus the other's stop is at least 0 (chunk k against chunk m of one buffer)."""
+    lowest = x[0] - y[0]
+    if not x[1] and not y[1]:
+        return lowest
+    coeffs = dict(x[1])
+    for name, coeff in y[1]:
+        coeffs[name] = coeffs.get(name, 0) - coeff
+    for name, coeff in coeffs.items():
+        if not coeff:
+            continue
         symbol = symbols.get(name)
         if symbol is None:
-            return False
+            return None
         if coeff > 0:
             lowest += coeff * symbol.min
         elif symbol.max is None:
-            return False
+            return None
         else:
             lowest += coeff * symbol.max
-    return lowest >= 0
+    return lowest
 
 
 # --------------------------------------------------------------------------------- reporting
