@@ -273,6 +273,13 @@ def test_names_reaching_cpp_are_validated(tmp_path):
                 assert "//" in line[:line.index("rm -rf")] or "\\042" in line, line
 
 
+def test_caller_buffers_that_differ_only_in_case_are_refused():
+    buffers = [library._Buffer("x", 4, "float32", "input"), library._Buffer("X", 4, "float32", "output")]
+    with pytest.raises(library.LibraryError, match="differ only in case"):
+        library._caller(buffers)
+    assert [b.name for b in library._caller(buffers[:1] + [library._Buffer("t", 4, "float32", "scratch")])] == ["x"]
+
+
 # ------------------------------------------------------------------------------ the CLI
 def test_emit_in_a_dry_run_labels_the_winners_predicted(tmp_path, capsys):
     out, lib = tmp_path / "tune", tmp_path / "lib"

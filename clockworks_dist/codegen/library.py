@@ -239,7 +239,16 @@ def _buffers(entries: list[Entry]) -> list[_Buffer]:
 
 
 def _caller(buffers: list[_Buffer]) -> list[_Buffer]:
-    return [b for b in buffers if b.role in ("input", "output", "inout")]
+    """The buffers the caller fills or reads (inputs, outputs), each with a name of its own in upper case
+    (the header's `CW_<NAME>_BUF_<BUFFER>`)."""
+    found = [b for b in buffers if b.role in ("input", "output", "inout")]
+    seen: dict[str, str] = {}
+    for b in found:
+        other = seen.setdefault(b.name.upper(), b.name)
+        if other != b.name:
+            raise LibraryError(f"buffers {other} and {b.name} differ only in case: the header names them "
+                               f"both {b.name.upper()} (rename one)")
+    return found
 
 
 def emit(entries: list[Entry], provenance: dict, out_dir) -> list[Path]:
