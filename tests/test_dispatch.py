@@ -187,6 +187,22 @@ def test_the_source_has_a_namespace_and_a_kernel_per_call_for_each_size(tmp_path
         (1024, "alternate", 32768), (16 << 20, "none", 0)]
 
 
+def test_the_kernels_are_the_ones_validate_runs_for_that_many_calls(tmp_path):
+    """A size's kernels in the library are, text for text, those of `validate --calls K` (a kernel per
+    call) on the same winner: the program the tune measured and the checker's values were compared with."""
+    from clockworks_dist.codegen import program
+
+    from test_call_kernels import _kernels
+
+    entries, out = _emit(tmp_path, calls=3)
+    text = (out / "cw_nvshmem_allreduce_family.cu").read_text()
+    for k, entry in enumerate(entries):
+        body = text[text.index(f"namespace cw_size{k} {{"):text.index(f"}}  // namespace cw_size{k}")]
+        alone = program.generate(entry.sched, "nvshmem", packets=entry.lowered, splits=entry.starts)
+        for rank in range(2):
+            assert _kernels(body, rank) == _kernels(alone, rank) and len(_kernels(body, rank)) == 3
+
+
 def test_every_added_sync_says_why(tmp_path):
     _entries, out = _emit(tmp_path)
     text = (out / "cw_nvshmem_allreduce_family.cu").read_text()
