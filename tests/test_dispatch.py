@@ -201,6 +201,11 @@ def test_the_kernels_are_the_ones_validate_runs_for_that_many_calls(tmp_path):
         alone = program.generate(entry.sched, "nvshmem", packets=entry.lowered, splits=entry.starts)
         for rank in range(2):
             assert _kernels(body, rank) == _kernels(alone, rank) and len(_kernels(body, rank)) == 3
+            # the K-th call's kernel ends with every block's quiet and every PE meeting, which a reset
+            # right after it does not repeat (cwl_step's CWL_RESET_AFTER_BLOCK); the others do not
+            ends = ["// the end of a run" in k_ and "nvshmem_barrier_all();" in k_.split("// the end of a run")[-1]
+                    for k_ in _kernels(body, rank)]
+            assert ends == [False, False, True]
 
 
 def test_every_added_sync_says_why(tmp_path):
@@ -232,13 +237,13 @@ int main() {
   // 10 eager calls of size 0 with K = 4, then 1 of size 1, then 2 of size 0
   for (int i = 0; i < 13; ++i) {
     int k = i < 10 ? 0 : (i == 10 ? 1 : 0);
-    bool reset = cwl_step(st, k, false, 0, 4, &call);
-    printf("eager %%d %%d %%d\n", k, reset ? 1 : 0, call);
+    int reset = cwl_step(st, k, false, 0, 4, &call);
+    printf("eager %%d %%d %%d\n", k, reset, call);
   }
   // a capture (id 7) of 5 calls, another capture (id 9) of 2, then eager calls
-  for (int i = 0; i < 5; ++i) { bool r = cwl_step(st, 0, true, 7, 4, &call); printf("graph7 %%d %%d\n", r ? 1 : 0, call); }
-  for (int i = 0; i < 2; ++i) { bool r = cwl_step(st, 0, true, 9, 4, &call); printf("graph9 %%d %%d\n", r ? 1 : 0, call); }
-  for (int i = 0; i < 2; ++i) { bool r = cwl_step(st, 0, false, 0, 4, &call); printf("after %%d %%d\n", r ? 1 : 0, call); }
+  for (int i = 0; i < 5; ++i) { int r = cwl_step(st, 0, true, 7, 4, &call); printf("graph7 %%d %%d\n", r, call); }
+  for (int i = 0; i < 2; ++i) { int r = cwl_step(st, 0, true, 9, 4, &call); printf("graph9 %%d %%d\n", r, call); }
+  for (int i = 0; i < 2; ++i) { int r = cwl_step(st, 0, false, 0, 4, &call); printf("after %%d %%d\n", r, call); }
   return 0;
 }
 """
@@ -256,13 +261,14 @@ def test_the_dispatchers_decisions_run(tmp_path):
     assert lines[1] == ("message 4096 bytes per PE was not tuned (the kernels have their sizes compiled in); the 3 "
                         "tuned sizes: 1024, 8192, 16777216 (tune and emit this size)")
     eager = [tuple(int(v) for v in line.split()[1:]) for line in lines[2:15]]
-    # a reset before the first call and after every 4 calls; calls numbered 0..3 within each prefix
-    assert [(r, c) for k, r, c in eager[:10]] == [(1, 0), (0, 1), (0, 2), (0, 3), (1, 0), (0, 1), (0, 2), (0, 3),
-                                                 (1, 0), (0, 1)]
-    assert eager[10] == (1, 1, 0)  # another size: a reset, whatever the count
+    # a reset before the first call (1: the PEs meet first) and after every 4 calls (2: right after the
+    # 4th call, whose kernel ended with every PE meeting); calls numbered 0..3 within each prefix
+    assert [(r, c) for k, r, c in eager[:10]] == [(1, 0), (0, 1), (0, 2), (0, 3), (2, 0), (0, 1), (0, 2), (0, 3),
+                                                 (2, 0), (0, 1)]
+    assert eager[10] == (1, 1, 0)  # another size: a reset from a state not known, whatever the count
     assert eager[11] == (0, 1, 0) and eager[12] == (0, 0, 1)  # back to size 0: a reset again
     graph7 = [tuple(int(v) for v in line.split()[1:]) for line in lines[15:20]]
-    assert graph7 == [(1, 0), (0, 1), (0, 2), (0, 3), (1, 0)]  # a capture begins with a reset
+    assert graph7 == [(1, 0), (0, 1), (0, 2), (0, 3), (2, 0)]  # a capture begins with a reset
     graph9 = [tuple(int(v) for v in line.split()[1:]) for line in lines[20:22]]
     assert graph9 == [(1, 0), (0, 1)]  # another capture: its own reset
     after = [tuple(int(v) for v in line.split()[1:]) for line in lines[22:24]]

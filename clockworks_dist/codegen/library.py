@@ -580,13 +580,19 @@ def _reset_kernel() -> list[str]:
     return [
         "// ------------------------------------------------------------------------------------- reset",
         "struct CwlArea { void* ptr; size_t bytes; };",
-        "struct CwlReset { uint64_t* sig; int words; unsigned* arrive; int counters; CwlArea* areas; int nareas; };",
+        "struct CwlReset {",
+        "  uint64_t* sig; int words; unsigned* arrive; int counters; CwlArea* areas; int nareas;",
+        "  int meet_first;  // 0 only right after a size's K-th call (cwl_step's CWL_RESET_AFTER_BLOCK)",
+        "};",
         "// The state every checked schedule starts from, restored before a size's first call, after K of its",
         "// calls, and where a graph may have replayed (cwl_prepare says when). One block.",
         "__global__ void __launch_bounds__(CW_NV_THREADS) cwl_reset_kernel(CwlReset r) {",
         "  // 1. Every PE is past its last call, and every delivery of those calls has landed on every PE",
-        "  //    (barrier_all: quiet, then every PE meets): nothing in flight can still write a word zeroed below.",
-        "  if (threadIdx.x == 0) nvshmem_barrier_all();",
+        "  //    (barrier_all: quiet, then every PE meets): nothing in flight can still write a word zeroed below,",
+        "  //    and no PE still polls one. Right after a size's K-th call this holds already: that call's kernel",
+        "  //    ended with every block's quiet and every PE meeting (the end of a run, nvshmem.py), so the",
+        "  //    meeting is not repeated (meet_first 0).",
+        "  if (r.meet_first && threadIdx.x == 0) nvshmem_barrier_all();",
         "  __syncthreads();  // no thread zeroes before thread 0's barrier has returned",
         "  // 2. The start state: every signal word 0 (epochs count calls from it), the arrival counters 0",
         "  //    (left at 0 by every handoff already; zeroed too, so nothing relies on that), every packet area 0",
@@ -717,24 +723,26 @@ struct CwlState {
   bool captured = false;           // a call was ever captured into a CUDA graph
   unsigned long long capture = 0;  // the capture the last call was in (0: none)
 };
-// Before a call of size k: whether the start state must be restored first (a reset), and *call, the
-// call's place in the checked prefix it belongs to (0 .. every - 1). Advances the state past the call.
-// The checker verified every prefix of `every` calls of one size from the start state, so a reset is
-// due before a size's first call, after `every` of its calls, at a capture's first call (a graph may
-// replay after anything), and outside a capture once any call was captured (a replay may have run
-// since the last call, and the host cannot see it).
-inline bool cwl_step(CwlState& st, int k, bool capturing, unsigned long long id, int every, int* call) {
-  bool reset = st.current != k || st.calls >= every;
-  if (capturing && id != st.capture) reset = true;
-  if (!capturing && st.captured) reset = true;
+// Before a call of size k: whether the start state must be restored first, and *call, the call's place
+// in the checked prefix it belongs to (0 .. every - 1). Advances the state past the call. The checker
+// verified every prefix of `every` calls of one size from the start state, so a reset is due before a
+// size's first call, after `every` of its calls, at a capture's first call (a graph may replay after
+// anything), and outside a capture once any call was captured (a replay may have run since the last
+// call, and the host cannot see it). Returns CWL_KEEP (no reset), CWL_RESET (a reset from a state not
+// known here: the PEs meet first) or CWL_RESET_AFTER_BLOCK (right after the `every`-th call of this
+// size, whose kernel ended with every block's quiet and every PE meeting: that meeting is not repeated).
+enum { CWL_KEEP = 0, CWL_RESET = 1, CWL_RESET_AFTER_BLOCK = 2 };
+inline int cwl_step(CwlState& st, int k, bool capturing, unsigned long long id, int every, int* call) {
+  bool unknown = st.current != k || (capturing && id != st.capture) || (!capturing && st.captured);
+  bool full = !unknown && st.calls >= every;
   st.capture = capturing ? id : 0;
   if (capturing) st.captured = true;
-  if (reset) {
+  if (unknown || full) {
     st.current = k;
     st.calls = 0;
   }
   *call = st.calls++;
-  return reset;
+  return unknown ? CWL_RESET : (full ? CWL_RESET_AFTER_BLOCK : CWL_KEEP);
 }
 """
 
@@ -850,9 +858,10 @@ def _api(name: str, up: str, world: int, ncaller: int, nsizes: int) -> list[str]
         "  }",
         "  cwl_stream = s;",
         "  cwl_have_stream = true;",
-        "  if (!cwl_step(cwl_state, k, capturing, id, CWL_RESET_EVERY, call)) return 0;",
+        "  int how = cwl_step(cwl_state, k, capturing, id, CWL_RESET_EVERY, call);",
+        "  if (how == CWL_KEEP) return 0;",
         "  CwlSize& z = cwl_sizes[k];",
-        "  CwlReset r = {z.sig, z.words, z.arrive, std::max(z.counters, 1), z.areas, z.nareas};",
+        "  CwlReset r = {z.sig, z.words, z.arrive, std::max(z.counters, 1), z.areas, z.nareas, how == CWL_RESET};",
         "  return cwl_launch((const void*)cwl_reset_kernel, &r, 1, s);",
         "}",
         f"}}  // namespace {name}_impl",
