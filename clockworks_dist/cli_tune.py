@@ -103,6 +103,8 @@ def cmd_tune(args: argparse.Namespace, out) -> int:
     def say(text: str) -> None:
         sys.stderr.write(f"tune: {text}\n")
 
+    if args.reset_every is not None and not args.emit:
+        raise ClockworksError("--reset-every K is the emitted library's: add --emit DIR")
     if args.from_dirs:
         if not args.emit:
             raise ClockworksError("--from RESULTS: add --emit DIR (it emits the library of those results)")

@@ -350,6 +350,9 @@ def test_emit_refuses_an_edited_schedule_file_and_bad_options(tmp_path, capsys):
     assert code == 2 and "cannot read" in err
     code, _out, err = _cli(["tune", str(FAMILY), "--dry"], capsys)
     assert code == 2 and "--topology T and --np N are required" in err
+    code, _out, err = _cli(["tune", str(FAMILY), "-t", "h200x2-nv18", "--np", "2", "--dry", "--reset-every", "4"],
+                           capsys)
+    assert code == 2 and "add --emit DIR" in err
     # one size from two folders
     code, _out, err = _cli(["tune", str(FAMILY), "--emit", str(tmp_path / "lib"), "--from", str(COMMITTED / "small"),
                             "--from", str(COMMITTED / "small")], capsys)
