@@ -109,7 +109,7 @@ def cmd_tune(args: argparse.Namespace, out) -> int:
         if not args.emit:
             raise ClockworksError("--from RESULTS: add --emit DIR (it emits the library of those results)")
         found = tune.emit(args.file, args.emit, results=args.from_dirs, reset_every=args.reset_every,
-                          schedule_name=args.schedule, say=say)
+                          schedule_name=args.schedule, say=say, check_timeout=args.timeout)
         _said_emit(found, args, out)
         return 0
     if args.topology is None or args.np is None:
@@ -129,7 +129,7 @@ def cmd_tune(args: argparse.Namespace, out) -> int:
         out.text(f"wrote {args.out}/tune.json, {args.out}/tune.md, {args.out}/{tune.MEMORY_FILE}")
     if args.emit:
         _said_emit(tune.emit(args.file, args.emit, results=[args.out], reset_every=args.reset_every,
-                             schedule_name=args.schedule, say=say), args, out)
+                             schedule_name=args.schedule, say=say, check_timeout=args.timeout), args, out)
     return 0
 
 
