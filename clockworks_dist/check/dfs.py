@@ -28,6 +28,15 @@ the counterexample of whatever is found on it).
 The bookkeeping is a function of the state: `_rebuild` computes it from scratch (at the start and
 after each backtrack), and `CHECK_INCREMENTAL` makes the search compare the two at every state
 (the property tests turn it on).
+
+Cost at scale. A ring all-reduce never branches, so its search is one path of (ops + landings)
+actions and costs the same per action at any size; what grows is the number of actions. The
+shortcuts taken for that keep the transition system and the bookkeeping exactly as they were, so
+the arguments above and in `por` hold unchanged: the tracer shares one IR object among equal
+values (`dsl.trace._Interner`), and `Model` compiles an access or a span once per region object
+(memos keyed by identity, each holding its object, so an identity is never reused while its entry
+lives) and gives every op the values it would compute on its own; each indexed tag keeps the
+accesses it was indexed with (`live`), which are its footprint, fixed by the program text.
 """
 
 from __future__ import annotations

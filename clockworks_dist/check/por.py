@@ -59,6 +59,9 @@ the closure of the widened relation stays {t}, so does the closure below, and D1
 argued there (t is enabled and, with no dependent writer of its signal words left, cannot be
 disabled). The in-place search (`dfs`) takes such an action whenever one is enabled: a ring
 all-reduce then never computes a closure, and its search costs the same per state at any size.
+The decision reads only memory that some access other than its owner's own (as the owner runs or
+meets its peers) touches (`_index_foreign`); memory no such access touches has no entry there nor
+in the owner's own table built for it, so skipping it drops no access that could count.
 
 Why this is sound. These are Valmari's strong stubborn-set conditions D1 (every t in T commutes with
 any sequence of actions outside T) and D2 (the enabled actions of T stay enabled along such

@@ -424,11 +424,19 @@ class Model:
         return result
 
     def _atoms(self, move: Move) -> AtomMove:
-        intern = self._interned
-        spans = lambda places: intern(tuple(intern((r, *self.span(r, region))) for r, region in places))  # noqa: E731
-        atoms = AtomMove(dsts=spans(move.dsts), srcs=spans(move.srcs), combine=move.combine, value=move.value,
-                         opaque=move.opaque)
-        return atoms if move.value is not None else intern(atoms)  # -0.0 equals 0.0: fills kept apart
+        atoms = AtomMove(dsts=self._spans_of(move.dsts), srcs=self._spans_of(move.srcs), combine=move.combine,
+                         value=move.value, opaque=move.opaque)
+        return atoms if move.value is not None else self._interned(atoms)  # -0.0 equals 0.0: fills kept apart
+
+    def _spans_of(self, places) -> tuple[Span, ...]:
+        """The atom spans of (rank, region) places, one tuple object per distinct value."""
+        interns, span, found = self._interns, self.span, []
+        for r, region in places:
+            lo, hi = span(r, region)
+            entry = (r, lo, hi)
+            found.append(interns.setdefault(entry, entry))
+        spans = tuple(found)
+        return interns.setdefault(spans, spans)
 
     def _compile(self, rank: int, index: int, op) -> Code:
         r = rule(op)
@@ -494,12 +502,12 @@ class Model:
     def _landing(self, key: Key, op) -> None:
         """Compile the landing of a recv or collective member that writes (`rules.lands`)."""
         rank, index, sub = key
-        if not lands(op, rank):
+        joint = self._accesses(rank, op, When.JOINT)
+        writes = tuple(a for a in joint if a.mode in WRITE_MODES)
+        if not any(a.owner == rank for a in writes) and not lands(op, rank):  # `lands`, on the compiled accesses
             return
         r = rule(op)
-        writes = tuple(a for a in self._accesses(rank, op, When.JOINT) if a.mode in WRITE_MODES)
-        footprint = self._accesses(rank, op, When.JOINT) if (
-            op.kind == "recv" or getattr(r, "reads_until_done", False)) else writes
+        footprint = joint if (op.kind == "recv" or getattr(r, "reads_until_done", False)) else writes
         at = (rank, -1 - (index * self.members_max + (0 if sub is None else sub + 1)))
         self.landing_of[key] = at
         self.deliveries[at] = Delivery(issuer=rank, index=at[1], target=rank, pe=rank, epoch=0, fenced=False,
