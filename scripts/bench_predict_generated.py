@@ -55,7 +55,8 @@ MiB = 1 << 20
 # (e.g. the kernel microbenchmark's, calibrate/bench_kernels.cu) and fits only the program's.
 FITTED = {
     "graph": [("program_graph_us", 0.01, 50.0), ("program_mark_us", 0.01, 20.0),
-              ("program_step_us", 0.01, 20.0), ("program_compute_GBs", 10.0, 5000.0),
+              ("program_step_us", 0.01, 20.0), ("program_sync_us", 0.01, 20.0),
+              ("program_compute_GBs", 10.0, 5000.0),
               ("program_atomic_us", 1e-5, 0.1), ("nvshmem_reverse_share", 0.001, 1.0), ("barrier_us", 0.05, 20.0)],
     "eager": [("program_eager_us", 0.01, 50.0), ("program_mark_host_us", 0.01, 20.0),
               ("program_host_lead_us", 0.01, 50.0)],
@@ -142,7 +143,7 @@ def predict(row: dict, mode: str, consts) -> float:
 # bound can leave a constant there).
 START = {"program_graph_us": 3.0, "program_eager_us": 3.0, "program_mark_us": 1.0, "program_mark_host_us": 1.0,
          "program_step_us": 1.0, "program_atomic_us": 0.001, "nvshmem_reverse_share": 0.2,
-         "program_host_lead_us": 3.0}
+         "program_host_lead_us": 3.0, "program_sync_us": 1.0}
 
 
 def fit_constants(rows: list[dict], start) -> tuple[object, dict]:

@@ -339,6 +339,33 @@ def test_a_generated_program_adds_its_own_costs():
         program_us(sched, topo, "graph", "cupy")
 
 
+@cw.schedule
+def fill_then_put(r):
+    x = r.symmetric("x", count=N, role="scratch")
+    y = r.symmetric("y", count=N, role="scratch")
+    out = r.buffer("out", count=N, role="output")
+    ready = r.signal("ready")
+    r.fill(x, 1.0)  # spread over the kernel's blocks ...
+    r.put_signal(1 - r.rank, y, x, ready, value=1, op="set")  # ... sent once every block has filled its part
+    r.wait_until(ready, "ge", 1)
+    r.copy(out, y)
+
+
+def test_an_nvshmem_program_pays_for_the_handoffs_its_code_generator_plans():
+    from clockworks_dist.codegen.nvshmem import plan_rank
+
+    sched = fill_then_put.trace(2, sizes={"N": 1 << 20})  # 4 MiB: many blocks
+    handoffs = [sum(step.pre in ("grid", "last") for step in plan_rank(sched, rank).steps) for rank in range(2)]
+    assert handoffs[0] == handoffs[1] >= 1  # the put follows the fill's blocks: a handoff the code has
+    base = topo_with(program_graph_us=5.0, program_step_us=1.5, barrier_us=3.0)
+    priced = topo_with(program_graph_us=5.0, program_step_us=1.5, barrier_us=3.0, program_sync_us=2.5)
+    without = program_us(sched, base, "graph", "nvshmem")
+    assert program_us(sched, priced, "graph", "nvshmem") == pytest.approx(without + 2.5 * handoffs[0], rel=1e-6)
+    # a host-driven (NCCL) program has no such handoffs: the constant changes nothing there
+    local = one_fill.trace(2, sizes={"N": 1})
+    assert program_us(local, priced, "graph", "nccl") == pytest.approx(program_us(local, base, "graph", "nccl"))
+
+
 # ---------------------------------------------------------------------------------------- calibration
 def synthetic(truth: Constants, topo, ops, sizes) -> list[fit.Cell]:
     """Cells measured on a machine whose constants are `truth` (each the model's own prediction)."""
@@ -392,18 +419,23 @@ def test_a_plain_kernel_runs_from_l2_only_when_what_it_moves_fits():
     assert reduce_us(bare, small) == pytest.approx(3 * small / hbm, rel=1e-3)
 
 
-def test_the_calibrated_file_predicts_the_measured_plain_kernels():
-    """The kernel microbenchmark measured on one H200 (results/h200/one_gpu/kernels.jsonl): the
-    calibrated file's plain-kernel constants predict a reduce kernel from 1 KiB to 1 GiB."""
+def test_the_calibrated_rates_are_the_fit_of_the_measured_plain_kernels():
+    """The kernel microbenchmark measured on one H200 (results/h200/one_gpu/kernels.jsonl): fitted
+    as `clockworks calibrate --raw` fits it, it predicts a reduce kernel from 1 KiB to 1 GiB within a
+    median of 5%, and the calibrated file's HBM and L2 rates are that fit's."""
+    pytest.importorskip("scipy")
     cells, _ = fit.load_cells(str(ROOT / "results" / "h200" / "one_gpu" / "kernels.jsonl"))
     topo = load_topology(MEASURED)
+    fitted, _ = fit.fit(cells, topo, topo.constants, workers=1)
+    assert fitted.hbm_efficiency == pytest.approx(topo.constants.hbm_efficiency, rel=0.01)
+    assert fitted.l2_GBs == pytest.approx(topo.constants.l2_GBs, rel=0.01)
     reduces = [c for c in cells if c.op == "kernel_reduce" and c.mode == "graph"]
     assert len(reduces) == 21  # 1 KiB .. 1 GiB
-    errors = sorted(abs(fit.predict_cell(c, topo, topo.constants) - c.measured_us) / c.measured_us for c in reduces)
-    assert errors[len(errors) // 2] < 0.15
-    # in HBM (64 MiB and up) the rate is the fitted one: within 3%
-    assert all(abs(fit.predict_cell(c, topo, topo.constants) / c.measured_us - 1) < 0.03
-               for c in reduces if c.nbytes >= 64 * MiB)
+    errors = sorted(abs(fit.predict_cell(c, topo, fitted) / c.measured_us - 1) for c in reduces)
+    assert errors[len(errors) // 2] < 0.05
+    # in HBM (64 MiB and up) within 3%
+    assert all(abs(fit.predict_cell(c, topo, fitted) / c.measured_us - 1) < 0.03 for c in reduces
+               if c.nbytes >= 64 * MiB)
     # and from L2 (4 to 16 MiB) far faster than HBM alone would allow
     hbm_alone = topo.devices[0].hbm_GBs * topo.constants.hbm_efficiency * 1e3
     assert all(c.measured_us < 3 * c.nbytes / hbm_alone * 0.8 for c in reduces if 4 * MiB <= c.nbytes <= 16 * MiB)

@@ -167,7 +167,7 @@ def test_self_link_names_its_field(tmp_path, capsys):
     ("all_reduce: 0.718", "all_reduce: -1", "constants.nccl_kind_efficiency.all_reduce: must be >= 0.01"),
     ("all_reduce: 0.6528", "all_reduce: 7", "constants.nccl_kind_link_efficiency.all_reduce: must be <= 1"),
     ("nvlink_reverse_share: 0.0051", "nvlink_reverse_share: .inf", "constants.nvlink_reverse_share: must be a finite number"),
-    ("local_host_us: 3.4094", "local_host_us: -1", "constants.local_host_us: must be >= 0"),
+    ("compute_us: 0.0", "compute_us: -1", "constants.compute_us: must be >= 0"),
     ("nccl_exchange_ramp: 0.7909", "nccl_exchange_ramp: 0", "constants.nccl_exchange_ramp: must be >= 0.01"),
     ("float16: 989", "float16: -989", "devices[0].peak_tflops.float16: must be > 0"),
     ("float16: 989", "float16: 1.0e+9", "devices[0].peak_tflops.float16: must be <= 1e+06 TFLOP/s, got 1000000000.0 "

@@ -137,6 +137,7 @@ class Simulator:
         # op (`start_us`), before each op (a host-driven program's progress word, `mark_us`, which
         # the host issues too) and after its last (`end_us`).
         self.program = conditions.program
+        self._planned: list[dict[int, str]] | None = None
         self.start_us, self.mark_us, self.end_us, mark_host = self._program_costs()
         self.host_ready = [[0.0] * len(p.ops) for p in sched.programs]
         if mode == "eager" and host_clock:
@@ -179,14 +180,32 @@ class Simulator:
             return 0.0
         return host_cost(op, self.c)
 
-    def _gap(self, op) -> float:
-        """What a generated program runs before `op`: a host-driven program's progress word before
-        each launch; in an NVSHMEM program's kernel, a step before each op that spreads its work
-        over blocks (data moving, local work), whose earlier work it may have to wait for (one
-        thread signals, waits and fences: no step)."""
+    def _gap(self, rank: int, index: int) -> float:
+        """What a generated program runs before op `index` of `rank`: a host-driven program's
+        progress word before each launch; in an NVSHMEM program's kernel, a step before each op that
+        spreads its work over blocks (data moving, local work; one thread signals, waits and fences:
+        no step), and the handoff between blocks the code generator plans before the op, if any
+        (a grid-wide sync or an arrival counter: `codegen.nvshmem.plan_rank`)."""
+        op = self.sched.programs[rank].ops[index]
         if self.program == "nvshmem":
-            return 0.0 if op.kind in _ONE_THREAD else self.mark_us
+            step = 0.0 if op.kind in _ONE_THREAD else self.mark_us
+            pre = self._handoffs()[rank].get(index, "")
+            if pre in ("grid", "last"):
+                step += self.c.program_sync_us
+            return step
         return self.mark_us if launches_kernel(op) else 0.0
+
+    def _handoffs(self) -> list[dict[int, str]]:
+        """Per rank, op index -> the handoff before it ("grid", "last", "block" or ""), as the NVSHMEM
+        code generator plans the rank's kernel; computed once, and only when a constant prices it."""
+        if self._planned is None:
+            self._planned = [{} for _ in range(self.world)]
+            if self.c.program_sync_us:
+                from ..codegen.nvshmem import plan_rank  # the generated program's own plan
+
+                for rank in range(self.world):
+                    self._planned[rank] = {step.index: step.pre for step in plan_rank(self.sched, rank).steps}
+        return self._planned
 
     def _in_kernel(self) -> bool:
         """Whether local ops and PE-wide barriers run inside an already running kernel (an NVSHMEM
@@ -334,7 +353,7 @@ class Simulator:
         self.posted[rank] = False
         self.current[rank] = None
         pc = self.state.pcs[rank]
-        gap = self._gap(self.sched.programs[rank].ops[pc]) if pc < self.model.nops[rank] else 0.0
+        gap = self._gap(rank, pc) if pc < self.model.nops[rank] else 0.0
         self.engine.at(rec.end + gap, lambda: self._post(rank))
 
     def _size(self, rank: int, region: ir.Region) -> float:

@@ -323,10 +323,16 @@ class Constants(_Frozen):
     # Eagerly, how far ahead of the GPU the host is when the timed span starts: the GPU is still in
     # the barrier that aligns the ranks before the run while the host issues the first ops.
     program_host_lead_us: Latency = 0.0
-    # An NVSHMEM program runs a rank's ops in one kernel: what each op adds there (its progress
-    # word, and the grid-wide sync the program puts before an op that needs its blocks' earlier
-    # work), on average; 0 until fitted on measured runs.
+    # An NVSHMEM program runs a rank's ops in one kernel: what each op that spreads over the
+    # kernel's blocks adds there (its progress word and setting its blocks to work); 0 until fitted
+    # on measured runs.
     program_step_us: Latency = 0.0
+    # What a handoff the code generator plans between an NVSHMEM kernel's blocks costs
+    # (`codegen.nvshmem.plan_rank`, the plan the generated code follows): a grid-wide sync, or an
+    # arrival counter whose last block goes on, before an op that needs other blocks' work. (Fitted
+    # on the generated programs with a cost per block of the kernel and one for a fenced handoff as
+    # well, both came out at their lower bound: neither is in the model.) 0 until fitted.
+    program_sync_us: Latency = 0.0
     # The rate of the stand-in kernels a generated program runs for a compute op (they hash what it
     # reads and write what it writes with 64-bit integer arithmetic), GB/s of its reads and writes.
     program_compute_GBs: Rate = 1000.0
