@@ -1012,7 +1012,8 @@ class ScheduleDef:
 
         token = _BINDINGS.set(bindings)
         try:
-            with guard.user_code(), _params.tracing(chosen), cycle_collector_paused():  # prints go to stderr
+            paused = cycle_collector_paused(collect_after=True)
+            with guard.user_code(), _params.tracing(chosen), paused:  # prints go to stderr
                 return _build(self, world, per_node, chosen)
         except (ScheduleError, guard.TimeUp, Exception):
             raise
