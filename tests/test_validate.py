@@ -693,3 +693,25 @@ def test_nccl_benchmark_is_built_once_per_source_and_command(tmp_path, monkeypat
     monkeypatch.setattr(validate, "gpu_arch", lambda: "sm_100")  # another command: built again
     validate.build_nccl_bench(str(tmp_path / "d"))
     assert len(built) == 3
+
+
+def test_the_prediction_is_the_generated_programs_run_where_the_model_covers_it():
+    from clockworks_dist.perf.program import program_us
+    from clockworks_dist.topology import choose_topology
+
+    assert validate.program_model({"backend": "nccl"}) == "nccl"
+    assert validate.program_model({"backend": "nvshmem", "kernels": "one"}) == "nvshmem"
+    # not modelled: the cupy executor, packets, a kernel per call
+    assert validate.program_model({"backend": "cupy"}) is None
+    assert validate.program_model({"backend": "nvshmem", "packets": {"max_bytes": 32768}}) is None
+    assert validate.program_model({"backend": "nvshmem", "kernels": "per call"}) is None
+    assert "generated program's timed run" in validate.prediction_source({"backend": "nccl"})
+    assert "schedule's ops" in validate.prediction_source({"backend": "cupy"})
+    topo = choose_topology("h200x2-nv18").topology
+    sched = cw.load_file(os.path.join(PROTOCOLS, "ring_allreduce.py"))[0].trace(2)
+    program, why = validate.predictions(sched, topo, "nccl")
+    alone, _ = validate.predictions(sched, topo)
+    assert why is None
+    assert program == {f"{mode}_us": round(program_us(sched, topo, mode, "nccl"), 2) for mode in ("eager", "graph")}
+    # the program's own costs (its start, a progress word around every op) come on top of the ops
+    assert program["graph_us"] > alone["graph_us"] + topo.constants.program_graph_us

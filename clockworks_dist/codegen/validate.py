@@ -478,11 +478,35 @@ def predict_cell(sched: ir.Schedule, topo, mode: str) -> float:
     return steady_state_us(sched, timeline, topo.constants, mode, network, model=model)
 
 
-def predictions(sched: ir.Schedule, topo) -> tuple[dict | None, str | None]:
-    """Eager and graph predictions of one cell ({mode}_us), or None and why."""
+def program_model(meta: dict) -> str | None:
+    """The backend whose generated program's timed run `perf.program` models for a validate run
+    described by `meta` (its backend, packets and kernels), or None where it does not: the cupy
+    executor (timed from Python), put_signals lowered to packets, and one NVSHMEM kernel per call
+    (the model has one kernel a run). There the prediction is the schedule's own ops, as `clockworks
+    predict` times them."""
+    if meta.get("backend") not in ("nccl", "nvshmem") or meta.get("packets") or meta.get("kernels") == "per call":
+        return None
+    return meta["backend"]
+
+
+def prediction_source(meta: dict) -> str:
+    """What the predicted column predicts, in words, for the results' text."""
+    if program_model(meta):
+        return "the generated program's timed run (`perf/program.py`: the schedule's ops and the program's own costs)"
+    return "the schedule's ops (`clockworks predict`; the program's own costs are not modelled for this run)"
+
+
+def predictions(sched: ir.Schedule, topo, program: str | None = None) -> tuple[dict | None, str | None]:
+    """Eager and graph predictions of one cell ({mode}_us), or None and why: the timed run of the
+    generated `program` (`perf.program.program_us`; `sched` being the K-call schedule of a run of K
+    calls), else the schedule's own ops (`predict_cell`)."""
     if topo is None:
         return None, None
     try:
+        if program is not None:
+            from ..perf.program import program_us
+
+            return {f"{mode}_us": round(program_us(sched, topo, mode, program), 2) for mode in ("eager", "graph")}, None
         return {f"{mode}_us": round(predict_cell(sched, topo, mode), 2) for mode in ("eager", "graph")}, None
     except ClockworksError as exc:
         return None, f"no prediction: {exc}"
@@ -615,8 +639,8 @@ def render_table(cells: list[dict], meta: dict) -> str:
              f"Measured with {how}; the slowest rank per run, median (min..max) over the runs. Size: bytes per "
              "rank of the main buffer, as `clockworks predict` counts them. Result: every element and signal word "
              "compared bit for bit with the checker's values (a value another execution of the checker leaves "
-             f"is accepted). Predicted: `clockworks predict` on {meta.get('topology') or 'no topology'}, eager "
-             "and graph modes; error = (predicted - measured) / measured. NCCL: its own "
+             f"is accepted). Predicted: {prediction_source(meta)} on {meta.get('topology') or 'no topology'}, "
+             "eager and graph modes; error = (predicted - measured) / measured. NCCL: its own "
              f"{meta.get('nccl_op') or 'collective'} (calibrate/bench_nccl.cu, float32, the same bytes per rank, "
              "per launch over back-to-back launches, eager and captured in one CUDA graph); speedup vs NCCL = "
              "NCCL's time / the measured time (above 1: faster than NCCL).", "",
@@ -830,7 +854,7 @@ def collect(out_dir: str) -> dict:
         if topo is None and topo_note is None:
             topo, topo_note = pick_topology(manifest.get("topology"), sched.world, machine["gpu_names"])
         result = summarize_run(sched, item.reference, _outcome_of(entry["job"], job.ranks), entry["job"])
-        predicted, why = predictions(sched, topo)
+        predicted, why = predictions(sched, topo, program_model(manifest))
         result, predicted = _per_call(result, predicted, manifest.get("calls") or 1)
         nccl, nccl_note = nccl_cell((manifest.get("nccl") or {}).get("op"), found, entry["bytes"], sched.world,
                                     None if header else "NCCL's benchmark wrote nothing (see nccl.log)")
@@ -1037,7 +1061,7 @@ def _finish(schedules, nbytes, results, out_dir, meta, topology, bench_binary, b
     cells = []
     calls = meta.get("calls") or 1
     for sched, size, result in zip(schedules, nbytes, results):
-        predicted, why = predictions(sched, topo)
+        predicted, why = predictions(sched, topo, program_model(meta))
         result, predicted = _per_call(result, predicted, calls)
         nccl, nccl_note = nccl_cell(meta["nccl_op"] if world > 1 else None, found, size, world, bench_problem,
                                     none="no NCCL collective" if meta.get("nccl", True) else "NCCL not measured")
