@@ -261,6 +261,8 @@ class _Search:
         launched, landed = [], []
         for entry in changes:
             what = entry[0]
+            if what == "mem":  # memory changes no enabled action
+                continue
             if what == "pc":
                 if entry[1] not in old_pc:
                     old_pc[entry[1]] = entry[2]
@@ -299,6 +301,10 @@ class _Search:
                         self._check_coll(after)
             self._set_posts(rank, self._posted(rank))
         flight = work.flight
+        if not landed and not launched:
+            for rank in ranks:
+                self._set_acts(rank, tuple(model.rank_enabled(work, rank, collectives=False)))
+            return
         recheck: set[tuple[int, int]] = set()
         for key in landed:
             if key in self.delivs:

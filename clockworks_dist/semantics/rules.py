@@ -65,6 +65,10 @@ class When(enum.Enum):
     DELIVERY = "delivery"
     JOINT = "joint"
 
+    # Members are singletons compared by identity: hash them so, in C (Enum's own hash is a
+    # Python method, and the model's memos are keyed by `when`).
+    __hash__ = object.__hash__
+
 
 class Mode(str, enum.Enum):
     """How an access touches memory (`MEM`) or a signal word (`SIG`). Two overlapping accesses race
