@@ -79,8 +79,13 @@ def test_a_program_of_three_calls_has_a_kernel_per_call(algo, between, lowered):
         # only the last kernel ends the run (quiet, then every rank meets)
         assert ["nvshmem_barrier_all();" in body.split("// the end of a run")[-1] and "// the end of a run" in body
                 for body in bodies] == [False, False, True]
-        launches = re.findall(rf"cw_nv_launch\(\(const void\*\)(cw_nv_rank{rank}\w*), &a, s\);", text)
-        assert launches == [f"cw_nv_rank{rank}_call{k}" for k in range(3)]
+        launches = re.findall(rf"cw_nv_launch\(\(const void\*\)(cw_nv_rank{rank}\w*), &a, s, (true|false)\);", text)
+        assert [name for name, _ in launches] == [f"cw_nv_rank{rank}_call{k}" for k in range(3)]
+        # a kernel that calls an NVSHMEM collective gets NVSHMEM's collective launch whatever its grid;
+        # the others may start plainly when their grid is one block (cw_nv_launch)
+        calls_collective = ["nvshmem_barrier_all()" in body or "nvshmem_sync_all()" in body for body in bodies]
+        assert [flag == "true" for _, flag in launches] == calls_collective
+        assert calls_collective[-1] and (between in ("sync", "barrier") or not any(calls_collective[:-1]))
     # the setup keeps a grid every kernel of the rank fits
     assert "for (int k = first[cw_rank]; k < first[cw_rank] + count[cw_rank]; ++k)" in text
 

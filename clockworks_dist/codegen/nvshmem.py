@@ -68,7 +68,10 @@ Calls (`--calls K`): each call's ops are a kernel of their own, launched one aft
 stream, as a library call would launch them (`splits`; `--fuse-calls` keeps them in one kernel). The
 plan treats each boundary as a grid-wide sync, fenced where anything before it is unpublished: the
 kernel before ends with every block's fence of its own work, and the next starts once every block of
-that one has finished, which orders at least what a grid-wide sync orders.
+that one has finished, which orders at least what a grid-wide sync orders. A call's kernel of one block that calls
+no NVSHMEM collective (every one but the last, unless a sync or barrier separates the calls) is
+launched plainly rather than cooperatively: it needs no co-resident blocks, its grid-wide syncs are
+its block's barrier (`cw_nv_grid_barrier`), and it starts sooner (`cw_nv_launch`).
 
 CUDA graphs: `nvshmemx_collective_launch` records an event on the caller's stream, launches on
 NVSHMEM's own stream and makes the caller's stream wait for it (NVIDIA/nvshmem's collective launch:
@@ -938,12 +941,15 @@ class NvshmemTarget(Target):
         kernel = state["kernel"] = _Kernel(plan, plan.steps[0] if plan.steps else Step(0, Who("all")))
         scratch_before = len(gen.scratch)
         bodies: list[list[str]] = [[]]  # one per kernel: the calls of --calls, each its own launch
+        collective = [False]  # per kernel: whether it calls an NVSHMEM collective (barrier_all, sync_all)
         for step, op in zip(plan.steps, program.ops):
             gen.index = step.index
             kernel.step = step
             if step.kernel_start:
                 bodies[-1] += _call_end(step)
                 bodies.append([])
+                collective.append(False)
+            collective[-1] = collective[-1] or op.kind in ("barrier_all", "sync_all")
             body = bodies[-1]
             body += ["", op_comment(op), f"  cw_nv_mark(a.marks, {step.index});"]
             ordering = self._ordering(gen, op, step)
@@ -956,6 +962,8 @@ class NvshmemTarget(Target):
                 body += _why(step)
             body += self.table.lookup(op)(gen, op)
         scratch = [item.name for item in gen.scratch[scratch_before:]]
+        collective[-1] = True  # the last kernel ends the run with every PE meeting (nvshmem_barrier_all)
+        state.setdefault("collective", {})[rank] = collective
         return self._kernel_text(gen, rank, plan, kernel, bodies, scratch)
 
     def _ordering(self, gen: Gen, op, step: Step) -> list[str] | None:
@@ -1048,12 +1056,15 @@ class NvshmemTarget(Target):
             "};",
             "",
             *kernels,
-            *([] if _state(gen).get("library") else self._host_launch(rank, fill, names)),
+            *([] if _state(gen).get("library") else
+              self._host_launch(rank, fill, names, _state(gen).get("collective", {}).get(rank) or [True] * len(names))),
         ]
 
     @staticmethod
-    def _host_launch(rank: int, fill: list[str], names: list[str]) -> list[str]:
-        """`rank<k>(s)`: one run of the rank's ops, every kernel launched in order (the program's)."""
+    def _host_launch(rank: int, fill: list[str], names: list[str], collective: list[bool]) -> list[str]:
+        """`rank<k>(s)`: one run of the rank's ops, every kernel launched in order (the program's);
+        `collective[k]`: kernel k calls an NVSHMEM collective, so it needs NVSHMEM's collective launch
+        whatever its grid (`cw_nv_launch`)."""
         return [
             f"static void rank{rank}(cudaStream_t s) {{",
             f"  CwNvArgs{rank} a;",
@@ -1062,7 +1073,8 @@ class NvshmemTarget(Target):
             "  a.marks = cw_marks_dev;",
             "  a.arrive = cw_nv_arrive;",
             "  a.hash = cw_nv_hash;",
-            *[f"  cw_nv_launch((const void*){name}, &a, s);" for name in names],
+            *[f"  cw_nv_launch((const void*){name}, &a, s, {'true' if coll else 'false'});"
+              + ("  // it calls an NVSHMEM collective" if coll else "") for name, coll in zip(names, collective)],
             "}",
             "",
         ]

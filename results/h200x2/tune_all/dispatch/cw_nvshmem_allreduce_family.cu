@@ -145,13 +145,25 @@ __device__ inline void cw_nv_block(bool fence) {
   __syncthreads();
 }
 
+// Every thread of the grid waits for every other. A grid of one block may have been launched
+// without the cooperative attribute (the host launch below), where a grid-wide sync is not allowed; there
+// every thread of the grid is in this block, and the block's barrier orders all that the grid-wide
+// sync would.
+__device__ inline void cw_nv_grid_barrier(cg::grid_group& grid) {
+  if (gridDim.x == 1) {
+    __syncthreads();
+  } else {
+    grid.sync();
+  }
+}
+
 // Every block, after its own work (and its fence), waits for every other block.
 __device__ inline void cw_nv_grid_sync(cg::grid_group& grid, bool fence) {
   if (fence) {
     __syncthreads();
     if (threadIdx.x == 0) nvshmem_fence();
   }
-  grid.sync();
+  cw_nv_grid_barrier(grid);
 }
 
 // Every block arrives after its own work (with `fence`: after its nvshmem_fence); true in the last
@@ -177,7 +189,7 @@ __device__ inline bool cw_nv_last(unsigned* counter, bool fence) {
 __device__ inline void cw_nv_quiet_all(cg::grid_group& grid) {
   __syncthreads();
   if (threadIdx.x == 0) nvshmem_quiet();
-  grid.sync();
+  cw_nv_grid_barrier(grid);
 }
 
 // Thread 0 of every block polls the word, so each block's later work follows the write that satisfied it.
@@ -289,7 +301,7 @@ __device__ inline unsigned long long cw_nv_grid_sum(cg::grid_group& grid, unsign
                                                     unsigned long long mine) {  // every block's total, in every thread
   unsigned long long block = cw_nv_block_sum(mine);
   if (threadIdx.x == 0) slots[blockIdx.x] = block;
-  grid.sync();  // every block has hashed its share of every read before any output is written
+  cw_nv_grid_barrier(grid);  // every block has hashed its share of every read before any output is written
   __shared__ unsigned long long total;
   if (threadIdx.x == 0) {
     unsigned long long t = 0;
