@@ -318,13 +318,17 @@ __device__ inline void cw_nv_pk_unpack(void* dst, const void* area, size_t bytes
 // kernel and grid directly on `s`, as a kernel node with the cooperative attribute (the grid was
 // checked resident with nvshmemx_collective_launch_query_gridsize).
 // A kernel of one block that calls no NVSHMEM collective (`collective` false: a call's kernel before
-// the last of --calls) needs neither: it is launched plainly on `s`, which starts it sooner (on H200
-// about 0.8 us between two kernels in a graph against 2.0 us with the cooperative attribute,
-// results/h200/one_gpu). Stream order is the same either way: it starts after every block of the
-// kernel before has finished, and the next one after it has.
+// the last of --calls) needs neither: it is launched plainly on `s` (on one H200, 0.80 us between two
+// small kernels in a graph, 1.11 us with the cooperative attribute; a grid-wide sync, which a
+// one-block grid here replaces by its block's barrier, adds 0.93 us more: results/h200/one_gpu).
+// Stream order is the same either way: it starts after every block of the kernel before has
+// finished, and the next one after it has.
+// CW_NV_ALWAYS_COOPERATIVE=1 in the environment launches every kernel cooperatively (to measure
+// what the plain launch saves, side by side).
 static void cw_nv_launch(const void* kernel, void* args, cudaStream_t s, bool collective) {
   void* params[] = {args};
-  bool cooperative = collective || cw_nv_grid > 1;
+  static const bool always = getenv("CW_NV_ALWAYS_COOPERATIVE") != nullptr;
+  bool cooperative = always || collective || cw_nv_grid > 1;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   CW_CUDA(cudaStreamIsCapturing(s, &capture));
   if (capture == cudaStreamCaptureStatusActive || !cooperative) {

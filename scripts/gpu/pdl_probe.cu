@@ -11,7 +11,8 @@
 // Each launch: after the wait (when PDL is on) and the trigger, block 0's thread 0 adds 1 to a counter
 // (a plain read-modify-write, correct only if consecutive kernels do not overlap past the wait), every
 // block spins --spin-us on %globaltimer, and cooperative variants end with a grid-wide sync.
-// Variants: plain (<<<>>>), pdl, coop (cooperative attribute), coop_pdl (both attributes).
+// Variants: plain (<<<>>>), pdl, coop (cooperative attribute and a grid-wide sync at the end), coop_pdl
+// (both attributes), coop_nosync (the cooperative attribute, no grid-wide sync: the attribute alone).
 // Modes: eager (N launches between two events) and graph (the N launches captured; best of reps).
 // One JSON line per cell (stdout and --out FILE):
 //   {"bench":"pdl","variant":..,"mode":..,"grid":..,"threads":..,"spin_us":..,"launches":..,
@@ -40,7 +41,7 @@ __device__ __forceinline__ unsigned long long gtime() {
   unsigned long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t;
 }
 
-template <bool kPdl, bool kCoop>
+template <bool kPdl, bool kCoop, bool kSync = kCoop>
 __global__ void step(unsigned long long spin_ns, int* counter) {
   if (kPdl) {
     // Everything below waits for the previous grid's completion and memory flush (stream order).
@@ -52,7 +53,7 @@ __global__ void step(unsigned long long spin_ns, int* counter) {
   unsigned long long t0 = gtime();
   while (gtime() - t0 < spin_ns) {
   }
-  if (kCoop) cg::this_grid().sync();
+  if (kSync) cg::this_grid().sync();
 }
 
 struct Variant { const char* name; bool pdl; bool coop; void* fn; };
@@ -106,6 +107,8 @@ int main(int argc, char** argv) {
     {"pdl", true, false, (void*)step<true, false>},
     {"coop", false, true, (void*)step<false, true>},
     {"coop_pdl", true, true, (void*)step<true, true>},
+    // the cooperative attribute alone, no grid-wide sync in the kernel: what the attribute costs
+    {"coop_nosync", false, true, (void*)step<false, true, false>},
   };
   const int threads = 256;
   int resident = 0;
