@@ -118,11 +118,16 @@ def events(draw, world: int, count: int):
                                  "contention", "collective", "counter", "fenced", "epochs"]))
     rank = draw(st.integers(0, world - 1))
     if kind == "local":
-        what = draw(st.sampled_from(["fill", "copy", "reduce"]))
+        what = draw(st.sampled_from(["fill", "copy", "reduce", "compute"]))
         length = draw(st.integers(1, count))
         dst = draw(regions(count, length))
         if what == "fill":
             return [(rank, ("fill", dst, float(draw(st.integers(0, 2)))))]
+        if what == "compute":  # a user kernel: what it reads and writes, and the cost it states (or none)
+            reads = draw(st.lists(regions(count), max_size=2))
+            cost = draw(st.sampled_from([(), (("us", 3.5),), (("flops", 2e9), ("bytes", 4096)),
+                                         (("flops", 1e6),)]))
+            return [(rank, ("compute", dst, tuple(reads), cost))]
         # a source may be the destination itself (in place) or apart from it, never shifted over it
         sources = regions(count, length).filter(lambda src: not _shifted_overlap(dst, src))
         if what == "copy":
@@ -294,6 +299,8 @@ def _emit(r, bufs: dict, sig, d) -> None:
         r.copy(reg(d[1]), reg(d[2]))
     elif k == "reduce":
         r.reduce(reg(d[1]), reg(d[2]), reg(d[3]))
+    elif k == "compute":
+        r.compute("kernel", reads=[reg(spec) for spec in d[2]], writes=reg(d[1]), **dict(d[3]))
     elif k == "send":
         r.send(d[1], reg(d[2]))
     elif k == "recv":
