@@ -426,7 +426,8 @@ def test_the_calibrated_rates_are_the_fit_of_the_measured_plain_kernels():
     pytest.importorskip("scipy")
     cells, _ = fit.load_cells(str(ROOT / "results" / "h200" / "one_gpu" / "kernels.jsonl"))
     topo = load_topology(MEASURED)
-    fitted, _ = fit.fit(cells, topo, topo.constants, workers=1)
+    rates = [("local_graph_launch_us", 0.05, 20.0), ("hbm_efficiency", 0.3, 1.0), ("l2_GBs", 500.0, 50000.0)]
+    fitted, _ = fit.fit(cells, topo, topo.constants, workers=1, parameters={"graph": rates, "eager": []})
     assert fitted.hbm_efficiency == pytest.approx(topo.constants.hbm_efficiency, rel=0.01)
     assert fitted.l2_GBs == pytest.approx(topo.constants.l2_GBs, rel=0.01)
     reduces = [c for c in cells if c.op == "kernel_reduce" and c.mode == "graph"]
