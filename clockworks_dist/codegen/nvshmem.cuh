@@ -312,6 +312,27 @@ __device__ inline void cw_nv_pk_unpack(void* dst, const void* area, size_t bytes
   }
 }
 
+// The first statement of every generated kernel: wait for the kernel before it in the stream
+// (programmatic dependent launch, PDL; the PTX `griddepcontrol.wait`, as scripts/gpu/pdl_probe.cu
+// measured it). It returns only once every block of the preceding kernel has completed and that
+// kernel's memory operations are visible, so every access of this kernel is ordered after every access
+// of the previous one exactly as under plain stream order; launched with the PDL attribute
+// (a plain launch: the host launch below), only this kernel's launch and what precedes this statement (reading its
+// parameters) overlap the previous kernel. Launched without the attribute (every cooperative launch,
+// CW_NV_NO_PDL), or after stream work that is not a kernel, the kernel starts after that work as
+// usual and the wait returns at once.
+// No kernel signals its dependents early (`griddepcontrol.launch_dependents`,
+// cudaTriggerProgrammaticLaunchCompletion): the order above does not rest on it (the wait is for
+// completion either way), but it would let the next kernel's blocks be scheduled and sit beside this
+// kernel's work; without it the next kernel is released as this one's blocks exit, and only its launch
+// overlaps. PDL needs compute capability 9.0: built for an older architecture the statement is empty,
+// and the host launch then never sets the attribute (it asks the kernel what it was compiled for).
+__device__ __forceinline__ void cw_nv_after_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // One run of a rank's ops, a kernel at a time. Cooperative (every block resident, for the grid-wide syncs and for
 // the NVSHMEM collectives inside it) through NVSHMEM's collective launch, which launches on
 // NVSHMEM's own stream, joined to `s` by events; while `s` is captured into a CUDA graph: the same
@@ -323,25 +344,56 @@ __device__ inline void cw_nv_pk_unpack(void* dst, const void* area, size_t bytes
 // one-block grid here replaces by its block's barrier, adds 0.93 us more: results/h200/one_gpu).
 // Stream order is the same either way: it starts after every block of the kernel before has
 // finished, and the next one after it has.
+// A plain launch also carries programmatic stream serialization (PDL): the kernel may be launched
+// while the one before it still runs, and its first statement (`cw_nv_after_previous_kernel`) waits
+// for that one's completion and memory, so the order of their accesses is stream order's. On one
+// H200 (scripts/gpu/pdl_probe.cu, results/h200/one_gpu) it took the gap between two small kernels in
+// a graph from 0.80 us to 0.48-0.56 us; there the kernel before signalled its dependents right after
+// its own wait, which the generated kernels do not (see cw_nv_after_previous_kernel), so what it saves
+// here is what one_pe_calls_h200.sh's nopdl spec measures. A cooperative launch never carries it:
+// eagerly it goes through NVSHMEM's collective launch, which takes no launch attributes, so a captured
+// cooperative kernel keeps exactly the eager one's launch. (In the probe, cooperative with PDL left
+// 1.5-1.6 us where the cooperative attribute alone left 1.11 us; that kernel also ended with a
+// grid-wide sync, which without PDL left 2.0 us: PDL on a cooperative launch is not measured on its
+// own, nor tried on the generated kernels.) The attribute is
+// set only where the kernel was compiled for compute capability 9.0 or later (earlier, the kernel has
+// no wait, and overlapping it with the kernel before would break stream order); every kernel of a
+// program is compiled for one architecture, so the first one launched answers for all.
 // CW_NV_ALWAYS_COOPERATIVE=1 in the environment launches every kernel cooperatively (to measure
-// what the plain launch saves, side by side).
+// what the plain launch saves, side by side); CW_NV_NO_PDL=1 launches the plain ones without PDL
+// (to measure what PDL saves).
+static bool cw_nv_pdl_allowed(const void* kernel) {
+  if (getenv("CW_NV_NO_PDL") != nullptr) return false;
+  cudaFuncAttributes f;
+  if (cudaFuncGetAttributes(&f, kernel) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return f.ptxVersion >= 90;  // the virtual architecture the kernel was compiled for (__CUDA_ARCH__ / 10)
+}
 static void cw_nv_launch(const void* kernel, void* args, cudaStream_t s, bool collective) {
   void* params[] = {args};
   static const bool always = getenv("CW_NV_ALWAYS_COOPERATIVE") != nullptr;
+  static const bool pdl = cw_nv_pdl_allowed(kernel);
   bool cooperative = always || collective || cw_nv_grid > 1;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   CW_CUDA(cudaStreamIsCapturing(s, &capture));
   if (capture == cudaStreamCaptureStatusActive || !cooperative) {
     cudaLaunchAttribute attribute;
-    attribute.id = cudaLaunchAttributeCooperative;
-    attribute.val.cooperative = 1;
+    if (cooperative) {
+      attribute.id = cudaLaunchAttributeCooperative;
+      attribute.val.cooperative = 1;
+    } else {
+      attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attribute.val.programmaticStreamSerializationAllowed = 1;
+    }
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(cw_nv_grid);
     config.blockDim = dim3(CW_NV_THREADS);
     config.dynamicSmemBytes = 0;
     config.stream = s;
     config.attrs = &attribute;
-    config.numAttrs = cooperative ? 1 : 0;
+    config.numAttrs = cooperative || pdl ? 1 : 0;
     CW_CUDA(cudaLaunchKernelExC(&config, kernel, params));
   } else {
     CW_NV(nvshmemx_collective_launch(kernel, dim3(cw_nv_grid), dim3(CW_NV_THREADS), params, 0, s));

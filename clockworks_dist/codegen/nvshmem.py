@@ -71,7 +71,10 @@ kernel before ends with every block's fence of its own work, and the next starts
 that one has finished, which orders at least what a grid-wide sync orders. A call's kernel of one block that calls
 no NVSHMEM collective (every one but the last, unless a sync or barrier separates the calls) is
 launched plainly rather than cooperatively: it needs no co-resident blocks, its grid-wide syncs are
-its block's barrier (`cw_nv_grid_barrier`), and it starts sooner (`cw_nv_launch`).
+its block's barrier (`cw_nv_grid_barrier`), and it starts sooner (`cw_nv_launch`). A plain launch
+also carries programmatic dependent launch: the kernel may be launched while the one before it
+still runs, and every kernel's first statement waits for the one before it to complete with its
+memory visible (`PDL_WAIT`), so the boundary orders what it ordered without it.
 
 CUDA graphs: `nvshmemx_collective_launch` records an event on the caller's stream, launches on
 NVSHMEM's own stream and makes the caller's stream wait for it (NVIDIA/nvshmem's collective launch:
@@ -1032,6 +1035,7 @@ class NvshmemTarget(Target):
                 *([f"// call {k + 1} of {len(bodies)}: a kernel of its own, launched after the one before on the stream"]
                   if len(bodies) > 1 else []),
                 f"__global__ void __launch_bounds__(CW_NV_THREADS) {name}(CwNvArgs{rank} a) {{",
+                *PDL_WAIT,
                 *locals_,
                 "  [[maybe_unused]] uint64_t* cw_sig = a.sig;",
                 "  [[maybe_unused]] unsigned* cw_arrive = a.arrive;",
@@ -1078,6 +1082,21 @@ class NvshmemTarget(Target):
             "}",
             "",
         ]
+
+
+# The first statement of every kernel, before any memory access. A plain launch (`cw_nv_launch`) carries
+# programmatic stream serialization, so the kernel may start before the one before it has finished;
+# this wait is what keeps their accesses in stream order. Whether a launch is plain is decided at run
+# time (the grid, CW_NV_ALWAYS_COOPERATIVE), so every kernel has it, also the single kernel of a run and
+# the last of --calls (always cooperative, where it returns at once).
+PDL_WAIT = [
+    "  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has",
+    "  // completed and its memory operations are visible, so every access below is ordered after all of its",
+    "  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,",
+    "  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its",
+    "  // dependents early (cw_nv_after_previous_kernel says why).",
+    "  cw_nv_after_previous_kernel();",
+]
 
 
 def kernel_names(rank: int, kernels: int) -> list[str]:

@@ -367,6 +367,27 @@ __device__ inline void cw_nv_pk_unpack(void* dst, const void* area, size_t bytes
   }
 }
 
+// The first statement of every generated kernel: wait for the kernel before it in the stream
+// (programmatic dependent launch, PDL; the PTX `griddepcontrol.wait`, as scripts/gpu/pdl_probe.cu
+// measured it). It returns only once every block of the preceding kernel has completed and that
+// kernel's memory operations are visible, so every access of this kernel is ordered after every access
+// of the previous one exactly as under plain stream order; launched with the PDL attribute
+// (a plain launch: the host launch below), only this kernel's launch and what precedes this statement (reading its
+// parameters) overlap the previous kernel. Launched without the attribute (every cooperative launch,
+// CW_NV_NO_PDL), or after stream work that is not a kernel, the kernel starts after that work as
+// usual and the wait returns at once.
+// No kernel signals its dependents early (`griddepcontrol.launch_dependents`,
+// cudaTriggerProgrammaticLaunchCompletion): the order above does not rest on it (the wait is for
+// completion either way), but it would let the next kernel's blocks be scheduled and sit beside this
+// kernel's work; without it the next kernel is released as this one's blocks exit, and only its launch
+// overlaps. PDL needs compute capability 9.0: built for an older architecture the statement is empty,
+// and the host launch then never sets the attribute (it asks the kernel what it was compiled for).
+__device__ __forceinline__ void cw_nv_after_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // -------------------------------------------------------------------------------------- errors
 char cwl_message[512] = "";
 int cwl_fail(int code, const char* call, const char* why, int line) {
@@ -384,6 +405,9 @@ uint32_t* cwl_marks = nullptr;  // progress words the kernels write (one per blo
 // One call's kernel: cooperative (every block resident: the kernels sync their grid), through
 // NVSHMEM's collective launch; while `s` is captured into a CUDA graph, the same kernel and grid
 // directly on `s` with the cooperative attribute (as the generated programs do: nvshmem.cuh).
+// No launch here carries programmatic dependent launch: the generated programs give it only to plain
+// (non-cooperative) launches, and every launch here is cooperative, so each kernel's first statement
+// (cw_nv_after_previous_kernel) returns at once and the kernel starts in plain stream order.
 int cwl_launch(const void* kernel, void* args, int grid, cudaStream_t s) {
   void* params[] = {args};
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -442,6 +466,12 @@ struct CwNvArgs0 {
 
 // call 1 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -496,6 +526,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) 
 
 // call 2 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -550,6 +586,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
 
 // call 3 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -604,6 +646,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
 
 // call 4 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -658,6 +706,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
 
 // call 5 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -712,6 +766,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
 
 // call 6 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -766,6 +826,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
 
 // call 7 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -820,6 +886,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
 
 // call 8 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -892,6 +964,12 @@ struct CwNvArgs1 {
 
 // call 1 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -946,6 +1024,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) 
 
 // call 2 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -1000,6 +1084,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
 
 // call 3 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -1054,6 +1144,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
 
 // call 4 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -1108,6 +1204,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
 
 // call 5 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -1162,6 +1264,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
 
 // call 6 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -1216,6 +1324,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
 
 // call 7 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -1270,6 +1384,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
 
 // call 8 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -1345,6 +1465,12 @@ struct CwNvArgs0 {
 
 // call 1 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -1399,6 +1525,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) 
 
 // call 2 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -1453,6 +1585,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
 
 // call 3 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -1507,6 +1645,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
 
 // call 4 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -1561,6 +1705,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
 
 // call 5 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -1615,6 +1765,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
 
 // call 6 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -1669,6 +1825,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
 
 // call 7 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -1723,6 +1885,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
 
 // call 8 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -1795,6 +1963,12 @@ struct CwNvArgs1 {
 
 // call 1 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -1849,6 +2023,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) 
 
 // call 2 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -1903,6 +2083,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
 
 // call 3 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -1957,6 +2143,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
 
 // call 4 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -2011,6 +2203,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
 
 // call 5 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -2065,6 +2263,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
 
 // call 6 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -2119,6 +2323,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
 
 // call 7 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -2173,6 +2383,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
 
 // call 8 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -2244,6 +2460,12 @@ struct CwNvArgs0 {
 
 // call 1 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -2278,6 +2500,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) 
 
 // call 2 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -2312,6 +2540,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
 
 // call 3 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -2346,6 +2580,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
 
 // call 4 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -2380,6 +2620,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
 
 // call 5 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -2414,6 +2660,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
 
 // call 6 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -2448,6 +2700,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
 
 // call 7 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -2482,6 +2740,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
 
 // call 8 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -2530,6 +2794,12 @@ struct CwNvArgs1 {
 
 // call 1 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -2564,6 +2834,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) 
 
 // call 2 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -2598,6 +2874,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
 
 // call 3 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -2632,6 +2914,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
 
 // call 4 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -2666,6 +2954,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
 
 // call 5 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -2700,6 +2994,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
 
 // call 6 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -2734,6 +3034,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
 
 // call 7 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -2768,6 +3074,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
 
 // call 8 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -2819,6 +3131,12 @@ struct CwNvArgs0 {
 
 // call 1 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -2857,6 +3175,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) 
 
 // call 2 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -2895,6 +3219,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
 
 // call 3 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -2933,6 +3263,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
 
 // call 4 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -2971,6 +3307,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
 
 // call 5 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -3009,6 +3351,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
 
 // call 6 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -3047,6 +3395,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
 
 // call 7 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -3085,6 +3439,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
 
 // call 8 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -3137,6 +3497,12 @@ struct CwNvArgs1 {
 
 // call 1 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -3175,6 +3541,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) 
 
 // call 2 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -3213,6 +3585,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
 
 // call 3 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -3251,6 +3629,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
 
 // call 4 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -3289,6 +3673,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
 
 // call 5 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -3327,6 +3717,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
 
 // call 6 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -3365,6 +3761,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
 
 // call 7 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -3403,6 +3805,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
 
 // call 8 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -3458,6 +3866,12 @@ struct CwNvArgs0 {
 
 // call 1 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -3496,6 +3910,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) 
 
 // call 2 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -3534,6 +3954,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
 
 // call 3 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -3572,6 +3998,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
 
 // call 4 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -3610,6 +4042,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
 
 // call 5 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -3648,6 +4086,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
 
 // call 6 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -3686,6 +4130,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
 
 // call 7 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -3724,6 +4174,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
 
 // call 8 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -3776,6 +4232,12 @@ struct CwNvArgs1 {
 
 // call 1 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -3814,6 +4276,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) 
 
 // call 2 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -3852,6 +4320,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
 
 // call 3 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -3890,6 +4364,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
 
 // call 4 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -3928,6 +4408,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
 
 // call 5 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -3966,6 +4452,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
 
 // call 6 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -4004,6 +4496,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
 
 // call 7 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -4042,6 +4540,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
 
 // call 8 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -4096,6 +4600,12 @@ struct CwNvArgs0 {
 
 // call 1 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -4151,6 +4661,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) 
 
 // call 2 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -4206,6 +4722,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
 
 // call 3 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -4261,6 +4783,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
 
 // call 4 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -4316,6 +4844,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
 
 // call 5 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -4371,6 +4905,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
 
 // call 6 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -4426,6 +4966,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
 
 // call 7 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -4481,6 +5027,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
 
 // call 8 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -4549,6 +5101,12 @@ struct CwNvArgs1 {
 
 // call 1 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -4604,6 +5162,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) 
 
 // call 2 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -4659,6 +5223,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
 
 // call 3 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -4714,6 +5284,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
 
 // call 4 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -4769,6 +5345,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
 
 // call 5 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -4824,6 +5406,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
 
 // call 6 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -4879,6 +5467,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
 
 // call 7 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -4934,6 +5528,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
 
 // call 8 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -5005,6 +5605,12 @@ struct CwNvArgs0 {
 
 // call 1 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -5060,6 +5666,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) 
 
 // call 2 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -5115,6 +5727,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
 
 // call 3 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -5170,6 +5788,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
 
 // call 4 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -5225,6 +5849,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
 
 // call 5 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -5280,6 +5910,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
 
 // call 6 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -5335,6 +5971,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
 
 // call 7 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -5390,6 +6032,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
 
 // call 8 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -5458,6 +6106,12 @@ struct CwNvArgs1 {
 
 // call 1 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -5513,6 +6167,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) 
 
 // call 2 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -5568,6 +6228,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
 
 // call 3 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -5623,6 +6289,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
 
 // call 4 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -5678,6 +6350,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
 
 // call 5 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -5733,6 +6411,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
 
 // call 6 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -5788,6 +6472,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
 
 // call 7 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -5843,6 +6533,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
 
 // call 8 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -5914,6 +6610,12 @@ struct CwNvArgs0 {
 
 // call 1 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -5969,6 +6671,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) 
 
 // call 2 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -6024,6 +6732,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
 
 // call 3 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -6079,6 +6793,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
 
 // call 4 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -6134,6 +6854,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
 
 // call 5 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -6189,6 +6915,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
 
 // call 6 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -6244,6 +6976,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
 
 // call 7 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -6299,6 +7037,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
 
 // call 8 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -6367,6 +7111,12 @@ struct CwNvArgs1 {
 
 // call 1 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -6422,6 +7172,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) 
 
 // call 2 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -6477,6 +7233,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
 
 // call 3 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -6532,6 +7294,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
 
 // call 4 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -6587,6 +7355,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
 
 // call 5 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -6642,6 +7416,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
 
 // call 6 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -6697,6 +7477,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
 
 // call 7 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;
@@ -6752,6 +7538,12 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
 
 // call 8 of 8: a kernel of its own, launched after the one before on the stream
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
+  // dependents early (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
   [[maybe_unused]] float* b_slots = a.b_slots;

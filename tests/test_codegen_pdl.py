@@ -1,0 +1,176 @@
+"""Programmatic dependent launch (PDL) between the NVSHMEM backend's kernels: every generated kernel
+begins with the wait for the kernel before it (`cw_nv_after_previous_kernel`, `griddepcontrol.wait`)
+before any memory access, in a kernel per call and in the single kernel alike; only plain launches
+carry the PDL attribute (`cw_nv_launch`), cooperative ones keep the cooperative attribute or
+NVSHMEM's collective launch, CW_NV_NO_PDL turns it off, and no kernel triggers its dependents early;
+the library's launches (all cooperative) carry none. Compiled with nvcc for sm_90 (the wait is the
+first instruction of each kernel's PTX after reading its parameters) and for sm_80 (no wait, which
+that architecture lacks); skipped, with the reason, where nvcc or the NVSHMEM wheel is missing.
+Running them is for the GPU scripts (scripts/gpu/one_pe_calls_h200.sh, its nopdl spec)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from clockworks_dist.codegen import build, packets, program
+from clockworks_dist.dsl.load import load_file
+from clockworks_dist.repeat import call_starts, repeat
+
+from test_packets import family
+
+ROOT = Path(__file__).resolve().parent.parent
+ONE_PE = ROOT / "scripts" / "gpu" / "one_pe_calls.py"
+DISPATCH = ROOT / "results" / "h200x2" / "tune_all" / "dispatch" / "cw_nvshmem_allreduce_family.cu"
+WAIT = "cw_nv_after_previous_kernel();"
+KERNEL = re.compile(r"__global__ void __launch_bounds__\(CW_NV_THREADS\) (cw_nv_rank\d+(?:_call\d+)?)\([^)]*\) \{\n")
+
+
+def one_pe(calls: int) -> str:
+    """scripts/gpu/one_pe_calls.py on one PE, `calls` calls with alternate between them, a kernel per call
+    (what `validate --np 1 --calls K` generates); calls 1: the single kernel."""
+    one = load_file(str(ONE_PE))[0].trace(1)
+    if calls == 1:
+        return program.generate(one, "nvshmem")
+    return program.generate(repeat(one, calls, "alternate"), "nvshmem", splits=call_starts(one, calls, "alternate"))
+
+
+def oneshot_packets(calls: int) -> str:
+    """The one-shot all-reduce at 2 ranks, `calls` calls as packets, a kernel per call."""
+    one = family("oneshot", 2)
+    low = packets.lower(repeat(one, calls, "alternate"))
+    return program.generate(low.sched, "nvshmem", packets=low, splits=low.remap(call_starts(one, calls, "alternate")))
+
+
+def kernels(text: str) -> list[tuple[str, str]]:
+    """Each generated rank kernel's name and body (from the line after its opening brace to its closing
+    one), in the order of the text (a library has the same names in each size's namespace)."""
+    return [(m.group(1), text[m.end():text.index("\n}\n", m.end())]) for m in KERNEL.finditer(text)]
+
+
+def first_statement(body: str) -> str:
+    """The body's first line that is not a comment or blank."""
+    return next(line.strip() for line in body.split("\n") if line.strip() and not line.strip().startswith("//"))
+
+
+def code(text: str) -> str:
+    """`text` without its // comments (what is compiled, near enough for a search)."""
+    return "\n".join(line.split("//", 1)[0] for line in text.split("\n"))
+
+
+def function(text: str, head: str) -> str:
+    start = text.index(head)
+    return text[start:text.index("\n}\n", start)]
+
+
+@pytest.mark.parametrize("name,make,count", [
+    ("one PE, 4 calls", lambda: one_pe(4), 4),
+    ("one PE, the single kernel", lambda: one_pe(1), 1),
+    ("one-shot packets, 2 ranks, 3 calls", lambda: oneshot_packets(3), 6),
+])
+def test_every_kernel_waits_for_the_one_before_first(name, make, count):
+    text = make()
+    found = kernels(text)
+    assert len(found) == count, [kernel for kernel, _ in found]
+    for kernel, body in found:
+        assert first_statement(body) == WAIT, kernel
+        head = body[:body.index(WAIT)]
+        # the comment above it states why the order is stream order's
+        assert "completed and its memory operations are visible" in head and "plain stream order" in head, kernel
+        assert body.count(WAIT) == 1, kernel
+
+
+def test_the_wait_is_griddepcontrol_wait_guarded_for_sm_90_and_nothing_triggers_early():
+    text = one_pe(4)
+    helper = function(text, "__device__ __forceinline__ void cw_nv_after_previous_kernel()")
+    assert re.search(r'#if defined\(__CUDA_ARCH__\) && __CUDA_ARCH__ >= 900\n\s*asm volatile\("griddepcontrol\.wait;" '
+                     r'::: "memory"\);\n#endif', helper), helper
+    compiled = code(text)
+    for early in ("launch_dependents", "cudaTriggerProgrammaticLaunchCompletion", "cudaGridDependencySynchronize"):
+        assert early not in compiled, early
+
+
+def test_only_a_plain_launch_carries_programmatic_stream_serialization():
+    text = one_pe(4)
+    launch = function(text, "static void cw_nv_launch(")
+    body = code(launch)
+    # cooperative: the cooperative attribute (in a graph) or NVSHMEM's collective launch, as before
+    assert re.search(r"if \(cooperative\) \{\s*attribute\.id = cudaLaunchAttributeCooperative;\s*"
+                     r"attribute\.val\.cooperative = 1;\s*\} else \{\s*"
+                     r"attribute\.id = cudaLaunchAttributeProgrammaticStreamSerialization;\s*"
+                     r"attribute\.val\.programmaticStreamSerializationAllowed = 1;\s*\}", body), body
+    assert body.count("cudaLaunchAttributeProgrammaticStreamSerialization") == 1
+    assert "config.numAttrs = cooperative || pdl ? 1 : 0;" in body
+    assert "if (capture == cudaStreamCaptureStatusActive || !cooperative) {" in body
+    assert "CW_NV(nvshmemx_collective_launch(kernel, dim3(cw_nv_grid), dim3(CW_NV_THREADS), params, 0, s));" in body
+    assert "static const bool pdl = cw_nv_pdl_allowed(kernel);" in body
+    # off with CW_NV_NO_PDL, and where the kernels were compiled without the wait (before sm_90)
+    allowed = code(function(text, "static bool cw_nv_pdl_allowed("))
+    assert 'getenv("CW_NV_NO_PDL") != nullptr) return false;' in allowed
+    assert "return f.ptxVersion >= 90;" in allowed
+    assert code(text).count("cudaLaunchAttributeProgrammaticStreamSerialization") == 1
+    # the last call's kernel (it ends the run with every PE meeting) is launched as a collective
+    launches = re.findall(r"cw_nv_launch\(\(const void\*\)(cw_nv_rank0_call\d), &a, s, (true|false)\);", text)
+    assert launches == [("cw_nv_rank0_call0", "false"), ("cw_nv_rank0_call1", "false"),
+                        ("cw_nv_rank0_call2", "false"), ("cw_nv_rank0_call3", "true")]
+
+
+def test_the_committed_library_launches_cooperatively_without_pdl_and_its_kernels_wait():
+    text = DISPATCH.read_text()
+    found = kernels(text)
+    assert len(found) == 8 * 2 * 8  # sizes x ranks x calls
+    assert all(first_statement(body) == WAIT for _, body in found)
+    assert "cudaLaunchAttributeProgrammaticStreamSerialization" not in code(text)
+    launch = code(function(text, "int cwl_launch("))
+    assert "cooperative.id = cudaLaunchAttributeCooperative;" in launch and "config.numAttrs = 1;" in launch
+
+
+# ---------------------------------------------------------------------------- compiling
+@pytest.fixture(scope="module")
+def calls_cu(tmp_path_factory):
+    tc = build.find_toolchain("nvshmem")
+    if not tc.ok:
+        pytest.skip("cannot build nvshmem programs here: " + "; ".join(str(m) for m in tc.missing))
+    out = tmp_path_factory.mktemp("pdl")
+    cu = out / "calls.cu"
+    cu.write_text(one_pe(4))
+    return cu
+
+
+def _ptx(cu: Path, arch: str) -> str:
+    """nvcc's PTX of `cu` for `arch`, with the flags of a build."""
+    tc = build.find_toolchain("nvshmem", arch=arch)
+    cmd = build.compile_command(cu, "nvshmem", tc, cu.with_suffix(""), cu.parent / "link")
+    ptx = cu.with_name(f"{cu.stem}_{arch}.ptx")
+    cmd = cmd[:cmd.index(str(cu)) + 1] + ["-ptx", "-o", str(ptx)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    return ptx.read_text()
+
+
+def test_a_kernel_per_call_with_pdl_compiles_and_links(calls_cu):
+    tc = build.find_toolchain("nvshmem")
+    assert tc.arch == build.DEFAULT_ARCH or tc.arch_source != "default"
+    assert build.compile_program(calls_cu, "nvshmem", calls_cu.parent / "bin", tc, timeout=600).is_file()
+
+
+def test_for_sm_90_the_wait_comes_before_any_memory_access_of_each_kernel(calls_cu):
+    ptx = _ptx(calls_cu, "sm_90")
+    entries = re.findall(r"\.entry (_Z\d+cw_nv_rank0_call\d\w*)\((.*?)\n\}", ptx, re.S)
+    assert len(entries) == 4, [name for name, _ in entries]
+    for name, body in entries:
+        assert body.count("griddepcontrol.wait;") == 1, name
+        before = body[body.index("{"):body.index("griddepcontrol.wait;")]
+        ops = [line.split()[0] for line in before.split("\n")
+               if line.strip() and not line.strip().startswith(("//", ".reg", "{"))]
+        # only the kernel's parameters are read before it: no global, shared or constant access, no call
+        assert all(op.startswith(("ld.param", "cvta.to.global", "mov.")) for op in ops), (name, ops)
+
+
+def test_for_sm_80_the_wait_is_left_out(calls_cu):
+    ptx = _ptx(calls_cu, "sm_80")
+    assert ".target sm_80" in ptx
+    assert "griddepcontrol" not in ptx
