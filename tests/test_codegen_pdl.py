@@ -2,7 +2,7 @@
 begins with the wait for the kernel before it (`cw_nv_after_previous_kernel`, `griddepcontrol.wait`)
 before any memory access, in a kernel per call and in the single kernel alike; only plain launches
 carry the PDL attribute (`cw_nv_launch`), cooperative ones keep the cooperative attribute or
-NVSHMEM's collective launch, CW_NV_NO_PDL turns it off, and no kernel triggers its dependents early;
+NVSHMEM's collective launch, CW_NV_NO_PDL turns it off, and each kernel lets its dependents be scheduled right after its wait;
 the library's launches (all cooperative) carry none. Compiled with nvcc for sm_90 (the wait is the
 first instruction of each kernel's PTX after reading its parameters) and for sm_80 (no wait, which
 that architecture lacks); skipped, with the reason, where nvcc or the NVSHMEM wheel is missing.
@@ -83,14 +83,18 @@ def test_every_kernel_waits_for_the_one_before_first(name, make, count):
         assert body.count(WAIT) == 1, kernel
 
 
-def test_the_wait_is_griddepcontrol_wait_guarded_for_sm_90_and_nothing_triggers_early():
+def test_the_wait_is_griddepcontrol_wait_then_the_trigger_both_guarded_for_sm_90():
     text = one_pe(4)
     helper = function(text, "__device__ __forceinline__ void cw_nv_after_previous_kernel()")
+    # the trigger comes after the wait, never before: the next kernel is scheduled early, but this
+    # kernel's own accesses all follow the wait for the one before
     assert re.search(r'#if defined\(__CUDA_ARCH__\) && __CUDA_ARCH__ >= 900\n\s*asm volatile\("griddepcontrol\.wait;" '
-                     r'::: "memory"\);\n#endif', helper), helper
+                     r'::: "memory"\);\n\s*asm volatile\("griddepcontrol\.launch_dependents;" ::: "memory"\);\n#endif',
+                     helper), helper
     compiled = code(text)
-    for early in ("launch_dependents", "cudaTriggerProgrammaticLaunchCompletion", "cudaGridDependencySynchronize"):
-        assert early not in compiled, early
+    assert compiled.count("griddepcontrol.launch_dependents") == 1
+    for api in ("cudaTriggerProgrammaticLaunchCompletion", "cudaGridDependencySynchronize"):
+        assert api not in compiled, api
 
 
 def test_only_a_plain_launch_carries_programmatic_stream_serialization():

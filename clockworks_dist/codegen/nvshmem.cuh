@@ -321,15 +321,19 @@ __device__ inline void cw_nv_pk_unpack(void* dst, const void* area, size_t bytes
 // parameters) overlap the previous kernel. Launched without the attribute (every cooperative launch,
 // CW_NV_NO_PDL), or after stream work that is not a kernel, the kernel starts after that work as
 // usual and the wait returns at once.
-// No kernel signals its dependents early (`griddepcontrol.launch_dependents`,
-// cudaTriggerProgrammaticLaunchCompletion): the order above does not rest on it (the wait is for
-// completion either way), but it would let the next kernel's blocks be scheduled and sit beside this
-// kernel's work; without it the next kernel is released as this one's blocks exit, and only its launch
-// overlaps. PDL needs compute capability 9.0: built for an older architecture the statement is empty,
+// Right after the wait, the kernel signals its dependents (`griddepcontrol.launch_dependents`, as the
+// probe did): the next kernel, if launched with the attribute, may then be scheduled while this one
+// works, so its launch is off the critical path. This does not weaken the order: the next kernel's
+// own wait is for this kernel's completion and memory, not for the signal (the signal says nothing
+// of completion or visibility). Its one block then sits resident at that wait; a plain launch is
+// always one block (multi-block grids are cooperative and never carry the attribute), so it takes
+// one block's slot beside this kernel and never starves it of SMs.
+// PDL needs compute capability 9.0: built for an older architecture both statements are empty,
 // and the host launch then never sets the attribute (it asks the kernel what it was compiled for).
 __device__ __forceinline__ void cw_nv_after_previous_kernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 
@@ -348,9 +352,9 @@ __device__ __forceinline__ void cw_nv_after_previous_kernel() {
 // while the one before it still runs, and its first statement (`cw_nv_after_previous_kernel`) waits
 // for that one's completion and memory, so the order of their accesses is stream order's. On one
 // H200 (scripts/gpu/pdl_probe.cu, results/h200/one_gpu) it took the gap between two small kernels in
-// a graph from 0.80 us to 0.48-0.56 us; there the kernel before signalled its dependents right after
-// its own wait, which the generated kernels do not (see cw_nv_after_previous_kernel), so what it saves
-// here is what one_pe_calls_h200.sh's nopdl spec measures. A cooperative launch never carries it:
+// a graph from 0.80 us to 0.48-0.56 us, the kernel before signalling its dependents right after its
+// own wait, as the generated kernels do (cw_nv_after_previous_kernel); what it saves on the generated
+// kernels is what one_pe_calls_h200.sh's nopdl spec measures, side by side. A cooperative launch never carries it:
 // eagerly it goes through NVSHMEM's collective launch, which takes no launch attributes, so a captured
 // cooperative kernel keeps exactly the eager one's launch. (In the probe, cooperative with PDL left
 // 1.5-1.6 us where the cooperative attribute alone left 1.11 us; that kernel also ended with a

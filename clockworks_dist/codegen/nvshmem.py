@@ -1093,8 +1093,8 @@ PDL_WAIT = [
     "  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has",
     "  // completed and its memory operations are visible, so every access below is ordered after all of its",
     "  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,",
-    "  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its",
-    "  // dependents early (cw_nv_after_previous_kernel says why).",
+    "  // only the launch overlaps it, and launched without it this returns at once. It then lets the next",
+    "  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).",
     "  cw_nv_after_previous_kernel();",
 ]
 

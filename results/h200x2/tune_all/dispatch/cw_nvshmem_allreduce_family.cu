@@ -376,15 +376,19 @@ __device__ inline void cw_nv_pk_unpack(void* dst, const void* area, size_t bytes
 // parameters) overlap the previous kernel. Launched without the attribute (every cooperative launch,
 // CW_NV_NO_PDL), or after stream work that is not a kernel, the kernel starts after that work as
 // usual and the wait returns at once.
-// No kernel signals its dependents early (`griddepcontrol.launch_dependents`,
-// cudaTriggerProgrammaticLaunchCompletion): the order above does not rest on it (the wait is for
-// completion either way), but it would let the next kernel's blocks be scheduled and sit beside this
-// kernel's work; without it the next kernel is released as this one's blocks exit, and only its launch
-// overlaps. PDL needs compute capability 9.0: built for an older architecture the statement is empty,
+// Right after the wait, the kernel signals its dependents (`griddepcontrol.launch_dependents`, as the
+// probe did): the next kernel, if launched with the attribute, may then be scheduled while this one
+// works, so its launch is off the critical path. This does not weaken the order: the next kernel's
+// own wait is for this kernel's completion and memory, not for the signal (the signal says nothing
+// of completion or visibility). Its one block then sits resident at that wait; a plain launch is
+// always one block (multi-block grids are cooperative and never carry the attribute), so it takes
+// one block's slot beside this kernel and never starves it of SMs.
+// PDL needs compute capability 9.0: built for an older architecture both statements are empty,
 // and the host launch then never sets the attribute (it asks the kernel what it was compiled for).
 __device__ __forceinline__ void cw_nv_after_previous_kernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 
@@ -469,8 +473,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -529,8 +533,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -589,8 +593,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -649,8 +653,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -709,8 +713,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -769,8 +773,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -829,8 +833,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -889,8 +893,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -967,8 +971,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -1027,8 +1031,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -1087,8 +1091,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -1147,8 +1151,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -1207,8 +1211,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -1267,8 +1271,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -1327,8 +1331,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -1387,8 +1391,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -1468,8 +1472,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -1528,8 +1532,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -1588,8 +1592,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -1648,8 +1652,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -1708,8 +1712,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -1768,8 +1772,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -1828,8 +1832,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -1888,8 +1892,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -1966,8 +1970,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -2026,8 +2030,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -2086,8 +2090,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -2146,8 +2150,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -2206,8 +2210,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -2266,8 +2270,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -2326,8 +2330,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -2386,8 +2390,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -2463,8 +2467,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -2503,8 +2507,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -2543,8 +2547,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -2583,8 +2587,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -2623,8 +2627,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -2663,8 +2667,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -2703,8 +2707,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -2743,8 +2747,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -2797,8 +2801,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -2837,8 +2841,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -2877,8 +2881,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -2917,8 +2921,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -2957,8 +2961,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -2997,8 +3001,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -3037,8 +3041,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -3077,8 +3081,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -3134,8 +3138,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -3178,8 +3182,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -3222,8 +3226,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -3266,8 +3270,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -3310,8 +3314,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -3354,8 +3358,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -3398,8 +3402,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -3442,8 +3446,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -3500,8 +3504,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -3544,8 +3548,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -3588,8 +3592,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -3632,8 +3636,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -3676,8 +3680,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -3720,8 +3724,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -3764,8 +3768,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -3808,8 +3812,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -3869,8 +3873,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -3913,8 +3917,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -3957,8 +3961,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -4001,8 +4005,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -4045,8 +4049,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -4089,8 +4093,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -4133,8 +4137,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -4177,8 +4181,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -4235,8 +4239,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -4279,8 +4283,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -4323,8 +4327,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -4367,8 +4371,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -4411,8 +4415,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -4455,8 +4459,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -4499,8 +4503,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -4543,8 +4547,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -4603,8 +4607,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -4664,8 +4668,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -4725,8 +4729,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -4786,8 +4790,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -4847,8 +4851,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -4908,8 +4912,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -4969,8 +4973,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -5030,8 +5034,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -5104,8 +5108,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -5165,8 +5169,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -5226,8 +5230,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -5287,8 +5291,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -5348,8 +5352,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -5409,8 +5413,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -5470,8 +5474,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -5531,8 +5535,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -5608,8 +5612,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -5669,8 +5673,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -5730,8 +5734,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -5791,8 +5795,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -5852,8 +5856,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -5913,8 +5917,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -5974,8 +5978,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -6035,8 +6039,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -6109,8 +6113,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -6170,8 +6174,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -6231,8 +6235,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -6292,8 +6296,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -6353,8 +6357,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -6414,8 +6418,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -6475,8 +6479,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -6536,8 +6540,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -6613,8 +6617,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -6674,8 +6678,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -6735,8 +6739,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -6796,8 +6800,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -6857,8 +6861,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -6918,8 +6922,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -6979,8 +6983,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -7040,8 +7044,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -7114,8 +7118,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -7175,8 +7179,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -7236,8 +7240,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -7297,8 +7301,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -7358,8 +7362,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -7419,8 +7423,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -7480,8 +7484,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
@@ -7541,8 +7545,8 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) 
   // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
   // completed and its memory operations are visible, so every access below is ordered after all of its
   // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
-  // only the launch overlaps it, and launched without it this returns at once. No kernel triggers its
-  // dependents early (cw_nv_after_previous_kernel says why).
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
   cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_x = a.b_x;
   [[maybe_unused]] float* b_out = a.b_out;
