@@ -319,7 +319,7 @@ __device__ inline void cw_nv_pk_unpack(void* dst, const void* area, size_t bytes
 // of the previous one exactly as under plain stream order; launched with the PDL attribute
 // (a plain launch: the host launch below), only this kernel's launch and what precedes this statement (reading its
 // parameters) overlap the previous kernel. Launched without the attribute (every cooperative launch,
-// CW_NV_NO_PDL), or after stream work that is not a kernel, the kernel starts after that work as
+// PDL not asked for), or after stream work that is not a kernel, the kernel starts after that work as
 // usual and the wait returns at once.
 // Right after the wait, the kernel signals its dependents (`griddepcontrol.launch_dependents`, as the
 // probe did): the next kernel, if launched with the attribute, may then be scheduled while this one
@@ -354,7 +354,13 @@ __device__ __forceinline__ void cw_nv_after_previous_kernel() {
 // H200 (scripts/gpu/pdl_probe.cu, results/h200/one_gpu) it took the gap between two small kernels in
 // a graph from 0.80 us to 0.48-0.56 us, the kernel before signalling its dependents right after its
 // own wait, as the generated kernels do (cw_nv_after_previous_kernel); what it saves on the generated
-// kernels is what one_pe_calls_h200.sh's nopdl spec measures, side by side. A cooperative launch never carries it:
+// kernels, measured side by side on one PE (one_pe_calls_h200.sh, percall against pdl;
+// results/h200/one_gpu/one_pe_pdl): nothing in a graph (4.04 against 4.05 us per call at 1 KiB,
+// 7.28 against 7.42 at 64 KiB: the time between two call kernels there is the kernel's completion,
+// which the wait still waits for, not its launch), and about 0.8 us more per call eagerly at 1 KiB
+// (5.6 against 4.8 us, the order of the two runs swapped: the launch with the attribute costs the
+// host more). So it is off unless CW_NV_PDL=1 asks for it, for the side-by-side runs on two GPUs,
+// where the hand-written probe saved 0.5 us per call at 8 KiB. A cooperative launch never carries it:
 // eagerly it goes through NVSHMEM's collective launch, which takes no launch attributes, so a captured
 // cooperative kernel keeps exactly the eager one's launch. (In the probe, cooperative with PDL left
 // 1.5-1.6 us where the cooperative attribute alone left 1.11 us; that kernel also ended with a
@@ -364,10 +370,10 @@ __device__ __forceinline__ void cw_nv_after_previous_kernel() {
 // no wait, and overlapping it with the kernel before would break stream order); every kernel of a
 // program is compiled for one architecture, so the first one launched answers for all.
 // CW_NV_ALWAYS_COOPERATIVE=1 in the environment launches every kernel cooperatively (to measure
-// what the plain launch saves, side by side); CW_NV_NO_PDL=1 launches the plain ones without PDL
-// (to measure what PDL saves).
+// what the plain launch saves, side by side); CW_NV_PDL=1 launches the plain ones with PDL
+// (to measure what PDL saves; off by default, see above).
 static bool cw_nv_pdl_allowed(const void* kernel) {
-  if (getenv("CW_NV_NO_PDL") != nullptr) return false;
+  if (getenv("CW_NV_PDL") == nullptr) return false;  // asked for only (see above)
   cudaFuncAttributes f;
   if (cudaFuncGetAttributes(&f, kernel) != cudaSuccess) {
     cudaGetLastError();

@@ -374,7 +374,7 @@ __device__ inline void cw_nv_pk_unpack(void* dst, const void* area, size_t bytes
 // of the previous one exactly as under plain stream order; launched with the PDL attribute
 // (a plain launch: the host launch below), only this kernel's launch and what precedes this statement (reading its
 // parameters) overlap the previous kernel. Launched without the attribute (every cooperative launch,
-// CW_NV_NO_PDL), or after stream work that is not a kernel, the kernel starts after that work as
+// PDL not asked for), or after stream work that is not a kernel, the kernel starts after that work as
 // usual and the wait returns at once.
 // Right after the wait, the kernel signals its dependents (`griddepcontrol.launch_dependents`, as the
 // probe did): the next kernel, if launched with the attribute, may then be scheduled while this one
