@@ -11,7 +11,8 @@ of the generated program is predicted (`perf.program`: the schedule's ops plus t
 costs) with the calibrated topology of the machine it ran on, in graph and eager mode, and compared
 with the measured median. Left out, with the reason in the output: runs timed from Python (the cupy
 executor) and cells whose put_signals were lowered to packets (`--packets`: the predictor does not
-model packets).
+model packets). NVSHMEM runs measured before the generated code's progress words moved to GPU memory
+(HOST_PROGRESS_BEFORE) are predicted as built with host-mapped words (`RunConditions.host_progress`).
 
 Train and held out: within each results file the cells are sorted by size and alternate, the
 first trained, the second held out, and so on. The constants of the generated program's run and of
@@ -57,13 +58,18 @@ FITTED = {
     "graph": [("program_graph_us", 0.01, 50.0), ("program_mark_us", 0.01, 20.0),
               ("program_step_us", 0.01, 20.0), ("program_sync_us", 0.01, 20.0),
               ("program_compute_GBs", 10.0, 5000.0),
-              ("program_atomic_us", 1e-5, 0.1), ("nvshmem_reverse_share", 0.001, 1.0), ("barrier_us", 0.05, 20.0)],
+              ("program_atomic_us", 1e-5, 0.1), ("nvshmem_reverse_share", 0.001, 1.0), ("barrier_us", 0.05, 20.0),
+              ("nvshmem_local_block_GBs", 5.0, 5000.0), ("program_host_progress_us", 0.001, 5.0)],
     "eager": [("program_eager_us", 0.01, 50.0), ("program_mark_host_us", 0.01, 20.0),
               ("program_host_lead_us", 0.01, 50.0)],
 }
 LOCAL = {"graph": [("local_graph_launch_us", 0.05, 20.0)],
          "eager": [("local_host_us", 0.5, 60.0), ("local_eager_launch_us", 0.01, 10.0)]}
 MODES = ("graph", "eager")
+# NVSHMEM programs generated before their progress words moved from host-mapped memory to GPU
+# memory (2026-11-23 08:27 UTC) fence on PCIe writes: runs measured before then are predicted with
+# `RunConditions.host_progress` (results/h200x2/progress measures the same binaries both ways).
+HOST_PROGRESS_BEFORE = "2026-11-23T08:27:17+00:00"
 TARGETS = {"graph": (0.05, 0.15), "eager": (0.08, None)}  # held-out median, max per schedule
 
 
@@ -119,6 +125,7 @@ def cells(dirs: list[str]) -> tuple[list[dict], list[dict]]:
         if not kept:
             continue
         calls, between = report.get("calls") or 1, report.get("between") or "barrier"
+        host_progress = report["backend"] == "nvshmem" and report.get("date_utc", "") < HOST_PROGRESS_BEFORE
         with params.bind(binding):
             schedules, _ = validate.load_schedules(report["file"], report["ranks"], [c["bytes"] for c in kept],
                                                    report["schedule"], None)
@@ -126,6 +133,7 @@ def cells(dirs: list[str]) -> tuple[list[dict], list[dict]]:
             row = {"schedule": report["schedule"], "variant": params.label(binding), "backend": report["backend"],
                    "bytes": cell["bytes"], "regime": regime(cell["bytes"]), "calls": calls,
                    "held_out": position % 2 == 1, "results": where,
+                   "host_progress": host_progress,
                    "_sched": repeat(sched, calls, between) if calls > 1 else sched, "_topo": topo}
             for mode in MODES:
                 got = (cell.get(mode) or {}).get("median_us")
@@ -136,14 +144,15 @@ def cells(dirs: list[str]) -> tuple[list[dict], list[dict]]:
 
 
 def predict(row: dict, mode: str, consts) -> float:
-    return program_us(row["_sched"], row["_topo"], mode, row["backend"], consts, row["calls"])
+    return program_us(row["_sched"], row["_topo"], mode, row["backend"], consts, row["calls"], row["host_progress"])
 
 
 # Where the fit starts for constants the topology leaves at their "until fitted" value (a start on a
 # bound can leave a constant there).
 START = {"program_graph_us": 3.0, "program_eager_us": 3.0, "program_mark_us": 1.0, "program_mark_host_us": 1.0,
          "program_step_us": 1.0, "program_atomic_us": 0.001, "nvshmem_reverse_share": 0.2,
-         "program_host_lead_us": 3.0, "program_sync_us": 1.0}
+         "program_host_lead_us": 3.0, "program_sync_us": 1.0, "nvshmem_local_block_GBs": 60.0,
+         "program_host_progress_us": 0.8}
 
 
 def fit_constants(rows: list[dict], start) -> tuple[object, dict]:
@@ -170,7 +179,8 @@ def bytes_share(row: dict, mode: str, consts) -> float:
     fixed costs: launches, protocol latencies, the program's own)."""
     topo = row["_topo"]
     network = from_topology(topo, row["_sched"].world)
-    timeline = Simulator(row["_sched"], network, consts, mode, conditions=RunConditions(program=row["backend"])).run()
+    conditions = RunConditions(program=row["backend"], host_progress=row["host_progress"])
+    timeline = Simulator(row["_sched"], network, consts, mode, conditions=conditions).run()
     moving = 0.0
     for rec in timeline.critical:
         if rec.detail.get("flow_us"):
@@ -287,6 +297,12 @@ def main() -> int:
                                   else ", a plain kernel's start and the host's issue of one")
              + "), starting from the topology's; the held-out cells are never read by it. When the topology's "
              "values came from this fit, the two columns agree.", ""]
+    built_so = sorted({r["results"] for r in rows if r["host_progress"]})
+    if built_so:
+        lines += [f"Predicted as built with host-mapped progress words (NVSHMEM runs measured before "
+                  f"{HOST_PROGRESS_BEFORE}, when the words moved to GPU memory; `program_host_progress_us` per op "
+                  "the kernel's blocks run):", ""] + [f"- {where}" for where in built_so]
+        lines.append("")
     if left:
         lines += ["Left out:", ""] + [f"- {item['results']}: {item['cells']} cell(s), {item['why']}" for item in left]
         lines.append("")

@@ -366,6 +366,61 @@ def test_an_nvshmem_program_pays_for_the_handoffs_its_code_generator_plans():
     assert program_us(local, priced, "graph", "nccl") == pytest.approx(program_us(local, base, "graph", "nccl"))
 
 
+@cw.schedule
+def one_copy(r):
+    x = r.buffer("x", count=N, role="input")
+    out = r.buffer("out", count=N, role="output")
+    r.copy(out, x)
+
+
+@cw.schedule
+def one_reduce(r):
+    a = r.buffer("a", count=N, role="input")
+    b = r.buffer("b", count=N, role="input")
+    out = r.buffer("out", count=N, role="output")
+    r.reduce(out, a, b)
+
+
+def test_a_local_op_in_an_nvshmem_kernel_goes_at_its_blocks_rate():
+    # one block per 64 KiB of the bytes the code generator spreads the op by, each at
+    # nvshmem_local_block_GBs: a copy of 64 KiB (one block) and one of 256 KiB (four) take the same
+    # least time, 64 KiB at that rate, however fast HBM or L2 would move them
+    rate = 10.0
+    base = topo_with(program_graph_us=5.0, program_step_us=1.5, barrier_us=3.0)
+    priced = topo_with(program_graph_us=5.0, program_step_us=1.5, barrier_us=3.0, nvshmem_local_block_GBs=rate)
+    per_block = 64 * KiB / (rate * 1e3)
+    for count in (16 * KiB, 64 * KiB):  # float32: 64 KiB and 256 KiB copied
+        sched = one_copy.trace(2, sizes={"N": count})
+        without = program_us(sched, base, "graph", "nvshmem")
+        assert program_us(sched, priced, "graph", "nvshmem") == pytest.approx(
+            5.0 + 1.0 + 1.5 + per_block + 3.0, abs=1e-3)  # start, kernel, step, the blocks' time, barrier
+        assert without < 5.0 + 1.0 + 1.5 + 3.0 + 0.2  # over HBM or L2 alone: next to nothing
+    # a reduce spreads by its destination and its sources: 3 x 16 KiB = 48 KiB on one block
+    sched = one_reduce.trace(2, sizes={"N": 4 * KiB})
+    assert program_us(sched, priced, "graph", "nvshmem") == pytest.approx(
+        5.0 + 1.0 + 1.5 + 48 * KiB / (rate * 1e3) + 3.0, abs=1e-3)
+    # a host-driven (NCCL) program's local kernels are plain ones: the constant changes nothing there
+    sched = one_copy.trace(2, sizes={"N": 16 * KiB})
+    assert program_us(sched, priced, "graph", "nccl") == pytest.approx(program_us(sched, base, "graph", "nccl"))
+    # 0 (the default) is off
+    assert load_topology(H200).constants.nvshmem_local_block_GBs == 0.0
+
+
+def test_host_mapped_progress_words_cost_each_op_of_an_nvshmem_program():
+    # programs built with host-mapped progress words fence on PCIe writes: program_host_progress_us
+    # per op the kernel's blocks run (fill, put_signal, copy; not the wait one thread polls), and
+    # nothing unless the run was built so
+    sched = fill_then_put.trace(2, sizes={"N": 1 << 10})
+    topo = topo_with(program_graph_us=5.0, program_step_us=1.5, barrier_us=3.0, program_host_progress_us=0.5)
+    plain = program_us(sched, topo, "graph", "nvshmem")
+    spread = [op.kind for op in sched.programs[0].ops if op.kind != "wait_until"]
+    assert spread == ["fill", "put_signal", "copy"]
+    assert program_us(sched, topo, "graph", "nvshmem", host_progress=True) == pytest.approx(plain + 0.5 * 3,
+                                                                                          abs=1e-3)
+    off = topo_with(program_graph_us=5.0, program_step_us=1.5, barrier_us=3.0)
+    assert program_us(sched, off, "graph", "nvshmem", host_progress=True) == pytest.approx(plain)
+
+
 # ---------------------------------------------------------------------------------------- calibration
 def synthetic(truth: Constants, topo, ops, sizes) -> list[fit.Cell]:
     """Cells measured on a machine whose constants are `truth` (each the model's own prediction)."""

@@ -54,6 +54,10 @@ class RunConditions:
     # kernel and its closing barrier; the progress word before each op of a host-driven one) and
     # its stand-in kernels for compute ops. None: the schedule's own ops, run back to back.
     program: str | None = None
+    # An NVSHMEM program generated while its progress words were host-mapped (before they moved to
+    # GPU memory; `validate --host-progress` still builds it so): every fence waits for the
+    # progress writes before it to cross PCIe, `program_host_progress_us` more per op.
+    host_progress: bool = False
 
 
 @dataclass(frozen=True)

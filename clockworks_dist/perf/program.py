@@ -22,14 +22,17 @@ BACKENDS = ("nccl", "nvshmem")
 
 
 def program_us(sched: ir.Schedule, topo, mode: str, backend: str, consts: Constants | None = None,
-               calls: int = 1) -> float:
+               calls: int = 1, host_progress: bool = False) -> float:
     """The predicted time of one timed run of `sched`'s generated `backend` program in `mode`
-    (graph or eager), per call when `sched` is `calls` back-to-back calls (`repeat.repeat`)."""
+    (graph or eager), per call when `sched` is `calls` back-to-back calls (`repeat.repeat`);
+    `host_progress`: an NVSHMEM program built with host-mapped progress words
+    (`RunConditions.host_progress`)."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}: one of {', '.join(BACKENDS)}")
     consts = consts or topo.constants
     if consts.hbm_efficiency != topo.constants.hbm_efficiency:  # the network reads it from the topology
         topo = topo.model_copy(update={"constants": consts})
     network = from_topology(topo, sched.world)
-    timeline = Simulator(sched, network, consts, mode, conditions=RunConditions(program=backend)).run()
+    conditions = RunConditions(program=backend, host_progress=host_progress)
+    timeline = Simulator(sched, network, consts, mode, conditions=conditions).run()
     return timeline.total_us / calls

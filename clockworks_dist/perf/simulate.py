@@ -165,7 +165,11 @@ class Simulator:
             closing = all(p.ops and p.ops[-1].kind == "barrier_all" for p in self.sched.programs)
             rounds = max(1, (self.world - 1).bit_length())
             end = 0.0 if closing else c.barrier_us * rounds
-            return run + launch_us(c, self.mode, "local") + c.program_step_us, c.program_step_us, end, 0.0
+            ops = [p.ops[0] for p in self.sched.programs if p.ops]
+            spread = any(op.kind not in _ONE_THREAD for op in ops)  # the first op's, as in `_gap`
+            first = c.program_step_us + (c.program_host_progress_us if self.conditions.host_progress and spread
+                                         else 0.0)
+            return run + launch_us(c, self.mode, "local") + first, c.program_step_us, end, 0.0
         # host-driven: a progress word before every op and one after the last
         return run + c.program_mark_us, c.program_mark_us, c.program_mark_us, c.program_mark_host_us
 
@@ -192,6 +196,13 @@ class Simulator:
             pre = self._handoffs()[rank].get(index, "")
             if pre in ("grid", "last"):
                 step += self.c.program_sync_us
+            if self.conditions.host_progress and op.kind not in _ONE_THREAD:
+                # host-mapped progress words: the op's blocks fence after writing theirs, and wait
+                # for it to cross PCIe. Measured A/B, the same binaries (results/h200x2/progress):
+                # 1.7 us more per call of the one-shot all-reduce with a sync between calls (a put
+                # and a reduce over the blocks a call), 2.3 to 2.7 us of the two-shot (two puts and a
+                # reduce), at 8 KiB and 1 MiB alike: about 0.85 us per such op, not per byte
+                step += self.c.program_host_progress_us
             return step
         return self.mark_us if launches_kernel(op) else 0.0
 
@@ -397,6 +408,7 @@ class Simulator:
             if self.program is not None:  # the program's stand-in hashes at its own rate
                 ceiling = self.c.program_compute_GBs
         else:  # reduce, copy, fill: from L2 when what they touch fits there
+            floor = self._block_floor(op, rank)
             nbytes = self.net.local_bytes(rank, nbytes, self.c.l2_GBs)
         start = self.now + (0.0 if self._in_kernel() else launches * self._launch("local"))
         done = lambda: self._step_done(action, rec)  # noqa: E731
@@ -409,6 +421,25 @@ class Simulator:
             self.engine.at(max(self.now, began[0] + floor) + fixed_after, done)
 
         self.engine.at(start, lambda: self.engine.start_flow((self.net.hbm(rank),), nbytes, ceiling, flowed))
+
+    def _block_floor(self, op, rank: int) -> float:
+        """The least time of a reduce, copy or fill inside an NVSHMEM program's kernel: the code
+        generator spreads it over one block per `lowering.NVSHMEM_BLOCK_BYTES` of the bytes it moves
+        (`codegen.nvshmem._op_bytes`: a copy's or fill's destination, a reduce's destination and
+        sources), and one block's loads and stores go at `nvshmem_local_block_GBs`, far below HBM
+        or L2 until many blocks share the work. Evidence (2 x H200, results/h200x2/tune_all, 20
+        calls a run): per call, the generated all-gather (a put and a copy of half its bytes) takes
+        3.1 us more at 256 KiB (its copy on 2 blocks of 64 KiB) than at 64 KiB (one block of 32 KiB)
+        and only 0.1 us more again at 1 MiB (8 blocks of 64 KiB); the reduce-scatter's reduce goes
+        from 48 KiB a block to 64 KiB (+0.8 us) and then stays flat (+0.3 us for 4x the bytes);
+        the same bytes over HBM or L2 take under 0.1 us (scripts/results/predict_generated_misses.md).
+        0 (off) until fitted. A host-driven program's local kernels: none."""
+        rate = self.c.nvshmem_local_block_GBs
+        if self.program != "nvshmem" or not rate:
+            return 0.0
+        dst = self._size(rank, op.dst)
+        moved = dst * (1 + len(op.srcs)) if op.kind == "reduce" else dst
+        return moved / lowering.nvshmem_blocks(moved) / (rate * 1e3)
 
     def _compute_cost(self, op, rank: int, traffic: float) -> tuple[int, float, float, float]:
         """(kernel starts, HBM bytes, fixed us after them, least us for the arithmetic) of a compute

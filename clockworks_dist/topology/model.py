@@ -333,6 +333,16 @@ class Constants(_Frozen):
     # on the generated programs with a cost per block of the kernel and one for a fenced handoff as
     # well, both came out at their lower bound: neither is in the model.) 0 until fitted.
     program_sync_us: Latency = 0.0
+    # What each op of an NVSHMEM program generated with host-mapped progress words adds (its
+    # fences wait for the progress writes before them to cross PCIe; the words are in GPU memory
+    # now, `RunConditions.host_progress`): prices runs measured before the change. 0 until fitted.
+    program_host_progress_us: Latency = 0.0
+    # One thread block's rate for a reduce, copy or fill inside an NVSHMEM program's kernel, GB/s
+    # of the bytes the code generator spreads it by (a copy's or fill's destination, a reduce's
+    # destination and sources; one block per 64 KiB of them, `lowering.nvshmem_blocks`): the op
+    # takes at least its bytes per block at this rate, however little HBM or L2 it uses. 0 (off)
+    # until fitted on measured runs of generated programs (`perf.simulate.Simulator._block_floor`).
+    nvshmem_local_block_GBs: _real(ge=0, le=MAX_GBS) = 0.0
     # The rate of the stand-in kernels a generated program runs for a compute op (they hash what it
     # reads and write what it writes with 64-bit integer arithmetic), GB/s of its reads and writes.
     program_compute_GBs: Rate = 1000.0
