@@ -125,7 +125,10 @@ def cells(dirs: list[str]) -> tuple[list[dict], list[dict]]:
         if not kept:
             continue
         calls, between = report.get("calls") or 1, report.get("between") or "barrier"
-        host_progress = report["backend"] == "nvshmem" and report.get("date_utc", "") < HOST_PROGRESS_BEFORE
+        # validate records where the progress words were (`progress_words`); older runs say it by their date
+        recorded = report.get("progress_words")
+        host_progress = recorded == "host" if recorded else \
+            report["backend"] == "nvshmem" and report.get("date_utc", "") < HOST_PROGRESS_BEFORE
         with params.bind(binding):
             schedules, _ = validate.load_schedules(report["file"], report["ranks"], [c["bytes"] for c in kept],
                                                    report["schedule"], None)

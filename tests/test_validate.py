@@ -392,6 +392,22 @@ def test_validate_with_slurm_prepares_every_size_and_collect_sums_up(tmp_path, m
     assert (out / "results.png").stat().st_size > 0 and "| 4 KiB | hang |" in (out / "results.md").read_text()
 
 
+def test_the_run_records_where_an_nvshmem_kernel_writes_its_progress_words(tmp_path, monkeypatch):
+    """validate records `progress_words` (GPU memory: it never passes --host-progress), so a
+    prediction of its results knows which build it prices; an NCCL run records none."""
+    fake = type(sys)("clockworks_dist.codegen.program")
+    fake.generate = lambda sched, backend, packets=None, splits=None: f"// {sched.name} {backend}\n"
+    monkeypatch.setitem(sys.modules, "clockworks_dist.codegen.program", fake)
+    monkeypatch.setattr(codegen, "program", fake, raising=False)
+    for backend, protocol, want in (("nvshmem", "nvshmem_oneshot_allreduce.py", "gpu"),
+                                    ("nccl", "ring_allreduce.py", None)):
+        out = tmp_path / backend
+        validate.validate_file(os.path.join(PROTOCOLS, protocol), backend=backend, ranks=2, sizes="1KiB",
+                               timeout=30, out_dir=str(out), launcher="slurm", topology="h200x2-nv18")
+        manifest = json.loads((out / validate.MANIFEST).read_text())
+        assert manifest["progress_words"] == want, backend
+
+
 def _emit(job_dir, fields):
     line = {"item": 0, "schedule": "ring_allreduce", "world": 2, "backend": "nccl", **fields}
     with open(job_dir / f"rank{fields['rank']}.jsonl", "a") as handle:

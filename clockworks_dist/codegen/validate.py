@@ -861,7 +861,7 @@ def collect(out_dir: str) -> dict:
         cells.append(make_cell(entry["bytes"], result, predicted, nccl, [n for n in (why, nccl_note) if n]))
     meta = {**{k: manifest[k] for k in ("schedule", "file", "backend", "ranks", "iters", "warmup", "graph",
                                           "timeout")},
-            **{k: manifest.get(k) for k in ("params", "calls", "between", "kernels", "packets")},
+            **{k: manifest.get(k) for k in ("params", "calls", "between", "kernels", "progress_words", "packets")},
             "launcher": "slurm", "topology": topo_note, "nccl_op": (manifest.get("nccl") or {}).get("op"),
             "nccl_version": (header or {}).get("nccl_version"), "nccl_header": header, "machine": machine}
     return write_results(out_dir, cells, meta)
@@ -1010,6 +1010,10 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
             "params": dict(schedules[0].params),  # the family's variant (cw.param, cw.choice), if any
             "calls": calls, "between": between if calls > 1 else None,
             "kernels": ("per call" if splits[0] else "one") if calls > 1 and backend == "nvshmem" else None,
+            # where an NVSHMEM kernel writes its progress words: GPU memory, copied to the host beside the
+            # kernel (validate never passes --host-progress); runs from before this was recorded wrote
+            # them to host-mapped memory until 2026-11-23 08:27 UTC, which costs each op a PCIe round
+            "progress_words": "gpu" if backend == "nvshmem" else None,
             "packets": ({"max_bytes": packets, "channels": [len(item.channels) for item in lowered],
                          "refused": lowered[0].refused[:8]} if packets else None)}
     if launcher == "slurm":
