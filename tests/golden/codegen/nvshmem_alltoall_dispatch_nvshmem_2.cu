@@ -985,6 +985,31 @@ __device__ inline void cw_nv_pk_unpack(void* dst, const void* area, size_t bytes
   }
 }
 
+// The first statement of every generated kernel: wait for the kernel before it in the stream
+// (programmatic dependent launch, PDL; the PTX `griddepcontrol.wait`, as scripts/gpu/pdl_probe.cu
+// measured it). It returns only once every block of the preceding kernel has completed and that
+// kernel's memory operations are visible, so every access of this kernel is ordered after every access
+// of the previous one exactly as under plain stream order; launched with the PDL attribute
+// (a plain launch: the host launch below), only this kernel's launch and what precedes this statement (reading its
+// parameters) overlap the previous kernel. Launched without the attribute (every cooperative launch,
+// PDL not asked for), or after stream work that is not a kernel, the kernel starts after that work as
+// usual and the wait returns at once.
+// Right after the wait, the kernel signals its dependents (`griddepcontrol.launch_dependents`, as the
+// probe did): the next kernel, if launched with the attribute, may then be scheduled while this one
+// works, so its launch is off the critical path. This does not weaken the order: the next kernel's
+// own wait is for this kernel's completion and memory, not for the signal (the signal says nothing
+// of completion or visibility). Its one block then sits resident at that wait; a plain launch is
+// always one block (multi-block grids are cooperative and never carry the attribute), so it takes
+// one block's slot beside this kernel and never starves it of SMs.
+// PDL needs compute capability 9.0: built for an older architecture both statements are empty,
+// and the host launch then never sets the attribute (it asks the kernel what it was compiled for).
+__device__ __forceinline__ void cw_nv_after_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // One run of a rank's ops, a kernel at a time. Cooperative (every block resident, for the grid-wide syncs and for
 // the NVSHMEM collectives inside it) through NVSHMEM's collective launch, which launches on
 // NVSHMEM's own stream, joined to `s` by events; while `s` is captured into a CUDA graph: the same
@@ -996,25 +1021,62 @@ __device__ inline void cw_nv_pk_unpack(void* dst, const void* area, size_t bytes
 // one-block grid here replaces by its block's barrier, adds 0.93 us more: results/h200/one_gpu).
 // Stream order is the same either way: it starts after every block of the kernel before has
 // finished, and the next one after it has.
+// A plain launch also carries programmatic stream serialization (PDL): the kernel may be launched
+// while the one before it still runs, and its first statement (`cw_nv_after_previous_kernel`) waits
+// for that one's completion and memory, so the order of their accesses is stream order's. On one
+// H200 (scripts/gpu/pdl_probe.cu, results/h200/one_gpu) it took the gap between two small kernels in
+// a graph from 0.80 us to 0.48-0.56 us, the kernel before signalling its dependents right after its
+// own wait, as the generated kernels do (cw_nv_after_previous_kernel); what it saves on the generated
+// kernels, measured side by side on one PE (one_pe_calls_h200.sh, percall against pdl;
+// results/h200/one_gpu/one_pe_pdl): nothing in a graph (4.04 against 4.05 us per call at 1 KiB,
+// 7.28 against 7.42 at 64 KiB: the time between two call kernels there is the kernel's completion,
+// which the wait still waits for, not its launch), and about 0.8 us more per call eagerly at 1 KiB
+// (5.6 against 4.8 us, the order of the two runs swapped: the launch with the attribute costs the
+// host more). So it is off unless CW_NV_PDL=1 asks for it, for the side-by-side runs on two GPUs,
+// where the hand-written probe saved 0.5 us per call at 8 KiB. A cooperative launch never carries it:
+// eagerly it goes through NVSHMEM's collective launch, which takes no launch attributes, so a captured
+// cooperative kernel keeps exactly the eager one's launch. (In the probe, cooperative with PDL left
+// 1.5-1.6 us where the cooperative attribute alone left 1.11 us; that kernel also ended with a
+// grid-wide sync, which without PDL left 2.0 us: PDL on a cooperative launch is not measured on its
+// own, nor tried on the generated kernels.) The attribute is
+// set only where the kernel was compiled for compute capability 9.0 or later (earlier, the kernel has
+// no wait, and overlapping it with the kernel before would break stream order); every kernel of a
+// program is compiled for one architecture, so the first one launched answers for all.
 // CW_NV_ALWAYS_COOPERATIVE=1 in the environment launches every kernel cooperatively (to measure
-// what the plain launch saves, side by side).
+// what the plain launch saves, side by side); CW_NV_PDL=1 launches the plain ones with PDL
+// (to measure what PDL saves; off by default, see above).
+static bool cw_nv_pdl_allowed(const void* kernel) {
+  if (getenv("CW_NV_PDL") == nullptr) return false;  // asked for only (see above)
+  cudaFuncAttributes f;
+  if (cudaFuncGetAttributes(&f, kernel) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return f.ptxVersion >= 90;  // the virtual architecture the kernel was compiled for (__CUDA_ARCH__ / 10)
+}
 static void cw_nv_launch(const void* kernel, void* args, cudaStream_t s, bool collective) {
   void* params[] = {args};
   static const bool always = getenv("CW_NV_ALWAYS_COOPERATIVE") != nullptr;
+  static const bool pdl = cw_nv_pdl_allowed(kernel);
   bool cooperative = always || collective || cw_nv_grid > 1;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   CW_CUDA(cudaStreamIsCapturing(s, &capture));
   if (capture == cudaStreamCaptureStatusActive || !cooperative) {
     cudaLaunchAttribute attribute;
-    attribute.id = cudaLaunchAttributeCooperative;
-    attribute.val.cooperative = 1;
+    if (cooperative) {
+      attribute.id = cudaLaunchAttributeCooperative;
+      attribute.val.cooperative = 1;
+    } else {
+      attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attribute.val.programmaticStreamSerializationAllowed = 1;
+    }
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(cw_nv_grid);
     config.blockDim = dim3(CW_NV_THREADS);
     config.dynamicSmemBytes = 0;
     config.stream = s;
     config.attrs = &attribute;
-    config.numAttrs = cooperative ? 1 : 0;
+    config.numAttrs = cooperative || pdl ? 1 : 0;
     CW_CUDA(cudaLaunchKernelExC(&config, kernel, params));
   } else {
     CW_NV(nvshmemx_collective_launch(kernel, dim3(cw_nv_grid), dim3(CW_NV_THREADS), params, 0, s));
@@ -1088,6 +1150,12 @@ struct CwNvArgs0 {
 };
 
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0(CwNvArgs0 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_send = a.b_send;
   [[maybe_unused]] float* b_recv = a.b_recv;
   [[maybe_unused]] uint64_t* cw_sig = a.sig;
@@ -1143,6 +1211,12 @@ struct CwNvArgs1 {
 };
 
 __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1(CwNvArgs1 a) {
+  // Wait for the kernel before this one on the stream: this returns once every block of that kernel has
+  // completed and its memory operations are visible, so every access below is ordered after all of its
+  // accesses exactly as under plain stream order; launched plainly, with programmatic dependent launch,
+  // only the launch overlaps it, and launched without it this returns at once. It then lets the next
+  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).
+  cw_nv_after_previous_kernel();
   [[maybe_unused]] float* b_send = a.b_send;
   [[maybe_unused]] float* b_recv = a.b_recv;
   [[maybe_unused]] uint64_t* cw_sig = a.sig;
