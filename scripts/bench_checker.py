@@ -80,8 +80,8 @@ NOT_RUN = {
     ("ring_allreduce", 1024): "not in this run: measured once alone (trace, then check() with no state cap): "
                               "verified, 5,237,761 states, 430 s of check and 143 s of trace, 10.9 GB peak "
                               "(3.1 GB of it the traced schedule of 3.1 million ops): past both limits, "
-                              "about 7 times the time and 2.7 times the memory; the cost is per op (about 80 us "
-                              "and 2.5 KB), spread over matching, compiling the model, the search and the "
+                              "about 7 times the time and 2.7 times the memory; the cost is per op (about 140 us "
+                              "and 2.5 KB of check per op, 82 us per state), spread over matching, compiling the model, the search and the "
                               "post-search phase",
 }
 # SPIN on the same 8-rank ring all-reduce (Promela model of the same schedule), for scale: it had
