@@ -71,10 +71,11 @@ kernel before ends with every block's fence of its own work, and the next starts
 that one has finished, which orders at least what a grid-wide sync orders. A call's kernel of one block that calls
 no NVSHMEM collective (every one but the last, unless a sync or barrier separates the calls) is
 launched plainly rather than cooperatively: it needs no co-resident blocks, its grid-wide syncs are
-its block's barrier (`cw_nv_grid_barrier`), and it starts sooner (`cw_nv_launch`). A plain launch
-also carries programmatic dependent launch: the kernel may be launched while the one before it
-still runs, and every kernel's first statement waits for the one before it to complete with its
-memory visible (`PDL_WAIT`), so the boundary orders what it ordered without it.
+its block's barrier (`cw_nv_grid_barrier`), and it starts sooner (`cw_nv_launch`). With
+CW_NV_PDL=1 a plain launch also carries programmatic dependent launch (off by default: on one H200
+it saved nothing in a graph and cost the host more eagerly): the kernel may be launched while the
+one before it still runs, and every kernel's first statement waits for the one before it to
+complete with its memory visible (`PDL_WAIT`), so the boundary orders what it ordered without it.
 
 CUDA graphs: `nvshmemx_collective_launch` records an event on the caller's stream, launches on
 NVSHMEM's own stream and makes the caller's stream wait for it (NVIDIA/nvshmem's collective launch:
@@ -1084,8 +1085,9 @@ class NvshmemTarget(Target):
         ]
 
 
-# The first statement of every kernel, before any memory access. A plain launch (`cw_nv_launch`) carries
-# programmatic stream serialization, so the kernel may start before the one before it has finished;
+# The first statement of every kernel, before any memory access. With CW_NV_PDL=1 a plain launch
+# (`cw_nv_launch`) carries programmatic stream serialization, so the kernel may start before the one
+# before it has finished;
 # this wait is what keeps their accesses in stream order. Whether a launch is plain is decided at run
 # time (the grid, CW_NV_ALWAYS_COOPERATIVE), so every kernel has it, also the single kernel of a run and
 # the last of --calls (always cooperative, where it returns at once).
