@@ -49,6 +49,10 @@ def add_parsers(sub, positive, size_arg, seconds) -> None:
         cmd.add_argument("--packets", metavar="SIZE", type=_packet_limit, default=0,
                          help="nvshmem: send each put_signal of at most SIZE bytes whose word only its wait reads "
                               "as flag-in-data packets (e.g. 64KiB); the rewritten schedule is checked first")
+        cmd.add_argument("--copy-engine", metavar="SIZE", type=_packet_limit, default=0,
+                         help="nvshmem: issue each put and put_signal of at least SIZE bytes (e.g. 16MiB) from the host on "
+                              "the copy engine between two kernels, instead of from the kernel's blocks (peers over "
+                              "NVLink only)")
         if name == "build":
             cmd.add_argument("--check", action="store_true",
                              help="only say what this machine has to build with (nvcc, NCCL, NVSHMEM, MPI)")
@@ -97,6 +101,10 @@ def add_parsers(sub, positive, size_arg, seconds) -> None:
     val.add_argument("--packets", metavar="SIZE", type=_packet_limit, default=0,
                      help="nvshmem: send each put_signal of at most SIZE bytes whose word only its wait reads as "
                           "flag-in-data packets (e.g. 64KiB); the rewritten schedule is what is checked and run")
+    val.add_argument("--copy-engine", metavar="SIZE", type=_packet_limit, default=0,
+                     help="nvshmem: issue each put and put_signal of at least SIZE bytes (e.g. 16MiB) from the host on "
+                          "the copy engine between two kernels, instead of from the kernel's blocks (peers over NVLink "
+                          "only)")
     val.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     val.add_argument("--debug", action="store_true", help="print tracebacks of errors in the input")
 
@@ -153,8 +161,10 @@ def _write_all(args: argparse.Namespace) -> list[tuple[ir.Schedule, str]]:
             except validate.ValidateError as exc:
                 raise ClockworksError(f"{exc} [with --packets: the schedule as packets; without --packets it keeps "
                                       "separate signals]") from None
+        if getattr(args, "copy_engine", 0) and args.backend != "nvshmem":
+            raise ClockworksError("--copy-engine is a lowering of the nvshmem backend: add --backend nvshmem")
         try:
-            text = program.generate(sched, args.backend, packets=lowered)
+            text = program.generate(sched, args.backend, packets=lowered, copy_engine=getattr(args, "copy_engine", 0))
         except Unsupported as exc:
             others = [b for b in BACKENDS if b != args.backend and not program.unsupported(sched, b)]
             hint = f"; --backend {others[0]} can generate it" if others else ""
@@ -226,4 +236,4 @@ def _validate(args: argparse.Namespace) -> dict:
         out_dir=args.out, iters=args.iters, warmup=args.warmup, graph=not args.no_graph, launcher=args.launcher,
         topology=args.topology, schedule_name=args.schedule, no_check=args.no_check,
         size_bindings=dict(args.size), nccl=not args.no_nccl, calls=args.calls, between=args.between,
-        packets=args.packets, fuse_calls=args.fuse_calls)
+        packets=args.packets, fuse_calls=args.fuse_calls, copy_engine=args.copy_engine)

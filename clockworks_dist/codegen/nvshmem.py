@@ -126,7 +126,8 @@ FETCH_CALL = {"fetch_add": "atomic_fetch_add", "fetch_inc": "atomic_fetch_inc", 
 @dataclass(frozen=True)
 class Who:
     """Which thread blocks run an op: `all` (spread over `want` blocks from `base`, any of them may
-    touch any part), `one` (block `base` mod the grid), `last` (the last block to arrive)."""
+    touch any part), `one` (block `base` mod the grid), `last` (the last block to arrive); `host`: no
+    block, the host issues it on the stream between two kernels (a put on the copy engine)."""
 
     kind: str
     base: int = 0
@@ -137,6 +138,8 @@ class Who:
         return self.kind == other.kind == "one" and self.base == other.base
 
     def __str__(self) -> str:
+        if self.kind == "host":
+            return "the copy engine, between two kernels"
         if self.kind == "one":
             return f"block {self.base}"
         return "the last block to arrive" if self.kind == "last" else f"{self.want} blocks"
@@ -214,7 +217,7 @@ class RankPlan:
     blocks: int  # blocks the kernel wants
     counters: int
     hash_slots: int
-    kernels: int = 1  # one, or one per call (`splits`)
+    kernels: int = 1  # one, or one per call (`splits`), not counting the copy engine's puts between them
 
 
 def _touch(access, rank: int) -> Touch:
@@ -308,6 +311,21 @@ def staged(op, rank: int) -> ir.Region | None:
     return None
 
 
+def copy_engine_ops(sched: ir.Schedule, rank: int, min_bytes: int, packets=None) -> frozenset[int]:
+    """The ops of `rank` that the copy engine moves (`--copy-engine SIZE`): every put and put_signal of
+    at least `min_bytes` bytes, unless it is sent as packets or its source overlaps its destination
+    (a copy engine's copy of overlapping memory is undefined; `staged` copies those first, in a kernel).
+    Each is issued by the host on the rank's stream between two kernels (`nvshmemx_putmem[_signal]_on_stream`,
+    which on a peer reached over NVLink is a peer cudaMemcpyAsync, then for put_signal the signal's write);
+    0: none."""
+    if min_bytes <= 0:
+        return frozenset()
+    sends = packets.sends if packets is not None else {}
+    return frozenset(m for m, op in enumerate(sched.programs[rank].ops)
+                     if isinstance(op, (ir.Put, ir.PutSignal)) and (rank, m) not in sends
+                     and staged(op, rank) is None and _op_bytes(sched, rank, op) >= min_bytes)
+
+
 def _next_signals(sched: ir.Schedule, rank: int, m: int) -> bool:
     """The op after op m is a one-block op that updates a signal word too."""
     ops = sched.programs[rank].ops
@@ -323,18 +341,29 @@ def _what(t: Touch, rank: int) -> str:
 
 
 def plan_rank(sched: ir.Schedule, rank: int, index: dict | None = None, monotone: set | None = None,
-              packets=None, splits=frozenset()) -> RankPlan:
+              packets=None, splits=frozenset(), copy_engine=frozenset()) -> RankPlan:
     """Who runs each op of `rank` and what it waits for across blocks (the module docstring).
     `packets` (`packets.Lowered`): its put_signals send packets (twice the bytes, the flag in each).
     `splits`: the ops that begin a kernel of their own (the calls of `--calls`, one kernel each).
+    `copy_engine` (`copy_engine_ops`): puts the host issues on the stream, each between the kernel
+    before it and one that begins after it.
 
     A kernel boundary is planned as a grid-wide sync, fenced when anything before it is unpublished
     or awaits a fence: every block of the kernel before fences its own work (thread 0's
     nvshmem_fence after __syncthreads, as `cw_nv_grid_sync` does), and the next kernel on the stream
     starts after every block of that one has finished, its writes visible to the next kernel's
     threads: at least the ordering a grid-wide sync gives, so what the plan derives for one kernel
-    holds across the boundary. Deliveries stay in flight across it (a boundary is no quiet)."""
+    holds across the boundary. Deliveries stay in flight across it (a boundary is no quiet).
+
+    A put on the copy engine starts once the kernel before it has finished (stream order), after that
+    boundary: so everything before it in program order, on any block, is ordered before it, fenced
+    where a fence or a publication needs one, exactly as for the first op of a kernel. Nothing after it
+    on the stream starts before its copy (and, for put_signal, its signal's write) has completed: every
+    later op follows its issue and its delivery, more order than the semantics asks for (a delivery
+    may land any time before the next quiet), never less."""
     sends = packets.sends if packets is not None else {}
+    n_ops = len(sched.programs[rank].ops)
+    splits = frozenset(splits) | copy_engine | {m + 1 for m in copy_engine if m + 1 < n_ops}
     # With packets, a rank whose every op fits one block runs them all on block 0: each op then
     # follows the ones it depends on by a __syncthreads, never by a handoff between blocks.
     compact = bool(sends) and all(
@@ -388,6 +417,16 @@ def plan_rank(sched: ir.Schedule, rank: int, index: dict | None = None, monotone
             continue
         touches = _touches(op, rank, (When.ISSUE,))
         now = touches + _touches(op, rank, (When.DELIVERY,))  # deliveries are performed as the op runs
+        if m in copy_engine:  # between two kernels: the boundary before it orders everything (docstring)
+            who = Who("host")
+            item = Item(m, op, who, touches, [t for t in now if _observable(t, rank, index)], [op.pe])
+            pending.append(item)
+            if item.observable:
+                unpublished.append(item)
+            since_fence.setdefault(op.pe, []).append(item)
+            in_flight.append(item)
+            steps.append(Step(m, who))
+            continue
         needs: list[Need] = []
         for item in pending:
             hit = next((t for t in now for u in item.touches if t.conflicts(u)), None)
@@ -485,7 +524,22 @@ def plan_rank(sched: ir.Schedule, rank: int, index: dict | None = None, monotone
     for m, end_fence in ends.items():
         steps[m].kernel_start, steps[m].end_fence = True, end_fence
     blocks = max(widest, min(MAX_BLOCKS, ones))  # each independent one-block op on a block of its own
-    return RankPlan(rank, steps, max(1, blocks), counters, hash_slots, 1 + len(ends))
+    return RankPlan(rank, steps, max(1, blocks), counters, hash_slots,
+                    sum(kind == "kernel" for kind, _steps in kernel_spans(steps)))
+
+
+def kernel_spans(steps: list[Step]) -> list[tuple[str, list[Step]]]:
+    """A rank's run in stream order: ("kernel", its steps) and ("host", [a copy engine's put]). A kernel
+    with no step is left out, except the last, which ends the run (every block's quiet, every PE meeting)."""
+    spans: list[tuple[str, list[Step]]] = [("kernel", [])]
+    for step in steps:
+        if step.who.kind == "host":
+            spans += [("host", [step]), ("kernel", [])]
+        elif step.kernel_start and spans[-1][1]:
+            spans.append(("kernel", [step]))
+        else:
+            spans[-1][1].append(step)
+    return [span for k, span in enumerate(spans) if span[0] == "host" or span[1] or k == len(spans) - 1]
 
 
 # ------------------------------------------------------------------------------------ C++ text
@@ -612,6 +666,35 @@ def put_signal(gen: Gen, op: ir.PutSignal) -> list[str]:
             f"  if (cw_nv_last(&cw_arrive[{step.signal_counter}], true)) {{",
             f"    if (threadIdx.x == 0) nvshmemx_signal_op({sig}, {how}, {op.pe});",
             "  }"]
+
+
+def _host_ptr(region: ir.Region) -> str:
+    """The region's first element in the host's launch code, through the kernels' argument struct `a`."""
+    name = cuda.ident("buffer", region.buffer)
+    return f"a.{name} + {region.start}" if region.start else f"a.{name}"
+
+
+def copy_engine_put(gen: Gen, op) -> list[str]:
+    """A put or put_signal on the copy engine (`copy_engine_ops`): the host issues it on the rank's
+    stream between two kernels, in the rank's launch code (`rank<k>(s)`), not in a kernel."""
+    _remote(gen, op.dst, op.pe, op)  # a symmetric buffer of one dtype on both ranks, or Unsupported
+    dst, src, nbytes = _host_ptr(op.dst), _host_ptr(op.src), gen.nbytes(op.src)
+    lines = ["", op_comment(op).replace("  //", "  // on the copy engine:", 1),
+             "  // issued on the stream once the kernel before has finished (so after every op before it, fenced",
+             "  // where it must be: that kernel's end); to a peer over NVLink NVSHMEM copies with a peer",
+             "  // cudaMemcpyAsync on this stream"]
+    if isinstance(op, ir.PutSignal):
+        sig = f"a.sig + {signal_word(gen.sched.programs[op.pe], op.signal)}"
+        lines += ["  // and then writes the signal, after the copy has completed: the signal lands after the data.",
+                  "  // The next kernel starts after both have completed (stream order: more order than the op needs)",
+                  f"  nvshmemx_putmem_signal_on_stream({dst}, {src}, {nbytes}, {sig}, {cuda.u64(op.value)}, "
+                  f"{SIGNAL_OP[op.sig_op]}, {op.pe}, s);  // to PE {op.pe}"]
+    else:
+        nbi = " (a put_nbi's delivery may land any time before the next quiet; here it has landed)" if op.nbi else ""
+        lines += ["  // The next kernel starts after the copy has completed (stream order: more order than the op",
+                  f"  // needs{nbi})",
+                  f"  nvshmemx_putmem_on_stream({dst}, {src}, {nbytes}, {op.pe}, s);  // to PE {op.pe}"]
+    return lines
 
 
 def signal_op(gen: Gen, op: ir.SignalUpdate) -> list[str]:
@@ -895,6 +978,7 @@ class NvshmemTarget(Target):
             "    }",
             "  }",
             *self._packet_peers(gen),
+            *self._copy_engine_peers(gen),
         ]
 
     def reset(self, gen: Gen) -> list[str]:
@@ -925,6 +1009,27 @@ class NvshmemTarget(Target):
                       "--packets\", 2);"]
         return lines
 
+    def _copy_engine_peers(self, gen: Gen) -> list[str]:
+        """Setup: every PE a put on the copy engine goes to is reached over NVLink (`nvshmem_ptr` of its
+        destination is not null), where NVSHMEM's on-stream put is a copy on this stream and the kernel
+        before it, once finished, has performed every store it ordered; or the run stops here."""
+        lines = []
+        for rank, plan in sorted(_state(gen).get("plans", {}).items()):
+            program = gen.sched.programs[rank]
+            seen = set()
+            for step in plan.steps:
+                if step.who.kind != "host":
+                    continue
+                op = program.ops[step.index]
+                i = next(k for k, d in enumerate(program.buffers) if d.name == op.dst.buffer)
+                if (i, op.pe) in seen:
+                    continue
+                seen.add((i, op.pe))
+                lines += [f"  if (cw_rank == {rank} && !nvshmem_ptr(bufs[{i}].ptr, {op.pe}))",
+                          f"    cw_abandon(\"error\", \"rank {rank} puts to PE {op.pe} on the copy engine, which it cannot "
+                          "reach over NVLink (nvshmem_ptr is null); generate without --copy-engine\", 2);"]
+        return lines
+
     def align(self, gen: Gen) -> list[str]:
         return ["  nvshmemx_barrier_all_on_stream(s);  // every rank's inputs and zeroed signal words are in place"]
 
@@ -940,34 +1045,47 @@ class NvshmemTarget(Target):
         if "touches" not in state:
             state["touches"] = (touch_index(sched), monotone_words(sched))
         splits = frozenset(state.get("splits", {}).get(rank, ()))
-        plan = plan_rank(sched, rank, *state["touches"], packets=state.get("packets"), splits=splits)
+        engine = copy_engine_ops(sched, rank, state.get("copy_engine", 0), state.get("packets"))
+        plan = plan_rank(sched, rank, *state["touches"], packets=state.get("packets"), splits=splits,
+                         copy_engine=engine)
         state.setdefault("plans", {})[rank] = plan
         kernel = state["kernel"] = _Kernel(plan, plan.steps[0] if plan.steps else Step(0, Who("all")))
         scratch_before = len(gen.scratch)
-        bodies: list[list[str]] = [[]]  # one per kernel: the calls of --calls, each its own launch
-        collective = [False]  # per kernel: whether it calls an NVSHMEM collective (barrier_all, sync_all)
-        for step, op in zip(plan.steps, program.ops):
-            gen.index = step.index
-            kernel.step = step
-            if step.kernel_start:
-                bodies[-1] += _call_end(step)
-                bodies.append([])
-                collective.append(False)
-            collective[-1] = collective[-1] or op.kind in ("barrier_all", "sync_all")
-            body = bodies[-1]
-            body += ["", op_comment(op), f"  cw_nv_mark(a.marks, {step.index});"]
-            ordering = self._ordering(gen, op, step)
-            if ordering is not None:
-                body += ordering
+        spans = kernel_spans(plan.steps)
+        bodies: list[list[str]] = []  # one per kernel: the calls of --calls, each its own launch
+        collective: list[bool] = []  # per kernel: whether it calls an NVSHMEM collective (barrier_all, sync_all)
+        hosts: dict[int, list[str]] = {}  # kernel k -> the copy engine's puts issued before it
+        for k, (kind, steps) in enumerate(spans):
+            if kind == "host":
+                step = steps[0]
+                gen.index, kernel.step = step.index, step
+                hosts.setdefault(len(bodies), []).extend(copy_engine_put(gen, program.ops[step.index]))
                 continue
-            if step.pre == "grid":
-                body += [*_why(step), f"  cw_nv_grid_sync(grid, {'true' if step.fence else 'false'});"]
-            elif step.pre:
-                body += _why(step)
-            body += self.table.lookup(op)(gen, op)
+            body: list[str] = []
+            coll = False
+            for step in steps:
+                op = program.ops[step.index]
+                gen.index = step.index
+                kernel.step = step
+                coll = coll or op.kind in ("barrier_all", "sync_all")
+                body += ["", op_comment(op), f"  cw_nv_mark(a.marks, {step.index});"]
+                ordering = self._ordering(gen, op, step)
+                if ordering is not None:
+                    body += ordering
+                    continue
+                if step.pre == "grid":
+                    body += [*_why(step), f"  cw_nv_grid_sync(grid, {'true' if step.fence else 'false'});"]
+                elif step.pre:
+                    body += _why(step)
+                body += self.table.lookup(op)(gen, op)
+            if k + 1 < len(spans):  # the next kernel, or the copy engine's put, starts after this one ends
+                body += _call_end(spans[k + 1][1][0], spans[k + 1][0] == "host")
+            bodies.append(body)
+            collective.append(coll)
         scratch = [item.name for item in gen.scratch[scratch_before:]]
         collective[-1] = True  # the last kernel ends the run with every PE meeting (nvshmem_barrier_all)
         state.setdefault("collective", {})[rank] = collective
+        state.setdefault("hosts", {})[rank] = hosts
         return self._kernel_text(gen, rank, plan, kernel, bodies, scratch)
 
     def _ordering(self, gen: Gen, op, step: Step) -> list[str] | None:
@@ -1029,12 +1147,18 @@ class NvshmemTarget(Target):
         # A library (`library.py`) launches one call's kernel at a time from its own host code: it
         # takes the struct's fields (buffers in declaration order, then the scratch) from here.
         _state(gen).setdefault("fields", {})[rank] = ([decl.name for decl in program.buffers], list(scratch))
+        hosts = _state(gen).get("hosts", {}).get(rank, {})
         kernels = []
         for k, (name, body) in enumerate(zip(names, bodies)):
             last = k == len(bodies) - 1
+            if hosts:
+                head = [f"// kernel {k + 1} of {len(bodies)}, launched after what comes before it on the stream"
+                        + (" (a put on the copy engine)" if k in hosts else "")] if len(bodies) > 1 else []
+            else:
+                head = ([f"// call {k + 1} of {len(bodies)}: a kernel of its own, launched after the one before on the "
+                         "stream"] if len(bodies) > 1 else [])
             kernels += [
-                *([f"// call {k + 1} of {len(bodies)}: a kernel of its own, launched after the one before on the stream"]
-                  if len(bodies) > 1 else []),
+                *head,
                 f"__global__ void __launch_bounds__(CW_NV_THREADS) {name}(CwNvArgs{rank} a) {{",
                 *PDL_WAIT,
                 *locals_,
@@ -1050,7 +1174,9 @@ class NvshmemTarget(Target):
         return [
             f"// ---------------------------------------------------------------------------------- rank {rank}",
             f"// {plan.blocks} block(s) wanted; {plan.counters} arrival counter(s); {plan.hash_slots} spread "
-            "compute op(s)" + (f"; {len(bodies)} kernels, one per call" if len(bodies) > 1 else ""),
+            "compute op(s)" + (f"; {len(bodies)} kernels, one per call" if len(bodies) > 1 and not hosts else "")
+            + (f"; {len(bodies)} kernel(s) and {sum(step.who.kind == 'host' for step in plan.steps)} put(s) on the "
+               "copy engine, in stream order" if hosts else ""),
             *kernel.statics,
             f"struct CwNvArgs{rank} {{",
             *fields,
@@ -1062,14 +1188,22 @@ class NvshmemTarget(Target):
             "",
             *kernels,
             *([] if _state(gen).get("library") else
-              self._host_launch(rank, fill, names, _state(gen).get("collective", {}).get(rank) or [True] * len(names))),
+              self._host_launch(rank, fill, names, _state(gen).get("collective", {}).get(rank) or [True] * len(names),
+                                hosts)),
         ]
 
     @staticmethod
-    def _host_launch(rank: int, fill: list[str], names: list[str], collective: list[bool]) -> list[str]:
+    def _host_launch(rank: int, fill: list[str], names: list[str], collective: list[bool],
+                     hosts: dict[int, list[str]] | None = None) -> list[str]:
         """`rank<k>(s)`: one run of the rank's ops, every kernel launched in order (the program's);
         `collective[k]`: kernel k calls an NVSHMEM collective, so it needs NVSHMEM's collective launch
-        whatever its grid (`cw_nv_launch`)."""
+        whatever its grid (`cw_nv_launch`); `hosts[k]`: the copy engine's puts issued before kernel k."""
+        hosts = hosts or {}
+        launches = []
+        for k, (name, coll) in enumerate(zip(names, collective)):
+            launches += hosts.get(k, [])
+            launches.append(f"  cw_nv_launch((const void*){name}, &a, s, {'true' if coll else 'false'});"
+                            + ("  // it calls an NVSHMEM collective" if coll else ""))
         return [
             f"static void rank{rank}(cudaStream_t s) {{",
             f"  CwNvArgs{rank} a;",
@@ -1078,8 +1212,7 @@ class NvshmemTarget(Target):
             "  a.marks = cw_marks_dev;",
             "  a.arrive = cw_nv_arrive;",
             "  a.hash = cw_nv_hash;",
-            *[f"  cw_nv_launch((const void*){name}, &a, s, {'true' if coll else 'false'});"
-              + ("  // it calls an NVSHMEM collective" if coll else "") for name, coll in zip(names, collective)],
+            *launches,
             "}",
             "",
         ]
@@ -1106,8 +1239,19 @@ def kernel_names(rank: int, kernels: int) -> list[str]:
     return [f"cw_nv_rank{rank}"] if kernels == 1 else [f"cw_nv_rank{rank}_call{k}" for k in range(kernels)]
 
 
-def _call_end(step: Step) -> list[str]:
-    """The end of a call's kernel when the next call has a kernel of its own (`plan_rank`'s boundary)."""
+def _call_end(step: Step, host: bool = False) -> list[str]:
+    """The end of a kernel when what follows on the stream begins after it (`plan_rank`'s boundary):
+    the next call's kernel, or (`host`) a put on the copy engine, `step`."""
+    if host:
+        what = f"the copy engine's put (op {step.index}) starts"
+        if not step.end_fence:
+            return ["", f"  // the end of this kernel: {what} after every block of this one has finished",
+                    "  // (what a grid-wide sync would order); nothing here awaits a fence"]
+        return ["", "  // the end of this kernel: every block fences its own work (nvshmem_fence after __syncthreads),",
+                f"  // and {what} after every block of this one has finished: a fenced",
+                "  // grid-wide sync, so what this kernel wrote or read is ordered before that put and its signal",
+                "  __syncthreads();",
+                "  if (threadIdx.x == 0) nvshmem_fence();"]
     if not step.end_fence:
         return ["", "  // the end of this call's kernel: the next call's kernel starts after every block of this one",
                 "  // has finished (what a grid-wide sync would order); nothing here awaits a fence"]

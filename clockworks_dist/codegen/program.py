@@ -165,13 +165,17 @@ def unsupported(sched: ir.Schedule, backend: str) -> list[str]:
     return list(found.values())
 
 
-def generate(sched: ir.Schedule, backend: str, packets=None, splits: dict[int, list[int]] | None = None) -> str:
+def generate(sched: ir.Schedule, backend: str, packets=None, splits: dict[int, list[int]] | None = None,
+             copy_engine: int = 0) -> str:
     """The `.cu` of `sched` for `backend`; `Unsupported` (naming file:line) if an op cannot be emitted.
     `packets` (`packets.Lowered` of which `sched` is the schedule): the NVSHMEM backend sends its
     put_signals as flag-in-data packets. `splits` (rank -> op indices, `repeat.call_starts`): the
     NVSHMEM backend begins a kernel at each (one kernel per call of `--calls`); the NCCL backend
-    launches every op on its own already."""
+    launches every op on its own already. `copy_engine` > 0: the NVSHMEM backend's puts and put_signals
+    of at least that many bytes go on the copy engine (`nvshmem.copy_engine_ops`)."""
     tgt = target(backend)
+    if copy_engine and tgt.name != "nvshmem":
+        raise Unsupported(f"copy-engine puts are an NVSHMEM lowering; the {tgt.name} backend has none")
     if packets is not None and packets.channels:
         if tgt.name != "nvshmem":
             raise Unsupported(f"packets are an NVSHMEM lowering; the {tgt.name} backend has none")
@@ -188,6 +192,8 @@ def generate(sched: ir.Schedule, backend: str, packets=None, splits: dict[int, l
         gen.state.setdefault("nvshmem", {})["packets"] = packets
     if splits and tgt.name == "nvshmem":
         gen.state.setdefault("nvshmem", {})["splits"] = splits
+    if copy_engine:
+        gen.state.setdefault("nvshmem", {})["copy_engine"] = copy_engine
     functions = []
     for rank in range(sched.world):
         gen.rank = rank

@@ -496,17 +496,20 @@ def prediction_source(meta: dict) -> str:
     return "the schedule's ops (`clockworks predict`; the program's own costs are not modelled for this run)"
 
 
-def predictions(sched: ir.Schedule, topo, program: str | None = None) -> tuple[dict | None, str | None]:
+def predictions(sched: ir.Schedule, topo, program: str | None = None,
+                copy_engine: int = 0) -> tuple[dict | None, str | None]:
     """Eager and graph predictions of one cell ({mode}_us), or None and why: the timed run of the
     generated `program` (`perf.program.program_us`; `sched` being the K-call schedule of a run of K
-    calls), else the schedule's own ops (`predict_cell`)."""
+    calls; `copy_engine`: its puts of at least that many bytes on the copy engine), else the
+    schedule's own ops (`predict_cell`)."""
     if topo is None:
         return None, None
     try:
         if program is not None:
             from ..perf.program import program_us
 
-            return {f"{mode}_us": round(program_us(sched, topo, mode, program), 2) for mode in ("eager", "graph")}, None
+            return {f"{mode}_us": round(program_us(sched, topo, mode, program, copy_engine=copy_engine), 2)
+                    for mode in ("eager", "graph")}, None
         return {f"{mode}_us": round(predict_cell(sched, topo, mode), 2) for mode in ("eager", "graph")}, None
     except ClockworksError as exc:
         return None, f"no prediction: {exc}"
@@ -854,14 +857,16 @@ def collect(out_dir: str) -> dict:
         if topo is None and topo_note is None:
             topo, topo_note = pick_topology(manifest.get("topology"), sched.world, machine["gpu_names"])
         result = summarize_run(sched, item.reference, _outcome_of(entry["job"], job.ranks), entry["job"])
-        predicted, why = predictions(sched, topo, program_model(manifest))
+        predicted, why = predictions(sched, topo, program_model(manifest),
+                                     (manifest.get("copy_engine") or {}).get("min_bytes", 0))
         result, predicted = _per_call(result, predicted, manifest.get("calls") or 1)
         nccl, nccl_note = nccl_cell((manifest.get("nccl") or {}).get("op"), found, entry["bytes"], sched.world,
                                     None if header else "NCCL's benchmark wrote nothing (see nccl.log)")
         cells.append(make_cell(entry["bytes"], result, predicted, nccl, [n for n in (why, nccl_note) if n]))
     meta = {**{k: manifest[k] for k in ("schedule", "file", "backend", "ranks", "iters", "warmup", "graph",
                                           "timeout")},
-            **{k: manifest.get(k) for k in ("params", "calls", "between", "kernels", "progress_words", "packets")},
+            **{k: manifest.get(k) for k in ("params", "calls", "between", "kernels", "progress_words", "packets",
+                                            "copy_engine")},
             "launcher": "slurm", "topology": topo_note, "nccl_op": (manifest.get("nccl") or {}).get("op"),
             "nccl_version": (header or {}).get("nccl_version"), "nccl_header": header, "machine": machine}
     return write_results(out_dir, cells, meta)
@@ -943,15 +948,15 @@ def _require_gpus(ranks: int, backend: str) -> None:
                             "with --launcher slurm")
 
 
-def _generate(sched: ir.Schedule, backend: str, path: str, lowered=None, splits=None) -> str:
+def _generate(sched: ir.Schedule, backend: str, path: str, lowered=None, splits=None, copy_engine: int = 0) -> str:
     """Write the program of `sched` for `backend` to `path`; an op the backend cannot emit is named.
     `lowered`: the `packets.Lowered` that `sched` is the schedule of; `splits`: where its calls begin
-    (a kernel each)."""
+    (a kernel each); `copy_engine`: puts of at least that many bytes on the copy engine (0: none)."""
     from ..semantics.backends import Unsupported
     from . import program
 
     try:
-        text = program.generate(sched, backend, packets=lowered, splits=splits)
+        text = program.generate(sched, backend, packets=lowered, splits=splits, copy_engine=copy_engine)
     except Unsupported as exc:
         raise ValidateError(f"{sched.name}: {exc} (the {backend} backend cannot generate it: try another "
                             "--backend)") from None
@@ -965,7 +970,8 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
                   warmup: int = DEFAULT_WARMUP, graph: bool = True, launcher: str = "local",
                   topology: str | None = None, schedule_name: str | None = None, no_check: bool = False,
                   size_bindings: dict[str, int] | None = None, nccl: bool = True, nodes: int = 1, calls: int = 1,
-                  between: str = "barrier", packets: int = 0, fuse_calls: bool = False) -> dict:
+                  between: str = "barrier", packets: int = 0, fuse_calls: bool = False,
+                  copy_engine: int = 0) -> dict:
     """`clockworks validate FILE`: see the module docstring. Returns the report (`results.json`'s
     content: `verdict`, the worst over the sizes, and one cell per size); with `--launcher
     slurm`, what was written (`verdict` "written", `sbatch`). `nccl`: measure NCCL's collective.
@@ -973,7 +979,9 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
     checked and generated as one schedule; times and predictions are then per call. `packets` > 0
     (nvshmem): put_signals of at most that many bytes go as flag-in-data packets (`packets.lower`); the
     rewritten schedule is the one checked, run and compared. With `calls` > 1 the NVSHMEM program
-    launches one kernel per call, as a library call would (`fuse_calls`: one kernel for them all)."""
+    launches one kernel per call, as a library call would (`fuse_calls`: one kernel for them all).
+    `copy_engine` > 0 (nvshmem): puts and put_signals of at least that many bytes go on the copy engine
+    (`nvshmem.copy_engine_ops`); the schedule checked is the same (it only orders more)."""
     if backend not in BACKENDS:
         raise ValidateError(f"unknown backend {backend!r}; clockworks validate knows {', '.join(BACKENDS)}")
     if launcher not in LAUNCHERS:
@@ -998,6 +1006,8 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
         lowered = [packets_mod.lower(sched, packets) for sched in schedules]
         schedules = [item.sched for item in lowered]
         splits = [low.remap(s) if s else s for low, s in zip(lowered, splits)]
+    if copy_engine and backend != "nvshmem":
+        raise ValidateError("--copy-engine is a lowering of the nvshmem backend: add --backend nvshmem")
     if not no_check:
         for sched in schedules:
             verify(sched, timeout)
@@ -1015,7 +1025,8 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
             # them to host-mapped memory until 2026-11-23 08:27 UTC, which costs each op a PCIe round
             "progress_words": "gpu" if backend == "nvshmem" else None,
             "packets": ({"max_bytes": packets, "channels": [len(item.channels) for item in lowered],
-                         "refused": lowered[0].refused[:8]} if packets else None)}
+                         "refused": lowered[0].refused[:8]} if packets else None),
+            "copy_engine": ({"min_bytes": copy_engine} if copy_engine else None)}
     if launcher == "slurm":
         return _prepare_slurm(schedules, nbytes, out_dir, meta, topology, search, nodes, lowered, splits)
     launch.find_mpiexec()
@@ -1033,7 +1044,7 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
         for sched, size, low, split in zip(schedules, nbytes, lowered, splits):
             folder = os.path.join(build_root, str(size))
             os.makedirs(folder, exist_ok=True)
-            source = _generate(sched, backend, os.path.join(folder, f"{sched.name}.cu"), low, split)
+            source = _generate(sched, backend, os.path.join(folder, f"{sched.name}.cu"), low, split, copy_engine)
             binaries.append(pool.submit(build.compile_program, source, backend, folder, toolchain))
         binaries = [os.fspath(job.result()) for job in binaries]
         bench_binary, bench_problem = None, None
@@ -1065,7 +1076,7 @@ def _finish(schedules, nbytes, results, out_dir, meta, topology, bench_binary, b
     cells = []
     calls = meta.get("calls") or 1
     for sched, size, result in zip(schedules, nbytes, results):
-        predicted, why = predictions(sched, topo, program_model(meta))
+        predicted, why = predictions(sched, topo, program_model(meta), (meta.get("copy_engine") or {}).get("min_bytes", 0))
         result, predicted = _per_call(result, predicted, calls)
         nccl, nccl_note = nccl_cell(meta["nccl_op"] if world > 1 else None, found, size, world, bench_problem,
                                     none="no NCCL collective" if meta.get("nccl", True) else "NCCL not measured")
@@ -1143,7 +1154,8 @@ def _prepare_slurm(schedules, nbytes, out_dir, meta, topology, search, nodes, lo
         job_dir = os.path.join(out_dir, "runs", str(size))
         os.makedirs(folder, exist_ok=True)
         os.makedirs(job_dir, exist_ok=True)
-        source = _generate(sched, meta["backend"], os.path.join(folder, f"{sched.name}.cu"), low, split)
+        source = _generate(sched, meta["backend"], os.path.join(folder, f"{sched.name}.cu"), low, split,
+                           (meta.get("copy_engine") or {}).get("min_bytes", 0))
         reference = reference_of(sched, search, meta["no_check"])
         prepare_job_dir(job_dir, sched, reference, meta["timeout"], meta["iters"], meta["backend"], size)
         cells.append({"bytes": size, "size": size_text(size), "source": source,

@@ -58,6 +58,10 @@ class RunConditions:
     # GPU memory; `validate --host-progress` still builds it so): every fence waits for the
     # progress writes before it to cross PCIe, `program_host_progress_us` more per op.
     host_progress: bool = False
+    # An NVSHMEM program generated with `--copy-engine SIZE`: its puts and put_signals of at least this
+    # many bytes are issued by the host on the copy engine between two kernels (`codegen.nvshmem.
+    # copy_engine_ops`); 0: none.
+    copy_engine: int = 0
 
 
 @dataclass(frozen=True)

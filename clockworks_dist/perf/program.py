@@ -22,17 +22,19 @@ BACKENDS = ("nccl", "nvshmem")
 
 
 def program_us(sched: ir.Schedule, topo, mode: str, backend: str, consts: Constants | None = None,
-               calls: int = 1, host_progress: bool = False) -> float:
+               calls: int = 1, host_progress: bool = False, copy_engine: int = 0) -> float:
     """The predicted time of one timed run of `sched`'s generated `backend` program in `mode`
     (graph or eager), per call when `sched` is `calls` back-to-back calls (`repeat.repeat`);
     `host_progress`: an NVSHMEM program built with host-mapped progress words
-    (`RunConditions.host_progress`)."""
+    (`RunConditions.host_progress`); `copy_engine`: its puts of at least that many bytes on the copy
+    engine (`RunConditions.copy_engine`)."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}: one of {', '.join(BACKENDS)}")
     consts = consts or topo.constants
     if consts.hbm_efficiency != topo.constants.hbm_efficiency:  # the network reads it from the topology
         topo = topo.model_copy(update={"constants": consts})
     network = from_topology(topo, sched.world)
-    conditions = RunConditions(program=backend, host_progress=host_progress)
+    conditions = RunConditions(program=backend, host_progress=host_progress,
+                               copy_engine=copy_engine if backend == "nvshmem" else 0)
     timeline = Simulator(sched, network, consts, mode, conditions=conditions).run()
     return timeline.total_us / calls

@@ -22,7 +22,11 @@ words compare true, quiet and barrier_all wait for the rank's deliveries. The si
   per-run and per-op costs.
 
 A put's issue is a step of its rank (`nvshmem_put_latency_us`); its delivery then flows and lands
-as an action of its own. Between GPUs that reach each other's memory the issuing threads store
+as an action of its own. In an NVSHMEM program generated with `--copy-engine SIZE`
+(`RunConditions.copy_engine`) a put of at least SIZE bytes is a copy on the stream between two
+kernels: it starts once the kernel before has ended (a node's start, `local_graph_launch_us`), moves
+at the copy engine's rate (`copy_engine_GBs`, capped by the links) and holds its rank until it has
+landed and the next kernel has started. Between GPUs that reach each other's memory the issuing threads store
 the bytes themselves, so the rank goes on only once they have left (over a network a proxy moves
 them and the rank goes on at once). A fetching atomic takes effect when issued, and its rank waits for the
 round trip. A wait ends when the write that satisfies it lands; a collective starts when its last
@@ -138,6 +142,12 @@ class Simulator:
         # the host issues too) and after its last (`end_us`).
         self.program = conditions.program
         self._planned: list[dict[int, str]] | None = None
+        self.engine_ops: set[tuple[int, int]] = set()  # (rank, op) of the puts on the copy engine
+        if self.program == "nvshmem" and conditions.copy_engine:
+            from ..codegen.nvshmem import copy_engine_ops  # the generated program's own rule
+
+            self.engine_ops = {(rank, m) for rank in range(sched.world)
+                               for m in copy_engine_ops(sched, rank, conditions.copy_engine)}
         self.start_us, self.mark_us, self.end_us, mark_host = self._program_costs()
         self.host_ready = [[0.0] * len(p.ops) for p in sched.programs]
         if mode == "eager" and host_clock:
@@ -147,6 +157,8 @@ class Simulator:
                 issued += consts.local_host_us if self.program == "nvshmem" else 0.0  # its one kernel
                 for i, op in enumerate(prog.ops):
                     issued += self._host_cost(rank, op) + (mark_host if launches_kernel(op) else 0.0)
+                    if (rank, i) in self.engine_ops:  # the host issues the copy, then the next kernel
+                        issued += 2 * consts.local_host_us
                     self.host_ready[rank][i] = max(0.0, issued)
 
     @property
@@ -192,6 +204,8 @@ class Simulator:
         (a grid-wide sync or an arrival counter: `codegen.nvshmem.plan_rank`)."""
         op = self.sched.programs[rank].ops[index]
         if self.program == "nvshmem":
+            if (rank, index) in self.engine_ops:  # the host's, between two kernels
+                return 0.0
             step = 0.0 if op.kind in _ONE_THREAD else self.mark_us
             pre = self._handoffs()[rank].get(index, "")
             if pre in ("grid", "last"):
@@ -215,7 +229,9 @@ class Simulator:
                 from ..codegen.nvshmem import plan_rank  # the generated program's own plan
 
                 for rank in range(self.world):
-                    self._planned[rank] = {step.index: step.pre for step in plan_rank(self.sched, rank).steps}
+                    engine = frozenset(m for r, m in self.engine_ops if r == rank)
+                    self._planned[rank] = {step.index: step.pre
+                                           for step in plan_rank(self.sched, rank, copy_engine=engine).steps}
         return self._planned
 
     def _in_kernel(self) -> bool:
@@ -383,7 +399,8 @@ class Simulator:
         if rule.timing == "local":
             self._start_kernel(action, op, rec)
         elif rule.timing == "delivery":  # issued: the delivery is in flight, the rank goes on
-            self.engine.at(self.now + fixed_us(self.c, rule.issue), lambda: self._issued(action, rec))
+            issue = self._launch("local") if (rank, index) in self.engine_ops else fixed_us(self.c, rule.issue)
+            self.engine.at(self.now + issue, lambda: self._issued(action, rec))
         elif rule.timing == "get":
             nbytes = rule.nbytes(op, rank, self._size)
             self.engine.at(self.now + fixed_us(self.c, rule.issue), lambda: self.engine.transfer(
@@ -487,6 +504,8 @@ class Simulator:
         op = self.sched.programs[action[1]].ops[action[2]]
         if op.kind not in ("put", "put_signal", "get_nbi"):
             return False
+        if action[1:] in self.engine_ops:  # stream order: the next kernel starts after the copy
+            return True
         return self.net.transport(action[1], op.pe) in ("nvlink", "pcie")
 
     def _release(self, key: tuple) -> None:
@@ -529,10 +548,16 @@ class Simulator:
             src, dst = issuer, pe
             ceiling = min(self._block_ceiling(nbytes),
                           self.net.bottleneck(issuer, pe) * self.c.nvshmem_link_efficiency)
+        engine = (issuer, index) in self.engine_ops
+        if engine:  # the copy engine's rate to a peer (in its own memory: HBM's); the rank goes on once it
+            # has landed and the next kernel has started
+            ceiling = self.net.bottleneck(issuer, pe) if pe == issuer else min(
+                self.c.copy_engine_GBs, self.net.bottleneck(issuer, pe))
+            note["copy_engine"] = True
         self.engine.transfer(src, dst, nbytes, ceiling, fixed_us(self.c, rule.latency),
                              lambda: self._landed(action, op, issue, note), detail=note,
                              reverse_share=self.c.nvshmem_reverse_share,
-                             left=lambda: self._release((issuer, index)))
+                             left=None if engine else (lambda: self._release((issuer, index))))
 
     def _landed(self, action: tuple, op, issue: OpRecord, note: dict) -> None:
         issuer = action[1]
@@ -542,6 +567,8 @@ class Simulator:
         self.flying -= 1
         self._apply(action)
         self._wrote_signal(op, delivery)
+        if action[1:] in self.engine_ops:  # the next kernel starts after the copy (and its signal)
+            self.engine.at(self.now + self._launch("local"), lambda: self._release((issuer, action[2])))
         waiter = self.current[issuer]
         code = self.model.code[issuer][self.state.pcs[issuer]] if self.posted[issuer] else None
         if code is not None and code.sync in (Sync.QUIET, Sync.BARRIER_ALL) \
