@@ -59,6 +59,10 @@ def add_parser(sub, positive, seconds) -> None:
                      help="also try each variant with its put_signals of at most SIZE bytes sent as flag-in-data "
                           "packets, for each SIZE of the list (e.g. 16KiB,64KiB); the rewritten schedule is what is "
                           "checked, predicted and measured, and each lowering's top K is measured")
+    cmd.add_argument("--copy-engine", metavar="SIZES", type=_packet_limits, default=[],
+                     help="also try each variant with its puts and put_signals of at least SIZE bytes issued from the "
+                          "host on the copy engine, for each SIZE of the list (e.g. 16MiB); the schedule is the "
+                          "variant's, and each lowering's top K is measured")
     cmd.add_argument("--timeout", metavar="S", type=seconds, default=tune.CHECK_TIMEOUT_S,
                      help=f"the check of each variant stops after S seconds (default {tune.CHECK_TIMEOUT_S:g})")
     cmd.add_argument("--emit", metavar="DIR",
@@ -121,7 +125,8 @@ def cmd_tune(args: argparse.Namespace, out) -> int:
 
     report = tune.tune(args.file, args.topology, args.np, sizes, args.out, schedule_name=args.schedule,
                        top=args.top, noise=args.noise, dry=args.dry, mode=args.mode, check_timeout=args.timeout,
-                       say=say, calls=args.calls, packets=args.packets, fuse_calls=args.fuse_calls)
+                       say=say, calls=args.calls, packets=args.packets, fuse_calls=args.fuse_calls,
+                       copy_engine=args.copy_engine)
     if args.json:
         out.json(report)
     else:

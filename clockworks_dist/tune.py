@@ -17,6 +17,12 @@ model what packets save (the separate signal's round trip) or cost (twice the by
 simulates the rewritten schedule's ops as they are. So each lowering is ranked on its own and its top
 K measured; the measurements decide.
 
+Copy-engine puts (`copy_engine`): each variant is also tried with its puts and put_signals of at least N
+bytes issued by the host on the copy engine (`codegen.nvshmem.copy_engine_ops`), for each N given. The
+schedule is the variant itself (checked as it is: the lowering only adds order), so only the
+generated code differs; it takes part at the sizes where at least one put is that large. The predictor
+ranks the schedule's ops as for the variant, so it too is ranked on its own and measured.
+
 The library (`--emit DIR`, `emit`): the winner at each size, measured (or predicted in a dry run,
 labelled so), as `cw_<name>.h` + `cw_<name>.cu` with a size dispatcher (`codegen.library`), from the
 tune just made or from results folders made before (`--from`); each winner is checked again for the
@@ -95,7 +101,7 @@ def file_hash(path: str) -> str:
 
 
 def memory_key(digest: str, schedule: str, binding: dict, world: int, topology: str, calls: int = 1,
-               packets: int = 0, fuse_calls: bool = False) -> str:
+               packets: int = 0, fuse_calls: bool = False, copy_engine: int = 0) -> str:
     key = {"file": digest, "schedule": schedule, "variant": binding, "world": world, "topology": topology}
     if calls > 1:  # a run of back-to-back calls is another measurement (one call keeps the old keys)
         key["calls"] = calls
@@ -103,12 +109,15 @@ def memory_key(digest: str, schedule: str, binding: dict, world: int, topology: 
             key["kernels"] = "per call"
     if packets:  # a lowering is another candidate (none keeps the old keys)
         key["packets"] = packets
+    if copy_engine:
+        key["copy_engine"] = copy_engine
     return json.dumps(key, sort_keys=True)
 
 
-def candidate_label(binding: dict, packets: int = 0) -> str:
-    """`ALGO=oneshot` or `ALGO=oneshot, packets <= 32 KiB`."""
-    return params.label(binding) + (f", packets <= {_size_text(packets)}" if packets else "")
+def candidate_label(binding: dict, packets: int = 0, copy_engine: int = 0) -> str:
+    """`ALGO=oneshot`, `ALGO=oneshot, packets <= 32 KiB` or `ALGO=twoshot, copy engine >= 16 MiB`."""
+    return (params.label(binding) + (f", packets <= {_size_text(packets)}" if packets else "")
+            + (f", copy engine >= {_size_text(copy_engine)}" if copy_engine else ""))
 
 
 def _lowering(packets: int):
@@ -122,8 +131,10 @@ def _lowering(packets: int):
 
 
 def _lowered_at(defn: ScheduleDef, binding: dict, world: int, nbytes: int, calls: int, between: str,
-                packets: int) -> int:
-    """How many signal words the packets rewrite lowers at `nbytes` (0: the candidate is the variant itself)."""
+                packets: int, copy_engine: int = 0) -> int:
+    """How many signal words the packets rewrite lowers at `nbytes`, or how many puts go on the copy
+    engine (0: the candidate is the variant itself)."""
+    from .codegen.nvshmem import copy_engine_ops
     from .codegen.packets import lower
     from .perf.predict import size_binding
     from .repeat import repeat
@@ -132,6 +143,8 @@ def _lowered_at(defn: ScheduleDef, binding: dict, world: int, nbytes: int, calls
                        params=binding)
     if calls > 1:
         sched = repeat(sched, calls, between)
+    if copy_engine:
+        return sum(len(copy_engine_ops(sched, rank, copy_engine)) for rank in range(sched.world))
     return len(lower(sched, packets).channels)
 
 
@@ -147,7 +160,7 @@ def load_memory(path: str) -> dict:
     if not isinstance(data, dict) or data.get("version") != MEMORY_VERSION or not isinstance(data.get("tries"), list):
         raise TuneError(f"{path}: not a tune memory of version {MEMORY_VERSION}; move it away to start afresh")
     return {memory_key(t["file"], t["schedule"], t["variant"], t["world"], t["topology"], t.get("calls", 1),
-                       t.get("packets", 0)): t for t in data["tries"]}
+                       t.get("packets", 0), copy_engine=t.get("copy_engine", 0)): t for t in data["tries"]}
 
 
 def save_memory(path: str, tries: dict) -> None:
@@ -227,8 +240,8 @@ def rank(tries: list[dict], sizes: list[int]) -> dict[str, list[dict]]:
     """Per size, the predicted variants fastest first."""
     ranking = {}
     for nbytes in sizes:
-        rows = [{"variant": t["variant"], "packets": t.get("packets", 0),
-                 "label": candidate_label(t["variant"], t.get("packets", 0)) + (
+        rows = [{"variant": t["variant"], "packets": t.get("packets", 0), "copy_engine": t.get("copy_engine", 0),
+                 "label": candidate_label(t["variant"], t.get("packets", 0), t.get("copy_engine", 0)) + (
                      f" ({t['between']} between calls)" if t.get("between") else ""), **t["predicted"][str(nbytes)]}
                 for t in tries if str(nbytes) in t.get("predicted", {})]
         ranking[str(nbytes)] = sorted(rows, key=lambda row: (row["time_us"], row["label"]))
@@ -237,7 +250,7 @@ def rank(tries: list[dict], sizes: list[int]) -> dict[str, list[dict]]:
 
 def measure(path: str, defn: ScheduleDef, binding: dict, world: int, sizes: list[int], topology: str, out_dir: str,
             timeout: float | None, calls: int = 1, between: str = "barrier", packets: int = 0,
-            fuse_calls: bool = False) -> dict[str, dict]:
+            fuse_calls: bool = False, copy_engine: int = 0) -> dict[str, dict]:
     """One variant (rewritten by the `packets` lowering when given) built and run at `sizes` with one
     `validate` call (NVSHMEM, bit-exact check on, NCCL's own collective measured beside it): per size
     (a string key), the measurement as JSON (`time_us`, `spread`, `verdict`, `nccl_us`, `folder`)."""
@@ -246,13 +259,15 @@ def measure(path: str, defn: ScheduleDef, binding: dict, world: int, sizes: list
     name = params.label(binding).replace(",", "_") or "default"
     if packets:
         name += f"_packets{packets}"
+    if copy_engine:
+        name += f"_copy_engine{copy_engine}"
     name = os.path.join("measured", name)  # recorded relative
     folder = os.path.join(out_dir, name)
     with params.bind(binding):
         summary = validate.validate_file(path, backend="nvshmem", ranks=world, sizes=sorted(sizes), out_dir=folder,
                                          topology=topology, schedule_name=defn.name, calls=calls, between=between,
                                          timeout=validate.DEFAULT_TIMEOUT_S if timeout is None else timeout,
-                                         packets=packets, fuse_calls=fuse_calls)
+                                         packets=packets, fuse_calls=fuse_calls, copy_engine=copy_engine)
     found = {}
     cells = {cell.get("bytes"): cell for cell in summary.get("cells") or []}
     for nbytes in sizes:
@@ -273,11 +288,13 @@ def measure(path: str, defn: ScheduleDef, binding: dict, world: int, sizes: list
 def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, schedule_name: str | None = None,
          top: int = DEFAULT_TOP, noise: float = DEFAULT_NOISE, dry: bool = True, mode: str = "graph",
          check_timeout: float | None = CHECK_TIMEOUT_S, say: Callable[[str], None] = lambda _text: None,
-         calls: int = 1, packets: list[int] | None = None, fuse_calls: bool = False) -> dict:
+         calls: int = 1, packets: list[int] | None = None, fuse_calls: bool = False,
+         copy_engine: list[int] | None = None) -> dict:
     """Search the family in `path` (see the module docstring); the report (`tune.json`'s content).
     `calls` > 1: every variant is checked, predicted and measured as that many back-to-back calls,
     with the cheapest separator between them that the checker verifies (`check_calls`). `packets`:
-    each variant is also tried with each of these packet limits (bytes; the module docstring).
+    each variant is also tried with each of these packet limits (bytes; the module docstring);
+    `copy_engine`: and with its puts of at least each of these sizes on the copy engine.
     `fuse_calls`: the calls of a measured run share one kernel per rank (default: a kernel per call)."""
     from .topology import choose_topology, gpus
 
@@ -297,13 +314,15 @@ def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, s
     digest = file_hash(path)
     tries, skipped = [], 0
 
-    def keyof(variant: dict, packets: int = 0) -> str:
-        return memory_key(digest, defn.name, variant, world, topo.name, calls, packets, fuse_calls)
+    def keyof(variant: dict, packets: int = 0, engine: int = 0) -> str:
+        return memory_key(digest, defn.name, variant, world, topo.name, calls, packets, fuse_calls, engine)
 
     lowerings = [0, *sorted(set(packets or ()) - {0})]
-    for binding, limit in [(b, p) for b in defn.variants() for p in lowerings]:
-        key = keyof(binding, limit)
-        name = candidate_label(binding, limit)
+    engines = sorted(set(copy_engine or ()) - {0})
+    pairs = [(p, 0) for p in lowerings] + [(0, e) for e in engines]
+    for binding, (limit, engine) in [(b, pair) for b in defn.variants() for pair in pairs]:
+        key = keyof(binding, limit, engine)
+        name = candidate_label(binding, limit, engine)
         entry = memory.get(key)
         if entry is not None and entry.get("topology_file") != chosen.file:  # predicted with other constants
             entry.update(predicted={}, topology_file=chosen.file)
@@ -324,6 +343,8 @@ def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, s
                      "predicted": {}, "measured": {}}
             if limit:
                 entry.update(packets=limit, not_lowered=[])
+            if engine:
+                entry.update(copy_engine=engine, not_lowered=[])
             if calls > 1:
                 entry.update(calls=calls, between=between, separators=said, fuse_calls=fuse_calls)
             if verdict != "verified":
@@ -331,9 +352,9 @@ def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, s
                 say(f"{name}: rejected, {verdict}: {error}")
         if entry["status"] != "rejected":
             missing = [n for n in sizes if str(n) not in entry["predicted"] and n not in entry.get("not_lowered", [])]
-            if limit:  # only where the rewrite lowers something: elsewhere the candidate is the variant itself
+            if limit or engine:  # only where it lowers something: elsewhere the candidate is the variant itself
                 between = entry.get("between") or "barrier"
-                idle = [n for n in missing if not _lowered_at(defn, binding, world, n, calls, between, limit)]
+                idle = [n for n in missing if not _lowered_at(defn, binding, world, n, calls, between, limit, engine)]
                 entry["not_lowered"] = sorted(set(entry.get("not_lowered", [])) | set(idle))
                 missing = [n for n in missing if n not in idle]
             entry["predicted"].update(predict_variant(defn, binding, topo, world, missing, mode, calls,
@@ -348,10 +369,12 @@ def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, s
               "topology_file": chosen.file, "calibrated": chosen.calibrated, "world": world,
               "calls": calls, "mode": mode, "dry": dry, "noise": noise, "top": top, "variants": len(tries), "skipped": skipped,
               "rejected": [{"variant": t["variant"], "packets": t.get("packets", 0),
-                            "label": candidate_label(t["variant"], t.get("packets", 0)), "verdict": t["verdict"],
-                            "reason": t["reason"]} for t in tries if t["status"] == "rejected"],
+                            "copy_engine": t.get("copy_engine", 0),
+                            "label": candidate_label(t["variant"], t.get("packets", 0), t.get("copy_engine", 0)),
+                            "verdict": t["verdict"], "reason": t["reason"]} for t in tries if t["status"] == "rejected"],
               "sizes": []}
     report["packets"] = lowerings[1:]
+    report["copy_engine"] = engines
     if not dry:
         _measure_tops(path, defn, ranking, sizes, top, topology, out_dir, memory, memory_path, keyof, say)
     for nbytes in sizes:
@@ -360,7 +383,8 @@ def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, s
         if not dry and rows:
             chosen = _tops(rows, top)
             row["winner"], row["tried"] = _decide(chosen, nbytes, noise, memory, memory_path, keyof, say)
-            row["nccl_us"] = next((m["nccl_us"] for m in (_measured(memory, keyof(r["variant"], r["packets"]), nbytes)
+            row["nccl_us"] = next((m["nccl_us"] for m in (_measured(memory, keyof(r["variant"], r["packets"],
+                                                                                  r.get("copy_engine", 0)), nbytes)
                                                           for r in chosen) if m and m.get("nccl_us")), None)
         report["sizes"].append(row)
     _write(os.path.join(out_dir, "tune.json"), json.dumps(report, indent=2) + "\n")
@@ -377,10 +401,10 @@ def _tops(rows: list[dict], top: int) -> list[dict]:
     """The rows to measure at one size: the `top` best predicted of each lowering (the predictor does
     not model what packets change, so one lowering's prediction does not rank it against another's),
     in predicted order."""
-    counted: dict[int, int] = {}
+    counted: dict[tuple, int] = {}
     chosen = []
     for row in rows:
-        lowering = row.get("packets", 0)
+        lowering = (row.get("packets", 0), row.get("copy_engine", 0))
         if counted.get(lowering, 0) < top:
             counted[lowering] = counted.get(lowering, 0) + 1
             chosen.append(row)
@@ -393,15 +417,16 @@ def _measure_tops(path, defn, ranking, sizes, top, topology, out_dir, memory, me
     wanted: dict[str, tuple[dict, int, list[int]]] = {}
     for nbytes in sizes:
         for row in _tops(ranking[str(nbytes)], top):
-            if _measured(memory, keyof(row["variant"], row["packets"]), nbytes) is None:
-                wanted.setdefault(row["label"], (row["variant"], row["packets"], []))[2].append(nbytes)
-    for label, (variant, limit, todo) in wanted.items():
-        entry = memory[keyof(variant, limit)]
+            engine = row.get("copy_engine", 0)
+            if _measured(memory, keyof(row["variant"], row["packets"], engine), nbytes) is None:
+                wanted.setdefault(row["label"], (row["variant"], row["packets"], engine, []))[3].append(nbytes)
+    for label, (variant, limit, engine, todo) in wanted.items():
+        entry = memory[keyof(variant, limit, engine)]
         say(f"{label}: building and measuring at {len(todo)} size(s)")
         try:
             found = measure(path, defn, variant, entry["world"], todo, topology, out_dir, None,
                             entry.get("calls", 1), entry.get("between") or "barrier", limit,
-                            entry.get("fuse_calls", False))
+                            entry.get("fuse_calls", False), **({"copy_engine": engine} if engine else {}))
         except ClockworksError as exc:
             found = {str(n): {"verdict": "crashed", "message": str(exc)} for n in todo}
         entry["measured"].update(found)
@@ -413,7 +438,7 @@ def _decide(rows, nbytes, noise, memory, memory_path, keyof, say) -> tuple:
     and each one tried ({label, time_us, verdict, decision})."""
     best, winner, tried = None, None, []
     for row in rows:
-        key = keyof(row["variant"], row.get("packets", 0))
+        key = keyof(row["variant"], row.get("packets", 0), row.get("copy_engine", 0))
         found = memory[key]["measured"].get(str(nbytes)) or {"verdict": "not measured", "message": None}
         if found.get("verdict") != "match":
             found["decision"] = f"not accepted: {found.get('verdict')}: {found.get('message')}"
@@ -423,6 +448,7 @@ def _decide(rows, nbytes, noise, memory, memory_path, keyof, say) -> tuple:
             found["decision"] = ("accepted: " if taken else "not accepted: ") + why
             if taken:
                 best, winner = candidate, {"variant": row["variant"], "packets": row.get("packets", 0),
+                                           "copy_engine": row.get("copy_engine", 0),
                                            "label": row["label"], **found,
                                            "predicted_us": row["time_us"], "bottleneck": row["bottleneck"]}
         say(f"{row['label']} at {nbytes} bytes: {found['decision']}")
@@ -475,6 +501,11 @@ def render_markdown(report: dict) -> str:
                   "at the sizes where that lowers at least one. Their predictions are of the rewritten schedule's "
                   "ops as they are: the predictor does not model the signal round trip packets save or the "
                   "doubled bytes they send, so the measurements decide.", ""]
+    if report.get("copy_engine"):
+        lines += [f"Each variant is also tried with its puts of at least "
+                  f"{', '.join(_size_text(n) for n in report['copy_engine'])} issued on the copy engine "
+                  "(`--copy-engine`), at the sizes where at least one put is that large. The schedule is the "
+                  "variant's (checked as it is), and so is its prediction: the measurements decide.", ""]
     for row in report["sizes"]:
         lines += [f"## {_size_text(row['bytes'])} per rank", ""]
         if not row["ranked"]:
@@ -506,11 +537,12 @@ def render_markdown(report: dict) -> str:
 
 
 # ------------------------------------------------------------------------ the library (--emit)
-def _try_of(tries: list[dict], report: dict, variant: dict, packets: int) -> dict:
+def _try_of(tries: list[dict], report: dict, variant: dict, packets: int, copy_engine: int = 0) -> dict:
     """The memory's try of a report's candidate (empty if the memory lacks it)."""
     for entry in tries:
         if (entry.get("schedule") == report["schedule"] and entry.get("variant") == variant
-                and entry.get("packets", 0) == packets and entry.get("world") == report["world"]
+                and entry.get("packets", 0) == packets and entry.get("copy_engine", 0) == copy_engine
+                and entry.get("world") == report["world"]
                 and entry.get("topology") == report["topology"] and entry.get("calls", 1) == report.get("calls", 1)):
             return entry
     return {}
@@ -541,12 +573,12 @@ def winners_of(report: dict, tries: list[dict], where: str) -> tuple[list, list[
             missing.append(f"{_size_text(row['bytes'])} ({where}: "
                            f"{'no verified variant' if report['dry'] else 'no variant measured correctly'})")
             continue
-        packets = won.get("packets", 0)
-        entry = _try_of(tries, report, won["variant"], packets)
-        winners.append(Winner(nbytes=row["bytes"], variant=dict(won["variant"]), packets=packets,
+        packets, engine = won.get("packets", 0), won.get("copy_engine", 0)
+        entry = _try_of(tries, report, won["variant"], packets, engine)
+        winners.append(Winner(nbytes=row["bytes"], variant=dict(won["variant"]), packets=packets, copy_engine=engine,
                               between=entry.get("between"), time_us=won.get("time_us"),
                               nccl_us=row.get("nccl_us") if not report["dry"] else None, measured=not report["dry"],
-                              label=candidate_label(won["variant"], packets), timing=_timing(report, entry)))
+                              label=candidate_label(won["variant"], packets, engine), timing=_timing(report, entry)))
     return winners, missing
 
 

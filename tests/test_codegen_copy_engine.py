@@ -195,3 +195,71 @@ def test_the_program_compiles_and_links(tmp_path, twoshot_cu):
     cu = tmp_path / "twoshot_ce.cu"
     cu.write_text(twoshot_cu)
     assert build.compile_program(cu, "nvshmem", tmp_path / "bin", tc, timeout=600).is_file()
+
+
+# ------------------------------------------------------------------------------- the library
+def _library(tmp_path: Path, calls: int = 2):
+    from clockworks_dist.codegen import library
+
+    defn = load_file(str(ROOT / "protocols" / "nvshmem_allreduce_family.py"))[0]
+    winners = [library.Winner(16 << 20, {"ALGO": "twoshot"}, 0, None, 72.9, 75.6, True,
+                              "ALGO=twoshot, copy engine >= 1 MiB", copy_engine=MiB)]
+    entries = library.plan_entries(defn, 2, winners, calls=calls)
+    out = tmp_path / "lib"
+    library.emit(entries, {"source": "test", "topology": "h200x2-nv18", "file": "f.py", "hash": "0" * 64}, out)
+    return out
+
+
+def test_a_library_call_issues_its_copies_between_its_kernels(tmp_path):
+    out = _library(tmp_path, calls=2)
+    text = (out / "cw_nvshmem_allreduce_family.cu").read_text()
+    call = text[text.index("int cwl_call_0(int pe, int call, cudaStream_t s) {"):]
+    call = call[:call.index("\n}\n")]
+    rank0 = call[call.index("case 0: {"):call.index("case 1: {")]
+    # per call: the reduce-scatter's put, a kernel, the all-gather's put, a kernel (two-shot, none between calls)
+    steps = [line.split("(")[0] for line in code(rank0) if line.startswith(("nvshmemx_putmem", "CWL_TRY(cwl_launch"))]
+    assert steps == ["nvshmemx_putmem_signal_on_stream", "CWL_TRY", "nvshmemx_putmem_signal_on_stream", "CWL_TRY"] * 2
+    assert code(rank0).count("case 0:") == 1 and code(rank0).count("case 1:") == 1
+    assert "kernels[3]" in rank0 and "kernels[4]" not in rank0
+    assert "on the copy engine, which is not reached over NVLink" in text
+    described = (out / "cw_nvshmem_allreduce_family.json").read_text()
+    assert '"copy_engine": 1048576' in described
+
+
+def test_the_library_with_copies_compiles_and_links(tmp_path):
+    tc = build.find_toolchain("nvshmem")
+    if not tc.ok:
+        pytest.skip("cannot build nvshmem programs here: " + "; ".join(str(m) for m in tc.missing))
+    import subprocess
+
+    out = _library(tmp_path)
+    name = "cw_nvshmem_allreduce_family"
+    binary = out / f"{name}_test"
+    link_dir = build.link_dir_for(binary)
+    build.prepare_link_dir("nvshmem", tc, link_dir)
+    cmd = build.compile_command(out / f"{name}.cu", "nvshmem", tc, binary, link_dir)
+    cmd.insert(cmd.index(str(out / f"{name}.cu")) + 1, str(out / f"{name}_test.cu"))
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert "warning" not in (done.stdout + done.stderr).lower()
+
+
+# ------------------------------------------------------------------------------- tune
+def test_tune_tries_the_copy_engine_where_a_put_is_that_large(tmp_path):
+    from clockworks_dist import tune
+
+    family = ROOT / "protocols" / "nvshmem_allgather_family.py"
+    report = tune.tune(str(family), "h200x2-nv18", 2, [MiB, 64 * MiB], str(tmp_path), dry=True,
+                       copy_engine=[16 * MiB])
+    assert report["copy_engine"] == [16 * MiB]
+    small, large = report["sizes"]
+    labels = lambda row: {r["label"] for r in row["ranked"]}  # noqa: E731
+    assert not any("copy engine" in label for label in labels(small))  # no put of 16 MiB at 1 MiB
+    assert {"ALGO=direct, copy engine >= 16 MiB", "ALGO=ring, copy engine >= 16 MiB"} <= labels(large)
+    memory = tune.load_memory(str(tmp_path / tune.MEMORY_FILE))
+    engine = [t for t in memory.values() if t.get("copy_engine")]
+    assert len(engine) == 2 and all(t["not_lowered"] == [MiB] for t in engine)
+    # a rerun takes every try from the memory
+    again = tune.tune(str(family), "h200x2-nv18", 2, [MiB, 64 * MiB], str(tmp_path), dry=True, copy_engine=[16 * MiB])
+    assert again["skipped"] == again["variants"] == 4
+    assert "issued on the copy engine (`--copy-engine`)" in (tmp_path / "tune.md").read_text()

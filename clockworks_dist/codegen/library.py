@@ -85,6 +85,7 @@ class Winner:
     measured: bool = True  # False: the predicted winner of a dry run
     label: str = ""
     timing: str = ""  # how the time was taken (calls per timed run, fused or a kernel per call)
+    copy_engine: int = 0  # its puts of at least this many bytes on the copy engine (0: none)
 
 
 @dataclass
@@ -275,6 +276,7 @@ def describe(entries: list[Entry], provenance: dict) -> dict:
     return {"library": library_name(entries[0].sched), "world": entries[0].sched.world,
             "reset_every": entries[0].calls, **{k: v for k, v in provenance.items() if k != "say"},
             "sizes": [{"bytes": e.winner.nbytes, "variant": e.winner.variant, "packets": e.winner.packets,
+                       "copy_engine": e.winner.copy_engine,
                        "label": e.winner.label, "between": e.between, "measured_between": e.winner.between,
                        "time_us": e.winner.time_us, "nccl_us": e.winner.nccl_us, "measured": e.winner.measured,
                        "timing": e.winner.timing,
@@ -424,13 +426,16 @@ def _generate_entry(entry: Entry, k: int) -> tuple[list[str], dict]:
     state["splits"] = entry.starts
     if entry.lowered is not None and entry.lowered.channels:
         state["packets"] = entry.lowered
+    if entry.winner.copy_engine:
+        state["copy_engine"] = entry.winner.copy_engine
     text = [f"namespace cw_size{k} {{  // {_size_text(entry.winner.nbytes)}: {cuda.comment(entry.winner.label)}, "
             f"{entry.between} between calls"]
     for rank in range(sched.world):
         gen.rank = rank
         text += TARGET.rank_function(gen, rank)
     text.append(f"}}  // namespace cw_size{k}")
-    return text, {"plans": state["plans"], "fields": state["fields"], "scratch": list(gen.scratch)}
+    return text, {"plans": state["plans"], "fields": state["fields"], "scratch": list(gen.scratch),
+                  "sequence": state.get("sequence", {})}
 
 
 def source(entries: list[Entry], provenance: dict) -> str:
@@ -660,7 +665,9 @@ def _entry_host(entry: Entry, k: int, info: dict, slot: dict[str, int]) -> list[
             raise LibraryError(f"{_size_text(entry.winner.nbytes)}: rank {rank} needs {len(items)} scratch copies; "
                                "the library keeps at most 8")
         kernels = kernel_names(rank, plan.kernels)
-        if plan.kernels != entry.calls:
+        sequence = info.get("sequence", {}).get(rank, [])
+        engine = any(kind == "host" for kind, _what, _op in sequence)
+        if plan.kernels != entry.calls and not engine:
             raise LibraryError(f"{_size_text(entry.winner.nbytes)}: rank {rank} has {plan.kernels} kernels for "
                                f"{entry.calls} calls")
         areas = [d for d in sched.programs[rank].buffers if d.role == "packets"]
@@ -682,6 +689,13 @@ def _entry_host(entry: Entry, k: int, info: dict, slot: dict[str, int]) -> list[
                           f"          return cwl_fail({_upper(library_name(sched))}_ERR_NVSHMEM, \"nvshmem_ptr\", "
                           "\"a peer's packet area cannot be reached by stores (not over NVLink): emit without "
                           "packets\", __LINE__);"]
+        for kind, _lines, m in sequence:  # a copy engine's peer is reached over NVLink (nvshmem.py's setup)
+            if kind == "host":
+                op = sched.programs[rank].ops[m]
+                setup += [f"      if (!nvshmem_ptr(cwl_buffers[{slot[op.dst.buffer]}].ptr, {op.pe}))",
+                          f"        return cwl_fail({_upper(library_name(sched))}_ERR_NVSHMEM, \"nvshmem_ptr\", "
+                          f"\"op {m} puts to PE {op.pe} on the copy engine, which is not reached over NVLink: emit "
+                          "without the copy engine\", __LINE__);"]
         setup += ["      break;", "    }"]
         fill = []
         for name in names:
@@ -695,11 +709,30 @@ def _entry_host(entry: Entry, k: int, info: dict, slot: dict[str, int]) -> list[
                  f"      cw_size{k}::CwNvArgs{rank} a;",
                  *[f"      {line}" for line in fill],
                  "      a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;",
-                 "      return cwl_launch(kernels[call], &a, z.grid, s);",
+                 *(_call_sequence(sequence, entry.starts.get(rank, []), entry.calls) if engine else
+                   ["      return cwl_launch(kernels[call], &a, z.grid, s);"]),
                  "    }"]
     setup += ["  }", "  return 0;", "}", ""]
     call += ["  }", "  return 0;", "}", ""]
     return setup + call
+
+
+def _call_sequence(sequence: list, starts: list[int], calls: int) -> list[str]:
+    """A call's kernels and the copy engine's puts between them, in stream order (`nvshmem.py`'s
+    `sequence`): each item belongs to the call whose ops it begins with (`starts`: the first op of
+    each call after the first); a kernel with no op (the run's end) to the last call."""
+    per_call: list[list[str]] = [[] for _ in range(calls)]
+    for kind, what, m in sequence:
+        call = calls - 1 if m is None else sum(1 for start in starts if start <= m)
+        if kind == "kernel":
+            per_call[call].append(f"          CWL_TRY(cwl_launch(kernels[{what}], &a, z.grid, s));")
+        else:
+            per_call[call] += ["        " + line for line in what if line.strip()]
+            per_call[call].append("          CWL_CUDA(cudaGetLastError());  // the put's copy and signal were issued")
+    lines = ["      switch (call) {"]
+    for call, body in enumerate(per_call):
+        lines += [f"        case {call}:", *body, "          return 0;"]
+    return lines + ["      }", "      return 0;"]
 
 
 # The dispatcher's decisions, plain C++ without CUDA: the library includes it, and tests compile and

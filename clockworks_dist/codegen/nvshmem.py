@@ -1055,12 +1055,18 @@ class NvshmemTarget(Target):
         bodies: list[list[str]] = []  # one per kernel: the calls of --calls, each its own launch
         collective: list[bool] = []  # per kernel: whether it calls an NVSHMEM collective (barrier_all, sync_all)
         hosts: dict[int, list[str]] = {}  # kernel k -> the copy engine's puts issued before it
+        # the rank's run in stream order, for a library's launch code: ("kernel", k, its first op or
+        # None) and ("host", the put's lines, its op)
+        sequence: list[tuple[str, object, int | None]] = []
         for k, (kind, steps) in enumerate(spans):
             if kind == "host":
                 step = steps[0]
                 gen.index, kernel.step = step.index, step
-                hosts.setdefault(len(bodies), []).extend(copy_engine_put(gen, program.ops[step.index]))
+                lines = copy_engine_put(gen, program.ops[step.index])
+                hosts.setdefault(len(bodies), []).extend(lines)
+                sequence.append(("host", lines, step.index))
                 continue
+            sequence.append(("kernel", len(bodies), steps[0].index if steps else None))
             body: list[str] = []
             coll = False
             for step in steps:
@@ -1086,6 +1092,7 @@ class NvshmemTarget(Target):
         collective[-1] = True  # the last kernel ends the run with every PE meeting (nvshmem_barrier_all)
         state.setdefault("collective", {})[rank] = collective
         state.setdefault("hosts", {})[rank] = hosts
+        state.setdefault("sequence", {})[rank] = sequence
         return self._kernel_text(gen, rank, plan, kernel, bodies, scratch)
 
     def _ordering(self, gen: Gen, op, step: Step) -> list[str] | None:
