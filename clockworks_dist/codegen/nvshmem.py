@@ -91,6 +91,14 @@ as for any signal. Its wait is polled by every block over every packet, then the
 the value locally; the copy after it unpacks. A rank whose every op then fits one block runs them
 all on block 0, so each follows what it depends on by a `__syncthreads`.
 
+Copy-engine puts (`--copy-engine SIZE`, `copy_engine_ops`): a put or put_signal of at least SIZE bytes
+is not run by the kernel's blocks: the host issues it on the rank's stream between two kernels
+(`nvshmemx_putmem_on_stream`, `nvshmemx_putmem_signal_on_stream`), in the rank's launch code. The plan
+treats it as a kernel boundary before it and after it (`plan_rank`): the kernel before ends fenced
+where the put publishes or a fence orders what came before; the copy starts once that kernel has
+finished and the next kernel once the copy (and its signal's write) has completed. Setup stops a run
+whose peer is not reached over NVLink, where NVSHMEM's on-stream put is a peer copy on that stream.
+
 Send, recv, groups and the NCCL collectives are NCCL's (`--backend nccl`).
 """
 
