@@ -54,12 +54,14 @@ MiB = 1 << 20
 # What the fit sets, per mode: a plain kernel's start and the host's issue of one (LOCAL) and the
 # generated program's own costs. --keep-local keeps the topology's plain-kernel constants instead
 # (e.g. the kernel microbenchmark's, calibrate/bench_kernels.cu) and fits only the program's.
+# One block's rate for a kernel's local op (nvshmem_local_block_GBs) is not fitted here: it is measured
+# by its own one-GPU A/B of a copy against a reduce (scripts/fit_local_block_rate.py).
 FITTED = {
     "graph": [("program_graph_us", 0.01, 50.0), ("program_mark_us", 0.01, 20.0),
               ("program_step_us", 0.01, 20.0), ("program_sync_us", 0.01, 20.0),
               ("program_compute_GBs", 10.0, 5000.0),
               ("program_atomic_us", 1e-5, 0.1), ("nvshmem_reverse_share", 0.001, 1.0), ("barrier_us", 0.05, 20.0),
-              ("nvshmem_local_block_GBs", 5.0, 5000.0), ("program_host_progress_us", 0.001, 5.0)],
+              ("program_host_progress_us", 0.001, 5.0)],
     "eager": [("program_eager_us", 0.01, 50.0), ("program_mark_host_us", 0.01, 20.0),
               ("program_host_lead_us", 0.01, 50.0)],
 }
@@ -154,8 +156,7 @@ def predict(row: dict, mode: str, consts) -> float:
 # bound can leave a constant there).
 START = {"program_graph_us": 3.0, "program_eager_us": 3.0, "program_mark_us": 1.0, "program_mark_host_us": 1.0,
          "program_step_us": 1.0, "program_atomic_us": 0.001, "nvshmem_reverse_share": 0.2,
-         "program_host_lead_us": 3.0, "program_sync_us": 1.0, "nvshmem_local_block_GBs": 60.0,
-         "program_host_progress_us": 0.8}
+         "program_host_lead_us": 3.0, "program_sync_us": 1.0, "program_host_progress_us": 0.8}
 
 
 def fit_constants(rows: list[dict], start) -> tuple[object, dict]:

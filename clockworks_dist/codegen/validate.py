@@ -956,7 +956,8 @@ def _generate(sched: ir.Schedule, backend: str, path: str, lowered=None, splits=
     from . import program
 
     try:
-        text = program.generate(sched, backend, packets=lowered, splits=splits, copy_engine=copy_engine)
+        text = program.generate(sched, backend, packets=lowered, splits=splits,
+                                **({"copy_engine": copy_engine} if copy_engine else {}))
     except Unsupported as exc:
         raise ValidateError(f"{sched.name}: {exc} (the {backend} backend cannot generate it: try another "
                             "--backend)") from None

@@ -443,20 +443,23 @@ class Simulator:
         """The least time of a reduce, copy or fill inside an NVSHMEM program's kernel: the code
         generator spreads it over one block per `lowering.NVSHMEM_BLOCK_BYTES` of the bytes it moves
         (`codegen.nvshmem._op_bytes`: a copy's or fill's destination, a reduce's destination and
-        sources), and one block's loads and stores go at `nvshmem_local_block_GBs`, far below HBM
-        or L2 until many blocks share the work. Evidence (2 x H200, results/h200x2/tune_all, 20
-        calls a run): per call, the generated all-gather (a put and a copy of half its bytes) takes
-        3.1 us more at 256 KiB (its copy on 2 blocks of 64 KiB) than at 64 KiB (one block of 32 KiB)
-        and only 0.1 us more again at 1 MiB (8 blocks of 64 KiB); the reduce-scatter's reduce goes
-        from 48 KiB a block to 64 KiB (+0.8 us) and then stays flat (+0.3 us for 4x the bytes);
-        the same bytes over HBM or L2 take under 0.1 us (scripts/results/predict_generated_misses.md).
-        0 (off) until fitted. A host-driven program's local kernels: none."""
+        sources), and each block writes its share of the destination at `nvshmem_local_block_GBs`, far
+        below HBM or L2 until many blocks share the work; a reduce's sources are loaded side by side
+        with that store and add nothing. Evidence: per call, the generated all-gather (a put and a copy
+        of half its bytes, 2 x H200, results/h200x2/tune_all) takes 3.1 us more at 256 KiB (its copy on
+        2 blocks of 64 KiB) than at 64 KiB (one block of 32 KiB) and only 0.1 us more again at 1 MiB
+        (8 blocks of 64 KiB), where the same bytes over HBM or L2 take under 0.1 us
+        (scripts/results/predict_generated_misses.md); and on one H200 a reduce runs faster than a copy
+        of the same destination once it has more blocks (4.2 against 5.0 us at 32 KiB, 5.1 against 6.6
+        at 64 KiB), as its destination's bytes per block say and its moved bytes per block do not
+        (results/h200/one_gpu/one_pe_local, scripts/results/fit_local_block_rate.md: 38 GB/s, residuals
+        within 0.34 us). 0 (off) until measured. A host-driven program's local kernels: none."""
         rate = self.c.nvshmem_local_block_GBs
         if self.program != "nvshmem" or not rate:
             return 0.0
         dst = self._size(rank, op.dst)
         moved = dst * (1 + len(op.srcs)) if op.kind == "reduce" else dst
-        return moved / lowering.nvshmem_blocks(moved) / (rate * 1e3)
+        return dst / lowering.nvshmem_blocks(moved) / (rate * 1e3)
 
     def _compute_cost(self, op, rank: int, traffic: float) -> tuple[int, float, float, float]:
         """(kernel starts, HBM bytes, fixed us after them, least us for the arithmetic) of a compute
