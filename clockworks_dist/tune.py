@@ -159,8 +159,11 @@ def load_memory(path: str) -> dict:
         raise TuneError(f"{path}: cannot read the tune memory ({exc}); move it away to start afresh") from None
     if not isinstance(data, dict) or data.get("version") != MEMORY_VERSION or not isinstance(data.get("tries"), list):
         raise TuneError(f"{path}: not a tune memory of version {MEMORY_VERSION}; move it away to start afresh")
+    # a try of K calls records whether they were fused into one kernel; tries from before a kernel per
+    # call was the default do not, and theirs were fused
     return {memory_key(t["file"], t["schedule"], t["variant"], t["world"], t["topology"], t.get("calls", 1),
-                       t.get("packets", 0), copy_engine=t.get("copy_engine", 0)): t for t in data["tries"]}
+                       t.get("packets", 0), t.get("fuse_calls", True), t.get("copy_engine", 0)): t
+            for t in data["tries"]}
 
 
 def save_memory(path: str, tries: dict) -> None:

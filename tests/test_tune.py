@@ -102,6 +102,18 @@ def test_a_variant_that_fails_the_check_is_rejected_and_never_predicted(tmp_path
     assert late["status"] == "rejected" and late["predicted"] == {} and late["measured"] == {}
 
 
+@pytest.mark.parametrize("fuse", [False, True])
+def test_the_memory_keeps_runs_of_calls_apart_by_how_they_launch_and_reuses_each(tmp_path, fuse):
+    first = tune.tune(FAMILY, "h200x2-nv18", 2, [8192], str(tmp_path), dry=True, calls=2, fuse_calls=fuse)
+    again = tune.tune(FAMILY, "h200x2-nv18", 2, [8192], str(tmp_path), dry=True, calls=2, fuse_calls=fuse)
+    assert first["skipped"] == 0 and again["skipped"] == again["variants"] == 2
+    # the other way of launching the calls is another measurement: nothing of it is reused
+    other = tune.tune(FAMILY, "h200x2-nv18", 2, [8192], str(tmp_path), dry=True, calls=2, fuse_calls=not fuse)
+    assert other["skipped"] == 0
+    tries = json.loads((tmp_path / tune.MEMORY_FILE).read_text())["tries"]
+    assert sorted(t["fuse_calls"] for t in tries) == [False, False, True, True]
+
+
 def test_the_memory_makes_a_rerun_skip_decided_variants(tmp_path, capsys, monkeypatch):
     path = tmp_path / "buggy.py"
     path.write_text(textwrap.dedent(BUGGY).lstrip())
