@@ -373,12 +373,9 @@ def test_the_committed_dispatcher_is_what_emit_writes_now(tmp_path, capsys, monk
 
 
 # ---------------------------------------------------------------------------- compiling
-def test_the_library_and_its_driver_compile_and_link(tmp_path):
-    tc = build.find_toolchain("nvshmem")
-    if not tc.ok:
-        pytest.skip("cannot build nvshmem programs here: " + "; ".join(str(m) for m in tc.missing))
-    _entries, out = _emit(tmp_path, calls=2)
-    name = "cw_nvshmem_allreduce_family"
+def compile_library(out: Path, tc, name: str = "cw_nvshmem_allreduce_family") -> Path:
+    """Build the emitted library in `out` with its test driver (nvcc, the NVSHMEM wheel): the binary, after
+    asserting that it built without a warning."""
     binary = out / f"{name}_test"
     link_dir = build.link_dir_for(binary)
     build.prepare_link_dir("nvshmem", tc, link_dir)
@@ -386,8 +383,17 @@ def test_the_library_and_its_driver_compile_and_link(tmp_path):
     cmd.insert(cmd.index(str(out / f"{name}.cu")) + 1, str(out / f"{name}_test.cu"))
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    assert binary.is_file()
     assert "warning" not in (done.stdout + done.stderr).lower()
+    return binary
+
+
+def test_the_library_and_its_driver_compile_and_link(tmp_path):
+    tc = build.find_toolchain("nvshmem")
+    if not tc.ok:
+        pytest.skip("cannot build nvshmem programs here: " + "; ".join(str(m) for m in tc.missing))
+    _entries, out = _emit(tmp_path, calls=2)
+    name = "cw_nvshmem_allreduce_family"
+    assert compile_library(out, tc, name).is_file()
     # the header stands alone in a caller's C or C++ translation unit
     for compiler, suffix in (("gcc", "c"), ("g++", "cpp")):
         if tc.cuda_include is None or shutil.which(compiler) is None:

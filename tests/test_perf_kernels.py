@@ -395,10 +395,16 @@ def test_a_local_op_in_an_nvshmem_kernel_goes_at_its_blocks_rate():
         assert program_us(sched, priced, "graph", "nvshmem") == pytest.approx(
             5.0 + 1.0 + 1.5 + per_block + 3.0, abs=1e-3)  # start, kernel, step, the blocks' time, barrier
         assert without < 5.0 + 1.0 + 1.5 + 3.0 + 0.2  # over HBM or L2 alone: next to nothing
-    # a reduce spreads by its destination and its sources: 3 x 16 KiB = 48 KiB on one block
+    # a reduce spreads by its destination and its sources (3 x 16 KiB = 48 KiB: one block), and each
+    # block takes the time of its share of the destination (16 KiB here): its sources load beside it
     sched = one_reduce.trace(2, sizes={"N": 4 * KiB})
     assert program_us(sched, priced, "graph", "nvshmem") == pytest.approx(
-        5.0 + 1.0 + 1.5 + 48 * KiB / (rate * 1e3) + 3.0, abs=1e-3)
+        5.0 + 1.0 + 1.5 + 16 * KiB / (rate * 1e3) + 3.0, abs=1e-3)
+    # ... so a reduce of 64 KiB (192 KiB spread: three blocks) takes a third of a copy of 64 KiB (one block),
+    # as a reduce and a copy of the same destination measured on one H200 (results/h200/one_gpu/one_pe_local)
+    sched = one_reduce.trace(2, sizes={"N": 16 * KiB})
+    assert program_us(sched, priced, "graph", "nvshmem") == pytest.approx(
+        5.0 + 1.0 + 1.5 + 64 * KiB / 3 / (rate * 1e3) + 3.0, abs=1e-3)
     # a host-driven (NCCL) program's local kernels are plain ones: the constant changes nothing there
     sched = one_copy.trace(2, sizes={"N": 16 * KiB})
     assert program_us(sched, priced, "graph", "nccl") == pytest.approx(program_us(sched, base, "graph", "nccl"))
