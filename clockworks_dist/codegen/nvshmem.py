@@ -1062,17 +1062,14 @@ class NvshmemTarget(Target):
         spans = kernel_spans(plan.steps)
         bodies: list[list[str]] = []  # one per kernel: the calls of --calls, each its own launch
         collective: list[bool] = []  # per kernel: whether it calls an NVSHMEM collective (barrier_all, sync_all)
-        hosts: dict[int, list[str]] = {}  # kernel k -> the copy engine's puts issued before it
-        # the rank's run in stream order, for a library's launch code: ("kernel", k, its first op or
-        # None) and ("host", the put's lines, its op)
+        # the rank's run in stream order: ("kernel", k, its first op or None) and ("host", the copy
+        # engine's put's lines, its op); the launch code here and a library's are written from it
         sequence: list[tuple[str, object, int | None]] = []
         for k, (kind, steps) in enumerate(spans):
             if kind == "host":
                 step = steps[0]
                 gen.index, kernel.step = step.index, step
-                lines = copy_engine_put(gen, program.ops[step.index])
-                hosts.setdefault(len(bodies), []).extend(lines)
-                sequence.append(("host", lines, step.index))
+                sequence.append(("host", copy_engine_put(gen, program.ops[step.index]), step.index))
                 continue
             sequence.append(("kernel", len(bodies), steps[0].index if steps else None))
             body: list[str] = []
@@ -1099,7 +1096,6 @@ class NvshmemTarget(Target):
         scratch = [item.name for item in gen.scratch[scratch_before:]]
         collective[-1] = True  # the last kernel ends the run with every PE meeting (nvshmem_barrier_all)
         state.setdefault("collective", {})[rank] = collective
-        state.setdefault("hosts", {})[rank] = hosts
         state.setdefault("sequence", {})[rank] = sequence
         return self._kernel_text(gen, rank, plan, kernel, bodies, scratch)
 
@@ -1162,7 +1158,7 @@ class NvshmemTarget(Target):
         # A library (`library.py`) launches one call's kernel at a time from its own host code: it
         # takes the struct's fields (buffers in declaration order, then the scratch) from here.
         _state(gen).setdefault("fields", {})[rank] = ([decl.name for decl in program.buffers], list(scratch))
-        hosts = _state(gen).get("hosts", {}).get(rank, {})
+        hosts = puts_before(_state(gen)["sequence"][rank])
         kernels = []
         for k, (name, body) in enumerate(zip(names, bodies)):
             last = k == len(bodies) - 1
@@ -1247,6 +1243,21 @@ PDL_WAIT = [
     "  // kernel be scheduled, which does not weaken that order (cw_nv_after_previous_kernel says why).",
     "  cw_nv_after_previous_kernel();",
 ]
+
+
+def puts_before(sequence: list) -> dict[int, list[str]]:
+    """Kernel k -> the lines of the copy engine's puts issued on the stream right before it (a rank's
+    `sequence`, `NvshmemTarget.rank_function`)."""
+    found: dict[int, list[str]] = {}
+    pending: list[str] = []
+    for kind, what, _op in sequence:
+        if kind == "host":
+            pending += what
+        else:
+            if pending:
+                found[what] = pending
+            pending = []
+    return found
 
 
 def kernel_names(rank: int, kernels: int) -> list[str]:
