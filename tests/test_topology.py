@@ -89,7 +89,8 @@ def test_h200x2_provenance():
 
 def test_constants_defaults_and_override(tmp_path):
     default = load_topology("dgx-h100").constants
-    assert default.nvshmem_signal_latency_us == pytest.approx(0.77)
+    assert default.nvshmem_put_latency_us == pytest.approx(0.04)  # measured on one H200
+    assert default.nvshmem_fence_us == pytest.approx(0.51)
     assert default.nccl_base_latency_us.Simple == pytest.approx(8.4)
     path = write(tmp_path, GOOD + "constants: {kernel_launch_us: 2.5}\n")
     assert load_topology(path).constants.kernel_launch_us == 2.5

@@ -17,7 +17,8 @@
   `p2p` (NCCL send/recv, per matched pair), `collective` (an NCCL collective, `nccl.plan`),
   `barrier` (a PE-wide barrier: `issue` once per dissemination round), `delivery` (issued on the
   rank, lands later), `get` (a blocking transfer from the peer), `fixed` (latencies only), `instant`
-  (no time of its own: waits, fence, quiet end when what they wait for has happened).
+  (no time of its own: waits end when what they wait for has happened; a fence or quiet also takes
+  `nvshmem_fence_us` and waits for its rank's stores to be acknowledged, `simulate.Simulator._fence`).
 
 Names in `issue` and `latency` are fields of `topology.Constants`. Adding an op to `ir.Op` means
 adding its entry here (tests/test_costs.py fails until then).
@@ -147,17 +148,21 @@ COSTS: dict[str, Cost] = {
     "put_signal": Cost(**_PUT, nbytes=_payload),
     "signal_op": Cost(**_PUT, nbytes=_signal_bytes),
     "atomic": Cost(**_PUT, nbytes=_signal_bytes),
-    # A get's bytes come from the peer, at the rate of the blocks that issue it; a non-blocking get
-    # costs the same but the rank goes on once it is issued (its data lands as a delivery).
+    # A get's request crosses to the peer and its bytes come back, at the rate of the blocks that
+    # issue it; a non-blocking get costs the same but the rank goes on once it is issued (its data
+    # lands as a delivery).
     "get": Cost(timing="get", issue=("nvshmem_put_latency_us",), latency=("nvshmem_signal_latency_us",),
                 nbytes=_payload, pulls=True),
     "get_nbi": Cost(**_PUT, nbytes=_payload, pulls=True),
-    # A fetching atomic is a round trip to the target and back.
+    # A fetching atomic is a round trip to the target and back: the route's latency both ways (the
+    # simulator adds it) and these.
     "fetch_atomic": Cost(timing="fixed", latency=("nvshmem_signal_latency_us", "nvshmem_signal_latency_us")),
     "wait_until": Cost(**_WAIT),
     "wait_until_all": Cost(**_WAIT),
     "wait_until_any": Cost(**_WAIT),
-    "fence": Cost(**_WAIT),  # it orders deliveries (the machine holds them back), costing nothing itself
+    # the machine holds deliveries back behind a fence and enables a quiet once none is in flight;
+    # the time of each is the thread's fence (`simulate.Simulator._fence`)
+    "fence": Cost(**_WAIT),
     "quiet": Cost(**_WAIT),
 }
 

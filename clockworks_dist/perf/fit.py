@@ -42,7 +42,7 @@ PARAMETERS = [
     ("nvlink_reverse_share", 0.001, 1.0),
     ("nccl_copy_channel_GBs", 1.0, 1000.0),
     ("nccl_protocol_link_efficiency.LL", 0.05, 1.0),
-    ("nvshmem_signal_latency_us", 0.1, 20.0),
+    ("nvshmem_signal_latency_us", 0.001, 20.0),
     ("nvshmem_block_GBs", 1.0, 200.0),
     ("nvshmem_link_efficiency", 0.2, 1.0),
     ("nccl_exchange_ramp", 0.2, 1.0),
@@ -63,7 +63,7 @@ def needs(path: str) -> tuple[str, ...]:
     if path in ("hbm_efficiency", "l2_GBs"):
         return ("kernel_reduce",)
     if path.startswith("nvshmem_"):
-        return ("put",)
+        return ("put", "signal")
     if path == "nccl_exchange_ramp":
         return ("alltoall", "sendrecv_bidir")
     return NCCL_OPS
@@ -131,6 +131,8 @@ def _cells_of(row: dict, provenance: dict) -> list[Cell]:
     if bench == "nvshmem" and row.get("op") == "put_block" and row.get("us"):
         return [Cell("put", _count(row["bytes"], "bytes"), "graph", _time(row["us"], "us"),
                      blocks=_count(row.get("blocks", 1), "blocks"))]
+    if bench == "nvshmem" and row.get("op") == "signal_pingpong" and row.get("us"):  # one way
+        return [Cell("signal", 8, "graph", _time(row["us"], "us"))]
     return []
 
 

@@ -77,6 +77,18 @@ def put_op(r):
         r.wait_until(ready, "ge", 1)
 
 
+@schedule
+def signal_op(r):
+    """PE 0 sets a signal on PE 1, which waits for it: one way of bench_nvshmem.cu's signal ping-pong
+    (nothing but the signal word crosses; `x`, which nothing moves, is the cell's size axis)."""
+    r.buffer("x", count=ELEMS, role="input")
+    ready = r.signal("ready")
+    if r.rank == 0:
+        r.signal_op(1, ready, 1, op="set")
+    elif r.rank == 1:
+        r.wait_until(ready, "ge", 1)
+
+
 # bench_kernels.cu's spinning kernel runs this long (its --spin-us default).
 SPIN_US = 50.0
 
@@ -106,7 +118,7 @@ def kernel_reduce_op(r):
 MICROBENCHMARKS = {
     "allreduce": allreduce_op, "allgather": allgather_op, "reducescatter": reducescatter_op,
     "broadcast": broadcast_op, "alltoall": alltoall_op, "sendrecv": sendrecv_op,
-    "sendrecv_bidir": sendrecv_bidir_op, "put": put_op,
+    "sendrecv_bidir": sendrecv_bidir_op, "put": put_op, "signal": signal_op,
     "kernel_empty": kernel_empty_op, "kernel_spin": kernel_spin_op, "kernel_reduce": kernel_reduce_op,
 }
 # The microbenchmarks of bench_kernels.cu (one process on one GPU, no MPI).

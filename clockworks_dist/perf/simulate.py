@@ -22,7 +22,18 @@ words compare true, quiet and barrier_all wait for the rank's deliveries. The si
   per-run and per-op costs.
 
 A put's issue is a step of its rank (`nvshmem_put_latency_us`); its delivery then flows and lands
-as an action of its own. In an NVSHMEM program generated with `--copy-engine SIZE`
+as an action of its own, the route's one-way latency (plus `nvshmem_signal_latency_us`) after its
+last byte has left. On the load/store path (NVLink, PCIe peer access, the PE itself) NVSHMEM's
+threads store the bytes themselves, and whatever must be ordered after those stores waits for them
+to be acknowledged, one route latency after they land: a fence or quiet is the thread's system-scope
+fence (`nvshmem_fence_us`, or until that acknowledgement if later), and a put_signal fences between
+its data and its signal, so the signal lands three one-way latencies after the data left (data,
+acknowledgement, signal) where a bare signal_op takes one. Measured on 2 x H200 (the calibration's
+topologies/measured/raw): a signal one way 0.79 us, a 1 KiB put_signal 2.34 us, three times 0.77 plus
+its bytes. A get is a request and the data coming back; a fetching atomic a round trip. In a
+generated NVSHMEM program the fences are the ones its code generator plans (`codegen.nvshmem.plan_rank`):
+before an op whose blocks fence first (a publication, a fence's order), and in a quiet that has
+something in flight; a fence op itself emits nothing there. In an NVSHMEM program generated with `--copy-engine SIZE`
 (`RunConditions.copy_engine`) a put of at least SIZE bytes is a copy on the stream between two
 kernels: it starts once the kernel before has ended (a node's start, `local_graph_launch_us`), moves
 at the copy engine's rate (`copy_engine_GBs`, capped by the links) and holds its rank until it has
@@ -135,6 +146,12 @@ class Simulator:
         self.issues: dict[tuple[int, int], OpRecord] = {}  # the issue of each delivery in flight
         self.holding: dict[tuple[int, int], OpRecord] = {}  # puts whose rank waits for their bytes to leave
         self.sig_writer: dict[tuple[int, int], OpRecord] = {}  # (rank, word) -> the last write's record
+        # The load/store path's acknowledgements: per rank, its deliveries in flight that its threads
+        # store (a fence waits for them to land), when the last of its landed stores is acknowledged,
+        # and what goes on once its stores in flight have all landed (a waiting fence).
+        self.storing = [0] * self.world
+        self.acked = [0.0] * self.world
+        self.fencing: dict[int, object] = {}
         # Eager mode: the host issues the launches one after another (`costs.host_cost`); a kernel
         # cannot start before the host has issued it (it can start later, when the GPU is busy).
         # A generated program's run (`conditions.program`) also has its own costs: before its first
@@ -207,9 +224,11 @@ class Simulator:
             if (rank, index) in self.engine_ops:  # the host's, between two kernels
                 return 0.0
             step = 0.0 if op.kind in _ONE_THREAD else self.mark_us
-            pre = self._handoffs()[rank].get(index, "")
-            if pre in ("grid", "last"):
+            planned = self._handoffs()[rank].get(index)
+            if planned is not None and planned.pre in ("grid", "last"):
                 step += self.c.program_sync_us
+            if self._planned_fence(rank, index):  # its blocks fence first (`_post` waits for the acknowledgements)
+                step += self.c.nvshmem_fence_us
             if self.conditions.host_progress and op.kind not in _ONE_THREAD:
                 # host-mapped progress words: the op's blocks fence after writing theirs, and wait
                 # for it to cross PCIe. Measured A/B, the same binaries (results/h200x2/progress):
@@ -220,19 +239,30 @@ class Simulator:
             return step
         return self.mark_us if launches_kernel(op) else 0.0
 
-    def _handoffs(self) -> list[dict[int, str]]:
-        """Per rank, op index -> the handoff before it ("grid", "last", "block" or ""), as the NVSHMEM
-        code generator plans the rank's kernel; computed once, and only when a constant prices it."""
+    def _handoffs(self) -> list[dict]:
+        """Per rank, op index -> its step as the NVSHMEM code generator plans the rank's kernel
+        (`codegen.nvshmem.plan_rank`: the handoff before it, "grid", "last", "block" or "", whether
+        its blocks fence first, whether it is idle); computed once, for an NVSHMEM program's run."""
         if self._planned is None:
             self._planned = [{} for _ in range(self.world)]
-            if self.c.program_sync_us:
+            if self.program == "nvshmem":
                 from ..codegen.nvshmem import plan_rank  # the generated program's own plan
 
                 for rank in range(self.world):
                     engine = frozenset(m for r, m in self.engine_ops if r == rank)
-                    self._planned[rank] = {step.index: step.pre
+                    self._planned[rank] = {step.index: step
                                            for step in plan_rank(self.sched, rank, copy_engine=engine).steps}
         return self._planned
+
+    def _planned_fence(self, rank: int, index: int) -> bool:
+        """Whether the generated NVSHMEM program's blocks fence before op `index` of `rank` (a
+        publication, a fence's order, a kernel boundary), outside the ops that fence themselves
+        (quiet, barrier_all, sync_all) and the copy engine's (the stream orders those)."""
+        if self.program != "nvshmem" or (rank, index) in self.engine_ops:
+            return False
+        step = self._handoffs()[rank].get(index)
+        op = self.sched.programs[rank].ops[index]
+        return step is not None and step.fence and op.kind not in ("quiet", "barrier_all", "sync_all")
 
     def _in_kernel(self) -> bool:
         """Whether local ops and PE-wide barriers run inside an already running kernel (an NVSHMEM
@@ -253,7 +283,10 @@ class Simulator:
             raise PredictError(f"{op.loc}: the schedule deadlocks: rank(s) {', '.join(map(str, stuck))} never finish "
                                f"(rank {rank} blocks in {describe(op)}; run `clockworks check` for the "
                                "counterexample)")
-        total = max([r.end for r in self.records], default=0.0) + self.end_us
+        last = max([r.end for r in self.records], default=0.0)
+        if self.program == "nvshmem" and self.end_us:  # the program's closing quiet: its stores acknowledged
+            last = max([last, *self.acked])
+        total = last + self.end_us
         return Timeline(total_us=total, records=self.records, link_bytes=self.engine.link_bytes, network=self.net,
                         critical=self._critical_path(), plans=self.plans)
 
@@ -341,6 +374,13 @@ class Simulator:
         if self.now < self.host_ready[rank][pc] - 1e-9:  # the host has not issued it yet
             self.engine.at(self.host_ready[rank][pc], lambda: self._post(rank))
             return
+        if self._planned_fence(rank, pc):  # its blocks' fence returns once their stores are acknowledged
+            if self.storing[rank]:
+                self.fencing[rank] = lambda: self._post(rank)
+                return
+            if self.now < self.acked[rank] - 1e-9:
+                self.engine.at(self.acked[rank], lambda: self._post(rank))
+                return
         self.posted[rank] = True
         self.arrival[rank] = next(self.arrivals)
         code = self.model.code[rank][pc]
@@ -401,18 +441,44 @@ class Simulator:
         elif rule.timing == "delivery":  # issued: the delivery is in flight, the rank goes on
             issue = self._launch("local") if (rank, index) in self.engine_ops else fixed_us(self.c, rule.issue)
             self.engine.at(self.now + issue, lambda: self._issued(action, rec))
-        elif rule.timing == "get":
+        elif rule.timing == "get":  # the request reaches the peer, then its bytes come back
             nbytes = rule.nbytes(op, rank, self._size)
-            self.engine.at(self.now + fixed_us(self.c, rule.issue), lambda: self.engine.transfer(
+            request = fixed_us(self.c, rule.issue) + self.net.route(rank, op.pe)[1]
+            self.engine.at(self.now + request, lambda: self.engine.transfer(
                 op.pe, rank, nbytes, self._block_ceiling(nbytes), fixed_us(self.c, rule.latency),
                 lambda: self._step_done(action, rec)))
         elif rule.timing == "fixed":  # a fetching atomic: it takes effect now, the old value returns later
             self._apply(action)
             self._wrote_signal(op, rec)
-            self._finish(rank, rec, self.now + fixed_us(self.c, rule.latency))
+            trip = self.net.route(rank, op.pe)[1] + self.net.route(op.pe, rank)[1]
+            self._finish(rank, rec, self.now + trip + fixed_us(self.c, rule.latency))
             self._dispatch()
-        else:  # fence (its effect is on deliveries, which the machine holds back) and quiet
+        elif op.kind in ("fence", "quiet"):
+            self._fence(action, rec, op)
+        else:
             self._step_done(action, rec)
+
+    def _fence(self, action: tuple, rec: OpRecord, op) -> None:
+        """A fence or quiet: the thread's system-scope fence, `nvshmem_fence_us`, returning once every
+        store of the rank's deliveries has landed and been acknowledged (the machine also holds later
+        deliveries back behind a fence, and enables a quiet only once nothing is in flight). In a
+        generated NVSHMEM program a fence op emits no code (its order is kept by the fence planned
+        before the next delivery to that PE, `_planned_fence`) and neither does a quiet with nothing
+        in flight (an idle step)."""
+        rank, index = action[1], action[2]
+        if self.program == "nvshmem":
+            step = self._handoffs()[rank].get(index)
+            if op.kind == "fence" or (step is not None and step.idle):
+                self._step_done(action, rec)
+                return
+        def settled():  # its own cost runs from when the rank reached it (a quiet may be enabled later)
+            self.engine.at(max(rec.start + self.c.nvshmem_fence_us, self.acked[rank], self.now),
+                           lambda: self._step_done(action, rec))
+
+        if self.storing[rank]:
+            self.fencing[rank] = settled
+        else:
+            settled()
 
     def _start_kernel(self, action: tuple, op, rec: OpRecord) -> None:
         """A local kernel: its start, then its bytes over the rank's HBM (shared with whatever else
@@ -491,6 +557,8 @@ class Simulator:
 
     def _issued(self, action: tuple, rec: OpRecord) -> None:
         self.issues[action[1:]] = rec
+        if self._stores(action[1], action[2]):
+            self.storing[action[1]] += 1
         if not self._holds(action):
             self._step_done(action, rec)
             return
@@ -502,14 +570,23 @@ class Simulator:
 
     def _holds(self, action: tuple) -> bool:
         """Whether a put or non-blocking get keeps its rank until its bytes have moved: between
-        GPUs that reach each other's memory (NVLink, PCIe peer to peer) NVSHMEM moves them with the
-        issuing threads' own loads and stores; over a network a proxy does, and the rank goes on."""
+        GPUs that reach each other's memory (NVLink, PCIe peer to peer), and to the PE itself,
+        NVSHMEM moves them with the issuing threads' own loads and stores; over a network a proxy
+        does, and the rank goes on."""
         op = self.sched.programs[action[1]].ops[action[2]]
         if op.kind not in ("put", "put_signal", "get_nbi"):
             return False
         if action[1:] in self.engine_ops:  # stream order: the next kernel starts after the copy
             return True
-        return self.net.transport(action[1], op.pe) in ("nvlink", "pcie")
+        return self._stores(action[1], action[2])
+
+    def _stores(self, issuer: int, index: int) -> bool:
+        """Whether the issuing threads perform this delivery themselves, by loads and stores (NVLink,
+        PCIe peer access, the PE itself): fences wait for it. Not a copy engine's (stream order)."""
+        if (issuer, index) in self.engine_ops:
+            return False
+        op = self.sched.programs[issuer].ops[index]
+        return self.net.transport(issuer, op.pe) in ("nvlink", "pcie", "local")
 
     def _release(self, key: tuple) -> None:
         """A held put's bytes have left its rank: the rank goes on."""
@@ -557,10 +634,33 @@ class Simulator:
             ceiling = self.net.bottleneck(issuer, pe) if pe == issuer else min(
                 self.c.copy_engine_GBs, self.net.bottleneck(issuer, pe))
             note["copy_engine"] = True
-        self.engine.transfer(src, dst, nbytes, ceiling, fixed_us(self.c, rule.latency),
-                             lambda: self._landed(action, op, issue, note), detail=note,
-                             reverse_share=self.c.nvshmem_reverse_share,
-                             left=None if engine else (lambda: self._release((issuer, index))))
+        latency = fixed_us(self.c, rule.latency)
+        landed = lambda: self._landed(action, op, issue, note)  # noqa: E731
+        left = None if engine else (lambda: self._release((issuer, index)))
+        if op.kind == "put_signal" and self._stores(issuer, index):
+            # the block's fence, from when its stores have left, returns once they are acknowledged
+            # (they land, the acknowledgement comes back) and not before its own cost: then the block
+            # goes on and the signal crosses
+            back, forward = self.net.route(pe, issuer)[1], self.net.route(issuer, pe)[1]
+            then, signal, gone = landed, forward + latency, [self.now]
+
+            def left():
+                gone[0] = self.now
+
+            def landed():
+                fenced = max(self.now + back, gone[0] + self.c.nvshmem_fence_us)
+                self.engine.at(fenced, lambda: self._release((issuer, index)))
+                self.engine.at(fenced + signal, then)
+
+            latency = 0.0
+        if rule.pulls:  # the request reaches the peer first
+            request = self.net.route(issuer, pe)[1]
+            self.engine.at(self.now + request, lambda: self.engine.transfer(
+                src, dst, nbytes, ceiling, latency, landed, detail=note, reverse_share=self.c.nvshmem_reverse_share,
+                left=left))
+            return
+        self.engine.transfer(src, dst, nbytes, ceiling, latency, landed, detail=note,
+                             reverse_share=self.c.nvshmem_reverse_share, left=left)
 
     def _landed(self, action: tuple, op, issue: OpRecord, note: dict) -> None:
         issuer = action[1]
@@ -568,6 +668,10 @@ class Simulator:
                             loc=op.loc, start=issue.end, end=self.now, cause=issue, cause_kind="issue", detail=note)
         self.records.append(delivery)
         self.flying -= 1
+        if self._stores(issuer, action[2]):  # its stores are acknowledged one route latency from now
+            self.storing[issuer] -= 1
+            back = 0.0 if COSTS[op.kind].pulls else self.net.route(op.pe, issuer)[1]
+            self.acked[issuer] = max(self.acked[issuer], self.now + back)
         self._apply(action)
         self._wrote_signal(op, delivery)
         if action[1:] in self.engine_ops:  # the next kernel starts after the copy (and its signal)
@@ -578,6 +682,8 @@ class Simulator:
                 and not self.model.in_flight_from(self.state, issuer):
             waiter.cause, waiter.cause_kind = delivery, "delivery completed"
             self.arrival[issuer] = next(self.arrivals)  # it meets the barrier's other members only now
+        if not self.storing[issuer] and issuer in self.fencing:  # a fence that waited for these stores
+            self.fencing.pop(issuer)()
         self._dispatch()
 
     def _block_ceiling(self, nbytes: float) -> float:
@@ -672,7 +778,10 @@ class Simulator:
         rule = COSTS[op.kind]
         if rule.timing == "barrier":  # a dissemination barrier: one round per doubling
             launch = 0.0 if self._in_kernel() else self._launch()
-            end = self.now + launch + fixed_us(self.c, rule.issue) * max(1, (len(ranks) - 1).bit_length())
+            begin = self.now
+            if op.kind == "barrier_all":  # its quiet: every member's stores acknowledged (`_fence`)
+                begin = max([self.now + self.c.nvshmem_fence_us] + [self.acked[r] for r in ranks])
+            end = begin + launch + fixed_us(self.c, rule.issue) * max(1, (len(ranks) - 1).bit_length())
             self.engine.at(end, lambda: self._collective_done(action, arrived))
             return
         nbytes = rule.nbytes(op, ranks[0], self._size)

@@ -277,10 +277,17 @@ class Constants(_Frozen):
     # The communicator's channel count (NCCL's init log prints it: "24 coll channels" on NV18);
     # NCCL's upper bound MAXCHANNELS is 32 (src/include/device.h; 64 in recent versions).
     nccl_max_channels: Channels = 32
-    # NVSHMEM over NVLink: a one-way signal is 0.77 us between two H200 (NV18; measured with a
-    # signal ping-pong, 1.54 us a round trip); a put of a few bytes pays about the same plus the store.
-    nvshmem_put_latency_us: Latency = 1.0
-    nvshmem_signal_latency_us: Latency = 0.77
+    # NVSHMEM device calls. What the issuing thread spends on a put or signal before it goes on
+    # (the issue): 0.04 us for a signal_op, 0.08 for a thread's 8-byte put, measured on one H200
+    # (scripts/gpu/nvshmem_op_cost_probe.cu, results/h200/one_gpu/op_cost).
+    nvshmem_put_latency_us: Latency = 0.04
+    # What a delivery takes beyond its route's one-way latency (the link's latency_us, which on NV18
+    # is the signal ping-pong's 0.77 us one way, so nearly nothing is left); fitted by calibration.
+    nvshmem_signal_latency_us: Latency = 0.0
+    # A fence or quiet on the load/store path is the thread's system-scope fence
+    # (`__threadfence_system`): this much with nothing of its own in flight (0.51 us measured on one
+    # H200, the same probe), else until every store it made is acknowledged (`perf/simulate.py`).
+    nvshmem_fence_us: Latency = 0.51
     # One thread block issuing putmem_block moves about 40 GB/s over NVLink (37-42 GB/s measured
     # with one 1024-thread block on 2 x H200): large puts must spread over blocks.
     nvshmem_block_GBs: Rate = 40.0
