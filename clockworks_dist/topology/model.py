@@ -243,10 +243,50 @@ class StepLatency(_ByName):
     net: PerProtocol
 
 
+def _comments_above_fields(cls: type) -> dict[str, str]:
+    """Field name -> the comment block written above it in `cls`'s source (a block above several
+    fields in a row describes each of them); {} where the source cannot be read."""
+    import inspect
+    import re
+
+    try:
+        lines = inspect.getsource(cls).splitlines()
+    except (OSError, TypeError):
+        return {}
+    found: dict[str, str] = {}
+    block: list[str] = []
+    last = ""
+    for line in lines:
+        text = line.strip()
+        if text.startswith("#"):
+            block.append(text.lstrip("#").strip())
+            continue
+        field = re.match(r"^    ([a-z_][A-Za-z0-9_]*)\s*:", line)
+        if field:
+            last = " ".join(block) if block else last
+            if last:
+                found[field.group(1)] = last
+        elif text and not line.startswith("        "):  # anything else but a field's continuation
+            last = ""
+        block = []
+    return found
+
+
+def _describe_constants(schema: dict, model: type) -> None:
+    """`clockworks topology schema`: each constant's property carries the comment above it in this
+    file (what it means, its unit, where its default was measured), so the schema documents them."""
+    for name, text in _comments_above_fields(model).items():
+        prop = schema.get("properties", {}).get(name)
+        if prop is not None and "description" not in prop:
+            prop["description"] = text
+
+
 class Constants(_Frozen):
     """Per-op constants of the simulator, under the names it reads them by. Defaults are public
     figures (sources in the comments); the calibration step measures them on a real machine and
     writes them into a topology file (`model_dump()`)."""
+
+    model_config = ConfigDict(**_Frozen.model_config, json_schema_extra=_describe_constants)
 
     # The host's time to issue one NCCL collective eagerly (not in a CUDA graph): launches issued
     # back to back go no faster than one per this; a few us on Hopper with a recent driver, and the
@@ -345,10 +385,10 @@ class Constants(_Frozen):
     # now, `RunConditions.host_progress`): prices runs measured before the change. 0 until fitted.
     program_host_progress_us: Latency = 0.0
     # One thread block's rate for a reduce, copy or fill inside an NVSHMEM program's kernel, GB/s
-    # of the bytes the code generator spreads it by (a copy's or fill's destination, a reduce's
-    # destination and sources; one block per 64 KiB of them, `lowering.nvshmem_blocks`): the op
-    # takes at least its bytes per block at this rate, however little HBM or L2 it uses. 0 (off)
-    # until fitted on measured runs of generated programs (`perf.simulate.Simulator._block_floor`).
+    # of its destination's share per block (the code generator spreads the op over one block per
+    # 64 KiB of what it moves, `lowering.nvshmem_blocks`): the op takes at least that share at this
+    # rate, however little HBM or L2 it uses (`perf.simulate.Simulator._block_floor`). 0 (off)
+    # unless a topology sets it: 38 GB/s measured on one H200 (scripts/fit_local_block_rate.py).
     nvshmem_local_block_GBs: _real(ge=0, le=MAX_GBS) = 0.0
     # The rate of the stand-in kernels a generated program runs for a compute op (they hash what it
     # reads and write what it writes with 64-bit integer arithmetic), GB/s of its reads and writes.
