@@ -20,8 +20,14 @@ K measured; the measurements decide.
 Copy-engine puts (`copy_engine`): each variant is also tried with its puts and put_signals of at least N
 bytes issued by the host on the copy engine (`codegen.nvshmem.copy_engine_ops`), for each N given. The
 schedule is the variant itself (checked as it is: the lowering only adds order), so only the
-generated code differs; it takes part at the sizes where at least one put is that large. The predictor
-ranks the schedule's ops as for the variant, so it too is ranked on its own and measured.
+generated code differs; it takes part at the sizes where at least one put is that large. It too is
+ranked on its own and its top K measured.
+
+What is predicted is what `validate` measures: the timed run of the generated NVSHMEM program
+(`perf.program`: the schedule's ops and the program's own costs, its copy-engine puts priced as such),
+per call. Where that model does not reach (put_signals sent as packets; a kernel per call of a run of
+calls) it is the schedule's own ops, as `clockworks predict` times them; each try records which
+(`predicted_as`), and a try predicted the other way is predicted again.
 
 The library (`--emit DIR`, `emit`): the winner at each size, measured (or predicted in a dry run,
 labelled so), as `cw_<name>.h` + `cw_<name>.cu` with a size dispatcher (`codegen.library`), from the
@@ -225,16 +231,31 @@ def check_calls(defn: ScheduleDef, binding: dict, world: int, calls: int, timeou
     return "violated", f"no separator makes {calls} back-to-back calls safe: {said['barrier']}", None, said
 
 
+def predicted_as(packets: int = 0, calls: int = 1, fuse_calls: bool = False) -> str:
+    """What a candidate's prediction times: "nvshmem program", the generated program's timed run as
+    `validate` measures and predicts it (`codegen.validate.program_model`), or "schedule ops" where
+    that model does not reach (packets; a kernel per call)."""
+    from .codegen.validate import program_model
+
+    kernels = "per call" if calls > 1 and not fuse_calls else "one"
+    meta = {"backend": "nvshmem", "packets": packets, "kernels": kernels}
+    return "nvshmem program" if program_model(meta) else "schedule ops"
+
+
 def predict_variant(defn: ScheduleDef, binding: dict, topo, world: int, sizes: list[int],
                     mode: str = "graph", calls: int = 1, between: str = "barrier",
-                    packets: int = 0) -> dict[str, dict]:
+                    packets: int = 0, *, program: str | None = None, copy_engine: int = 0) -> dict[str, dict]:
     """Predicted time (per call), busbw and bottleneck of one variant (rewritten by the `packets`
-    lowering when given) at each size (keys: bytes, as text for JSON)."""
+    lowering when given) at each size (keys: bytes, as text for JSON): the timed run of its generated
+    `program` ("nvshmem"; `copy_engine`: its puts of at least that many bytes on the copy engine), or
+    with `program` None the schedule's own ops."""
+    from .perf.costs import RunConditions
     from .perf.predict import bound, predict_sizes
 
+    conditions = RunConditions(program=program, copy_engine=copy_engine if program == "nvshmem" else 0)
     with params.bind(binding):
         found = predict_sizes(defn, topo, world, sizes, mode=mode, ranks_per_node=defn.ranks_per_node, calls=calls,
-                              between=between, transform=_lowering(packets))
+                              between=between, transform=_lowering(packets), conditions=conditions)
     return {str(p.nbytes): {"time_us": round(p.time_us, 3), "busbw_GBs": round(p.busbw_GBs, 3),
                             "bottleneck": bound(p.timeline)} for p in found}
 
@@ -327,8 +348,10 @@ def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, s
         key = keyof(binding, limit, engine)
         name = candidate_label(binding, limit, engine)
         entry = memory.get(key)
-        if entry is not None and entry.get("topology_file") != chosen.file:  # predicted with other constants
-            entry.update(predicted={}, topology_file=chosen.file)
+        how = predicted_as(limit, calls, fuse_calls)
+        if entry is not None and (entry.get("topology_file") != chosen.file  # predicted with other constants
+                                  or entry.get("predicted_as", "schedule ops") != how):  # or another model
+            entry.update(predicted={}, topology_file=chosen.file, predicted_as=how)
         if entry is not None and (entry["status"] == "rejected" or all(
                 str(n) in entry.get("predicted", {}) or n in entry.get("not_lowered", []) for n in sizes)):
             skipped += 1
@@ -343,7 +366,7 @@ def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, s
                 verdict, error = check_variant(defn, binding, world, check_timeout, limit)
             entry = {"file": digest, "schedule": defn.name, "variant": binding, "world": world,
                      "topology": topo.name, "topology_file": chosen.file, "verdict": verdict, "status": "checked",
-                     "predicted": {}, "measured": {}}
+                     "predicted_as": how, "predicted": {}, "measured": {}}
             if limit:
                 entry.update(packets=limit, not_lowered=[])
             if engine:
@@ -360,8 +383,9 @@ def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, s
                 idle = [n for n in missing if not _lowered_at(defn, binding, world, n, calls, between, limit, engine)]
                 entry["not_lowered"] = sorted(set(entry.get("not_lowered", [])) | set(idle))
                 missing = [n for n in missing if n not in idle]
-            entry["predicted"].update(predict_variant(defn, binding, topo, world, missing, mode, calls,
-                                                      entry.get("between") or "barrier", limit))
+            entry["predicted"].update(predict_variant(
+                defn, binding, topo, world, missing, mode, calls, entry.get("between") or "barrier", limit,
+                program="nvshmem" if how == "nvshmem program" else None, copy_engine=engine))
             entry["status"] = "predicted"
             say(f"{name}: verified, predicted at {len(missing)} size(s)")
         memory[key] = entry
@@ -371,6 +395,7 @@ def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, s
     report = {"schedule": defn.name, "file": os.path.basename(path), "topology": topo.name,
               "topology_file": chosen.file, "calibrated": chosen.calibrated, "world": world,
               "calls": calls, "mode": mode, "dry": dry, "noise": noise, "top": top, "variants": len(tries), "skipped": skipped,
+              "predicted_as": sorted({t.get("predicted_as", "schedule ops") for t in tries if t["status"] != "rejected"}),
               "rejected": [{"variant": t["variant"], "packets": t.get("packets", 0),
                             "copy_engine": t.get("copy_engine", 0),
                             "label": candidate_label(t["variant"], t.get("packets", 0), t.get("copy_engine", 0)),
@@ -495,9 +520,15 @@ def render_markdown(report: dict) -> str:
     calls = report.get("calls") or 1
     per_call = (f" Each variant runs {calls} back-to-back calls per run, with the cheapest separator between them "
                 "that the checker verifies for that many calls; times are per call." if calls > 1 else "")
+    models = {"nvshmem program": "the generated NVSHMEM program's timed run, as `validate` measures it "
+                                 "(`perf/program.py`: the schedule's ops and the program's own costs)",
+              "schedule ops": "the schedule's own ops, as `clockworks predict` times them (the program model does "
+                              "not reach packets or a kernel per call)"}
+    predicted = "; ".join(models[how] for how in report.get("predicted_as", []) if how in models)
     lines = [f"# tune: {report['schedule']} ({report['file']}) on {report['topology']}, {report['world']} ranks", "",
              f"{report['variants']} variant(s), {len(report['rejected'])} rejected by the checker, "
-             f"{report['skipped']} taken from the tune memory; {mode}.{per_call}", ""]
+             f"{report['skipped']} taken from the tune memory; {mode}.{per_call}"
+             + (f" Predicted: {predicted}." if predicted else ""), ""]
     if lowered:
         lines += [f"Each variant is also tried with its put_signals of at most "
                   f"{', '.join(_size_text(n) for n in lowered)} sent as flag-in-data packets (`--packets`), "
@@ -508,7 +539,8 @@ def render_markdown(report: dict) -> str:
         lines += [f"Each variant is also tried with its puts of at least "
                   f"{', '.join(_size_text(n) for n in report['copy_engine'])} issued on the copy engine "
                   "(`--copy-engine`), at the sizes where at least one put is that large. The schedule is the "
-                  "variant's (checked as it is), and so is its prediction: the measurements decide.", ""]
+                  "variant's (checked as it is); its program's prediction prices those puts on the copy engine "
+                  "(unfitted: `copy_engine_GBs`), and the measurements decide.", ""]
     for row in report["sizes"]:
         lines += [f"## {_size_text(row['bytes'])} per rank", ""]
         if not row["ranked"]:

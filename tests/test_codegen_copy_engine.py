@@ -254,3 +254,19 @@ def test_tune_tries_the_copy_engine_where_a_put_is_that_large(tmp_path):
     again = tune.tune(str(family), "h200x2-nv18", 2, [MiB, 64 * MiB], str(tmp_path), dry=True, copy_engine=[16 * MiB])
     assert again["skipped"] == again["variants"] == 4
     assert "issued on the copy engine (`--copy-engine`)" in (tmp_path / "tune.md").read_text()
+    # each candidate is predicted as the program validate would build and time: the copy engine's
+    # puts priced as such, not as the plain variant's
+    from clockworks_dist.dsl import load_file, params
+    from clockworks_dist.perf.predict import size_binding
+    from clockworks_dist.perf.program import program_us
+    from clockworks_dist.topology import choose_topology
+
+    topo = choose_topology("h200x2-nv18").topology
+    [defn] = load_file(str(family))
+    times = {r["label"]: r["time_us"] for r in large["ranked"]}
+    with params.bind({"ALGO": "direct"}):
+        sched = defn.trace(2, sizes=size_binding(defn, 2, 64 * MiB, None, defn.trace(2)))
+    assert times["ALGO=direct"] == pytest.approx(program_us(sched, topo, "graph", "nvshmem"), abs=1e-3)
+    assert times["ALGO=direct, copy engine >= 16 MiB"] == pytest.approx(
+        program_us(sched, topo, "graph", "nvshmem", copy_engine=16 * MiB), abs=1e-3)
+    assert times["ALGO=direct, copy engine >= 16 MiB"] != pytest.approx(times["ALGO=direct"], abs=1e-3)

@@ -84,7 +84,8 @@ def test_a_variant_that_fails_the_check_is_rejected_and_never_predicted(tmp_path
     predicted = []
     real = tune.predict_variant
     monkeypatch.setattr(tune, "predict_variant",
-                        lambda defn, binding, *rest: predicted.append(binding) or real(defn, binding, *rest))
+                        lambda defn, binding, *rest, **how: predicted.append(binding) or real(defn, binding, *rest,
+                                                                                              **how))
     out_dir = tmp_path / "results"
     code, out, err = run_tune([str(path), "-t", "h200x2-nv18", "--np", "2", "--sizes", "4KiB", "--dry",
                                "--out", str(out_dir)], capsys)
@@ -134,7 +135,7 @@ def test_the_memory_makes_a_rerun_skip_decided_variants(tmp_path, capsys, monkey
     assert "ORDER=late: already rejected (tune memory)" in err
     # a new size: the verified variant is predicted there only, the rejected one stays decided
     predicted = []
-    monkeypatch.setattr(tune, "predict_variant", lambda defn, binding, topo, world, sizes, mode, *calls:
+    monkeypatch.setattr(tune, "predict_variant", lambda defn, binding, topo, world, sizes, mode, *calls, **how:
                         predicted.append((binding, sizes)) or {str(n): {"time_us": 1.0, "busbw_GBs": 1.0,
                                                                         "bottleneck": "latency"} for n in sizes})
     assert run_tune(args[:-4] + ["4KiB,8KiB", "--dry", "--out", str(out_dir)], capsys)[0] == 0
@@ -228,10 +229,26 @@ def test_calls_pick_the_cheapest_separator_the_checker_verifies(tmp_path):
     assert one["skipped"] == 0 and len(json.loads((tmp_path / tune.MEMORY_FILE).read_text())["tries"]) == 4
     per_call = {row["label"].split(" ")[0]: row["time_us"] for row in report["sizes"][0]["ranked"]}
     single = {row["label"]: row["time_us"] for row in one["sizes"][0]["ranked"]}
-    # a single call is predicted as its steady state (back to back): with nothing between calls,
-    # each costs what one does
-    assert per_call["ALGO=twoshot"] == pytest.approx(single["ALGO=twoshot"])
-    assert per_call["ALGO=oneshot"] == pytest.approx(single["ALGO=oneshot"])
+    # what each predicts is what validate would measure: one call, the generated program's timed run
+    # (its launch and closing barrier included); 20 calls of a kernel each, which the program model
+    # does not reach, the schedule's ops back to back, per call
+    from clockworks_dist.dsl import load_file, params
+    from clockworks_dist.perf.predict import predict_sizes, size_binding
+    from clockworks_dist.perf.program import program_us
+    from clockworks_dist.topology import choose_topology
+
+    topo = choose_topology("h200x2-nv18").topology
+    [defn] = load_file(FAMILY)
+    assert one["predicted_as"] == ["nvshmem program"] and report["predicted_as"] == ["schedule ops"]
+    for algo in ("oneshot", "twoshot"):
+        with params.bind({"ALGO": algo}):
+            [ops] = predict_sizes(defn, topo, 2, [8192])
+            sched = defn.trace(2, sizes=size_binding(defn, 2, 8192, None, defn.trace(2)))
+        assert single[f"ALGO={algo}"] == pytest.approx(program_us(sched, topo, "graph", "nvshmem"), abs=1e-3)
+        # with nothing between calls (two-shot), each of the 20 costs what one call's ops do
+        if algo == "twoshot":
+            assert per_call[f"ALGO={algo}"] == pytest.approx(ops.time_us, abs=1e-3)
+    assert "the generated NVSHMEM program's timed run" in (tmp_path / "tune.md").read_text()
     tune.tune(FAMILY, "h200x2-nv18", 2, [8192], str(tmp_path), dry=True, calls=20)  # written again, from memory
     text = (tmp_path / "tune.md").read_text()
     assert "Each variant runs 20 back-to-back calls per run" in text and "(alternate between calls)" in text

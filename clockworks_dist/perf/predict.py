@@ -175,7 +175,9 @@ def predict_sizes(defn, topo, world: int, sizes: list[int], consts: Constants | 
     is given), under `conditions`; `symbols` binds size symbols other than the one each size solves
     for (`--size NAME=VALUE`). `calls` > 1: `calls` back-to-back calls (`repeat.repeat`, with
     `between` separating them) simulated as one run, and the time per call returned. `transform`:
-    a rewrite applied last (a lowering, e.g. `codegen.packets.lower`'s schedule), what is simulated."""
+    a rewrite applied last (a lowering, e.g. `codegen.packets.lower`'s schedule), what is simulated.
+    With `conditions.program`, each time is one timed run of the generated program, as
+    `perf.program.program_us` gives it (eagerly too: no steady state)."""
     consts = consts or topo.constants
     out = []
     network = from_topology(topo, world)
@@ -193,7 +195,10 @@ def predict_sizes(defn, topo, world: int, sizes: list[int], consts: Constants | 
         network._routes.clear()
         model = compile_model(sched)  # both runs of eager mode share it
         timeline = simulate(sched, network, consts, mode, conditions, model)
-        time_us = steady_state_us(sched, timeline, consts, mode, network, conditions, model) / calls
+        if conditions.program:  # a generated program's timed run is one run, eager too (`perf.program`)
+            time_us = timeline.total_us / calls
+        else:
+            time_us = steady_state_us(sched, timeline, consts, mode, network, conditions, model) / calls
         algbw = nbytes / time_us / GB if time_us > 0 else 0.0
         out.append(Prediction(nbytes=nbytes, time_us=time_us, algbw_GBs=algbw, busbw_GBs=algbw * factor,
                               timeline=timeline, mode=mode))
