@@ -179,6 +179,19 @@ def call_starts(sched: ir.Schedule, calls: int, between: str = "barrier") -> dic
     return {p.rank: [k * len(p.ops) + (k - 1) * sep for k in range(1, calls)] for p in sched.programs}
 
 
+def starts_of_repeated(repeated: ir.Schedule, calls: int, between: str = "barrier") -> dict[int, list[int]]:
+    """`call_starts` read off the schedule that `repeat(sched, calls, between)` returned (each rank's
+    ops are `calls` copies of its call and `calls - 1` separators)."""
+    sep = 1 if between in ("barrier", "sync") else 0
+    starts = {}
+    for p in repeated.programs:
+        per_call, extra = divmod(len(p.ops) - (calls - 1) * sep, calls)
+        if extra or per_call < 0:
+            raise ValueError(f"rank {p.rank} has {len(p.ops)} ops: not {calls} calls with {between!r} between them")
+        starts[p.rank] = [k * per_call + (k - 1) * sep for k in range(1, calls)]
+    return starts
+
+
 def repeat(sched: ir.Schedule, calls: int, between: str = "barrier") -> ir.Schedule:
     """The schedule of `calls` back-to-back calls of `sched` (see the module docstring)."""
     if calls < 1:

@@ -24,10 +24,10 @@ generated code differs; it takes part at the sizes where at least one put is tha
 ranked on its own and its top K measured.
 
 What is predicted is what `validate` measures: the timed run of the generated NVSHMEM program
-(`perf.program`: the schedule's ops and the program's own costs, its copy-engine puts priced as such),
-per call. Where that model does not reach (put_signals sent as packets; a kernel per call of a run of
-calls) it is the schedule's own ops, as `clockworks predict` times them; each try records which
-(`predicted_as`), and a try predicted the other way is predicted again.
+(`perf.program`: the schedule's ops and the program's own costs, its copy-engine puts priced as such,
+a run of calls with a kernel per call or one kernel for all as built), per call; a packets candidate's
+is its rewritten schedule's run. Each try records it (`predicted_as`); a try remembered with the
+schedule's own ops predicted (before this) is predicted again.
 
 The library (`--emit DIR`, `emit`): the winner at each size, measured (or predicted in a dry run,
 labelled so), as `cw_<name>.h` + `cw_<name>.cu` with a size dispatcher (`codegen.library`), from the
@@ -231,31 +231,46 @@ def check_calls(defn: ScheduleDef, binding: dict, world: int, calls: int, timeou
     return "violated", f"no separator makes {calls} back-to-back calls safe: {said['barrier']}", None, said
 
 
-def predicted_as(packets: int = 0, calls: int = 1, fuse_calls: bool = False) -> str:
-    """What a candidate's prediction times: "nvshmem program", the generated program's timed run as
-    `validate` measures and predicts it (`codegen.validate.program_model`), or "schedule ops" where
-    that model does not reach (packets; a kernel per call)."""
-    from .codegen.validate import program_model
-
-    kernels = "per call" if calls > 1 and not fuse_calls else "one"
-    meta = {"backend": "nvshmem", "packets": packets, "kernels": kernels}
-    return "nvshmem program" if program_model(meta) else "schedule ops"
+# What a candidate's prediction times: the generated NVSHMEM program's timed run (`perf.program`).
+PREDICTED_AS = "nvshmem program"
 
 
 def predict_variant(defn: ScheduleDef, binding: dict, topo, world: int, sizes: list[int],
                     mode: str = "graph", calls: int = 1, between: str = "barrier",
-                    packets: int = 0, *, program: str | None = None, copy_engine: int = 0) -> dict[str, dict]:
+                    packets: int = 0, *, program: str | None = None, copy_engine: int = 0,
+                    fuse_calls: bool = False) -> dict[str, dict]:
     """Predicted time (per call), busbw and bottleneck of one variant (rewritten by the `packets`
     lowering when given) at each size (keys: bytes, as text for JSON): the timed run of its generated
-    `program` ("nvshmem"; `copy_engine`: its puts of at least that many bytes on the copy engine), or
-    with `program` None the schedule's own ops."""
+    `program` ("nvshmem"; `copy_engine`: its puts of at least that many bytes on the copy engine; a
+    kernel per call of a run of `calls` unless `fuse_calls`), or with `program` None the schedule's own
+    ops."""
     from .perf.costs import RunConditions
     from .perf.predict import bound, predict_sizes
+    from .perf.program import program_conditions
+    from .repeat import starts_of_repeated
 
-    conditions = RunConditions(program=program, copy_engine=copy_engine if program == "nvshmem" else 0)
+    rewrites: dict[int, tuple] = {}  # the packets rewrite's schedule -> (the rewrite, the schedule before it)
+
+    def transform(sched):
+        from .codegen.packets import lower
+
+        low = lower(sched, packets)
+        rewrites[id(low.sched)] = (low, sched)
+        return low.sched
+
+    def conditions(sched):  # of the K-call schedule simulated, as validate builds its program
+        if program is None:
+            return RunConditions()
+        splits = None
+        if program == "nvshmem" and calls > 1 and not fuse_calls:  # a kernel per call
+            low, before = rewrites.get(id(sched), (None, sched))
+            splits = starts_of_repeated(before, calls, between)
+            splits = low.remap(splits) if low is not None else splits
+        return program_conditions(sched, program, copy_engine=copy_engine, splits=splits)
+
     with params.bind(binding):
         found = predict_sizes(defn, topo, world, sizes, mode=mode, ranks_per_node=defn.ranks_per_node, calls=calls,
-                              between=between, transform=_lowering(packets), conditions=conditions)
+                              between=between, transform=transform if packets else None, conditions=conditions)
     return {str(p.nbytes): {"time_us": round(p.time_us, 3), "busbw_GBs": round(p.busbw_GBs, 3),
                             "bottleneck": bound(p.timeline)} for p in found}
 
@@ -348,10 +363,9 @@ def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, s
         key = keyof(binding, limit, engine)
         name = candidate_label(binding, limit, engine)
         entry = memory.get(key)
-        how = predicted_as(limit, calls, fuse_calls)
         if entry is not None and (entry.get("topology_file") != chosen.file  # predicted with other constants
-                                  or entry.get("predicted_as", "schedule ops") != how):  # or another model
-            entry.update(predicted={}, topology_file=chosen.file, predicted_as=how)
+                                  or entry.get("predicted_as") != PREDICTED_AS):  # or as the schedule's ops
+            entry.update(predicted={}, topology_file=chosen.file, predicted_as=PREDICTED_AS)
         if entry is not None and (entry["status"] == "rejected" or all(
                 str(n) in entry.get("predicted", {}) or n in entry.get("not_lowered", []) for n in sizes)):
             skipped += 1
@@ -366,7 +380,7 @@ def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, s
                 verdict, error = check_variant(defn, binding, world, check_timeout, limit)
             entry = {"file": digest, "schedule": defn.name, "variant": binding, "world": world,
                      "topology": topo.name, "topology_file": chosen.file, "verdict": verdict, "status": "checked",
-                     "predicted_as": how, "predicted": {}, "measured": {}}
+                     "predicted_as": PREDICTED_AS, "predicted": {}, "measured": {}}
             if limit:
                 entry.update(packets=limit, not_lowered=[])
             if engine:
@@ -385,7 +399,7 @@ def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, s
                 missing = [n for n in missing if n not in idle]
             entry["predicted"].update(predict_variant(
                 defn, binding, topo, world, missing, mode, calls, entry.get("between") or "barrier", limit,
-                program="nvshmem" if how == "nvshmem program" else None, copy_engine=engine))
+                program="nvshmem", copy_engine=engine, fuse_calls=fuse_calls))
             entry["status"] = "predicted"
             say(f"{name}: verified, predicted at {len(missing)} size(s)")
         memory[key] = entry
@@ -395,7 +409,6 @@ def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, s
     report = {"schedule": defn.name, "file": os.path.basename(path), "topology": topo.name,
               "topology_file": chosen.file, "calibrated": chosen.calibrated, "world": world,
               "calls": calls, "mode": mode, "dry": dry, "noise": noise, "top": top, "variants": len(tries), "skipped": skipped,
-              "predicted_as": sorted({t.get("predicted_as", "schedule ops") for t in tries if t["status"] != "rejected"}),
               "rejected": [{"variant": t["variant"], "packets": t.get("packets", 0),
                             "copy_engine": t.get("copy_engine", 0),
                             "label": candidate_label(t["variant"], t.get("packets", 0), t.get("copy_engine", 0)),
@@ -520,20 +533,16 @@ def render_markdown(report: dict) -> str:
     calls = report.get("calls") or 1
     per_call = (f" Each variant runs {calls} back-to-back calls per run, with the cheapest separator between them "
                 "that the checker verifies for that many calls; times are per call." if calls > 1 else "")
-    models = {"nvshmem program": "the generated NVSHMEM program's timed run, as `validate` measures it "
-                                 "(`perf/program.py`: the schedule's ops and the program's own costs)",
-              "schedule ops": "the schedule's own ops, as `clockworks predict` times them (the program model does "
-                              "not reach packets or a kernel per call)"}
-    predicted = "; ".join(models[how] for how in report.get("predicted_as", []) if how in models)
     lines = [f"# tune: {report['schedule']} ({report['file']}) on {report['topology']}, {report['world']} ranks", "",
              f"{report['variants']} variant(s), {len(report['rejected'])} rejected by the checker, "
-             f"{report['skipped']} taken from the tune memory; {mode}.{per_call}"
-             + (f" Predicted: {predicted}." if predicted else ""), ""]
+             f"{report['skipped']} taken from the tune memory; {mode}.{per_call} Predicted: the generated NVSHMEM "
+             "program's timed run, as `validate` measures it (`perf/program.py`: the schedule's ops and the "
+             "program's own costs).", ""]
     if lowered:
         lines += [f"Each variant is also tried with its put_signals of at most "
                   f"{', '.join(_size_text(n) for n in lowered)} sent as flag-in-data packets (`--packets`), "
                   "at the sizes where that lowers at least one. Their predictions are of the rewritten schedule's "
-                  "ops as they are: the predictor does not model the signal round trip packets save or the "
+                  "program as it is: the predictor does not model the signal round trip packets save or the "
                   "doubled bytes they send, so the measurements decide.", ""]
     if report.get("copy_engine"):
         lines += [f"Each variant is also tried with its puts of at least "

@@ -41,9 +41,8 @@ from clockworks_dist.codegen import validate  # noqa: E402
 from clockworks_dist.dsl import params  # noqa: E402
 from clockworks_dist.errors import CostWarning  # noqa: E402
 from clockworks_dist.perf import fit  # noqa: E402
-from clockworks_dist.perf.costs import RunConditions  # noqa: E402
 from clockworks_dist.perf.network import from_topology  # noqa: E402
-from clockworks_dist.perf.program import program_us  # noqa: E402
+from clockworks_dist.perf.program import program_conditions, program_us  # noqa: E402
 from clockworks_dist.perf.simulate import Simulator  # noqa: E402
 from clockworks_dist.repeat import repeat  # noqa: E402
 from clockworks_dist.topology import load_topology  # noqa: E402
@@ -111,10 +110,6 @@ def cells(dirs: list[str]) -> tuple[list[dict], list[dict]]:
             left.append({"results": where, "cells": len(report.get("cells", [])),
                          "why": f"backend {report.get('backend')}: timed from Python, not a generated program"})
             continue
-        if report.get("kernels") == "per call":
-            left.append({"results": where, "cells": len(report.get("cells", [])),
-                         "why": "one NVSHMEM kernel per call: not modelled (the program model has one kernel a run)"})
-            continue
         names = (report.get("machine") or {}).get("gpu_names") or []
         topo, _ = validate.pick_topology(None, report["ranks"], names)
         binding = binding_of(path, report)
@@ -135,11 +130,13 @@ def cells(dirs: list[str]) -> tuple[list[dict], list[dict]]:
             schedules, _ = validate.load_schedules(report["file"], report["ranks"], [c["bytes"] for c in kept],
                                                    report["schedule"], None)
         for position, (sched, cell) in enumerate(zip(schedules, kept)):
+            run = repeat(sched, calls, between) if calls > 1 else sched
             row = {"schedule": report["schedule"], "variant": params.label(binding), "backend": report["backend"],
                    "bytes": cell["bytes"], "regime": regime(cell["bytes"]), "calls": calls,
                    "held_out": position % 2 == 1, "results": where,
                    "host_progress": host_progress,
-                   "_sched": repeat(sched, calls, between) if calls > 1 else sched, "_topo": topo}
+                   "kernels": report.get("kernels") or "one", "_sched": run, "_topo": topo,
+                   "_splits": validate.kernel_splits(run, report)}
             for mode in MODES:
                 got = (cell.get(mode) or {}).get("median_us")
                 if got:
@@ -149,7 +146,8 @@ def cells(dirs: list[str]) -> tuple[list[dict], list[dict]]:
 
 
 def predict(row: dict, mode: str, consts) -> float:
-    return program_us(row["_sched"], row["_topo"], mode, row["backend"], consts, row["calls"], row["host_progress"])
+    return program_us(row["_sched"], row["_topo"], mode, row["backend"], consts, row["calls"], row["host_progress"],
+                      splits=row["_splits"])
 
 
 # Where the fit starts for constants the topology leaves at their "until fitted" value (a start on a
@@ -183,7 +181,7 @@ def bytes_share(row: dict, mode: str, consts) -> float:
     fixed costs: launches, protocol latencies, the program's own)."""
     topo = row["_topo"]
     network = from_topology(topo, row["_sched"].world)
-    conditions = RunConditions(program=row["backend"], host_progress=row["host_progress"])
+    conditions = program_conditions(row["_sched"], row["backend"], row["host_progress"], splits=row["_splits"])
     timeline = Simulator(row["_sched"], network, consts, mode, conditions=conditions).run()
     moving = 0.0
     for rec in timeline.critical:

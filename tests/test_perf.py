@@ -585,6 +585,40 @@ def test_a_generated_program_fences_where_its_code_generator_plans():
     assert fence.end == pytest.approx(landed.end + 0.5)
 
 
+def test_a_kernel_per_call_starts_each_call_after_the_kernel_before():
+    """`RunConditions.kernel_starts`: in an NVSHMEM program with a kernel per call, a call's first op
+    starts a plain kernel's start after the kernel before has ended (and eagerly after the host has
+    issued it); with one kernel for the calls it follows at once."""
+    from clockworks_dist.repeat import call_starts, repeat
+
+    @cw.schedule
+    def ping_self(r):
+        y = r.symmetric("y", count=N, role="inout")
+        z = r.symmetric("z", count=N, role="inout")
+        ready = r.signal("ready")
+        r.put_signal(r.rank, z, y, ready, 1, op="add")
+        r.wait_until(ready, "ge", 1)
+
+    one = ping_self.trace(2, sizes={"N": 16})
+    run2 = repeat(one, 3, "none")
+    starts = call_starts(one, 3, "none")
+    assert starts == {0: [2, 4], 1: [2, 4]}
+    c = consts(local_graph_launch_us=0.7, local_eager_launch_us=0.2, local_host_us=5.0)
+    split = RunConditions(program="nvshmem", kernel_starts=(tuple(starts[0]), tuple(starts[1])))
+    fused = RunConditions(program="nvshmem")
+    for mode, launch in (("graph", 0.7), ("eager", 0.9)):
+        per_call = Simulator(run2, two_ranks(), c, mode, conditions=split).run()
+        together = Simulator(run2, two_ranks(), c, mode, conditions=fused).run()
+        ops = [r for r in per_call.records if r.rank == 0 and r.kind != "delivery"]
+        assert [r.kind for r in ops] == ["put_signal", "wait_until"] * 3
+        for before, first in ((ops[1], ops[2]), (ops[3], ops[4])):
+            gap = first.start - before.end
+            assert gap >= launch - 1e-9, (mode, gap)
+        assert per_call.total_us > together.total_us
+        if mode == "eager":  # the host issues three kernels: the third cannot start before 3 x 5 us
+            assert ops[4].start >= 3 * 5.0 - 1e-9
+
+
 def test_the_calibration_reads_the_signal_ping_pong_as_a_held_out_cell(tmp_path):
     rows = tmp_path / "raw.jsonl"
     rows.write_text('{"bench":"nvshmem","op":"signal_pingpong","us":0.793,"rtt_us":1.586,"iters":10000}\n')

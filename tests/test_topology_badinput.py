@@ -211,9 +211,9 @@ def test_valid_extremes_still_predict(tmp_path):
     ("LL: 20.5291", "LL: 0", "constants.nccl_channel_GBs.LL: must be > 0, got 0"),
     ("Simple: 30.3145", "Simple: 0", "constants.nccl_channel_GBs.Simple: must be > 0, got 0"),
     ("GBs_per_dir: 478.116", "GBs_per_dir: 0", "links[0].GBs_per_dir: must be > 0, got 0"),
-    ("nvshmem_block_GBs: 41.4251", "nvshmem_block_GBs: 0", "constants.nvshmem_block_GBs: must be > 0, got 0"),
+    ("nvshmem_block_GBs: 41.53", "nvshmem_block_GBs: 0", "constants.nvshmem_block_GBs: must be > 0, got 0"),
     ("nccl_copy_channel_GBs: 1000.0", "nccl_copy_channel_GBs: 0", "constants.nccl_copy_channel_GBs: must be > 0"),
-    ("nvshmem_link_efficiency: 0.7461", "nvshmem_link_efficiency: 0", "nvshmem_link_efficiency: must be >= 0.01"),
+    ("nvshmem_link_efficiency: 0.7485", "nvshmem_link_efficiency: 0", "nvshmem_link_efficiency: must be >= 0.01"),
     ("p2p: 0.7631", "p2p: 0", "constants.nccl_kind_link_efficiency.p2p: must be >= 0.01"),
     ("hbm_GBs: 4800", "hbm_GBs: 0", "devices[0].hbm_GBs: must be > 0, got 0"),
 ])

@@ -229,25 +229,26 @@ def test_calls_pick_the_cheapest_separator_the_checker_verifies(tmp_path):
     assert one["skipped"] == 0 and len(json.loads((tmp_path / tune.MEMORY_FILE).read_text())["tries"]) == 4
     per_call = {row["label"].split(" ")[0]: row["time_us"] for row in report["sizes"][0]["ranked"]}
     single = {row["label"]: row["time_us"] for row in one["sizes"][0]["ranked"]}
-    # what each predicts is what validate would measure: one call, the generated program's timed run
-    # (its launch and closing barrier included); 20 calls of a kernel each, which the program model
-    # does not reach, the schedule's ops back to back, per call
+    # what each predicts is what validate would measure: the generated program's timed run, per call
+    # (its launch and closing barrier included); 20 calls launch a kernel per call
     from clockworks_dist.dsl import load_file, params
-    from clockworks_dist.perf.predict import predict_sizes, size_binding
+    from clockworks_dist.perf.predict import size_binding
     from clockworks_dist.perf.program import program_us
+    from clockworks_dist.repeat import call_starts, repeat
     from clockworks_dist.topology import choose_topology
 
     topo = choose_topology("h200x2-nv18").topology
     [defn] = load_file(FAMILY)
-    assert one["predicted_as"] == ["nvshmem program"] and report["predicted_as"] == ["schedule ops"]
-    for algo in ("oneshot", "twoshot"):
+    memory = json.loads((tmp_path / tune.MEMORY_FILE).read_text())
+    assert {t["predicted_as"] for t in memory["tries"]} == {"nvshmem program"}
+    for algo, between in (("oneshot", "alternate"), ("twoshot", "none")):
         with params.bind({"ALGO": algo}):
-            [ops] = predict_sizes(defn, topo, 2, [8192])
             sched = defn.trace(2, sizes=size_binding(defn, 2, 8192, None, defn.trace(2)))
         assert single[f"ALGO={algo}"] == pytest.approx(program_us(sched, topo, "graph", "nvshmem"), abs=1e-3)
-        # with nothing between calls (two-shot), each of the 20 costs what one call's ops do
-        if algo == "twoshot":
-            assert per_call[f"ALGO={algo}"] == pytest.approx(ops.time_us, abs=1e-3)
+        twenty = program_us(repeat(sched, 20, between), topo, "graph", "nvshmem", calls=20,
+                            splits=call_starts(sched, 20, between))
+        assert per_call[f"ALGO={algo}"] == pytest.approx(twenty, abs=1e-3)
+        assert per_call[f"ALGO={algo}"] < single[f"ALGO={algo}"]  # the run's own costs shared by 20 calls
     assert "the generated NVSHMEM program's timed run" in (tmp_path / "tune.md").read_text()
     tune.tune(FAMILY, "h200x2-nv18", 2, [8192], str(tmp_path), dry=True, calls=20)  # written again, from memory
     text = (tmp_path / "tune.md").read_text()

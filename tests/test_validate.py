@@ -717,10 +717,25 @@ def test_the_prediction_is_the_generated_programs_run_where_the_model_covers_it(
 
     assert validate.program_model({"backend": "nccl"}) == "nccl"
     assert validate.program_model({"backend": "nvshmem", "kernels": "one"}) == "nvshmem"
-    # not modelled: the cupy executor, packets, a kernel per call
+    # not modelled: the cupy executor, packets
     assert validate.program_model({"backend": "cupy"}) is None
     assert validate.program_model({"backend": "nvshmem", "packets": {"max_bytes": 32768}}) is None
-    assert validate.program_model({"backend": "nvshmem", "kernels": "per call"}) is None
+    # a kernel per call is: each call's kernel begins where its call does in the K-call schedule
+    assert validate.program_model({"backend": "nvshmem", "kernels": "per call"}) == "nvshmem"
+    from clockworks_dist.repeat import call_starts, repeat
+
+    one = cw.load_file(os.path.join(PROTOCOLS, "nvshmem_oneshot_allreduce.py"))[0].trace(2)
+    run = repeat(one, 4, "sync")
+    meta = {"backend": "nvshmem", "kernels": "per call", "calls": 4, "between": "sync"}
+    assert validate.kernel_splits(run, meta) == call_starts(one, 4, "sync")
+    assert validate.kernel_splits(run, {**meta, "kernels": "one"}) is None
+    topo_ = choose_topology("h200x2-nv18").topology
+    per_call, _ = validate.predictions(run, topo_, "nvshmem", splits=validate.kernel_splits(run, meta))
+    fused, _ = validate.predictions(run, topo_, "nvshmem")
+    # each of the 3 later calls starts a kernel of its own where one kernel has a handoff between blocks
+    assert per_call["graph_us"] > fused["graph_us"]
+    assert per_call["graph_us"] == round(program_us(run, topo_, "graph", "nvshmem",
+                                                    splits=call_starts(one, 4, "sync")), 2)
     assert "generated program's timed run" in validate.prediction_source({"backend": "nccl"})
     assert "schedule's ops" in validate.prediction_source({"backend": "cupy"})
     topo = choose_topology("h200x2-nv18").topology

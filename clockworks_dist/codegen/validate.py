@@ -480,13 +480,22 @@ def predict_cell(sched: ir.Schedule, topo, mode: str) -> float:
 
 def program_model(meta: dict) -> str | None:
     """The backend whose generated program's timed run `perf.program` models for a validate run
-    described by `meta` (its backend, packets and kernels), or None where it does not: the cupy
-    executor (timed from Python), put_signals lowered to packets, and one NVSHMEM kernel per call
-    (the model has one kernel a run). There the prediction is the schedule's own ops, as `clockworks
-    predict` times them."""
-    if meta.get("backend") not in ("nccl", "nvshmem") or meta.get("packets") or meta.get("kernels") == "per call":
+    described by `meta` (its backend and packets), or None where it does not: the cupy executor
+    (timed from Python) and put_signals lowered to packets. There the prediction is the schedule's
+    own ops, as `clockworks predict` times them. A kernel per call is modelled (`kernel_splits`)."""
+    if meta.get("backend") not in ("nccl", "nvshmem") or meta.get("packets"):
         return None
     return meta["backend"]
+
+
+def kernel_splits(sched: ir.Schedule, meta: dict) -> dict[int, list[int]] | None:
+    """Where each call's kernel begins in the K-call schedule `sched` of a validate run with a kernel per
+    call (`meta["kernels"]`), for the program model; None for one kernel a run."""
+    if meta.get("kernels") != "per call":
+        return None
+    from ..repeat import starts_of_repeated
+
+    return starts_of_repeated(sched, meta.get("calls") or 1, meta.get("between") or "barrier")
 
 
 def prediction_source(meta: dict) -> str:
@@ -497,18 +506,19 @@ def prediction_source(meta: dict) -> str:
 
 
 def predictions(sched: ir.Schedule, topo, program: str | None = None,
-                copy_engine: int = 0) -> tuple[dict | None, str | None]:
+                copy_engine: int = 0, splits: dict[int, list[int]] | None = None) -> tuple[dict | None, str | None]:
     """Eager and graph predictions of one cell ({mode}_us), or None and why: the timed run of the
     generated `program` (`perf.program.program_us`; `sched` being the K-call schedule of a run of K
-    calls; `copy_engine`: its puts of at least that many bytes on the copy engine), else the
-    schedule's own ops (`predict_cell`)."""
+    calls; `copy_engine`: its puts of at least that many bytes on the copy engine; `splits`: a kernel
+    per call, `kernel_splits`), else the schedule's own ops (`predict_cell`)."""
     if topo is None:
         return None, None
     try:
         if program is not None:
             from ..perf.program import program_us
 
-            return {f"{mode}_us": round(program_us(sched, topo, mode, program, copy_engine=copy_engine), 2)
+            return {f"{mode}_us": round(program_us(sched, topo, mode, program, copy_engine=copy_engine,
+                                                   splits=splits), 2)
                     for mode in ("eager", "graph")}, None
         return {f"{mode}_us": round(predict_cell(sched, topo, mode), 2) for mode in ("eager", "graph")}, None
     except ClockworksError as exc:
@@ -858,7 +868,8 @@ def collect(out_dir: str) -> dict:
             topo, topo_note = pick_topology(manifest.get("topology"), sched.world, machine["gpu_names"])
         result = summarize_run(sched, item.reference, _outcome_of(entry["job"], job.ranks), entry["job"])
         predicted, why = predictions(sched, topo, program_model(manifest),
-                                     (manifest.get("copy_engine") or {}).get("min_bytes", 0))
+                                     (manifest.get("copy_engine") or {}).get("min_bytes", 0),
+                                     kernel_splits(sched, manifest))
         result, predicted = _per_call(result, predicted, manifest.get("calls") or 1)
         nccl, nccl_note = nccl_cell((manifest.get("nccl") or {}).get("op"), found, entry["bytes"], sched.world,
                                     None if header else "NCCL's benchmark wrote nothing (see nccl.log)")
@@ -1077,7 +1088,8 @@ def _finish(schedules, nbytes, results, out_dir, meta, topology, bench_binary, b
     cells = []
     calls = meta.get("calls") or 1
     for sched, size, result in zip(schedules, nbytes, results):
-        predicted, why = predictions(sched, topo, program_model(meta), (meta.get("copy_engine") or {}).get("min_bytes", 0))
+        predicted, why = predictions(sched, topo, program_model(meta), (meta.get("copy_engine") or {}).get("min_bytes", 0),
+                                     kernel_splits(sched, meta))
         result, predicted = _per_call(result, predicted, calls)
         nccl, nccl_note = nccl_cell(meta["nccl_op"] if world > 1 else None, found, size, world, bench_problem,
                                     none="no NCCL collective" if meta.get("nccl", True) else "NCCL not measured")

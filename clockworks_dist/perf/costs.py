@@ -63,6 +63,10 @@ class RunConditions:
     # many bytes are issued by the host on the copy engine between two kernels (`codegen.nvshmem.
     # copy_engine_ops`); 0: none.
     copy_engine: int = 0
+    # An NVSHMEM program of a run of calls with a kernel per call (`validate --calls K` without
+    # --fuse-calls): per rank, the ops that begin a kernel of their own (`repeat.call_starts`); ():
+    # one kernel a run.
+    kernel_starts: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True)

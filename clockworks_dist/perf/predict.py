@@ -8,6 +8,7 @@ conventions, the critical path, the busiest links and what bounds the time.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .. import ir
@@ -169,14 +170,15 @@ def steady_state_us(sched: ir.Schedule, timeline: Timeline, consts: Constants, m
 
 def predict_sizes(defn, topo, world: int, sizes: list[int], consts: Constants | None = None,
                   mode: str = "graph", ranks_per_node: int | None = None,
-                  conditions: RunConditions = RunConditions(), calls: int = 1,
+                  conditions: RunConditions | Callable[[ir.Schedule], RunConditions] = RunConditions(), calls: int = 1,
                   between: str = "barrier", transform=None, symbols: dict[str, int] | None = None) -> list[Prediction]:
     """The schedule traced at each size and simulated on `topo` (with its constants unless `consts`
     is given), under `conditions`; `symbols` binds size symbols other than the one each size solves
     for (`--size NAME=VALUE`). `calls` > 1: `calls` back-to-back calls (`repeat.repeat`, with
     `between` separating them) simulated as one run, and the time per call returned. `transform`:
     a rewrite applied last (a lowering, e.g. `codegen.packets.lower`'s schedule), what is simulated.
-    With `conditions.program`, each time is one timed run of the generated program, as
+    `conditions` may be a function of the schedule simulated (after `calls` and `transform`). With
+    `conditions.program`, each time is one timed run of the generated program, as
     `perf.program.program_us` gives it (eagerly too: no steady state)."""
     consts = consts or topo.constants
     out = []
@@ -194,11 +196,12 @@ def predict_sizes(defn, topo, world: int, sizes: list[int], consts: Constants | 
             sched = transform(sched)
         network._routes.clear()
         model = compile_model(sched)  # both runs of eager mode share it
-        timeline = simulate(sched, network, consts, mode, conditions, model)
-        if conditions.program:  # a generated program's timed run is one run, eager too (`perf.program`)
+        how = conditions(sched) if callable(conditions) else conditions
+        timeline = simulate(sched, network, consts, mode, how, model)
+        if how.program:  # a generated program's timed run is one run, eager too (`perf.program`)
             time_us = timeline.total_us / calls
         else:
-            time_us = steady_state_us(sched, timeline, consts, mode, network, conditions, model) / calls
+            time_us = steady_state_us(sched, timeline, consts, mode, network, how, model) / calls
         algbw = nbytes / time_us / GB if time_us > 0 else 0.0
         out.append(Prediction(nbytes=nbytes, time_us=time_us, algbw_GBs=algbw, busbw_GBs=algbw * factor,
                               timeline=timeline, mode=mode))

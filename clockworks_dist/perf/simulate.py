@@ -33,7 +33,11 @@ topologies/measured/raw): a signal one way 0.79 us, a 1 KiB put_signal 2.34 us, 
 its bytes. A get is a request and the data coming back; a fetching atomic a round trip. In a
 generated NVSHMEM program the fences are the ones its code generator plans (`codegen.nvshmem.plan_rank`):
 before an op whose blocks fence first (a publication, a fence's order), and in a quiet that has
-something in flight; a fence op itself emits nothing there. In an NVSHMEM program generated with `--copy-engine SIZE`
+something in flight; a fence op itself emits nothing there. A run of calls with a kernel per call
+(`RunConditions.kernel_starts`) starts each call's kernel once the one before has ended (fenced
+where the plan says so: `end_fence`), at a plain kernel's start (`local_graph_launch_us`, and eagerly
+the host's issue of it), where one kernel for the calls has a handoff between its blocks instead.
+In an NVSHMEM program generated with `--copy-engine SIZE`
 (`RunConditions.copy_engine`) a put of at least SIZE bytes is a copy on the stream between two
 kernels: it starts once the kernel before has ended (a node's start, `local_graph_launch_us`), moves
 at the copy engine's rate (`copy_engine_GBs`, capped by the links) and holds its rank until it has
@@ -160,6 +164,9 @@ class Simulator:
         self.program = conditions.program
         self._planned: list[dict[int, str]] | None = None
         self.engine_ops: set[tuple[int, int]] = set()  # (rank, op) of the puts on the copy engine
+        # (rank, op) of the ops that begin a kernel of their own, a call each (`RunConditions.kernel_starts`)
+        self.call_kernels = {(rank, m) for rank, starts in enumerate(conditions.kernel_starts) for m in starts} \
+            if self.program == "nvshmem" else set()
         if self.program == "nvshmem" and conditions.copy_engine:
             from ..codegen.nvshmem import copy_engine_ops  # the generated program's own rule
 
@@ -176,6 +183,8 @@ class Simulator:
                     issued += self._host_cost(rank, op) + (mark_host if launches_kernel(op) else 0.0)
                     if (rank, i) in self.engine_ops:  # the host issues the copy, then the next kernel
                         issued += 2 * consts.local_host_us
+                    if (rank, i) in self.call_kernels:  # the host issues this call's kernel
+                        issued += consts.local_host_us
                     self.host_ready[rank][i] = max(0.0, issued)
 
     @property
@@ -225,7 +234,9 @@ class Simulator:
                 return 0.0
             step = 0.0 if op.kind in _ONE_THREAD else self.mark_us
             planned = self._handoffs()[rank].get(index)
-            if planned is not None and planned.pre in ("grid", "last"):
+            if (rank, index) in self.call_kernels:  # a kernel of its own: it starts once the one before has ended
+                step += self._launch("local")
+            elif planned is not None and planned.pre in ("grid", "last"):
                 step += self.c.program_sync_us
             if self._planned_fence(rank, index):  # its blocks fence first (`_post` waits for the acknowledgements)
                 step += self.c.nvshmem_fence_us
@@ -250,19 +261,23 @@ class Simulator:
 
                 for rank in range(self.world):
                     engine = frozenset(m for r, m in self.engine_ops if r == rank)
-                    self._planned[rank] = {step.index: step
-                                           for step in plan_rank(self.sched, rank, copy_engine=engine).steps}
+                    splits = frozenset(m for r, m in self.call_kernels if r == rank)
+                    self._planned[rank] = {step.index: step for step in
+                                           plan_rank(self.sched, rank, splits=splits, copy_engine=engine).steps}
         return self._planned
 
     def _planned_fence(self, rank: int, index: int) -> bool:
         """Whether the generated NVSHMEM program's blocks fence before op `index` of `rank` (a
-        publication, a fence's order, a kernel boundary), outside the ops that fence themselves
-        (quiet, barrier_all, sync_all) and the copy engine's (the stream orders those)."""
+        publication, a fence's order; a call's kernel whose kernel before ends fenced), outside the
+        ops that fence themselves (quiet, barrier_all, sync_all) and the copy engine's (the stream
+        orders those)."""
         if self.program != "nvshmem" or (rank, index) in self.engine_ops:
             return False
         step = self._handoffs()[rank].get(index)
         op = self.sched.programs[rank].ops[index]
-        return step is not None and step.fence and op.kind not in ("quiet", "barrier_all", "sync_all")
+        if step is None or op.kind in ("quiet", "barrier_all", "sync_all"):
+            return False
+        return step.fence or ((rank, index) in self.call_kernels and step.end_fence)
 
     def _in_kernel(self) -> bool:
         """Whether local ops and PE-wide barriers run inside an already running kernel (an NVSHMEM
