@@ -148,3 +148,22 @@ def test_a_program_of_a_kernel_per_call_compiles(tmp_path):
     cu = tmp_path / "calls.cu"
     cu.write_text(program.generate(low.sched, "nvshmem", packets=low, splits=low.remap(call_starts(one, 3, "alternate"))))
     assert build.compile_program(cu, "nvshmem", tmp_path / "out", tc).exists()
+
+
+@pytest.mark.parametrize("algo, between", [("oneshot", "alternate"), ("twoshot", "none")])
+def test_a_kernel_per_call_wants_the_grid_of_its_widest_call_not_of_all_calls(algo, between):
+    """Nothing of a call's kernel runs beside the next call's, so each kernel's independent one-block ops
+    start again from block 0: K calls want the grid one call wants, not K times its one-block ops (20
+    calls of the one-shot all-reduce at 8 KiB wanted 40 blocks before, and every launch was cooperative)."""
+    one = family(algo, 2, 1024)
+    calls = 20
+    rep = repeat(one, calls, between)
+    starts = call_starts(one, calls, between)
+    for rank in range(one.world):
+        single = nvshmem.plan_rank(one, rank)
+        per_call = nvshmem.plan_rank(rep, rank, splits=frozenset(starts[rank]))
+        assert per_call.kernels == calls
+        assert per_call.blocks == single.blocks
+        # every call's first op runs where the first call's does
+        firsts = [per_call.steps[m].who for m in (0, *starts[rank])]
+        assert all(who == firsts[0] for who in firsts)

@@ -387,6 +387,7 @@ def plan_rank(sched: ir.Schedule, rank: int, index: dict | None = None, monotone
     fenced: dict[int, list[tuple[Item, int]]] = {}  # pe -> deliveries a fence orders before later ones
     in_flight: list[Item] = []  # deliveries since the last quiet or barrier_all
     rotation = ones = counters = hash_slots = 0  # rotation: the next free block, for ops with no one to follow
+    most_ones = 0  # the most independent one-block ops of one kernel (a kernel per call: each starts afresh)
     widest = 1
 
     def cleared(fence: bool) -> None:
@@ -403,6 +404,9 @@ def plan_rank(sched: ir.Schedule, rank: int, index: dict | None = None, monotone
         if boundary:
             cleared(True)  # the kernel before ended fenced where anything needed it (end_fence)
             ends[m] = end_fence
+            # nothing of the kernel before runs beside this one: its ops start again from block 0, so
+            # the grid (every kernel of the rank has the same) is the widest kernel's, not their sum
+            most_ones, rotation, ones = max(most_ones, ones), 0, 0
         if isinstance(op, ir.Fence):
             step = Step(m, Who("all"))
             for pe, items in since_fence.items():
@@ -531,7 +535,8 @@ def plan_rank(sched: ir.Schedule, rank: int, index: dict | None = None, monotone
         steps.append(step)
     for m, end_fence in ends.items():
         steps[m].kernel_start, steps[m].end_fence = True, end_fence
-    blocks = max(widest, min(MAX_BLOCKS, ones))  # each independent one-block op on a block of its own
+    # each independent one-block op of a kernel on a block of its own
+    blocks = max(widest, min(MAX_BLOCKS, max(most_ones, ones)))
     return RankPlan(rank, steps, max(1, blocks), counters, hash_slots,
                     sum(kind == "kernel" for kind, _steps in kernel_spans(steps)))
 

@@ -36,7 +36,8 @@ before an op whose blocks fence first (a publication, a fence's order), and in a
 something in flight; a fence op itself emits nothing there. A run of calls with a kernel per call
 (`RunConditions.kernel_starts`) starts each call's kernel once the one before has ended (fenced
 where the plan says so: `end_fence`), at a plain kernel's start (`local_graph_launch_us`, and eagerly
-the host's issue of it), where one kernel for the calls has a handoff between its blocks instead.
+the host's issue of it; in a graph `cooperative_launch_us` more where it is launched cooperatively), where
+one kernel for the calls has a handoff between its blocks instead.
 In an NVSHMEM program generated with `--copy-engine SIZE`
 (`RunConditions.copy_engine`) a put of at least SIZE bytes is a copy on the stream between two
 kernels: it starts once the kernel before has ended (a node's start, `local_graph_launch_us`), moves
@@ -163,6 +164,7 @@ class Simulator:
         # the host issues too) and after its last (`end_us`).
         self.program = conditions.program
         self._planned: list[dict[int, str]] | None = None
+        self._blocks: list[int] = []  # per rank: the grid of its NVSHMEM program's kernels (the plan's)
         self.engine_ops: set[tuple[int, int]] = set()  # (rank, op) of the puts on the copy engine
         # (rank, op) of the ops that begin a kernel of their own, a call each (`RunConditions.kernel_starts`)
         self.call_kernels = {(rank, m) for rank, starts in enumerate(conditions.kernel_starts) for m in starts} \
@@ -235,7 +237,8 @@ class Simulator:
             step = 0.0 if op.kind in _ONE_THREAD else self.mark_us
             planned = self._handoffs()[rank].get(index)
             if (rank, index) in self.call_kernels:  # a kernel of its own: it starts once the one before has ended
-                step += self._launch("local")
+                step += self._launch("local") + (self.c.cooperative_launch_us if self.mode == "graph"
+                                                 and self._cooperative(rank, index) else 0.0)
             elif planned is not None and planned.pre in ("grid", "last"):
                 step += self.c.program_sync_us
             if self._planned_fence(rank, index):  # its blocks fence first (`_post` waits for the acknowledgements)
@@ -255,16 +258,28 @@ class Simulator:
         (`codegen.nvshmem.plan_rank`: the handoff before it, "grid", "last", "block" or "", whether
         its blocks fence first, whether it is idle); computed once, for an NVSHMEM program's run."""
         if self._planned is None:
-            self._planned = [{} for _ in range(self.world)]
+            self._planned, self._blocks = [{} for _ in range(self.world)], [1] * self.world
             if self.program == "nvshmem":
                 from ..codegen.nvshmem import plan_rank  # the generated program's own plan
 
                 for rank in range(self.world):
                     engine = frozenset(m for r, m in self.engine_ops if r == rank)
                     splits = frozenset(m for r, m in self.call_kernels if r == rank)
-                    self._planned[rank] = {step.index: step for step in
-                                           plan_rank(self.sched, rank, splits=splits, copy_engine=engine).steps}
+                    plan = plan_rank(self.sched, rank, splits=splits, copy_engine=engine)
+                    self._planned[rank] = {step.index: step for step in plan.steps}
+                    self._blocks[rank] = plan.blocks
         return self._planned
+
+    def _cooperative(self, rank: int, index: int) -> bool:
+        """Whether the call's kernel that begins at op `index` of `rank` is launched cooperatively, as
+        the generated code decides at run time (`cw_nv_launch`): a grid of more than one block (every
+        kernel of the rank has the plan's grid), an NVSHMEM collective in it, or the last kernel."""
+        starts = sorted(m for r, m in self.call_kernels if r == rank)
+        later = [m for m in starts if m > index]
+        if not later or self._blocks[rank] > 1:
+            return True
+        ops = self.sched.programs[rank].ops[index:later[0]]
+        return any(op.kind in ("barrier_all", "sync_all") for op in ops)
 
     def _planned_fence(self, rank: int, index: int) -> bool:
         """Whether the generated NVSHMEM program's blocks fence before op `index` of `rank` (a

@@ -357,6 +357,12 @@ class Constants(_Frozen):
     local_graph_launch_us: Latency = 1.0
     local_eager_launch_us: Latency = 0.5
     local_host_us: Latency = 3.0
+    # What a cooperative launch adds to a plain kernel's start in a CUDA graph: the attribute NVSHMEM's
+    # collective launch gives a kernel, which a generated NVSHMEM kernel of a run of calls gets when its
+    # grid has more than one block or it calls barrier_all or sync_all (and the last one always).
+    # 1.11 against 0.80 us between kernels, for grids of 1 to 132 blocks, on one H200
+    # (scripts/gpu/pdl_probe.cu, results/h200/one_gpu/pdl2.jsonl); eagerly it adds under 0.1 us.
+    cooperative_launch_us: Latency = 0.31
     # A timed run of a generated program (`clockworks validate`): the time from the start event
     # to its first op and from its last op to the stop event (the graph launch itself, or the
     # host's first issue), per run, in graph and in eager mode; the progress word a host-driven

@@ -2450,7 +2450,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) 
 
 namespace cw_size2 {  // 64 KiB: ALGO=oneshot, alternate between calls
 // ---------------------------------------------------------------------------------- rank 0
-// 8 block(s) wanted; 0 arrival counter(s); 0 spread compute op(s); 8 kernels, one per call
+// 3 block(s) wanted; 0 arrival counter(s); 0 spread compute op(s); 8 kernels, one per call
 struct CwNvArgs0 {
   float* b_x;  // 16384 x float32, symmetric
   float* b_out;  // 16384 x float32, symmetric
@@ -2521,7 +2521,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, slots_alt[0:16384] <- x[0:16384], ready_alt[0] set 1)
   cw_nv_mark(a.marks, 3);
-  if (cw_nv_mine(4)) {  // block 4 (mod the grid) runs it
+  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     nvshmemx_putmem_signal_block(b_slots_alt, b_x, 65536, cw_sig + 2, 1ULL, NVSHMEM_SIGNAL_SET, 1);  // to PE 1
   }
 
@@ -2533,7 +2533,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:33: out[0:16384] = x[0:16384] + slots_alt[16384:32768]
   cw_nv_mark(a.marks, 5);
   { const float* cw_srcs[] = {b_x, b_slots_alt + 16384};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 5); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 1); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -2561,7 +2561,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, slots[0:16384] <- x[0:16384], ready[0] set 3)
   cw_nv_mark(a.marks, 6);
-  if (cw_nv_mine(8)) {  // block 8 (mod the grid) runs it
+  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     nvshmemx_putmem_signal_block(b_slots, b_x, 65536, cw_sig + 0, 3ULL, NVSHMEM_SIGNAL_SET, 1);  // to PE 1
   }
 
@@ -2573,7 +2573,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:33: out[0:16384] = x[0:16384] + slots[16384:32768]
   cw_nv_mark(a.marks, 8);
   { const float* cw_srcs[] = {b_x, b_slots + 16384};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 9); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 1); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -2601,7 +2601,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, slots_alt[0:16384] <- x[0:16384], ready_alt[0] set 3)
   cw_nv_mark(a.marks, 9);
-  if (cw_nv_mine(12)) {  // block 12 (mod the grid) runs it
+  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     nvshmemx_putmem_signal_block(b_slots_alt, b_x, 65536, cw_sig + 2, 3ULL, NVSHMEM_SIGNAL_SET, 1);  // to PE 1
   }
 
@@ -2613,7 +2613,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:33: out[0:16384] = x[0:16384] + slots_alt[16384:32768]
   cw_nv_mark(a.marks, 11);
   { const float* cw_srcs[] = {b_x, b_slots_alt + 16384};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 13); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 1); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -2641,7 +2641,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, slots[0:16384] <- x[0:16384], ready[0] set 5)
   cw_nv_mark(a.marks, 12);
-  if (cw_nv_mine(16)) {  // block 16 (mod the grid) runs it
+  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     nvshmemx_putmem_signal_block(b_slots, b_x, 65536, cw_sig + 0, 5ULL, NVSHMEM_SIGNAL_SET, 1);  // to PE 1
   }
 
@@ -2653,7 +2653,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:33: out[0:16384] = x[0:16384] + slots[16384:32768]
   cw_nv_mark(a.marks, 14);
   { const float* cw_srcs[] = {b_x, b_slots + 16384};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 17); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 1); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -2681,7 +2681,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, slots_alt[0:16384] <- x[0:16384], ready_alt[0] set 5)
   cw_nv_mark(a.marks, 15);
-  if (cw_nv_mine(20)) {  // block 20 (mod the grid) runs it
+  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     nvshmemx_putmem_signal_block(b_slots_alt, b_x, 65536, cw_sig + 2, 5ULL, NVSHMEM_SIGNAL_SET, 1);  // to PE 1
   }
 
@@ -2693,7 +2693,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:33: out[0:16384] = x[0:16384] + slots_alt[16384:32768]
   cw_nv_mark(a.marks, 17);
   { const float* cw_srcs[] = {b_x, b_slots_alt + 16384};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 21); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 1); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -2721,7 +2721,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, slots[0:16384] <- x[0:16384], ready[0] set 7)
   cw_nv_mark(a.marks, 18);
-  if (cw_nv_mine(24)) {  // block 24 (mod the grid) runs it
+  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     nvshmemx_putmem_signal_block(b_slots, b_x, 65536, cw_sig + 0, 7ULL, NVSHMEM_SIGNAL_SET, 1);  // to PE 1
   }
 
@@ -2733,7 +2733,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:33: out[0:16384] = x[0:16384] + slots[16384:32768]
   cw_nv_mark(a.marks, 20);
   { const float* cw_srcs[] = {b_x, b_slots + 16384};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 25); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 1); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -2761,7 +2761,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, slots_alt[0:16384] <- x[0:16384], ready_alt[0] set 7)
   cw_nv_mark(a.marks, 21);
-  if (cw_nv_mine(28)) {  // block 28 (mod the grid) runs it
+  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     nvshmemx_putmem_signal_block(b_slots_alt, b_x, 65536, cw_sig + 2, 7ULL, NVSHMEM_SIGNAL_SET, 1);  // to PE 1
   }
 
@@ -2773,7 +2773,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:33: out[0:16384] = x[0:16384] + slots_alt[16384:32768]
   cw_nv_mark(a.marks, 23);
   { const float* cw_srcs[] = {b_x, b_slots_alt + 16384};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 29); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 1); }
 
   // the end of a run: every block completes its deliveries, then every rank meets. A run ends when every
   // delivery of every rank has landed (the final state the checker's values describe), and no rank's
@@ -2784,7 +2784,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) 
 }
 
 // ---------------------------------------------------------------------------------- rank 1
-// 8 block(s) wanted; 0 arrival counter(s); 0 spread compute op(s); 8 kernels, one per call
+// 3 block(s) wanted; 0 arrival counter(s); 0 spread compute op(s); 8 kernels, one per call
 struct CwNvArgs1 {
   float* b_x;  // 16384 x float32, symmetric
   float* b_out;  // 16384 x float32, symmetric
@@ -2855,7 +2855,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, slots_alt[16384:32768] <- x[0:16384], ready_alt[1] set 1)
   cw_nv_mark(a.marks, 3);
-  if (cw_nv_mine(4)) {  // block 4 (mod the grid) runs it
+  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     nvshmemx_putmem_signal_block(b_slots_alt + 16384, b_x, 65536, cw_sig + 3, 1ULL, NVSHMEM_SIGNAL_SET, 0);  // to PE 0
   }
 
@@ -2867,7 +2867,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:33: out[0:16384] = slots_alt[0:16384] + x[0:16384]
   cw_nv_mark(a.marks, 5);
   { const float* cw_srcs[] = {b_slots_alt, b_x};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 5); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 1); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -2895,7 +2895,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, slots[16384:32768] <- x[0:16384], ready[1] set 3)
   cw_nv_mark(a.marks, 6);
-  if (cw_nv_mine(8)) {  // block 8 (mod the grid) runs it
+  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     nvshmemx_putmem_signal_block(b_slots + 16384, b_x, 65536, cw_sig + 1, 3ULL, NVSHMEM_SIGNAL_SET, 0);  // to PE 0
   }
 
@@ -2907,7 +2907,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:33: out[0:16384] = slots[0:16384] + x[0:16384]
   cw_nv_mark(a.marks, 8);
   { const float* cw_srcs[] = {b_slots, b_x};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 9); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 1); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -2935,7 +2935,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, slots_alt[16384:32768] <- x[0:16384], ready_alt[1] set 3)
   cw_nv_mark(a.marks, 9);
-  if (cw_nv_mine(12)) {  // block 12 (mod the grid) runs it
+  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     nvshmemx_putmem_signal_block(b_slots_alt + 16384, b_x, 65536, cw_sig + 3, 3ULL, NVSHMEM_SIGNAL_SET, 0);  // to PE 0
   }
 
@@ -2947,7 +2947,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:33: out[0:16384] = slots_alt[0:16384] + x[0:16384]
   cw_nv_mark(a.marks, 11);
   { const float* cw_srcs[] = {b_slots_alt, b_x};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 13); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 1); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -2975,7 +2975,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, slots[16384:32768] <- x[0:16384], ready[1] set 5)
   cw_nv_mark(a.marks, 12);
-  if (cw_nv_mine(16)) {  // block 16 (mod the grid) runs it
+  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     nvshmemx_putmem_signal_block(b_slots + 16384, b_x, 65536, cw_sig + 1, 5ULL, NVSHMEM_SIGNAL_SET, 0);  // to PE 0
   }
 
@@ -2987,7 +2987,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:33: out[0:16384] = slots[0:16384] + x[0:16384]
   cw_nv_mark(a.marks, 14);
   { const float* cw_srcs[] = {b_slots, b_x};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 17); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 1); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -3015,7 +3015,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, slots_alt[16384:32768] <- x[0:16384], ready_alt[1] set 5)
   cw_nv_mark(a.marks, 15);
-  if (cw_nv_mine(20)) {  // block 20 (mod the grid) runs it
+  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     nvshmemx_putmem_signal_block(b_slots_alt + 16384, b_x, 65536, cw_sig + 3, 5ULL, NVSHMEM_SIGNAL_SET, 0);  // to PE 0
   }
 
@@ -3027,7 +3027,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:33: out[0:16384] = slots_alt[0:16384] + x[0:16384]
   cw_nv_mark(a.marks, 17);
   { const float* cw_srcs[] = {b_slots_alt, b_x};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 21); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 1); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -3055,7 +3055,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, slots[16384:32768] <- x[0:16384], ready[1] set 7)
   cw_nv_mark(a.marks, 18);
-  if (cw_nv_mine(24)) {  // block 24 (mod the grid) runs it
+  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     nvshmemx_putmem_signal_block(b_slots + 16384, b_x, 65536, cw_sig + 1, 7ULL, NVSHMEM_SIGNAL_SET, 0);  // to PE 0
   }
 
@@ -3067,7 +3067,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:33: out[0:16384] = slots[0:16384] + x[0:16384]
   cw_nv_mark(a.marks, 20);
   { const float* cw_srcs[] = {b_slots, b_x};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 25); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 1); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -3095,7 +3095,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, slots_alt[16384:32768] <- x[0:16384], ready_alt[1] set 7)
   cw_nv_mark(a.marks, 21);
-  if (cw_nv_mine(28)) {  // block 28 (mod the grid) runs it
+  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     nvshmemx_putmem_signal_block(b_slots_alt + 16384, b_x, 65536, cw_sig + 3, 7ULL, NVSHMEM_SIGNAL_SET, 0);  // to PE 0
   }
 
@@ -3107,7 +3107,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:33: out[0:16384] = slots_alt[0:16384] + x[0:16384]
   cw_nv_mark(a.marks, 23);
   { const float* cw_srcs[] = {b_slots_alt, b_x};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 29); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 16384, CW_SUM, 3, 1); }
 
   // the end of a run: every block completes its deliveries, then every rank meets. A run ends when every
   // delivery of every rank has landed (the final state the checker's values describe), and no rank's
@@ -3196,7 +3196,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, slots_alt[0:65536] <- x[0:65536], ready_alt[0] set 1)
   cw_nv_mark(a.marks, 3);
-  cw_nv_put(b_slots_alt, b_x, 262144, 1, false, 4, 16);  // to PE 1
+  cw_nv_put(b_slots_alt, b_x, 262144, 1, false, 4, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -3212,7 +3212,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:33: out[0:65536] = x[0:65536] + slots_alt[65536:131072]
   cw_nv_mark(a.marks, 5);
   { const float* cw_srcs[] = {b_x, b_slots_alt + 65536};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 20); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 4); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -3240,7 +3240,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, slots[0:65536] <- x[0:65536], ready[0] set 3)
   cw_nv_mark(a.marks, 6);
-  cw_nv_put(b_slots, b_x, 262144, 1, false, 4, 32);  // to PE 1
+  cw_nv_put(b_slots, b_x, 262144, 1, false, 4, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -3256,7 +3256,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:33: out[0:65536] = x[0:65536] + slots[65536:131072]
   cw_nv_mark(a.marks, 8);
   { const float* cw_srcs[] = {b_x, b_slots + 65536};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 36); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 4); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -3284,7 +3284,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, slots_alt[0:65536] <- x[0:65536], ready_alt[0] set 3)
   cw_nv_mark(a.marks, 9);
-  cw_nv_put(b_slots_alt, b_x, 262144, 1, false, 4, 48);  // to PE 1
+  cw_nv_put(b_slots_alt, b_x, 262144, 1, false, 4, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -3300,7 +3300,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:33: out[0:65536] = x[0:65536] + slots_alt[65536:131072]
   cw_nv_mark(a.marks, 11);
   { const float* cw_srcs[] = {b_x, b_slots_alt + 65536};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 52); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 4); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -3328,7 +3328,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, slots[0:65536] <- x[0:65536], ready[0] set 5)
   cw_nv_mark(a.marks, 12);
-  cw_nv_put(b_slots, b_x, 262144, 1, false, 4, 64);  // to PE 1
+  cw_nv_put(b_slots, b_x, 262144, 1, false, 4, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -3344,7 +3344,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:33: out[0:65536] = x[0:65536] + slots[65536:131072]
   cw_nv_mark(a.marks, 14);
   { const float* cw_srcs[] = {b_x, b_slots + 65536};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 68); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 4); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -3372,7 +3372,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, slots_alt[0:65536] <- x[0:65536], ready_alt[0] set 5)
   cw_nv_mark(a.marks, 15);
-  cw_nv_put(b_slots_alt, b_x, 262144, 1, false, 4, 80);  // to PE 1
+  cw_nv_put(b_slots_alt, b_x, 262144, 1, false, 4, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -3388,7 +3388,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:33: out[0:65536] = x[0:65536] + slots_alt[65536:131072]
   cw_nv_mark(a.marks, 17);
   { const float* cw_srcs[] = {b_x, b_slots_alt + 65536};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 84); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 4); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -3416,7 +3416,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, slots[0:65536] <- x[0:65536], ready[0] set 7)
   cw_nv_mark(a.marks, 18);
-  cw_nv_put(b_slots, b_x, 262144, 1, false, 4, 96);  // to PE 1
+  cw_nv_put(b_slots, b_x, 262144, 1, false, 4, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -3432,7 +3432,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:33: out[0:65536] = x[0:65536] + slots[65536:131072]
   cw_nv_mark(a.marks, 20);
   { const float* cw_srcs[] = {b_x, b_slots + 65536};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 100); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 4); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -3460,7 +3460,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, slots_alt[0:65536] <- x[0:65536], ready_alt[0] set 7)
   cw_nv_mark(a.marks, 21);
-  cw_nv_put(b_slots_alt, b_x, 262144, 1, false, 4, 112);  // to PE 1
+  cw_nv_put(b_slots_alt, b_x, 262144, 1, false, 4, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -3476,7 +3476,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:33: out[0:65536] = x[0:65536] + slots_alt[65536:131072]
   cw_nv_mark(a.marks, 23);
   { const float* cw_srcs[] = {b_x, b_slots_alt + 65536};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 116); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 4); }
 
   // the end of a run: every block completes its deliveries, then every rank meets. A run ends when every
   // delivery of every rank has landed (the final state the checker's values describe), and no rank's
@@ -3562,7 +3562,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, slots_alt[65536:131072] <- x[0:65536], ready_alt[1] set 1)
   cw_nv_mark(a.marks, 3);
-  cw_nv_put(b_slots_alt + 65536, b_x, 262144, 0, false, 4, 16);  // to PE 0
+  cw_nv_put(b_slots_alt + 65536, b_x, 262144, 0, false, 4, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -3578,7 +3578,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:33: out[0:65536] = slots_alt[0:65536] + x[0:65536]
   cw_nv_mark(a.marks, 5);
   { const float* cw_srcs[] = {b_slots_alt, b_x};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 20); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 4); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -3606,7 +3606,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, slots[65536:131072] <- x[0:65536], ready[1] set 3)
   cw_nv_mark(a.marks, 6);
-  cw_nv_put(b_slots + 65536, b_x, 262144, 0, false, 4, 32);  // to PE 0
+  cw_nv_put(b_slots + 65536, b_x, 262144, 0, false, 4, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -3622,7 +3622,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:33: out[0:65536] = slots[0:65536] + x[0:65536]
   cw_nv_mark(a.marks, 8);
   { const float* cw_srcs[] = {b_slots, b_x};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 36); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 4); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -3650,7 +3650,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, slots_alt[65536:131072] <- x[0:65536], ready_alt[1] set 3)
   cw_nv_mark(a.marks, 9);
-  cw_nv_put(b_slots_alt + 65536, b_x, 262144, 0, false, 4, 48);  // to PE 0
+  cw_nv_put(b_slots_alt + 65536, b_x, 262144, 0, false, 4, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -3666,7 +3666,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:33: out[0:65536] = slots_alt[0:65536] + x[0:65536]
   cw_nv_mark(a.marks, 11);
   { const float* cw_srcs[] = {b_slots_alt, b_x};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 52); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 4); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -3694,7 +3694,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, slots[65536:131072] <- x[0:65536], ready[1] set 5)
   cw_nv_mark(a.marks, 12);
-  cw_nv_put(b_slots + 65536, b_x, 262144, 0, false, 4, 64);  // to PE 0
+  cw_nv_put(b_slots + 65536, b_x, 262144, 0, false, 4, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -3710,7 +3710,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:33: out[0:65536] = slots[0:65536] + x[0:65536]
   cw_nv_mark(a.marks, 14);
   { const float* cw_srcs[] = {b_slots, b_x};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 68); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 4); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -3738,7 +3738,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, slots_alt[65536:131072] <- x[0:65536], ready_alt[1] set 5)
   cw_nv_mark(a.marks, 15);
-  cw_nv_put(b_slots_alt + 65536, b_x, 262144, 0, false, 4, 80);  // to PE 0
+  cw_nv_put(b_slots_alt + 65536, b_x, 262144, 0, false, 4, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -3754,7 +3754,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:33: out[0:65536] = slots_alt[0:65536] + x[0:65536]
   cw_nv_mark(a.marks, 17);
   { const float* cw_srcs[] = {b_slots_alt, b_x};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 84); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 4); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -3782,7 +3782,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, slots[65536:131072] <- x[0:65536], ready[1] set 7)
   cw_nv_mark(a.marks, 18);
-  cw_nv_put(b_slots + 65536, b_x, 262144, 0, false, 4, 96);  // to PE 0
+  cw_nv_put(b_slots + 65536, b_x, 262144, 0, false, 4, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -3798,7 +3798,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:33: out[0:65536] = slots[0:65536] + x[0:65536]
   cw_nv_mark(a.marks, 20);
   { const float* cw_srcs[] = {b_slots, b_x};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 100); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 4); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -3826,7 +3826,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, slots_alt[65536:131072] <- x[0:65536], ready_alt[1] set 7)
   cw_nv_mark(a.marks, 21);
-  cw_nv_put(b_slots_alt + 65536, b_x, 262144, 0, false, 4, 112);  // to PE 0
+  cw_nv_put(b_slots_alt + 65536, b_x, 262144, 0, false, 4, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -3842,7 +3842,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:33: out[0:65536] = slots_alt[0:65536] + x[0:65536]
   cw_nv_mark(a.marks, 23);
   { const float* cw_srcs[] = {b_slots_alt, b_x};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 116); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 65536, CW_SUM, 12, 4); }
 
   // the end of a run: every block completes its deliveries, then every rank meets. A run ends when every
   // delivery of every rank has landed (the final state the checker's values describe), and no rank's
@@ -3931,7 +3931,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, slots_alt[0:262144] <- x[0:262144], ready_alt[0] set 1)
   cw_nv_mark(a.marks, 3);
-  cw_nv_put(b_slots_alt, b_x, 1048576, 1, false, 16, 64);  // to PE 1
+  cw_nv_put(b_slots_alt, b_x, 1048576, 1, false, 16, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -3947,7 +3947,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:33: out[0:262144] = x[0:262144] + slots_alt[262144:524288]
   cw_nv_mark(a.marks, 5);
   { const float* cw_srcs[] = {b_x, b_slots_alt + 262144};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 80); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 16); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -3975,7 +3975,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, slots[0:262144] <- x[0:262144], ready[0] set 3)
   cw_nv_mark(a.marks, 6);
-  cw_nv_put(b_slots, b_x, 1048576, 1, false, 16, 128);  // to PE 1
+  cw_nv_put(b_slots, b_x, 1048576, 1, false, 16, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -3991,7 +3991,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:33: out[0:262144] = x[0:262144] + slots[262144:524288]
   cw_nv_mark(a.marks, 8);
   { const float* cw_srcs[] = {b_x, b_slots + 262144};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 144); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 16); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -4019,7 +4019,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, slots_alt[0:262144] <- x[0:262144], ready_alt[0] set 3)
   cw_nv_mark(a.marks, 9);
-  cw_nv_put(b_slots_alt, b_x, 1048576, 1, false, 16, 192);  // to PE 1
+  cw_nv_put(b_slots_alt, b_x, 1048576, 1, false, 16, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -4035,7 +4035,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:33: out[0:262144] = x[0:262144] + slots_alt[262144:524288]
   cw_nv_mark(a.marks, 11);
   { const float* cw_srcs[] = {b_x, b_slots_alt + 262144};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 208); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 16); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -4063,7 +4063,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, slots[0:262144] <- x[0:262144], ready[0] set 5)
   cw_nv_mark(a.marks, 12);
-  cw_nv_put(b_slots, b_x, 1048576, 1, false, 16, 256);  // to PE 1
+  cw_nv_put(b_slots, b_x, 1048576, 1, false, 16, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -4079,7 +4079,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:33: out[0:262144] = x[0:262144] + slots[262144:524288]
   cw_nv_mark(a.marks, 14);
   { const float* cw_srcs[] = {b_x, b_slots + 262144};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 272); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 16); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -4107,7 +4107,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, slots_alt[0:262144] <- x[0:262144], ready_alt[0] set 5)
   cw_nv_mark(a.marks, 15);
-  cw_nv_put(b_slots_alt, b_x, 1048576, 1, false, 16, 320);  // to PE 1
+  cw_nv_put(b_slots_alt, b_x, 1048576, 1, false, 16, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -4123,7 +4123,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:33: out[0:262144] = x[0:262144] + slots_alt[262144:524288]
   cw_nv_mark(a.marks, 17);
   { const float* cw_srcs[] = {b_x, b_slots_alt + 262144};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 336); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 16); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -4151,7 +4151,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, slots[0:262144] <- x[0:262144], ready[0] set 7)
   cw_nv_mark(a.marks, 18);
-  cw_nv_put(b_slots, b_x, 1048576, 1, false, 16, 384);  // to PE 1
+  cw_nv_put(b_slots, b_x, 1048576, 1, false, 16, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -4167,7 +4167,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:33: out[0:262144] = x[0:262144] + slots[262144:524288]
   cw_nv_mark(a.marks, 20);
   { const float* cw_srcs[] = {b_x, b_slots + 262144};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 400); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 16); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -4195,7 +4195,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, slots_alt[0:262144] <- x[0:262144], ready_alt[0] set 7)
   cw_nv_mark(a.marks, 21);
-  cw_nv_put(b_slots_alt, b_x, 1048576, 1, false, 16, 448);  // to PE 1
+  cw_nv_put(b_slots_alt, b_x, 1048576, 1, false, 16, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -4211,7 +4211,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:33: out[0:262144] = x[0:262144] + slots_alt[262144:524288]
   cw_nv_mark(a.marks, 23);
   { const float* cw_srcs[] = {b_x, b_slots_alt + 262144};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 464); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 16); }
 
   // the end of a run: every block completes its deliveries, then every rank meets. A run ends when every
   // delivery of every rank has landed (the final state the checker's values describe), and no rank's
@@ -4297,7 +4297,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, slots_alt[262144:524288] <- x[0:262144], ready_alt[1] set 1)
   cw_nv_mark(a.marks, 3);
-  cw_nv_put(b_slots_alt + 262144, b_x, 1048576, 0, false, 16, 64);  // to PE 0
+  cw_nv_put(b_slots_alt + 262144, b_x, 1048576, 0, false, 16, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -4313,7 +4313,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:33: out[0:262144] = slots_alt[0:262144] + x[0:262144]
   cw_nv_mark(a.marks, 5);
   { const float* cw_srcs[] = {b_slots_alt, b_x};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 80); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 16); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -4341,7 +4341,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, slots[262144:524288] <- x[0:262144], ready[1] set 3)
   cw_nv_mark(a.marks, 6);
-  cw_nv_put(b_slots + 262144, b_x, 1048576, 0, false, 16, 128);  // to PE 0
+  cw_nv_put(b_slots + 262144, b_x, 1048576, 0, false, 16, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -4357,7 +4357,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:33: out[0:262144] = slots[0:262144] + x[0:262144]
   cw_nv_mark(a.marks, 8);
   { const float* cw_srcs[] = {b_slots, b_x};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 144); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 16); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -4385,7 +4385,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, slots_alt[262144:524288] <- x[0:262144], ready_alt[1] set 3)
   cw_nv_mark(a.marks, 9);
-  cw_nv_put(b_slots_alt + 262144, b_x, 1048576, 0, false, 16, 192);  // to PE 0
+  cw_nv_put(b_slots_alt + 262144, b_x, 1048576, 0, false, 16, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -4401,7 +4401,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:33: out[0:262144] = slots_alt[0:262144] + x[0:262144]
   cw_nv_mark(a.marks, 11);
   { const float* cw_srcs[] = {b_slots_alt, b_x};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 208); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 16); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -4429,7 +4429,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, slots[262144:524288] <- x[0:262144], ready[1] set 5)
   cw_nv_mark(a.marks, 12);
-  cw_nv_put(b_slots + 262144, b_x, 1048576, 0, false, 16, 256);  // to PE 0
+  cw_nv_put(b_slots + 262144, b_x, 1048576, 0, false, 16, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -4445,7 +4445,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:33: out[0:262144] = slots[0:262144] + x[0:262144]
   cw_nv_mark(a.marks, 14);
   { const float* cw_srcs[] = {b_slots, b_x};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 272); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 16); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -4473,7 +4473,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, slots_alt[262144:524288] <- x[0:262144], ready_alt[1] set 5)
   cw_nv_mark(a.marks, 15);
-  cw_nv_put(b_slots_alt + 262144, b_x, 1048576, 0, false, 16, 320);  // to PE 0
+  cw_nv_put(b_slots_alt + 262144, b_x, 1048576, 0, false, 16, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -4489,7 +4489,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:33: out[0:262144] = slots_alt[0:262144] + x[0:262144]
   cw_nv_mark(a.marks, 17);
   { const float* cw_srcs[] = {b_slots_alt, b_x};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 336); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 16); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -4517,7 +4517,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, slots[262144:524288] <- x[0:262144], ready[1] set 7)
   cw_nv_mark(a.marks, 18);
-  cw_nv_put(b_slots + 262144, b_x, 1048576, 0, false, 16, 384);  // to PE 0
+  cw_nv_put(b_slots + 262144, b_x, 1048576, 0, false, 16, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -4533,7 +4533,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:33: out[0:262144] = slots[0:262144] + x[0:262144]
   cw_nv_mark(a.marks, 20);
   { const float* cw_srcs[] = {b_slots, b_x};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 400); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 16); }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
   // __syncthreads), and the next call's kernel starts after every block of this one has finished:
@@ -4561,7 +4561,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, slots_alt[262144:524288] <- x[0:262144], ready_alt[1] set 7)
   cw_nv_mark(a.marks, 21);
-  cw_nv_put(b_slots_alt + 262144, b_x, 1048576, 0, false, 16, 448);  // to PE 0
+  cw_nv_put(b_slots_alt + 262144, b_x, 1048576, 0, false, 16, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -4577,7 +4577,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:33: out[0:262144] = slots_alt[0:262144] + x[0:262144]
   cw_nv_mark(a.marks, 23);
   { const float* cw_srcs[] = {b_slots_alt, b_x};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 464); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 262144, CW_SUM, 48, 16); }
 
   // the end of a run: every block completes its deliveries, then every rank meets. A run ends when every
   // delivery of every rank has landed (the final state the checker's values describe), and no rank's
@@ -4681,7 +4681,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=1, slots[0:2097152] <- x[2097152:4194304], rs[0] set 3)
   cw_nv_mark(a.marks, 5);
-  cw_nv_put(b_slots, b_x + 2097152, 8388608, 1, false, 128, 388);  // to PE 1
+  cw_nv_put(b_slots, b_x + 2097152, 8388608, 1, false, 128, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -4697,14 +4697,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 7);
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 516); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 3)
   cw_nv_mark(a.marks, 8);
   // a grid-wide sync, every block after its own work:
   //   - out[0:2097152]: op 7 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 648);  // to PE 1
+  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -4742,7 +4742,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=1, slots[0:2097152] <- x[2097152:4194304], rs[0] set 5)
   cw_nv_mark(a.marks, 10);
-  cw_nv_put(b_slots, b_x + 2097152, 8388608, 1, false, 128, 776);  // to PE 1
+  cw_nv_put(b_slots, b_x + 2097152, 8388608, 1, false, 128, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -4758,14 +4758,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 12);
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 904); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 5)
   cw_nv_mark(a.marks, 13);
   // a grid-wide sync, every block after its own work:
   //   - out[0:2097152]: op 12 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 1036);  // to PE 1
+  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -4803,7 +4803,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=1, slots[0:2097152] <- x[2097152:4194304], rs[0] set 7)
   cw_nv_mark(a.marks, 15);
-  cw_nv_put(b_slots, b_x + 2097152, 8388608, 1, false, 128, 1164);  // to PE 1
+  cw_nv_put(b_slots, b_x + 2097152, 8388608, 1, false, 128, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -4819,14 +4819,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 17);
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 1292); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 7)
   cw_nv_mark(a.marks, 18);
   // a grid-wide sync, every block after its own work:
   //   - out[0:2097152]: op 17 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 1424);  // to PE 1
+  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -4864,7 +4864,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=1, slots[0:2097152] <- x[2097152:4194304], rs[0] set 9)
   cw_nv_mark(a.marks, 20);
-  cw_nv_put(b_slots, b_x + 2097152, 8388608, 1, false, 128, 1552);  // to PE 1
+  cw_nv_put(b_slots, b_x + 2097152, 8388608, 1, false, 128, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -4880,14 +4880,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 22);
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 1680); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 9)
   cw_nv_mark(a.marks, 23);
   // a grid-wide sync, every block after its own work:
   //   - out[0:2097152]: op 22 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 1812);  // to PE 1
+  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -4925,7 +4925,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=1, slots[0:2097152] <- x[2097152:4194304], rs[0] set 11)
   cw_nv_mark(a.marks, 25);
-  cw_nv_put(b_slots, b_x + 2097152, 8388608, 1, false, 128, 1940);  // to PE 1
+  cw_nv_put(b_slots, b_x + 2097152, 8388608, 1, false, 128, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -4941,14 +4941,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 27);
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 2068); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 11)
   cw_nv_mark(a.marks, 28);
   // a grid-wide sync, every block after its own work:
   //   - out[0:2097152]: op 27 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 2200);  // to PE 1
+  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -4986,7 +4986,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=1, slots[0:2097152] <- x[2097152:4194304], rs[0] set 13)
   cw_nv_mark(a.marks, 30);
-  cw_nv_put(b_slots, b_x + 2097152, 8388608, 1, false, 128, 2328);  // to PE 1
+  cw_nv_put(b_slots, b_x + 2097152, 8388608, 1, false, 128, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5002,14 +5002,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 32);
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 2456); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 13)
   cw_nv_mark(a.marks, 33);
   // a grid-wide sync, every block after its own work:
   //   - out[0:2097152]: op 32 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 2588);  // to PE 1
+  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5047,7 +5047,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=1, slots[0:2097152] <- x[2097152:4194304], rs[0] set 15)
   cw_nv_mark(a.marks, 35);
-  cw_nv_put(b_slots, b_x + 2097152, 8388608, 1, false, 128, 2716);  // to PE 1
+  cw_nv_put(b_slots, b_x + 2097152, 8388608, 1, false, 128, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5063,14 +5063,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 37);
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 2844); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 15)
   cw_nv_mark(a.marks, 38);
   // a grid-wide sync, every block after its own work:
   //   - out[0:2097152]: op 37 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 2976);  // to PE 1
+  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5182,7 +5182,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=0, slots[2097152:4194304] <- x[0:2097152], rs[1] set 3)
   cw_nv_mark(a.marks, 5);
-  cw_nv_put(b_slots + 2097152, b_x, 8388608, 0, false, 128, 388);  // to PE 0
+  cw_nv_put(b_slots + 2097152, b_x, 8388608, 0, false, 128, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5198,14 +5198,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 7);
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 516); }
+    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 3)
   cw_nv_mark(a.marks, 8);
   // a grid-wide sync, every block after its own work:
   //   - out[2097152:4194304]: op 7 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 648);  // to PE 0
+  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5243,7 +5243,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=0, slots[2097152:4194304] <- x[0:2097152], rs[1] set 5)
   cw_nv_mark(a.marks, 10);
-  cw_nv_put(b_slots + 2097152, b_x, 8388608, 0, false, 128, 776);  // to PE 0
+  cw_nv_put(b_slots + 2097152, b_x, 8388608, 0, false, 128, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5259,14 +5259,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 12);
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 904); }
+    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 5)
   cw_nv_mark(a.marks, 13);
   // a grid-wide sync, every block after its own work:
   //   - out[2097152:4194304]: op 12 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 1036);  // to PE 0
+  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5304,7 +5304,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=0, slots[2097152:4194304] <- x[0:2097152], rs[1] set 7)
   cw_nv_mark(a.marks, 15);
-  cw_nv_put(b_slots + 2097152, b_x, 8388608, 0, false, 128, 1164);  // to PE 0
+  cw_nv_put(b_slots + 2097152, b_x, 8388608, 0, false, 128, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5320,14 +5320,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 17);
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 1292); }
+    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 7)
   cw_nv_mark(a.marks, 18);
   // a grid-wide sync, every block after its own work:
   //   - out[2097152:4194304]: op 17 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 1424);  // to PE 0
+  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5365,7 +5365,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=0, slots[2097152:4194304] <- x[0:2097152], rs[1] set 9)
   cw_nv_mark(a.marks, 20);
-  cw_nv_put(b_slots + 2097152, b_x, 8388608, 0, false, 128, 1552);  // to PE 0
+  cw_nv_put(b_slots + 2097152, b_x, 8388608, 0, false, 128, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5381,14 +5381,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 22);
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 1680); }
+    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 9)
   cw_nv_mark(a.marks, 23);
   // a grid-wide sync, every block after its own work:
   //   - out[2097152:4194304]: op 22 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 1812);  // to PE 0
+  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5426,7 +5426,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=0, slots[2097152:4194304] <- x[0:2097152], rs[1] set 11)
   cw_nv_mark(a.marks, 25);
-  cw_nv_put(b_slots + 2097152, b_x, 8388608, 0, false, 128, 1940);  // to PE 0
+  cw_nv_put(b_slots + 2097152, b_x, 8388608, 0, false, 128, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5442,14 +5442,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 27);
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 2068); }
+    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 11)
   cw_nv_mark(a.marks, 28);
   // a grid-wide sync, every block after its own work:
   //   - out[2097152:4194304]: op 27 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 2200);  // to PE 0
+  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5487,7 +5487,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=0, slots[2097152:4194304] <- x[0:2097152], rs[1] set 13)
   cw_nv_mark(a.marks, 30);
-  cw_nv_put(b_slots + 2097152, b_x, 8388608, 0, false, 128, 2328);  // to PE 0
+  cw_nv_put(b_slots + 2097152, b_x, 8388608, 0, false, 128, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5503,14 +5503,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 32);
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 2456); }
+    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 13)
   cw_nv_mark(a.marks, 33);
   // a grid-wide sync, every block after its own work:
   //   - out[2097152:4194304]: op 32 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 2588);  // to PE 0
+  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5548,7 +5548,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=0, slots[2097152:4194304] <- x[0:2097152], rs[1] set 15)
   cw_nv_mark(a.marks, 35);
-  cw_nv_put(b_slots + 2097152, b_x, 8388608, 0, false, 128, 2716);  // to PE 0
+  cw_nv_put(b_slots + 2097152, b_x, 8388608, 0, false, 128, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5564,14 +5564,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 37);
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 2844); }
+    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 15)
   cw_nv_mark(a.marks, 38);
   // a grid-wide sync, every block after its own work:
   //   - out[2097152:4194304]: op 37 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 2976);  // to PE 0
+  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5686,7 +5686,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=1, slots[0:33554432] <- x[33554432:67108864], rs[0] set 3)
   cw_nv_mark(a.marks, 5);
-  cw_nv_put(b_slots, b_x + 33554432, 134217728, 1, false, 132, 396);  // to PE 1
+  cw_nv_put(b_slots, b_x + 33554432, 134217728, 1, false, 132, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5702,14 +5702,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 7);
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 528); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 3)
   cw_nv_mark(a.marks, 8);
   // a grid-wide sync, every block after its own work:
   //   - out[0:33554432]: op 7 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 660);  // to PE 1
+  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5747,7 +5747,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=1, slots[0:33554432] <- x[33554432:67108864], rs[0] set 5)
   cw_nv_mark(a.marks, 10);
-  cw_nv_put(b_slots, b_x + 33554432, 134217728, 1, false, 132, 792);  // to PE 1
+  cw_nv_put(b_slots, b_x + 33554432, 134217728, 1, false, 132, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5763,14 +5763,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 12);
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 924); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 5)
   cw_nv_mark(a.marks, 13);
   // a grid-wide sync, every block after its own work:
   //   - out[0:33554432]: op 12 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 1056);  // to PE 1
+  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5808,7 +5808,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=1, slots[0:33554432] <- x[33554432:67108864], rs[0] set 7)
   cw_nv_mark(a.marks, 15);
-  cw_nv_put(b_slots, b_x + 33554432, 134217728, 1, false, 132, 1188);  // to PE 1
+  cw_nv_put(b_slots, b_x + 33554432, 134217728, 1, false, 132, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5824,14 +5824,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 17);
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 1320); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 7)
   cw_nv_mark(a.marks, 18);
   // a grid-wide sync, every block after its own work:
   //   - out[0:33554432]: op 17 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 1452);  // to PE 1
+  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5869,7 +5869,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=1, slots[0:33554432] <- x[33554432:67108864], rs[0] set 9)
   cw_nv_mark(a.marks, 20);
-  cw_nv_put(b_slots, b_x + 33554432, 134217728, 1, false, 132, 1584);  // to PE 1
+  cw_nv_put(b_slots, b_x + 33554432, 134217728, 1, false, 132, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5885,14 +5885,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 22);
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 1716); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 9)
   cw_nv_mark(a.marks, 23);
   // a grid-wide sync, every block after its own work:
   //   - out[0:33554432]: op 22 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 1848);  // to PE 1
+  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5930,7 +5930,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=1, slots[0:33554432] <- x[33554432:67108864], rs[0] set 11)
   cw_nv_mark(a.marks, 25);
-  cw_nv_put(b_slots, b_x + 33554432, 134217728, 1, false, 132, 1980);  // to PE 1
+  cw_nv_put(b_slots, b_x + 33554432, 134217728, 1, false, 132, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5946,14 +5946,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 27);
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 2112); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 11)
   cw_nv_mark(a.marks, 28);
   // a grid-wide sync, every block after its own work:
   //   - out[0:33554432]: op 27 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 2244);  // to PE 1
+  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -5991,7 +5991,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=1, slots[0:33554432] <- x[33554432:67108864], rs[0] set 13)
   cw_nv_mark(a.marks, 30);
-  cw_nv_put(b_slots, b_x + 33554432, 134217728, 1, false, 132, 2376);  // to PE 1
+  cw_nv_put(b_slots, b_x + 33554432, 134217728, 1, false, 132, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6007,14 +6007,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 32);
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 2508); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 13)
   cw_nv_mark(a.marks, 33);
   // a grid-wide sync, every block after its own work:
   //   - out[0:33554432]: op 32 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 2640);  // to PE 1
+  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6052,7 +6052,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=1, slots[0:33554432] <- x[33554432:67108864], rs[0] set 15)
   cw_nv_mark(a.marks, 35);
-  cw_nv_put(b_slots, b_x + 33554432, 134217728, 1, false, 132, 2772);  // to PE 1
+  cw_nv_put(b_slots, b_x + 33554432, 134217728, 1, false, 132, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6068,14 +6068,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 37);
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 2904); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 15)
   cw_nv_mark(a.marks, 38);
   // a grid-wide sync, every block after its own work:
   //   - out[0:33554432]: op 37 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 3036);  // to PE 1
+  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6187,7 +6187,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=0, slots[33554432:67108864] <- x[0:33554432], rs[1] set 3)
   cw_nv_mark(a.marks, 5);
-  cw_nv_put(b_slots + 33554432, b_x, 134217728, 0, false, 132, 396);  // to PE 0
+  cw_nv_put(b_slots + 33554432, b_x, 134217728, 0, false, 132, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6203,14 +6203,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 7);
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 528); }
+    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 3)
   cw_nv_mark(a.marks, 8);
   // a grid-wide sync, every block after its own work:
   //   - out[33554432:67108864]: op 7 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 660);  // to PE 0
+  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6248,7 +6248,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=0, slots[33554432:67108864] <- x[0:33554432], rs[1] set 5)
   cw_nv_mark(a.marks, 10);
-  cw_nv_put(b_slots + 33554432, b_x, 134217728, 0, false, 132, 792);  // to PE 0
+  cw_nv_put(b_slots + 33554432, b_x, 134217728, 0, false, 132, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6264,14 +6264,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 12);
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 924); }
+    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 5)
   cw_nv_mark(a.marks, 13);
   // a grid-wide sync, every block after its own work:
   //   - out[33554432:67108864]: op 12 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 1056);  // to PE 0
+  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6309,7 +6309,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=0, slots[33554432:67108864] <- x[0:33554432], rs[1] set 7)
   cw_nv_mark(a.marks, 15);
-  cw_nv_put(b_slots + 33554432, b_x, 134217728, 0, false, 132, 1188);  // to PE 0
+  cw_nv_put(b_slots + 33554432, b_x, 134217728, 0, false, 132, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6325,14 +6325,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 17);
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 1320); }
+    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 7)
   cw_nv_mark(a.marks, 18);
   // a grid-wide sync, every block after its own work:
   //   - out[33554432:67108864]: op 17 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 1452);  // to PE 0
+  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6370,7 +6370,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=0, slots[33554432:67108864] <- x[0:33554432], rs[1] set 9)
   cw_nv_mark(a.marks, 20);
-  cw_nv_put(b_slots + 33554432, b_x, 134217728, 0, false, 132, 1584);  // to PE 0
+  cw_nv_put(b_slots + 33554432, b_x, 134217728, 0, false, 132, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6386,14 +6386,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 22);
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 1716); }
+    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 9)
   cw_nv_mark(a.marks, 23);
   // a grid-wide sync, every block after its own work:
   //   - out[33554432:67108864]: op 22 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 1848);  // to PE 0
+  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6431,7 +6431,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=0, slots[33554432:67108864] <- x[0:33554432], rs[1] set 11)
   cw_nv_mark(a.marks, 25);
-  cw_nv_put(b_slots + 33554432, b_x, 134217728, 0, false, 132, 1980);  // to PE 0
+  cw_nv_put(b_slots + 33554432, b_x, 134217728, 0, false, 132, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6447,14 +6447,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 27);
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 2112); }
+    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 11)
   cw_nv_mark(a.marks, 28);
   // a grid-wide sync, every block after its own work:
   //   - out[33554432:67108864]: op 27 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 2244);  // to PE 0
+  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6492,7 +6492,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=0, slots[33554432:67108864] <- x[0:33554432], rs[1] set 13)
   cw_nv_mark(a.marks, 30);
-  cw_nv_put(b_slots + 33554432, b_x, 134217728, 0, false, 132, 2376);  // to PE 0
+  cw_nv_put(b_slots + 33554432, b_x, 134217728, 0, false, 132, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6508,14 +6508,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 32);
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 2508); }
+    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 13)
   cw_nv_mark(a.marks, 33);
   // a grid-wide sync, every block after its own work:
   //   - out[33554432:67108864]: op 32 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 2640);  // to PE 0
+  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6553,7 +6553,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=0, slots[33554432:67108864] <- x[0:33554432], rs[1] set 15)
   cw_nv_mark(a.marks, 35);
-  cw_nv_put(b_slots + 33554432, b_x, 134217728, 0, false, 132, 2772);  // to PE 0
+  cw_nv_put(b_slots + 33554432, b_x, 134217728, 0, false, 132, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6569,14 +6569,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 37);
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 2904); }
+    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 15)
   cw_nv_mark(a.marks, 38);
   // a grid-wide sync, every block after its own work:
   //   - out[33554432:67108864]: op 37 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 3036);  // to PE 0
+  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6691,7 +6691,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=1, slots[0:134217728] <- x[134217728:268435456], rs[0] set 3)
   cw_nv_mark(a.marks, 5);
-  cw_nv_put(b_slots, b_x + 134217728, 536870912, 1, false, 132, 396);  // to PE 1
+  cw_nv_put(b_slots, b_x + 134217728, 536870912, 1, false, 132, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6707,14 +6707,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 7);
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 528); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 3)
   cw_nv_mark(a.marks, 8);
   // a grid-wide sync, every block after its own work:
   //   - out[0:134217728]: op 7 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 660);  // to PE 1
+  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6752,7 +6752,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=1, slots[0:134217728] <- x[134217728:268435456], rs[0] set 5)
   cw_nv_mark(a.marks, 10);
-  cw_nv_put(b_slots, b_x + 134217728, 536870912, 1, false, 132, 792);  // to PE 1
+  cw_nv_put(b_slots, b_x + 134217728, 536870912, 1, false, 132, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6768,14 +6768,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 12);
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 924); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 5)
   cw_nv_mark(a.marks, 13);
   // a grid-wide sync, every block after its own work:
   //   - out[0:134217728]: op 12 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 1056);  // to PE 1
+  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6813,7 +6813,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=1, slots[0:134217728] <- x[134217728:268435456], rs[0] set 7)
   cw_nv_mark(a.marks, 15);
-  cw_nv_put(b_slots, b_x + 134217728, 536870912, 1, false, 132, 1188);  // to PE 1
+  cw_nv_put(b_slots, b_x + 134217728, 536870912, 1, false, 132, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6829,14 +6829,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 17);
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 1320); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 7)
   cw_nv_mark(a.marks, 18);
   // a grid-wide sync, every block after its own work:
   //   - out[0:134217728]: op 17 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 1452);  // to PE 1
+  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6874,7 +6874,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=1, slots[0:134217728] <- x[134217728:268435456], rs[0] set 9)
   cw_nv_mark(a.marks, 20);
-  cw_nv_put(b_slots, b_x + 134217728, 536870912, 1, false, 132, 1584);  // to PE 1
+  cw_nv_put(b_slots, b_x + 134217728, 536870912, 1, false, 132, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6890,14 +6890,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 22);
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 1716); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 9)
   cw_nv_mark(a.marks, 23);
   // a grid-wide sync, every block after its own work:
   //   - out[0:134217728]: op 22 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 1848);  // to PE 1
+  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6935,7 +6935,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=1, slots[0:134217728] <- x[134217728:268435456], rs[0] set 11)
   cw_nv_mark(a.marks, 25);
-  cw_nv_put(b_slots, b_x + 134217728, 536870912, 1, false, 132, 1980);  // to PE 1
+  cw_nv_put(b_slots, b_x + 134217728, 536870912, 1, false, 132, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6951,14 +6951,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 27);
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 2112); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 11)
   cw_nv_mark(a.marks, 28);
   // a grid-wide sync, every block after its own work:
   //   - out[0:134217728]: op 27 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 2244);  // to PE 1
+  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -6996,7 +6996,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=1, slots[0:134217728] <- x[134217728:268435456], rs[0] set 13)
   cw_nv_mark(a.marks, 30);
-  cw_nv_put(b_slots, b_x + 134217728, 536870912, 1, false, 132, 2376);  // to PE 1
+  cw_nv_put(b_slots, b_x + 134217728, 536870912, 1, false, 132, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -7012,14 +7012,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 32);
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 2508); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 13)
   cw_nv_mark(a.marks, 33);
   // a grid-wide sync, every block after its own work:
   //   - out[0:134217728]: op 32 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 2640);  // to PE 1
+  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -7057,7 +7057,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=1, slots[0:134217728] <- x[134217728:268435456], rs[0] set 15)
   cw_nv_mark(a.marks, 35);
-  cw_nv_put(b_slots, b_x + 134217728, 536870912, 1, false, 132, 2772);  // to PE 1
+  cw_nv_put(b_slots, b_x + 134217728, 536870912, 1, false, 132, 0);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -7073,14 +7073,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 37);
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 2904); }
+    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 15)
   cw_nv_mark(a.marks, 38);
   // a grid-wide sync, every block after its own work:
   //   - out[0:134217728]: op 37 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 3036);  // to PE 1
+  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -7192,7 +7192,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=0, slots[134217728:268435456] <- x[0:134217728], rs[1] set 3)
   cw_nv_mark(a.marks, 5);
-  cw_nv_put(b_slots + 134217728, b_x, 536870912, 0, false, 132, 396);  // to PE 0
+  cw_nv_put(b_slots + 134217728, b_x, 536870912, 0, false, 132, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -7208,14 +7208,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 7);
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 528); }
+    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 3)
   cw_nv_mark(a.marks, 8);
   // a grid-wide sync, every block after its own work:
   //   - out[134217728:268435456]: op 7 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 660);  // to PE 0
+  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -7253,7 +7253,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=0, slots[134217728:268435456] <- x[0:134217728], rs[1] set 5)
   cw_nv_mark(a.marks, 10);
-  cw_nv_put(b_slots + 134217728, b_x, 536870912, 0, false, 132, 792);  // to PE 0
+  cw_nv_put(b_slots + 134217728, b_x, 536870912, 0, false, 132, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -7269,14 +7269,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 12);
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 924); }
+    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 5)
   cw_nv_mark(a.marks, 13);
   // a grid-wide sync, every block after its own work:
   //   - out[134217728:268435456]: op 12 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 1056);  // to PE 0
+  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -7314,7 +7314,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=0, slots[134217728:268435456] <- x[0:134217728], rs[1] set 7)
   cw_nv_mark(a.marks, 15);
-  cw_nv_put(b_slots + 134217728, b_x, 536870912, 0, false, 132, 1188);  // to PE 0
+  cw_nv_put(b_slots + 134217728, b_x, 536870912, 0, false, 132, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -7330,14 +7330,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 17);
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 1320); }
+    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 7)
   cw_nv_mark(a.marks, 18);
   // a grid-wide sync, every block after its own work:
   //   - out[134217728:268435456]: op 17 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 1452);  // to PE 0
+  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -7375,7 +7375,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=0, slots[134217728:268435456] <- x[0:134217728], rs[1] set 9)
   cw_nv_mark(a.marks, 20);
-  cw_nv_put(b_slots + 134217728, b_x, 536870912, 0, false, 132, 1584);  // to PE 0
+  cw_nv_put(b_slots + 134217728, b_x, 536870912, 0, false, 132, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -7391,14 +7391,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 22);
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 1716); }
+    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 9)
   cw_nv_mark(a.marks, 23);
   // a grid-wide sync, every block after its own work:
   //   - out[134217728:268435456]: op 22 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 1848);  // to PE 0
+  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -7436,7 +7436,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=0, slots[134217728:268435456] <- x[0:134217728], rs[1] set 11)
   cw_nv_mark(a.marks, 25);
-  cw_nv_put(b_slots + 134217728, b_x, 536870912, 0, false, 132, 1980);  // to PE 0
+  cw_nv_put(b_slots + 134217728, b_x, 536870912, 0, false, 132, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -7452,14 +7452,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 27);
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 2112); }
+    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 11)
   cw_nv_mark(a.marks, 28);
   // a grid-wide sync, every block after its own work:
   //   - out[134217728:268435456]: op 27 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 2244);  // to PE 0
+  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -7497,7 +7497,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=0, slots[134217728:268435456] <- x[0:134217728], rs[1] set 13)
   cw_nv_mark(a.marks, 30);
-  cw_nv_put(b_slots + 134217728, b_x, 536870912, 0, false, 132, 2376);  // to PE 0
+  cw_nv_put(b_slots + 134217728, b_x, 536870912, 0, false, 132, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -7513,14 +7513,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 32);
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 2508); }
+    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 13)
   cw_nv_mark(a.marks, 33);
   // a grid-wide sync, every block after its own work:
   //   - out[134217728:268435456]: op 32 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 2640);  // to PE 0
+  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -7558,7 +7558,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:38: put_signal(pe=0, slots[134217728:268435456] <- x[0:134217728], rs[1] set 15)
   cw_nv_mark(a.marks, 35);
-  cw_nv_put(b_slots + 134217728, b_x, 536870912, 0, false, 132, 2772);  // to PE 0
+  cw_nv_put(b_slots + 134217728, b_x, 536870912, 0, false, 132, 0);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -7574,14 +7574,14 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 37);
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 2904); }
+    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 15)
   cw_nv_mark(a.marks, 38);
   // a grid-wide sync, every block after its own work:
   //   - out[134217728:268435456]: op 37 (nvshmem_allreduce_family.py:41) writes it first
   cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 3036);  // to PE 0
+  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
   // put_signal: the signal lands after the data, which every block put a share of: each block
   // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
   // then the last block to arrive signals; the others go on without waiting.
@@ -7903,13 +7903,13 @@ int cwl_setup_2(int pe) {  // 64 KiB
   switch (pe) {
     case 0: {
       static const void* const kernels[] = {(const void*)cw_size2::cw_nv_rank0_call0, (const void*)cw_size2::cw_nv_rank0_call1, (const void*)cw_size2::cw_nv_rank0_call2, (const void*)cw_size2::cw_nv_rank0_call3, (const void*)cw_size2::cw_nv_rank0_call4, (const void*)cw_size2::cw_nv_rank0_call5, (const void*)cw_size2::cw_nv_rank0_call6, (const void*)cw_size2::cw_nv_rank0_call7};
-      z.counters = 0; z.hashes = 0; z.want = 8;
+      z.counters = 0; z.hashes = 0; z.want = 3;
       CWL_TRY(cwl_grid(kernels, 8, z.want, &z.grid));
       break;
     }
     case 1: {
       static const void* const kernels[] = {(const void*)cw_size2::cw_nv_rank1_call0, (const void*)cw_size2::cw_nv_rank1_call1, (const void*)cw_size2::cw_nv_rank1_call2, (const void*)cw_size2::cw_nv_rank1_call3, (const void*)cw_size2::cw_nv_rank1_call4, (const void*)cw_size2::cw_nv_rank1_call5, (const void*)cw_size2::cw_nv_rank1_call6, (const void*)cw_size2::cw_nv_rank1_call7};
-      z.counters = 0; z.hashes = 0; z.want = 8;
+      z.counters = 0; z.hashes = 0; z.want = 3;
       CWL_TRY(cwl_grid(kernels, 8, z.want, &z.grid));
       break;
     }
