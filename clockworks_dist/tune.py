@@ -26,8 +26,10 @@ ranked on its own and its top K measured.
 What is predicted is what `validate` measures: the timed run of the generated NVSHMEM program
 (`perf.program`: the schedule's ops and the program's own costs, its copy-engine puts priced as such,
 a run of calls with a kernel per call or one kernel for all as built), per call; a packets candidate's
-is its rewritten schedule's run. Each try records it (`predicted_as`); a try remembered with the
-schedule's own ops predicted (before this) is predicted again.
+is its rewritten schedule's run, its put_signals sent as packets (`RunConditions.packet_sends`: one
+crossing of twice the bytes, no fence, no separate signal; in no fit, 17% median error on the measured
+packets cells, scripts/results/bench_predict_generated.md). Each try records it (`predicted_as`); a try
+remembered with the schedule's own ops predicted (before this) is predicted again.
 
 The library (`--emit DIR`, `emit`): the winner at each size, measured (or predicted in a dry run,
 labelled so), as `cw_<name>.h` + `cw_<name>.cu` with a size dispatcher (`codegen.library`), from the
@@ -262,11 +264,11 @@ def predict_variant(defn: ScheduleDef, binding: dict, topo, world: int, sizes: l
         if program is None:
             return RunConditions()
         splits = None
+        low, before = rewrites.get(id(sched), (None, sched))
         if program == "nvshmem" and calls > 1 and not fuse_calls:  # a kernel per call
-            low, before = rewrites.get(id(sched), (None, sched))
             splits = starts_of_repeated(before, calls, between)
             splits = low.remap(splits) if low is not None else splits
-        return program_conditions(sched, program, copy_engine=copy_engine, splits=splits)
+        return program_conditions(sched, program, copy_engine=copy_engine, splits=splits, packets=low)
 
     with params.bind(binding):
         found = predict_sizes(defn, topo, world, sizes, mode=mode, ranks_per_node=defn.ranks_per_node, calls=calls,
@@ -542,8 +544,9 @@ def render_markdown(report: dict) -> str:
         lines += [f"Each variant is also tried with its put_signals of at most "
                   f"{', '.join(_size_text(n) for n in lowered)} sent as flag-in-data packets (`--packets`), "
                   "at the sizes where that lowers at least one. Their predictions are of the rewritten schedule's "
-                  "program as it is: the predictor does not model the signal round trip packets save or the "
-                  "doubled bytes they send, so the measurements decide.", ""]
+                  "program with its packet sends (one crossing of twice the bytes, no fence, no separate signal), "
+                  "a model not fitted to packets (17% median error on the measured ones), so the measurements "
+                  "decide.", ""]
     if report.get("copy_engine"):
         lines += [f"Each variant is also tried with its puts of at least "
                   f"{', '.join(_size_text(n) for n in report['copy_engine'])} issued on the copy engine "

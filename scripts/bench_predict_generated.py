@@ -10,8 +10,8 @@ again at its size (and family variant; a run of K calls as the K-call schedule),
 of the generated program is predicted (`perf.program`: the schedule's ops plus the program's own
 costs) with the calibrated topology of the machine it ran on, in graph and eager mode, and compared
 with the measured median. Left out, with the reason in the output: runs timed from Python (the cupy
-executor) and cells whose put_signals were lowered to packets (`--packets`: the predictor does not
-model packets). NVSHMEM runs measured before the generated code's progress words moved to GPU memory
+executor). Cells whose put_signals were sent as packets (`--packets`) are predicted as such
+(`RunConditions.packet_sends`) and scored on their own, in no fit. NVSHMEM runs measured before the generated code's progress words moved to GPU memory
 (HOST_PROGRESS_BEFORE) are predicted as built with host-mapped words (`RunConditions.host_progress`).
 
 Train and held out: within each results file the cells are sorted by size and alternate, the
@@ -38,6 +38,7 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from clockworks_dist.codegen import validate  # noqa: E402
+from clockworks_dist.codegen.packets import lower as packets_lower  # noqa: E402
 from clockworks_dist.dsl import params  # noqa: E402
 from clockworks_dist.errors import CostWarning  # noqa: E402
 from clockworks_dist.perf import fit  # noqa: E402
@@ -90,16 +91,6 @@ def binding_of(path: str, report: dict) -> dict:
     return found
 
 
-def lowered_counts(report: dict, measured: list[dict]) -> list[int]:
-    """How many put_signals the packets lowering sent as packets in each measured cell (0: none)."""
-    packets = report.get("packets") or {}
-    counts = packets.get("channels") or []
-    if not packets:
-        return [0] * len(measured)
-    by_size = dict(zip([c["bytes"] for c in report["cells"]], counts)) if len(counts) == len(report["cells"]) else {}
-    return [by_size.get(c["bytes"], 1) for c in measured]
-
-
 def cells(dirs: list[str]) -> tuple[list[dict], list[dict]]:
     """(the cells to predict, each with its schedule; what was left out and why)."""
     out, left = [], []
@@ -114,11 +105,8 @@ def cells(dirs: list[str]) -> tuple[list[dict], list[dict]]:
         topo, _ = validate.pick_topology(None, report["ranks"], names)
         binding = binding_of(path, report)
         measured = sorted((c for c in report["cells"] if c.get("verdict") == "match"), key=lambda c: c["bytes"])
-        lowered = lowered_counts(report, measured)
-        kept = [c for c, n in zip(measured, lowered) if n == 0]
-        if len(kept) < len(measured):
-            left.append({"results": where, "cells": len(measured) - len(kept),
-                         "why": "put_signals sent as packets (--packets): the predictor does not model packets"})
+        kept = measured
+        limit = (report.get("packets") or {}).get("max_bytes") or 0  # lowered as validate lowered it
         if not kept:
             continue
         calls, between = report.get("calls") or 1, report.get("between") or "barrier"
@@ -129,25 +117,33 @@ def cells(dirs: list[str]) -> tuple[list[dict], list[dict]]:
         with params.bind(binding):
             schedules, _ = validate.load_schedules(report["file"], report["ranks"], [c["bytes"] for c in kept],
                                                    report["schedule"], None)
-        for position, (sched, cell) in enumerate(zip(schedules, kept)):
+        position = 0  # the train / held-out alternation counts the cells with nothing sent as packets
+        for sched, cell in zip(schedules, kept):
             run = repeat(sched, calls, between) if calls > 1 else sched
-            row = {"schedule": report["schedule"], "variant": params.label(binding), "backend": report["backend"],
+            low = packets_lower(run, limit) if limit else None
+            low = low if low is not None and low.channels else None
+            splits = validate.kernel_splits(run, report)
+            if low is not None:
+                run, splits = low.sched, (low.remap(splits) if splits else splits)
+            label = params.label(binding) + (f", packets <= {limit // 1024} KiB" if low is not None else "")
+            row = {"schedule": report["schedule"], "variant": label, "backend": report["backend"],
                    "bytes": cell["bytes"], "regime": regime(cell["bytes"]), "calls": calls,
-                   "held_out": position % 2 == 1, "results": where,
+                   "held_out": low is None and position % 2 == 1, "results": where,
                    "host_progress": host_progress,
-                   "kernels": report.get("kernels") or "one", "_sched": run, "_topo": topo,
-                   "_splits": validate.kernel_splits(run, report)}
+                   "kernels": report.get("kernels") or "one", "packets": len(low.channels) if low else 0,
+                   "_sched": run, "_topo": topo, "_splits": splits, "_packets": low}
             for mode in MODES:
                 got = (cell.get(mode) or {}).get("median_us")
                 if got:
                     row[f"{mode}_us"] = got
             out.append(row)
+            position += low is None
     return out, left
 
 
 def predict(row: dict, mode: str, consts) -> float:
     return program_us(row["_sched"], row["_topo"], mode, row["backend"], consts, row["calls"], row["host_progress"],
-                      splits=row["_splits"])
+                      splits=row["_splits"], packets=row["_packets"])
 
 
 # Where the fit starts for constants the topology leaves at their "until fitted" value (a start on a
@@ -163,7 +159,8 @@ def fit_constants(rows: list[dict], start) -> tuple[object, dict]:
     consts = fit.with_values(start, {path: value for path, value in START.items() if not fit.get_value(start, path)})
     summary = {}
     for mode in MODES:
-        train = [(row, row[f"{mode}_us"]) for row in rows if not row["held_out"] and f"{mode}_us" in row]
+        train = [(row, row[f"{mode}_us"]) for row in rows
+                 if not row["held_out"] and not row["packets"] and f"{mode}_us" in row]
         best = None
         # max-min sharing makes the cost piecewise smooth: a second start for the share of the
         # reverse direction, and the fit with the lower cost is kept
@@ -181,7 +178,8 @@ def bytes_share(row: dict, mode: str, consts) -> float:
     fixed costs: launches, protocol latencies, the program's own)."""
     topo = row["_topo"]
     network = from_topology(topo, row["_sched"].world)
-    conditions = program_conditions(row["_sched"], row["backend"], row["host_progress"], splits=row["_splits"])
+    conditions = program_conditions(row["_sched"], row["backend"], row["host_progress"], splits=row["_splits"],
+                                    packets=row["_packets"])
     timeline = Simulator(row["_sched"], network, consts, mode, conditions=conditions).run()
     moving = 0.0
     for rec in timeline.critical:
@@ -270,7 +268,8 @@ def main() -> int:
                 share = bytes_share(row, mode, fitted)
                 row[f"{mode}_dominant"] = (f"bytes moving ({share:.0%} of the predicted time)" if share >= 0.5
                                            else f"fixed costs ({1 - share:.0%} of the predicted time)")
-    held = [r for r in rows if r["held_out"]]
+    held = [r for r in rows if r["held_out"] and not r["packets"]]
+    sent = [r for r in rows if r["packets"]]  # put_signals sent as packets: in no fit, scored on their own
     schedule_key = lambda r: f"{r['schedule']} {r['variant']} ({r['backend']})".replace("  ", " ")  # noqa: E731
     report = {"dirs": args.dirs, "left_out": left, "split": "per results file, cells sorted by size: even positions "
               "train the fit, odd positions are held out", "fitted_constants": {
@@ -280,10 +279,13 @@ def main() -> int:
               "fit": fit_summary}
     for which in ("shipped", "fitted"):
         report[which] = {"overall": summary(held, lambda r: f"held out, {r['backend']}", which),
-                         "every_cell": summary(rows, lambda r: f"every cell (trained too), {r['backend']}", which),
+                         "every_cell": summary([r for r in rows if not r["packets"]],
+                                               lambda r: f"every cell (trained too), {r['backend']}", which),
                          "by_regime": summary(held, lambda r: f"{r['backend']}, {r['regime']}", which),
                          "by_schedule": summary(held, schedule_key, which),
-                         "all_held_out": summary(held, lambda r: "held out, all", which)}
+                         "all_held_out": summary(held, lambda r: "held out, all", which),
+                         "packets": summary(sent, lambda r: "packets, every cell (in no fit)", which),
+                         "packets_by_schedule": summary(sent, schedule_key, which)}
     report["cells"] = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench_predict_generated.json"), "w") as handle:
@@ -292,7 +294,10 @@ def main() -> int:
              "`python scripts/bench_predict_generated.py`: every committed `clockworks validate` cell that matched, "
              "predicted as a timed run of the generated program (`perf/program.py`) with the machine's calibrated "
              "topology; error = (predicted - measured) / measured; |error| summarised over the held-out cells.", "",
-             f"Split: {report['split']}. {len(rows) - len(held)} training cells, {len(held)} held out. The fit sets "
+             f"Split: {report['split']}. {len(rows) - len(held) - len(sent)} training cells, {len(held)} held out; "
+             f"{len(sent)} cells whose put_signals went as flag-in-data packets (`--packets`) are in no fit and "
+             "scored on their own (a packet send: its data and flag in one stream of twice the bytes, no fence, no "
+             "separate signal; `RunConditions.packet_sends`). The fit sets "
              "only the constants below (the generated program's own costs, NVSHMEM puts both ways at once, a PE "
              "barrier's round" + ("; with --keep-local, a plain kernel's start and the host's issue of one stay the "
                                   "topology's" if args.keep_local
@@ -320,6 +325,9 @@ def main() -> int:
                        + report[which]["every_cell"])
         lines += table("Per backend and regime", report[which]["by_regime"])
         lines += table("Per schedule", report[which]["by_schedule"], targets=True)
+        if sent:
+            lines += table("Put_signals sent as packets (`--packets`), every cell, in no fit",
+                           report[which]["packets"] + report[which]["packets_by_schedule"])
     misses = [r for r in held for mode in MODES if f"{mode}_dominant" in r]
     if misses:
         lines += ["## Held-out cells past 15% (fitted constants)", "",

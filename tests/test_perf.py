@@ -612,6 +612,31 @@ def test_a_kernel_per_call_starts_each_call_after_the_kernel_before():
             assert ops[4].start >= 3 * 5.0 - 1e-9
 
 
+def test_a_put_signal_sent_as_packets_crosses_once_with_twice_the_bytes():
+    """`RunConditions.packet_sends`: a put_signal the generated code sends as flag-in-data packets is one
+    stream of 16-byte stores, 8 bytes of payload and the flag in each: twice the bytes, no fence
+    between data and signal, so it lands one route latency after its last store left, where a
+    put_signal with a separate flag lands three."""
+    @cw.schedule
+    def one_put_signal(r):
+        y = r.symmetric("y", count=N, role="inout")
+        ready = r.signal("ready")
+        if r.rank == 0:
+            r.put_signal(1, y, y, ready, 1, op="set")
+        else:
+            r.wait_until(ready, "eq", 1)
+
+    c, sched = consts(), one_put_signal.trace(2, sizes={"N": 1024})
+    payload = 4096 / 40e3  # 4 KiB on one block at 40 GB/s
+    for sends, flow, crossings in (((), payload, 3), (((0, 0),), 2 * payload, 1)):
+        tl = Simulator(sched, two_ranks(), c, conditions=RunConditions(program="nvshmem", packet_sends=sends)).run()
+        issued = next(r for r in tl.records if r.kind == "put_signal")
+        landed = next(r for r in tl.records if r.kind == "delivery")
+        assert landed.end - issued.start == pytest.approx(c.nvshmem_put_latency_us + flow + crossings * 0.5
+                                                          + c.nvshmem_signal_latency_us)
+        assert landed.detail.get("packets", False) is bool(sends)
+
+
 def test_the_calibration_reads_the_signal_ping_pong_as_a_held_out_cell(tmp_path):
     rows = tmp_path / "raw.jsonl"
     rows.write_text('{"bench":"nvshmem","op":"signal_pingpong","us":0.793,"rtt_us":1.586,"iters":10000}\n')

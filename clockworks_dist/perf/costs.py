@@ -67,6 +67,10 @@ class RunConditions:
     # --fuse-calls): per rank, the ops that begin a kernel of their own (`repeat.call_starts`); ():
     # one kernel a run.
     kernel_starts: tuple[tuple[int, ...], ...] = ()
+    # An NVSHMEM program generated with `--packets`: (rank, op) of the put_signals sent as flag-in-data
+    # packets (`codegen.packets.Lowered.sends`): the data and its flag in one stream of 16-byte stores,
+    # twice the payload's bytes, with no fence between them and no separate signal.
+    packet_sends: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

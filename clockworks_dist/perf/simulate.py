@@ -38,7 +38,9 @@ something in flight; a fence op itself emits nothing there. A run of calls with 
 where the plan says so: `end_fence`), at a plain kernel's start (`local_graph_launch_us`, and eagerly
 the host's issue of it; in a graph `cooperative_launch_us` more where it is launched cooperatively), where
 one kernel for the calls has a handoff between its blocks instead.
-In an NVSHMEM program generated with `--copy-engine SIZE`
+A put_signal sent as flag-in-data packets (`RunConditions.packet_sends`, `--packets`) is one stream of
+16-byte stores carrying its data and flag: twice the bytes, no fence, so it lands one route latency
+after its last store left. In an NVSHMEM program generated with `--copy-engine SIZE`
 (`RunConditions.copy_engine`) a put of at least SIZE bytes is a copy on the stream between two
 kernels: it starts once the kernel before has ended (a node's start, `local_graph_launch_us`), moves
 at the copy engine's rate (`copy_engine_GBs`, capped by the links) and holds its rank until it has
@@ -56,6 +58,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 from .. import ir, lowering
 from ..semantics.arithmetic import signal_effect
@@ -169,6 +172,7 @@ class Simulator:
         # (rank, op) of the ops that begin a kernel of their own, a call each (`RunConditions.kernel_starts`)
         self.call_kernels = {(rank, m) for rank, starts in enumerate(conditions.kernel_starts) for m in starts} \
             if self.program == "nvshmem" else set()
+        self.packet_sends = set(conditions.packet_sends) if self.program == "nvshmem" else set()
         if self.program == "nvshmem" and conditions.copy_engine:
             from ..codegen.nvshmem import copy_engine_ops  # the generated program's own rule
 
@@ -265,7 +269,8 @@ class Simulator:
                 for rank in range(self.world):
                     engine = frozenset(m for r, m in self.engine_ops if r == rank)
                     splits = frozenset(m for r, m in self.call_kernels if r == rank)
-                    plan = plan_rank(self.sched, rank, splits=splits, copy_engine=engine)
+                    sends = SimpleNamespace(sends=dict.fromkeys(self.packet_sends)) if self.packet_sends else None
+                    plan = plan_rank(self.sched, rank, packets=sends, splits=splits, copy_engine=engine)
                     self._planned[rank] = {step.index: step for step in plan.steps}
                     self._blocks[rank] = plan.blocks
         return self._planned
@@ -652,6 +657,9 @@ class Simulator:
         issue = self.issues.pop((issuer, index))
         note: dict = {}
         nbytes = rule.nbytes(op, issuer, self._size)
+        packets = (issuer, index) in self.packet_sends
+        if packets:  # 16-byte stores of 8 bytes of payload and the flag: twice the bytes, the flag in each
+            nbytes, note["packets"] = 2 * nbytes, True
         if rule.pulls:  # the bytes come from the peer, at the rate of the blocks that asked for them
             src, dst, ceiling = pe, issuer, self._block_ceiling(nbytes)
         else:
@@ -667,7 +675,7 @@ class Simulator:
         latency = fixed_us(self.c, rule.latency)
         landed = lambda: self._landed(action, op, issue, note)  # noqa: E731
         left = None if engine else (lambda: self._release((issuer, index)))
-        if op.kind == "put_signal" and self._stores(issuer, index):
+        if op.kind == "put_signal" and self._stores(issuer, index) and not packets:
             # the block's fence, from when its stores have left, returns once they are acknowledged
             # (they land, the acknowledgement comes back) and not before its own cost: then the block
             # goes on and the signal crosses
