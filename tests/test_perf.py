@@ -451,6 +451,17 @@ def put_then(after: str):
     return body
 
 
+@cw.schedule
+def one_put_signal(r):
+    """Rank 0 put_signals its y into rank 1's; rank 1 waits for the signal."""
+    y = r.symmetric("y", count=N, role="inout")
+    ready = r.signal("ready")
+    if r.rank == 0:
+        r.put_signal(1, y, y, ready, 1, op="set")
+    else:
+        r.wait_until(ready, "ge", 1)
+
+
 def test_a_bare_signal_takes_one_way_and_a_put_signal_three_over_nvlink():
     """On the load/store path a put_signal fences between its data and its signal: the signal leaves
     only once the data's acknowledgement is back (one route latency after the data lands), so it
@@ -460,15 +471,6 @@ def test_a_bare_signal_takes_one_way_and_a_put_signal_three_over_nvlink():
     signal = run(bare_signal, c=c, N=16)
     landed = next(r for r in signal.records if r.kind == "delivery")
     assert landed.end == pytest.approx(c.nvshmem_put_latency_us + 8 / 40e3 + 0.5 + c.nvshmem_signal_latency_us)
-
-    @cw.schedule
-    def one_put_signal(r):
-        y = r.symmetric("y", count=N, role="inout")
-        ready = r.signal("ready")
-        if r.rank == 0:
-            r.put_signal(1, y, y, ready, 1, op="set")
-        else:
-            r.wait_until(ready, "ge", 1)
 
     moved = 64 / 40e3  # 16 floats on one block at 40 GB/s
     over_nvlink = run(one_put_signal, c=c, N=16)
@@ -617,15 +619,6 @@ def test_a_put_signal_sent_as_packets_crosses_once_with_twice_the_bytes():
     stream of 16-byte stores, 8 bytes of payload and the flag in each: twice the bytes, no fence
     between data and signal, so it lands one route latency after its last store left, where a
     put_signal with a separate flag lands three."""
-    @cw.schedule
-    def one_put_signal(r):
-        y = r.symmetric("y", count=N, role="inout")
-        ready = r.signal("ready")
-        if r.rank == 0:
-            r.put_signal(1, y, y, ready, 1, op="set")
-        else:
-            r.wait_until(ready, "eq", 1)
-
     c, sched = consts(), one_put_signal.trace(2, sizes={"N": 1024})
     payload = 4096 / 40e3  # 4 KiB on one block at 40 GB/s
     for sends, flow, crossings in (((), payload, 3), (((0, 0),), 2 * payload, 1)):
