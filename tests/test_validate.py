@@ -736,6 +736,22 @@ def test_the_prediction_is_the_generated_programs_run_where_the_model_covers_it(
     assert per_call["graph_us"] > fused["graph_us"]
     assert per_call["graph_us"] == round(program_us(run, topo_, "graph", "nvshmem",
                                                     splits=call_starts(one, 4, "sync")), 2)
+    # a local run with packets: its program with the packet sends (one crossing, twice the bytes, no fence)
+    from clockworks_dist.codegen import packets
+
+    from clockworks_dist.dsl import params
+
+    with params.bind({"ALGO": "oneshot"}):
+        family = cw.load_file(os.path.join(PROTOCOLS, "nvshmem_allreduce_family.py"))[0].trace(2)
+    low = packets.lower(family, 32768)
+    assert low.channels
+    sent, _ = validate.predictions(low.sched, topo_, "nvshmem", packets=low)
+    fenced, _ = validate.predictions(low.sched, topo_, "nvshmem")
+    assert sent["graph_us"] == round(program_us(low.sched, topo_, "graph", "nvshmem", packets=low), 2)
+    assert sent["graph_us"] < fenced["graph_us"]
+    meta = {"backend": "nvshmem", "packets": {"max_bytes": 32768}}
+    assert "sent as packets" in validate.prediction_source({**meta, "launcher": "local"})
+    assert "schedule's ops" in validate.prediction_source({**meta, "launcher": "slurm"})
     assert "generated program's timed run" in validate.prediction_source({"backend": "nccl"})
     assert "schedule's ops" in validate.prediction_source({"backend": "cupy"})
     topo = choose_topology("h200x2-nv18").topology

@@ -502,15 +502,19 @@ def prediction_source(meta: dict) -> str:
     """What the predicted column predicts, in words, for the results' text."""
     if program_model(meta):
         return "the generated program's timed run (`perf/program.py`: the schedule's ops and the program's own costs)"
+    if meta.get("packets") and meta.get("backend") == "nvshmem" and meta.get("launcher") == "local":
+        return ("the generated program's timed run, its put_signals sent as packets (`perf/program.py`; packets "
+                "are in no fit of the model)")
     return "the schedule's ops (`clockworks predict`; the program's own costs are not modelled for this run)"
 
 
-def predictions(sched: ir.Schedule, topo, program: str | None = None,
-                copy_engine: int = 0, splits: dict[int, list[int]] | None = None) -> tuple[dict | None, str | None]:
+def predictions(sched: ir.Schedule, topo, program: str | None = None, copy_engine: int = 0,
+                splits: dict[int, list[int]] | None = None, packets=None) -> tuple[dict | None, str | None]:
     """Eager and graph predictions of one cell ({mode}_us), or None and why: the timed run of the
     generated `program` (`perf.program.program_us`; `sched` being the K-call schedule of a run of K
     calls; `copy_engine`: its puts of at least that many bytes on the copy engine; `splits`: a kernel
-    per call, `kernel_splits`), else the schedule's own ops (`predict_cell`)."""
+    per call, `kernel_splits`; `packets`: the `packets.Lowered` whose schedule `sched` is), else the
+    schedule's own ops (`predict_cell`)."""
     if topo is None:
         return None, None
     try:
@@ -518,7 +522,7 @@ def predictions(sched: ir.Schedule, topo, program: str | None = None,
             from ..perf.program import program_us
 
             return {f"{mode}_us": round(program_us(sched, topo, mode, program, copy_engine=copy_engine,
-                                                   splits=splits), 2)
+                                                   splits=splits, packets=packets), 2)
                     for mode in ("eager", "graph")}, None
         return {f"{mode}_us": round(predict_cell(sched, topo, mode), 2) for mode in ("eager", "graph")}, None
     except ClockworksError as exc:
@@ -1070,11 +1074,13 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
         reference = reference_of(sched, search, no_check)
         results.append(run_program(binary, sched, reference, sched.world, timeout, iters, warmup, graph,
                                    backend=backend, nbytes=size, save_to=os.path.join(out_dir, "runs", str(size))))
-    return _finish(schedules, nbytes, results, out_dir, meta, topology, bench_binary, bench_problem, timeout)
+    return _finish(schedules, nbytes, results, out_dir, meta, topology, bench_binary, bench_problem, timeout, lowered)
 
 
-def _finish(schedules, nbytes, results, out_dir, meta, topology, bench_binary, bench_problem, timeout) -> dict:
-    """NCCL's collective at the same sizes, the predictions, the results folder."""
+def _finish(schedules, nbytes, results, out_dir, meta, topology, bench_binary, bench_problem, timeout,
+            lowered=None) -> dict:
+    """NCCL's collective at the same sizes, the predictions, the results folder (`lowered`: each
+    schedule's `packets.Lowered`, where its put_signals went as packets)."""
     world = schedules[0].world
     header, found = None, {}
     if bench_binary is not None:
@@ -1087,9 +1093,10 @@ def _finish(schedules, nbytes, results, out_dir, meta, topology, bench_binary, b
     topo, topo_note = pick_topology(topology, world, machine["gpu_names"])
     cells = []
     calls = meta.get("calls") or 1
-    for sched, size, result in zip(schedules, nbytes, results):
-        predicted, why = predictions(sched, topo, program_model(meta), (meta.get("copy_engine") or {}).get("min_bytes", 0),
-                                     kernel_splits(sched, meta))
+    for sched, size, result, low in zip(schedules, nbytes, results, lowered or [None] * len(schedules)):
+        program = program_model(meta) or (meta["backend"] if low is not None and meta["backend"] == "nvshmem" else None)
+        predicted, why = predictions(sched, topo, program, (meta.get("copy_engine") or {}).get("min_bytes", 0),
+                                     kernel_splits(sched, meta), low)
         result, predicted = _per_call(result, predicted, calls)
         nccl, nccl_note = nccl_cell(meta["nccl_op"] if world > 1 else None, found, size, world, bench_problem,
                                     none="no NCCL collective" if meta.get("nccl", True) else "NCCL not measured")
