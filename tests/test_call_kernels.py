@@ -8,7 +8,6 @@ missing); running is for the GPU scripts."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
@@ -139,10 +138,8 @@ def test_validate_writes_a_kernel_per_call_unless_fused(tmp_path):
     assert validate._read_manifest(str(fused))["kernels"] == "one"
 
 
-def test_a_program_of_a_kernel_per_call_compiles(tmp_path):
-    tc = build.find_toolchain("nvshmem")
-    if not tc.ok:
-        pytest.skip("cannot build nvshmem programs here: " + "; ".join(str(m) for m in tc.missing))
+def test_a_program_of_a_kernel_per_call_compiles(tmp_path, nvshmem_toolchain):
+    tc = nvshmem_toolchain
     one = family("oneshot", 2)
     low = packets.lower(repeat(one, 3, "alternate"))
     cu = tmp_path / "calls.cu"

@@ -17,7 +17,6 @@ from clockworks_dist import ir
 from clockworks_dist.codegen import build, packets, program
 from clockworks_dist.codegen.nvshmem import copy_engine_ops, kernel_spans, plan_rank
 from clockworks_dist.dsl.load import load_file
-from clockworks_dist.errors import ClockworksError
 from clockworks_dist.perf.program import program_us
 from clockworks_dist.repeat import call_starts, repeat
 from clockworks_dist.semantics.backends import Unsupported
@@ -188,10 +187,8 @@ def test_the_simulator_moves_a_copy_at_the_copy_engines_rate():
 
 
 # ------------------------------------------------------------------------------- compiling
-def test_the_program_compiles_and_links(tmp_path, twoshot_cu):
-    tc = build.find_toolchain("nvshmem")
-    if not tc.ok:
-        pytest.skip("cannot build nvshmem programs here: " + "; ".join(str(m) for m in tc.missing))
+def test_the_program_compiles_and_links(tmp_path, twoshot_cu, nvshmem_toolchain):
+    tc = nvshmem_toolchain
     cu = tmp_path / "twoshot_ce.cu"
     cu.write_text(twoshot_cu)
     assert build.compile_program(cu, "nvshmem", tmp_path / "bin", tc, timeout=600).is_file()
@@ -226,13 +223,10 @@ def test_a_library_call_issues_its_copies_between_its_kernels(tmp_path):
     assert '"copy_engine": 1048576' in described
 
 
-def test_the_library_with_copies_compiles_and_links(tmp_path):
-    tc = build.find_toolchain("nvshmem")
-    if not tc.ok:
-        pytest.skip("cannot build nvshmem programs here: " + "; ".join(str(m) for m in tc.missing))
+def test_the_library_with_copies_compiles_and_links(tmp_path, nvshmem_toolchain):
     from test_dispatch import compile_library
 
-    assert compile_library(_library(tmp_path), tc).is_file()
+    assert compile_library(_library(tmp_path), nvshmem_toolchain).is_file()
 
 
 # ------------------------------------------------------------------------------- tune

@@ -134,10 +134,7 @@ def test_the_committed_library_launches_cooperatively_without_pdl_and_its_kernel
 
 # ---------------------------------------------------------------------------- compiling
 @pytest.fixture(scope="module")
-def calls_cu(tmp_path_factory):
-    tc = build.find_toolchain("nvshmem")
-    if not tc.ok:
-        pytest.skip("cannot build nvshmem programs here: " + "; ".join(str(m) for m in tc.missing))
+def calls_cu(tmp_path_factory, nvshmem_toolchain):
     out = tmp_path_factory.mktemp("pdl")
     cu = out / "calls.cu"
     cu.write_text(one_pe(4))

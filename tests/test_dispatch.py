@@ -391,10 +391,8 @@ def compile_library(out: Path, tc, name: str = "cw_nvshmem_allreduce_family") ->
     return binary
 
 
-def test_the_library_and_its_driver_compile_and_link(tmp_path):
-    tc = build.find_toolchain("nvshmem")
-    if not tc.ok:
-        pytest.skip("cannot build nvshmem programs here: " + "; ".join(str(m) for m in tc.missing))
+def test_the_library_and_its_driver_compile_and_link(tmp_path, nvshmem_toolchain):
+    tc = nvshmem_toolchain
     _entries, out = _emit(tmp_path, calls=2)
     name = "cw_nvshmem_allreduce_family"
     assert compile_library(out, tc, name).is_file()

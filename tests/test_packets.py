@@ -153,10 +153,8 @@ def test_a_packet_area_is_never_compared_and_what_it_carried_is():
     assert np.array_equal(expect.signals, np.array([0, 1], dtype=np.uint64))  # ready[1]: the wait's value
 
 
-def test_packets_program_compiles(tmp_path):
-    tc = build.find_toolchain("nvshmem")
-    if not tc.ok:
-        pytest.skip("cannot build nvshmem programs here: " + "; ".join(str(m) for m in tc.missing))
+def test_packets_program_compiles(tmp_path, nvshmem_toolchain):
+    tc = nvshmem_toolchain
     low = packets.lower(repeat(family("twoshot"), 2, "none"))
     cu = tmp_path / "packets.cu"
     cu.write_text(program.generate(low.sched, "nvshmem", packets=low))
