@@ -107,8 +107,10 @@ def test_valid_date_still_reads_as_a_date():
 @pytest.mark.parametrize("text", ["[" * 100_000, "a:\n" + "".join(" " * i + "- \n" for i in range(1, 3000)),
                                   "{a: " * 50_000])
 def test_deep_nesting_is_refused_before_parsing_recursively(tmp_path, capsys, text):
+    # The contract: exit 2, the file named, no traceback and no hang (`deadline`). Which check says
+    # so first, ours (MAX_DEPTH) or the YAML parser's own depth limit (PyYAML >= 6.0.4), is theirs.
     path = write(tmp_path, text)
-    both_commands(capsys, path, "nested more than 32 levels deep")
+    both_commands(capsys, path, f"{path}:")
 
 
 def test_aliases_that_expand_to_billions_are_refused(tmp_path, capsys):
@@ -349,7 +351,7 @@ def test_hostile_sizes(capsys, sizes, fragment):
     (["--ranks", "2", "--scaling", "0"], "expected a positive integer"),
     (["--ranks", "2", "--nodes", "2"], "fixed 1-node topology; --nodes 2 needs a cluster template"),
     (["--ranks", "2", "--scale-nodes", "4"], "fixed 1-node topology; --nodes 4 needs a cluster template"),
-    (["--ranks", "2", "--mode", "turbo"], "invalid choice: 'turbo'"),
+    (["--ranks", "2", "--mode", "turbo"], "'turbo'"),  # argparse's words around it are argparse's
     (["--ranks", "2", "--schedule", "nope"], "no schedule named 'nope'"),
     (["--ranks", "2", "--trace", ""], "--trace: an empty path"),
     (["--ranks", "2", "--plot", ""], "--plot: an empty path"),
@@ -367,7 +369,7 @@ def test_hostile_node_counts_on_a_cluster(capsys, no_simulation, option):
 
 
 @pytest.mark.parametrize("lines, fragment", [
-    ('{bad json', ":1: not a microbenchmark result: Expecting property name"),
+    ('{bad json', ":1: not a microbenchmark result: "),  # then the json module's reason, in its words
     ('{"bench": "nccl", "op": "allreduce", "graph_us": 5}', ":1: not a microbenchmark result: missing 'bytes'"),
     ('{"bench": "nccl", "op": "allreduce", "bytes": 1024, "graph_us": -5}', "graph_us must be a positive, finite"),
     ('{"bench": "nccl", "op": "allreduce", "bytes": 1024, "graph_us": NaN}', "graph_us must be a positive, finite"),
