@@ -28,7 +28,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 
-from . import cli_codegen, cli_perf, cli_run, cli_tune, ir
+from . import cli_codegen, cli_perf, cli_run, cli_tune, hygiene, ir
 from .dsl import ScheduleDef, guard, load_file
 from .errors import CheckIncomplete, ClockworksError, ScheduleError, TopologyError
 
@@ -621,7 +621,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _silence_stdout()
         return EXIT_BAD_INPUT
     args.started = started
-    with guard.catch_sigint():
+    with guard.catch_sigint(), hygiene.on_signals():
         code = _run(args, out)
         return _finish(out, code)
 
@@ -629,6 +629,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace, out: Output) -> int:
     """Run the command; every way it can end becomes an exit code and a message."""
     try:
+        hygiene.check_params(args)
         return COMMANDS[args.command](args, out)
     except CheckIncomplete as exc:
         _debug(args)
@@ -642,7 +643,7 @@ def _run(args: argparse.Namespace, out: Output) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         out.error("interrupted")
-        return EXIT_INTERRUPTED
+        return hygiene.exit_code(EXIT_INTERRUPTED)
     except guard.TimeUp as exc:  # the bound passed just as a phase ended
         out.error(f"incomplete: {exc} (--timeout)")
         _json_error(args, out, {"verdict": "incomplete", "error": {"message": f"{exc} (--timeout)"}})

@@ -19,8 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 
-from . import ir
+from . import hygiene, ir
 from .errors import ClockworksError
 
 BACKENDS = ("nccl", "nvshmem")
@@ -42,7 +43,13 @@ def add_parsers(sub, positive, size_arg, seconds) -> None:
         cmd.add_argument("--schedule", metavar="NAME", help="only the schedule NAME (default: every one in FILE)")
         cmd.add_argument("--size", metavar="NAME=VALUE", type=size_arg, nargs="+", action="extend", default=[],
                          help="bind a symbolic size, e.g. --size CHUNK=1024")
-        cmd.add_argument("-o", "--out", metavar="DIR", default=".", help="where to write (default: .)")
+        cmd.add_argument("-o", "--out", metavar="DIR", default=".",
+                         help="where to write (default: .): a folder, created if missing; clockworks writes nothing "
+                              "outside it and refuses a folder that holds a symlink")
+        cmd.add_argument("--max-ranks", metavar="N", type=positive, default=None,
+                         help=f"the largest world to generate for (default {hygiene.MAX_RANKS}; a larger --ranks is "
+                              f"refused unless this allows it); a generated file above "
+                              f"{hygiene.MAX_SOURCE_BYTES // 2**20} MiB is refused")
         cmd.add_argument("--timeout", metavar="S", type=seconds, default=None, help=argparse.SUPPRESS)
         cmd.add_argument("--json", action="store_true", help="print one JSON object on stdout")
         cmd.add_argument("--debug", action="store_true", help="print tracebacks of errors in the input")
@@ -78,7 +85,11 @@ def add_parsers(sub, positive, size_arg, seconds) -> None:
     val.add_argument("--no-graph", action="store_true", help="do not time the ops as a CUDA graph")
     val.add_argument("--timeout", metavar="S", type=seconds, default=120.0,
                      help="each run's bound: a hang is reported with each rank's op and ended (default 120)")
-    val.add_argument("--out", metavar="DIR", default="validate-results", help="the results folder")
+    val.add_argument("--out", metavar="DIR", default="validate-results",
+                     help="the results folder (created if missing; clockworks writes nothing outside it and refuses "
+                          "a folder that holds a symlink)")
+    val.add_argument("--max-ranks", metavar="N", type=positive, default=None,
+                     help=f"the largest --np to accept (default {hygiene.MAX_RANKS})")
     val.add_argument("--launcher", choices=("mpirun", "slurm"), default="mpirun",
                      help="mpirun here (default), or write an sbatch script for a Slurm cluster")
     val.add_argument("--topology", metavar="NAME|FILE",
@@ -145,9 +156,10 @@ def _write_all(args: argparse.Namespace) -> list[tuple[ir.Schedule, str]]:
     from .codegen import program
     from .semantics.backends import Unsupported
 
-    os.makedirs(args.out, exist_ok=True)
+    schedules = _schedules(args)
+    hygiene.prepare_out_dir(args.out, "-o/--out")
     written = []
-    for sched in _schedules(args):
+    for sched in schedules:
         lowered = None
         if getattr(args, "packets", 0):
             from .codegen import packets, validate
@@ -169,9 +181,12 @@ def _write_all(args: argparse.Namespace) -> list[tuple[ir.Schedule, str]]:
             others = [b for b in BACKENDS if b != args.backend and not program.unsupported(sched, b)]
             hint = f"; --backend {others[0]} can generate it" if others else ""
             raise ClockworksError(f"{sched.name}: {exc}{hint}") from None
+        if len(text.encode("utf-8")) > hygiene.MAX_SOURCE_BYTES:
+            raise ClockworksError(f"{sched.name} at {sched.world} ranks: the generated program is "
+                                  f"{len(text.encode('utf-8')) / 2**20:.1f} MiB, more than the "
+                                  f"{hygiene.MAX_SOURCE_BYTES // 2**20} MiB codegen writes (use fewer ranks)")
         path = os.path.join(args.out, file_name(sched, args.backend) + ".cu")
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        hygiene.write_new(args.out, path, text, "-o/--out")
         written.append((sched, path))
     return written
 
@@ -210,7 +225,7 @@ def cmd_build(args: argparse.Namespace, out) -> int:
     else:
         for sched, _path, binary in built:
             out.text(f"{binary}: {sched.name} at {sched.world} ranks; run (NVLink multicast off): {RUN_ENV} "
-                     f"mpirun -np {sched.world} {RUN_X} {binary}")
+                     f"mpirun -np {sched.world} {RUN_X} {shlex.quote(str(binary))}")
     return 0
 
 
@@ -218,6 +233,8 @@ def cmd_validate(args: argparse.Namespace, out) -> int:
     from .codegen import validate
     from .dsl import params
 
+    hygiene.check_ranks(args.np or 2, args.max_ranks or hygiene.MAX_RANKS, f"validate {args.file}")
+    hygiene.check_out_dir(args.out, "--out")
     with params.bind(dict(getattr(args, "param", None) or ())):
         summary = _validate(args)
     if args.json:

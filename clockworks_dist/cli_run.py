@@ -24,7 +24,7 @@ import os
 import sys
 import time
 
-from . import ir
+from . import hygiene, ir
 from .errors import CheckIncomplete, ClockworksError
 
 BACKENDS = ("mpi-cpu", "cupy")
@@ -53,6 +53,10 @@ def add_parser(sub, positive, size_arg, seconds) -> None:
                      help=f"the executor: {', '.join(BACKENDS)} (default: mpi-cpu)")
     run.add_argument("--np", metavar="N", type=positive,
                      help="ranks (default: the schedule's first declared size, else 2)")
+    run.add_argument("--max-ranks", metavar="N", type=positive, default=None,
+                     help=f"the most ranks run starts here (default: {hygiene.RANKS_PER_CORE} per available core, at "
+                          f"least {hygiene.MIN_LOCAL_RANKS}: {hygiene.max_local_ranks()} on this machine); raise it "
+                          "to oversubscribe further")
     run.add_argument("--schedule", metavar="NAME", help="only the schedule NAME (default: every one in FILE)")
     run.add_argument("--size", metavar="NAME=VALUE", type=size_arg, nargs="+", action="extend", default=[],
                      help="bind a symbolic size, e.g. --size CHUNK=1024")
@@ -128,15 +132,30 @@ def _schedules(args: argparse.Namespace) -> tuple[list[ir.Schedule], list[int | 
         if getattr(args, "sizes", None):
             raise ClockworksError(f"--sizes needs a Python file: {args.file} is a schedule traced at fixed sizes")
         sched = _from_json(args.file)
+        _bounded(args, sched.world, sched.name)
         if args.np is not None and args.np != sched.world:
             raise ClockworksError(f"{args.file} is a schedule of {sched.world} ranks, but --np is {args.np} "
                                   "(leave --np out, or trace the schedule again at that size)")
         return [sched], [None]
     defs, spent = cli._load(args)
     jobs = [(defn, args.np or (defn.ranks[0] if defn.ranks else 2)) for defn in defs]
+    for defn, world in jobs:
+        _bounded(args, world, defn.name)
     if not getattr(args, "sizes", None):
         return [sched for sched, _seconds in cli._trace_all(args, jobs, spent)], [None] * len(jobs)
     return _sized(args, jobs, spent)
+
+
+def _bounded(args: argparse.Namespace, world: int, name: str) -> None:
+    """Exit 2 past the ranks this command starts or generates without --max-ranks (`hygiene`); a
+    run inside an MPI job has the world its launcher started, and no bound here."""
+    command = getattr(args, "command", None)
+    if command is None or getattr(args, "inside_mpi", False):
+        return
+    limit = getattr(args, "max_ranks", None)
+    if limit is None:
+        limit = hygiene.max_local_ranks() if command == "run" else hygiene.MAX_RANKS
+    hygiene.check_ranks(world, limit, f"{command} {name}")
 
 
 def _sized(args: argparse.Namespace, jobs, spent: float) -> tuple[list[ir.Schedule], list[int | None]]:
@@ -162,18 +181,10 @@ def _sized(args: argparse.Namespace, jobs, spent: float) -> tuple[list[ir.Schedu
 
 
 def _from_json(path: str) -> ir.Schedule:
-    from pydantic import ValidationError
+    """The schedule in the JSON file `path`, checked for consistency (`dsl.validate_json`)."""
+    from .dsl import validate_json
 
-    from .errors import ScheduleError
-
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return ir.Schedule.from_json(handle.read())
-    except OSError as exc:
-        raise ScheduleError(f"cannot be read: {exc.strerror or exc}", file=path, hint="check the path") from None
-    except ValidationError as exc:
-        raise ScheduleError(f"is not a schedule: {exc.errors()[0]['msg']}", file=path,
-                            hint="write it with clockworks show FILE --json") from None
+    return validate_json.load(path)
 
 
 def _references(args: argparse.Namespace, schedules: list[ir.Schedule]) -> list:
@@ -291,6 +302,7 @@ def _run_inside(args: argparse.Namespace, out, backend) -> int:
     if args.np is not None and args.np != world.Get_size():
         raise ClockworksError(f"--np {args.np}, but this MPI job has {world.Get_size()} ranks (leave --np out)")
     args.np = world.Get_size()
+    args.inside_mpi = True
     schedules, nbytes = _schedules(args)
     larger = [s for s in schedules if s.world > args.np]
     if larger:
@@ -309,6 +321,8 @@ def _run_inside(args: argparse.Namespace, out, backend) -> int:
 
     def emit(line: dict) -> None:
         lines.append(line)
+        if args.json:  # stdout is one JSON document: rank 0's summary, which holds every line
+            return
         sys.stdout.write(json.dumps(line) + "\n")
         sys.stdout.flush()
 

@@ -64,7 +64,11 @@ def add_parser(sub, positive, seconds) -> None:
                           "host on the copy engine, for each SIZE of the list (e.g. 16MiB); the schedule is the "
                           "variant's, and each lowering's top K is measured")
     cmd.add_argument("--timeout", metavar="S", type=seconds, default=tune.CHECK_TIMEOUT_S,
-                     help=f"the check of each variant stops after S seconds (default {tune.CHECK_TIMEOUT_S:g})")
+                     help=f"loading FILE, and the tracing and the check of each variant, each stop after S seconds "
+                          f"(default {tune.CHECK_TIMEOUT_S:g}); a variant whose tracing runs out is rejected")
+    cmd.add_argument("--max-variants", metavar="N", type=positive, default=None,
+                     help=f"the most candidates (variants x --packets/--copy-engine lowerings) to try (default "
+                          f"{tune.MAX_VARIANTS}); a larger family is refused before anything is listed, traced or run")
     cmd.add_argument("--emit", metavar="DIR",
                      help="write the winners as a library into DIR: cw_<name>.h + cw_<name>.cu (a size dispatcher "
                           "over their NVSHMEM kernels, one kernel per call), cw_<name>_test.cu and cw_<name>.json; "
@@ -107,11 +111,16 @@ def cmd_tune(args: argparse.Namespace, out) -> int:
     def say(text: str) -> None:
         sys.stderr.write(f"tune: {text}\n")
 
+    from . import hygiene
+
+    if args.emit is not None:
+        hygiene.check_out_dir(args.emit, "--emit")
     if args.reset_every is not None and not args.emit:
         raise ClockworksError("--reset-every K is the emitted library's: add --emit DIR")
     if args.from_dirs:
         if not args.emit:
             raise ClockworksError("--from RESULTS: add --emit DIR (it emits the library of those results)")
+        hygiene.prepare_out_dir(args.emit, "--emit")
         found = tune.emit(args.file, args.emit, results=args.from_dirs, reset_every=args.reset_every,
                           schedule_name=args.schedule, say=say, check_timeout=args.timeout)
         _said_emit(found, args, out)
@@ -122,17 +131,19 @@ def cmd_tune(args: argparse.Namespace, out) -> int:
         sizes = parse_sizes(args.sizes)
     except ValueError as exc:
         raise ClockworksError(f"--sizes: {exc}") from None
+    hygiene.check_out_dir(args.out, "--out")
 
     report = tune.tune(args.file, args.topology, args.np, sizes, args.out, schedule_name=args.schedule,
                        top=args.top, noise=args.noise, dry=args.dry, mode=args.mode, check_timeout=args.timeout,
                        say=say, calls=args.calls, packets=args.packets, fuse_calls=args.fuse_calls,
-                       copy_engine=args.copy_engine)
+                       copy_engine=args.copy_engine, max_variants=args.max_variants)
     if args.json:
         out.json(report)
     else:
         out.text(tune.render_markdown(report).rstrip("\n"))
         out.text(f"wrote {args.out}/tune.json, {args.out}/tune.md, {args.out}/{tune.MEMORY_FILE}")
     if args.emit:
+        hygiene.prepare_out_dir(args.emit, "--emit")
         _said_emit(tune.emit(args.file, args.emit, results=[args.out], reset_every=args.reset_every,
                              schedule_name=args.schedule, say=say, check_timeout=args.timeout), args, out)
     return 0

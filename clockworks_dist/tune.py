@@ -44,13 +44,16 @@ already decided. The results go to `tune.json` and `tune.md`.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import math
 import os
 import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from . import hygiene
 from .dsl import ScheduleDef, load_file, params
 from .errors import ClockworksError, ScheduleError
 
@@ -60,6 +63,8 @@ DEFAULT_NOISE = 0.02  # the issue's threshold: a measured gain under 2% is noise
 DEFAULT_TOP = 3
 CHECK_TIMEOUT_S = 60.0
 CHECK_MAX_STATES = 1_000_000
+# The most candidates (variants times lowerings) one tune tries without --max-variants.
+MAX_VARIANTS = 256
 NO_GPU = "no GPU visible: use --dry (check, predict and rank only)"
 
 
@@ -95,7 +100,12 @@ def gpus_visible() -> int:
     if shutil.which("nvidia-smi") is None:
         return 0
     try:
-        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+        from .calibrate.runner import bounded_run
+
+        done = bounded_run(["nvidia-smi", "-L"], 30)
+        if done is None:
+            return 0
+        listing = subprocess.CompletedProcess(["nvidia-smi", "-L"], done[0], done[1], done[2])
     except (OSError, subprocess.SubprocessError):
         return 0
     return sum(1 for line in listing.stdout.splitlines() if line.startswith("GPU "))
@@ -190,7 +200,7 @@ def check_variant(defn: ScheduleDef, binding: dict, world: int, timeout: float |
     from .check import check
 
     try:
-        sched = defn.trace(world, params=binding)
+        sched = _trace_bounded(defn, world, binding, timeout)
     except ScheduleError as exc:
         return "error", str(exc)
     lowered = _lowering(packets)
@@ -203,6 +213,36 @@ def check_variant(defn: ScheduleDef, binding: dict, world: int, timeout: float |
     return "incomplete", f"the check did not finish (stopped by {result.stopped_by})"
 
 
+def _trace_bounded(defn: ScheduleDef, world: int, binding: dict, timeout: float | None):
+    """`defn` traced at `world` with `binding`, within `timeout` seconds (SIGALRM, `dsl.guard`): a
+    variant whose tracing loops is a `ScheduleError` (the variant is rejected); code that defeats the
+    bound ends the process (exit 3)."""
+    from .dsl import guard
+
+    def stuck() -> None:
+        guard.end_process(3, f"clockworks: error: incomplete: tracing {candidate_label(binding)} of {defn.name} did "
+                             f"not finish within {timeout:g} s (--timeout), and it does not let itself be stopped\n")
+
+    try:
+        with guard.time_bound(timeout, on_stuck=stuck, grace=5.0):
+            return defn.trace(world, params=binding)
+    except guard.TimeUp:
+        raise ScheduleError(f"tracing did not finish within {timeout:g} s (--timeout): an endless loop?",
+                            file=defn.loc.file, line=defn.loc.line) from None
+
+
+def variant_count(defn: ScheduleDef) -> int:
+    """How many variants `defn`'s family has: the product of its choices' counts (nothing listed)."""
+    return math.prod(len(p.values) for p in defn.params)
+
+
+def iter_variants(defn: ScheduleDef):
+    """The variants of `defn`, one at a time (`ScheduleDef.variants` lists them all)."""
+    names = [p.name for p in defn.params]
+    for combo in itertools.product(*(p.values for p in defn.params)):
+        yield dict(zip(names, combo))
+
+
 def check_calls(defn: ScheduleDef, binding: dict, world: int, calls: int, timeout: float | None,
                 packets: int = 0) -> tuple:
     """For `calls` back-to-back calls: the cheapest separator the checker verifies, trying nothing,
@@ -213,7 +253,7 @@ def check_calls(defn: ScheduleDef, binding: dict, world: int, calls: int, timeou
     from .repeat import BETWEEN, RepeatError, repeat
 
     try:
-        base = defn.trace(world, params=binding)
+        base = _trace_bounded(defn, world, binding, timeout)
     except ScheduleError as exc:
         return "error", str(exc), None, {}
     said: dict[str, str] = {}
@@ -330,7 +370,7 @@ def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, s
          top: int = DEFAULT_TOP, noise: float = DEFAULT_NOISE, dry: bool = True, mode: str = "graph",
          check_timeout: float | None = CHECK_TIMEOUT_S, say: Callable[[str], None] = lambda _text: None,
          calls: int = 1, packets: list[int] | None = None, fuse_calls: bool = False,
-         copy_engine: list[int] | None = None) -> dict:
+         copy_engine: list[int] | None = None, max_variants: int | None = None) -> dict:
     """Search the family in `path` (see the module docstring); the report (`tune.json`'s content).
     `calls` > 1: every variant is checked, predicted and measured as that many back-to-back calls,
     with the cheapest separator between them that the checker verifies (`check_calls`). `packets`:
@@ -347,9 +387,18 @@ def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, s
         say(f"warning: {chosen.warning()}")
     if world > len(gpus(topo)):
         raise TuneError(f"--np {world}: {topo.name} has {len(gpus(topo))} GPUs (use a larger topology)")
-    defs = load_file(path)
+    defs = _load_bounded(path, check_timeout)
     defn = _pick(defs, schedule_name, path)
-    os.makedirs(out_dir, exist_ok=True)
+    lowerings = [0, *sorted(set(packets or ()) - {0})]
+    engines = sorted(set(copy_engine or ()) - {0})
+    pairs = [(p, 0) for p in lowerings] + [(0, e) for e in engines]
+    limit = MAX_VARIANTS if max_variants is None else max_variants
+    count = variant_count(defn) * len(pairs)  # from the choices' counts: nothing is listed before this
+    if count > limit:
+        raise TuneError(f"{defn.name} has {count:,} candidates ({variant_count(defn):,} variant(s) x {len(pairs)} "
+                        f"lowering(s)), more than the {limit:,} tune tries (narrow the cw.param/cw.choice lists, or "
+                        f"raise the bound with --max-variants {count})")
+    hygiene.prepare_out_dir(out_dir, "--out")
     memory_path = os.path.join(out_dir, MEMORY_FILE)
     memory = load_memory(memory_path)
     digest = file_hash(path)
@@ -358,10 +407,7 @@ def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, s
     def keyof(variant: dict, packets: int = 0, engine: int = 0) -> str:
         return memory_key(digest, defn.name, variant, world, topo.name, calls, packets, fuse_calls, engine)
 
-    lowerings = [0, *sorted(set(packets or ()) - {0})]
-    engines = sorted(set(copy_engine or ()) - {0})
-    pairs = [(p, 0) for p in lowerings] + [(0, e) for e in engines]
-    for binding, (limit, engine) in [(b, pair) for b in defn.variants() for pair in pairs]:
+    for binding, (limit, engine) in ((b, pair) for b in iter_variants(defn) for pair in pairs):
         key = keyof(binding, limit, engine)
         name = candidate_label(binding, limit, engine)
         entry = memory.get(key)
@@ -500,6 +546,22 @@ def _decide(rows, nbytes, noise, memory, memory_path, keyof, say) -> tuple:
                       "decision": found["decision"]})
     save_memory(memory_path, memory)
     return winner, tried
+
+
+def _load_bounded(path: str, timeout: float | None) -> list[ScheduleDef]:
+    """`load_file(path)` within `timeout` seconds (a file that loops while it is imported is exit 3)."""
+    from .dsl import guard
+    from .errors import CheckIncomplete
+
+    def stuck() -> None:
+        guard.end_process(3, f"clockworks: error: incomplete: loading {path} did not finish within {timeout:g} s "
+                             "(--timeout), and it does not let itself be stopped\n")
+
+    try:
+        with guard.time_bound(timeout, on_stuck=stuck, grace=5.0):
+            return load_file(path)
+    except guard.TimeUp:
+        raise CheckIncomplete(f"loading {path} did not finish within {timeout:g} s (--timeout)") from None
 
 
 def _pick(defs: list[ScheduleDef], name: str | None, path: str) -> ScheduleDef:

@@ -281,12 +281,42 @@ def summarize(records: list[dict]) -> dict:
 # ----------------------------------------------------------------------------- probing
 
 
-def _cmd_output(cmd: list[str], timeout: float = 30.0) -> str | None:
+# A tool query (nvcc --version, mpicc -show, nvidia-smi) that has not answered in this long is stopped.
+QUERY_TIMEOUT_S = 30.0
+
+
+def bounded_run(cmd: list[str], timeout: float = QUERY_TIMEOUT_S) -> tuple[int, str, str] | None:
+    """(exit status, stdout, stderr) of `cmd`, or None if it cannot start or runs past `timeout`
+    seconds. It runs in a session of its own, and that whole group is killed at the deadline (or when
+    this process is interrupted): a wrapper script's children, which hold the pipes open, included."""
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired):
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                text=True, errors="replace", start_new_session=True)
+    except (OSError, ValueError):
         return None
-    return r.stdout if r.returncode == 0 else None
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return proc.returncode, out, err
+    except subprocess.TimeoutExpired:
+        return None
+    finally:
+        if proc.returncode is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # the group started above, by its id
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                proc.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def _cmd_output(cmd: list[str], timeout: float = QUERY_TIMEOUT_S) -> str | None:
+    done = bounded_run(cmd, timeout)
+    if done is None:
+        return None
+    rc, out, _err = done
+    return out if rc == 0 else None
 
 
 def candidate_site_dirs() -> list[Path]:

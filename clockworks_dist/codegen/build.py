@@ -31,6 +31,7 @@ benchmarks and the generated programs are built the same way.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import re
@@ -43,6 +44,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import hygiene
 from ..calibrate import runner as probe
 from ..errors import ClockworksError
 
@@ -270,12 +272,13 @@ def _nvcc_layout(nvcc: str) -> tuple[str | None, Path | None, Path | None]:
 
 
 def _run_text(cmd: list[str], timeout: float = 60.0) -> str | None:
-    """stdout and stderr of `cmd` (whatever its exit status), or None if it cannot run."""
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, errors="replace")
-    except (OSError, subprocess.TimeoutExpired):
+    """stdout and stderr of `cmd` (whatever its exit status), or None if it cannot run or runs past
+    `timeout` (its whole process group is then stopped)."""
+    done = probe.bounded_run(cmd, timeout)
+    if done is None:
         return None
-    return r.stdout + r.stderr
+    _rc, out, err = done
+    return out + err
 
 
 @dataclass
@@ -584,11 +587,16 @@ def compile_program(cu_path: Path, backend: str, out_dir: Path, toolchain: Toolc
     toolchain.require(backend)
     out_dir.mkdir(parents=True, exist_ok=True)
     out_path = out_dir / cu_path.stem
+    if not (hygiene.shell_safe(str(cu_path)) and hygiene.shell_safe(str(out_path))):
+        # nvcc runs its own steps through a shell: a path with shell syntax (spaces, quotes, $(...))
+        # never reaches it; the program is built in a private folder of a safe name and moved
+        return _compile_privately(cu_path, backend, out_path, toolchain, timeout)
     # Kept when the build fails, so the command in the error can be run again as it is.
     link_dir = link_dir_for(out_path)
     shutil.rmtree(link_dir, ignore_errors=True)
     prepare_link_dir(backend, toolchain, link_dir)
     cmd = compile_command(cu_path, backend, toolchain, out_path, link_dir)
+    _shell_safe_command(cmd)
     rc, output = _run_with_deadline(cmd, timeout)
     if rc is None:
         raise BuildError(f"{cu_path.name}: nvcc did not finish in {timeout:g} s (stopped)\ncommand: {shlex.join(cmd)}")
@@ -599,18 +607,70 @@ def compile_program(cu_path: Path, backend: str, out_dir: Path, toolchain: Toolc
     return out_path
 
 
+def _shell_safe_command(cmd: list[str]) -> None:
+    """`BuildError` (exit 2) if an argument of nvcc's command is not one plain shell word: nvcc hands
+    its arguments to its sub-steps through a shell. The paths of the output are made safe by
+    `_compile_privately`; what is left is the toolchain's (an install folder with a space)."""
+    unsafe = [arg for arg in cmd if not hygiene.shell_safe(arg)]
+    if unsafe:
+        raise BuildError(f"the nvcc command would hold {unsafe[0]!r}, which nvcc's own steps would pass through a "
+                         "shell (spaces, quotes or shell syntax): install the toolchain (CUDA, NCCL, NVSHMEM, MPI) "
+                         "under a path of letters, digits and ._-/+ only")
+
+
+def _safe_temp_base() -> str:
+    """A temporary folder whose path is one plain shell word: TMPDIR's, else /tmp, else /var/tmp."""
+    for base in (tempfile.gettempdir(), "/tmp", "/var/tmp"):
+        if hygiene.shell_safe(base) and os.path.isdir(base) and os.access(base, os.W_OK | os.X_OK):
+            return base
+    raise BuildError("no temporary folder with a plain path to build in (TMPDIR holds spaces or shell syntax, "
+                     "and /tmp is not writable): set TMPDIR to a folder of letters, digits and ._-/+ only")
+
+
+def _compile_privately(cu_path: Path, backend: str, out_path: Path, toolchain: Toolchain, timeout: float) -> Path:
+    """`compile_program` for paths nvcc must not see: copy the source into a private temporary
+    folder with a safe name, build there, move the program to `out_path`; the folder is removed
+    whatever happens."""
+    tmp = Path(tempfile.mkdtemp(prefix="cw_build_", dir=_safe_temp_base()))
+    try:
+        name = cu_path.stem if hygiene.shell_safe(cu_path.stem) else "program"
+        source = tmp / f"{name}.cu"
+        shutil.copyfile(cu_path, source)
+        built = tmp / name
+        link_dir = tmp / "link"
+        prepare_link_dir(backend, toolchain, link_dir)
+        cmd = compile_command(source, backend, toolchain, built, link_dir)
+        _shell_safe_command(cmd)
+        rc, output = _run_with_deadline(cmd, timeout)
+        note = "(built in a private temporary folder, since the output path holds spaces or shell syntax)"
+        if rc is None:
+            raise BuildError(f"{cu_path.name}: nvcc did not finish in {timeout:g} s (stopped) {note}")
+        if rc != 0 or not built.is_file():
+            raise BuildError(f"{cu_path.name}: the {backend} build failed (nvcc exit {rc}) {note}:\n"
+                             f"{_first_errors(output)}")
+        if out_path.is_symlink():
+            out_path.unlink()  # replace the link itself, never write where it points
+        shutil.move(str(built), str(out_path))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out_path
+
+
 def _run_with_deadline(cmd: list[str], timeout: float) -> tuple[int | None, str]:
     """(exit status or None on timeout, output) of `cmd`, run in its own process group that is
-    stopped at the deadline (nvcc's children included)."""
+    stopped at the deadline (nvcc's children included), or when this process is interrupted."""
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                errors="replace", start_new_session=True)
+                                errors="replace", start_new_session=True, stdin=subprocess.DEVNULL)
     except OSError as exc:
         return 127, f"cannot start {cmd[0]}: {exc}"
+    hygiene.track(proc.pid)
     try:
-        output, _ = proc.communicate(timeout=timeout)
-        return proc.returncode, output
-    except subprocess.TimeoutExpired:
+        try:
+            output, _ = proc.communicate(timeout=timeout)
+            return proc.returncode, output
+        except subprocess.TimeoutExpired:
+            pass
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
                 os.killpg(proc.pid, sig)   # the group started above, by its id
@@ -622,6 +682,14 @@ def _run_with_deadline(cmd: list[str], timeout: float) -> tuple[int | None, str]
             except subprocess.TimeoutExpired:
                 continue
         return None, ""
+    except BaseException:  # interrupted (Ctrl-C, SIGTERM): the whole group goes too
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+        raise
+    finally:
+        hygiene.untrack(proc.pid)
 
 
 _ERROR_LINE = re.compile(r"\berror\b|undefined reference|cannot find -l|fatal", re.I)

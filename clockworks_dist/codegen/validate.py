@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import ir
+from .. import hygiene, ir
 from ..errors import ClockworksError, MissingDependency
 from ..runtime import job as job_mod
 from ..runtime import launch, verdict
@@ -314,12 +314,14 @@ def run_bounded(command: list[str], env: dict | None, timeout: float, log: str,
         proc = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env={**(os.environ if env is None else env),
                                                              **launch.NO_MULTICAST})
+        hygiene.track(proc.pid)
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             code = None
         finally:
             launch._kill_group(proc, mark or log)
+            hygiene.untrack(proc.pid)
     with open(log, "rb") as handle:
         return code, handle.read().decode("utf-8", "replace")
 
@@ -1028,7 +1030,8 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
         for sched in schedules:
             verify(sched, timeout)
     out_dir = out_dir or f"validate-{schedules[0].name}"
-    os.makedirs(out_dir, exist_ok=True)
+    # checked now, created once nothing is missing: a refusal (no GPU, no MPI) leaves no empty folder
+    hygiene.check_out_dir(out_dir, "--out")
     search = None if timeout is None else timeout * SEARCH_SHARE
     meta = {"schedule": schedules[0].name, "file": path, "backend": backend, "ranks": schedules[0].world,
             "iters": iters, "warmup": warmup, "graph": graph and backend != "cupy", "timeout": timeout,
@@ -1053,6 +1056,7 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
 
     toolchain = build.find_toolchain(backend)
     toolchain.require(backend)
+    hygiene.prepare_out_dir(out_dir, "--out")
     build_root = os.path.join(out_dir, "build")
     with concurrent.futures.ThreadPoolExecutor(max_workers=_build_workers(len(schedules))) as pool:
         bench = pool.submit(build_nccl_bench, build_root) if meta["nccl_op"] and schedules[0].world > 1 else None
@@ -1133,6 +1137,7 @@ def _validate_cupy(schedules, nbytes, out_dir, meta, topology, search) -> dict:
         cli_run._supported(CUPY, sched)
     cli_run._require_gpus(schedules[0].world)
     launch.require_mpi4py()
+    hygiene.prepare_out_dir(out_dir, "--out")
     timeout = meta["timeout"]
     warmup, iters = meta["warmup"], meta["iters"]
     items = [job_mod.Item(name=s.name, world=s.world, schedule_json=s.to_json(),
@@ -1166,7 +1171,14 @@ def _prepare_slurm(schedules, nbytes, out_dir, meta, topology, search, nodes, lo
     if meta["backend"] == "cupy":
         raise ValidateError("--launcher slurm runs generated programs: use --backend nccl or nvshmem "
                             "(the cupy backend runs under clockworks run inside the allocation)")
+    hygiene.prepare_out_dir(out_dir, "--out")
     out_dir = os.path.abspath(out_dir)
+    # the sbatch script embeds these paths, #SBATCH lines included (which no quoting protects): plain
+    # words only
+    for what, path in (("--out", out_dir), ("the Python interpreter", sys.executable)):
+        if not hygiene.shell_safe(path):
+            raise ValidateError(f"--launcher slurm: {what} {path!r} holds spaces or shell syntax, which the sbatch "
+                                "script cannot carry safely: use a folder named with letters, digits and ._-/+ only")
     cells = []
     for sched, size, low, split in zip(schedules, nbytes, lowered or [None] * len(schedules),
                                        splits or [None] * len(schedules)):

@@ -29,6 +29,9 @@ _DEFAULT: contextvars.ContextVar[dict[str, int | str]] = contextvars.ContextVar(
 Value = int | str
 
 
+# The most values one cw.param or cw.choice lists (a family's size is their product: `tune` bounds it).
+MAX_VALUES = 1024
+
 def _fail(loc: ir.SourceLoc, message: str, hint: str | None, op: str) -> None:
     raise ScheduleError(message, file=loc.file, line=loc.line, op=op, hint=hint)
 
@@ -63,7 +66,9 @@ class Param(SymInt):
         if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
             _fail(self.loc, f"{name}'s values must be a list of integers, got {type(values).__name__} {values!r}",
                   f'e.g. cw.param("{name}", [8, 16, 32])', "param")
-        values = tuple(values)
+        values = tuple(itertools.islice(values, MAX_VALUES + 1))  # never a huge range in memory
+        if len(values) > MAX_VALUES:
+            _fail(self.loc, f"{name} lists more than {MAX_VALUES:,} values", "list the values worth trying", "param")
         if not values:
             _fail(self.loc, f"{name} lists no values", f'e.g. cw.param("{name}", [8, 16, 32])', "param")
         for value in values:
@@ -133,7 +138,10 @@ class Choice:
         if isinstance(options, (str, bytes)) or not hasattr(options, "__iter__"):
             _fail(self.loc, f"{name}'s options must be a list of strings, got {type(options).__name__} {options!r}",
                   f'e.g. cw.choice("{name}", ["oneshot", "twoshot"])', "choice")
-        options = tuple(options)
+        options = tuple(itertools.islice(options, MAX_VALUES + 1))
+        if len(options) > MAX_VALUES:
+            _fail(self.loc, f"{name} lists more than {MAX_VALUES:,} options", "list the options worth trying",
+                  "choice")
         if not options:
             _fail(self.loc, f"{name} lists no options", f'e.g. cw.choice("{name}", ["oneshot", "twoshot"])',
                   "choice")

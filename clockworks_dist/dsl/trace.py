@@ -1008,6 +1008,11 @@ class ScheduleDef:
                                     f"{', '.join(known) or 'none'}", file=self.loc.file, line=self.loc.line)
             bindings[name] = value
         chosen = _params.resolve(self.params, {**_params._DEFAULT.get(), **(params or {})}, self.loc)
+        clash = sorted({s.name for s in self.sizes} & {p.name for p in self.params})
+        if clash:
+            raise ScheduleError(f"{clash[0]!r} is both a cw.size and a cw.param/cw.choice of {self.name}: a "
+                                "parameter and a size need different names", file=self.loc.file,
+                                line=self.loc.line, hint=f"rename the parameter or the size {clash[0]}")
         from . import guard
 
         token = _BINDINGS.set(bindings)

@@ -39,6 +39,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from .. import hygiene
 from ..errors import MissingDependency
 from . import job as job_mod
 from . import progress as progress_mod
@@ -67,12 +68,12 @@ def find_mpiexec() -> str:
 def flavor(mpiexec: str) -> str:
     """The MPI implementation of `mpiexec`: "mpich", "openmpi" or "other" (`mpi_flavor` of what
     `mpiexec --version` prints)."""
-    try:
-        done = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=VERSION_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL, start_new_session=True)
-    except (OSError, subprocess.TimeoutExpired):
+    from ..calibrate.runner import bounded_run
+
+    done = bounded_run([mpiexec, "--version"], VERSION_TIMEOUT_S)  # its whole group stopped at the bound
+    if done is None:
         return "other"
-    return mpi_flavor(done.stdout + done.stderr)
+    return mpi_flavor(done[1] + done[2])
 
 
 def mpi_flavor(version_text: str) -> str:
@@ -358,6 +359,7 @@ def _run_in(job, directory, timeout, stall, mpiexec, env, argv=None) -> Outcome:
     with open(errors_path, "wb") as errors, open(os.path.join(directory, "stdout.txt"), "wb") as output:
         proc = subprocess.Popen(command, stdout=output, stderr=errors, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env={**(os.environ if env is None else env), **NO_MULTICAST})
+        hygiene.track(proc.pid)  # a signal that ends the command ends mpiexec's group at once
         try:
             while True:
                 if proc.poll() is not None:  # mpiexec ended by itself: one last look at who died
@@ -368,6 +370,7 @@ def _run_in(job, directory, timeout, stall, mpiexec, env, argv=None) -> Outcome:
                 time.sleep(POLL_S)
         finally:
             _kill_group(proc, directory)
+            hygiene.untrack(proc.pid)
     watch.lines = _read_lines(directory, job.ranks)
     dead, killed = watch.classify()
     with open(errors_path, "rb") as handle:
