@@ -1183,6 +1183,17 @@ def gen_options(ch: Chooser, kind: str, timeout: float) -> Case:
 KINDS = {"protocol": PROTOCOL_KINDS, "body": BODY_KINDS, "topology": TOPOLOGY_KINDS, "options": OPTION_KINDS}
 GENERATORS = {"protocol": gen_protocol, "body": gen_body, "topology": gen_topology, "options": gen_options}
 
+# The production families (run, codegen, build, validate, tune, --param): scripts/fuzz_production.py,
+# whose own runner also sends signals mid-run and looks for processes, temporary files and writes
+# left behind (python scripts/fuzz_production.py --family prod_run ...).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fuzz_production  # noqa: E402
+
+FAMILIES = FAMILIES + fuzz_production.FAMILIES
+KINDS.update(fuzz_production.KINDS)
+GENERATORS.update({family: (lambda f: lambda ch, kind, timeout: fuzz_production.GENERATORS[f](ch, kind, timeout))(family)
+                   for family in fuzz_production.FAMILIES})
+
 
 def generate(family: str, ch: Chooser, *, kind: str | None = None, seed: int | None = None,
              check_timeout: float = CHECK_TIMEOUT) -> Case:
