@@ -30,7 +30,7 @@ from .result import CheckResult, OpRef, Step, Violation
 from ..semantics.rules import describe
 
 _ORDER = {"collective_mismatch": 0, "send_recv_mismatch": 1, "symbolic_size": 2, "deadlock": 3,
-          "unsatisfiable_wait": 4, "data_race": 5, "wrong_result": 6, "nondeterministic_result": 7,
+          "unsatisfiable_wait": 4, "data_race": 5, "unfinished_output": 5.5, "wrong_result": 6, "nondeterministic_result": 7,
           "not_bitwise_reproducible": 8, "unfinished_deliveries": 9}
 
 
@@ -72,7 +72,8 @@ def _check(schedule: ir.Schedule, strategy: str, max_states: int | None, timeout
             from .symbolic import unfinished_deliveries
 
             order = outcome.order if outcome.order is not None else MustOrder(model, deadline)
-            violations += unfinished_deliveries(schedule, deadline, order)
+            reported = frozenset((o.rank, o.index) for v in violations if v.kind == "unfinished_output" for o in v.ops)
+            violations += unfinished_deliveries(schedule, deadline, order, reported)
     except OutOfTime as exc:
         return _out_of_time(schedule, violations, outcome, exc.phase, started, strategy, reduction)
     errors = [v for v in violations if v.severity == "error"]

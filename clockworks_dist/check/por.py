@@ -245,6 +245,9 @@ class Reducer:
                             table.setdefault(atom, []).append(entry)
                     else:
                         own.append((owner, space, lo, hi, entry))
+        for rank, accesses in enumerate(model.end_reads):  # the caller's read at the rank's end
+            for owner, space, lo, hi, mode in accesses:
+                own.append((owner, space, lo, hi, (rank, model.nops[rank], None, mode, ISSUE)))
         local: dict[tuple[int, int], dict[int, list]] = {}
         for owner, space, lo, hi, entry in own:
             table = foreign.get((owner, space))
@@ -547,11 +550,21 @@ class Reducer:
                         if self.has_waits:
                             if limits is None:
                                 limits = self._limits(state, frozen, actions)
+                            reach = limits[actor]
                             # at its limit a rank can still run single members of a group
-                            limit = limits[actor] if model.code[actor][min(limits[actor], model.nops[actor] - 1)].kind == "group" \
-                                else limits[actor] - 1
+                            row = model.code[actor]
+                            limit = reach if row and row[min(reach, len(row) - 1)].kind == "group" else reach - 1
                         else:
-                            limit = self._horizon(state, actor, frozen, actions)
+                            limit = reach = self._horizon(state, actor, frozen, actions)
+                    if index == model.nops[actor]:
+                        # the caller's read of the actor's outputs at its end (`Model.end_reads`): it
+                        # happens on a path avoiding T if the actor can finish there. Already
+                        # finished: the read is posted beside this action, and the state itself
+                        # shows the conflict (`check.properties`). Not if the static order puts
+                        # the action before the actor's end: then the end needs the action
+                        if pc < index <= reach and not self._ordered((actor, index, None, emode, ISSUE), action):
+                            out.append(("r", actor))
+                        break
                     if index > limit:
                         break
                     if index == pc:

@@ -146,6 +146,12 @@ class Observer:
         lo2, hi2, m2, a2 = second
         if a1 == a2 or not conflicting(m1, m2):
             return
+        model = self.model
+        for end, other in ((first, second), (second, first)):
+            if end[3][0] == "post" and model.is_end(end[3][1], end[3][2]):
+                if other[3][0] != "post":
+                    self._unfinished(state, owner, end, other)
+                return
         if a1[0] == "post" and (a2[0] == "post" or self.model.own_action(a1, a2)) or \
                 a2[0] == "post" and self.model.own_action(a2, a1):
             return  # only an enabled action races with a posted op, and not its own step
@@ -153,6 +159,29 @@ class Observer:
         key = ("data_race", frozenset((k1, k2)))
         self._add(key, "data_race", lambda: self._race_violation(
             state, owner, (lo1, hi1, m1, a1, k1), (lo2, hi2, m2, a2, k2)))
+
+    def _unfinished(self, state, owner: int, end: tuple, other: tuple) -> None:
+        """`owner` has finished its program, so the caller reads its outputs (`Model.end_reads`),
+        while `other`, enabled, can still write one of them: the output is not final."""
+        lo, hi, _mode, action = other
+        key = key_on(self.model, action, owner)
+        self._add(("unfinished_output", key, owner), "unfinished_output",
+                  lambda: self._unfinished_violation(state, owner, max(lo, end[0]), min(hi, end[1]), action, key))
+
+    def _unfinished_violation(self, state, owner: int, lo: int, hi: int, action: tuple, key) -> Violation:
+        model = self.model
+        ref = op_ref(model.sched, key)
+        region = region_text(model, owner, lo, hi)
+        last = model.nops[owner]
+        ended = (f"after {op_ref(model.sched, (owner, last - 1, None)).loc}" if last
+                 else "with an empty program")
+        message = (f"output not final: rank {owner} has finished its program ({ended}), so the caller reads its "
+                   f"{region}, but {describe_action(model, action)} ({ref.loc}) can still write it. Order it "
+                   f"before rank {owner}'s end: have rank {owner} wait for a signal that lands with it "
+                   "(put_signal and wait_until), or have both ranks call barrier_all() after it (it completes "
+                   "every delivery first)")
+        return Violation(kind="unfinished_output", message=message, ranks=tuple(sorted({owner, ref.rank})),
+                         ops=(ref,), trace=self._trace(state), details={"rank": owner, "region": region})
 
     def _race_violation(self, state, owner, first, second) -> Violation:
         model, sched = self.model, self.model.sched

@@ -13,7 +13,7 @@ Verdict = Literal["verified", "violated", "incomplete"]
 # Errors make the verdict "violated"; warnings are reported but do not.
 ERROR_KINDS = (
     "collective_mismatch", "send_recv_mismatch", "deadlock", "data_race", "wrong_result",
-    "nondeterministic_result", "unsatisfiable_wait", "symbolic_size",
+    "nondeterministic_result", "unsatisfiable_wait", "symbolic_size", "unfinished_output",
 )
 WARNING_KINDS = ("not_bitwise_reproducible", "unfinished_deliveries", "symbolic_unproven")
 

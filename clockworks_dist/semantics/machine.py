@@ -347,11 +347,39 @@ class Model:
                 found = tuple(self._interned((sub, accs)) for sub, accs in found if accs)
                 if found:
                     self.posted_fp[(c.rank, c.index)] = self._interned(found)
+        # The caller reads a rank's outputs when the rank's program ends (DESIGN.md: outputs are
+        # final when their rank finishes). That read is posted at the rank's end and never
+        # completes, like a posted op's pending accesses: a delivery that can still write an
+        # output of a finished rank is co-enabled with it (`check.properties` reports it).
+        self.end_reads: tuple[tuple[Access, ...], ...] = tuple(self._end_reads(p.rank) for p in sched.programs)
+        for rank, accesses in enumerate(self.end_reads):
+            if accesses:
+                self.posted_fp[(rank, self.nops[rank])] = self._interned(((None, accesses),))
         self._por_index: tuple | None = None
         self._member_fp: dict[Key, tuple[Access, ...]] = {}
         self._access_memo, self._accesses_memo, self._interns = {}, {}, {}
 
     # -- compilation --------------------------------------------------------------------------
+    def _end_reads(self, rank: int) -> tuple[Access, ...]:
+        """What the caller reads of `rank`'s memory when its program ends: every region the
+        postcondition names on it, and its output and inout buffers (scratch and input buffers are
+        not read back), as merged atom spans."""
+        spans = [self.span(rank, exp.region) for exp in self.sched.expect if exp.rank == rank]
+        for decl in self.sched.programs[rank].buffers:
+            if decl.role in ("output", "inout") and decl.count > 0:
+                spans.append(self.span(rank, ir.Region(buffer=decl.name, start=0, stop=decl.count)))
+        merged: list[list[int]] = []
+        for lo, hi in sorted(s for s in spans if s[0] < s[1]):
+            if merged and lo <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        return tuple(Access(rank, MEM, lo, hi, READ) for lo, hi in merged)
+
+    def is_end(self, rank: int, index: int) -> bool:
+        """Whether op position `index` of `rank` is its end (the caller's read of its outputs)."""
+        return index >= self.nops[rank]
+
     def span(self, rank: int, region: ir.Region) -> tuple[int, int]:
         """The atoms [lo, hi) of `region` in `rank`'s memory."""
         key = (self._layout_of[rank], id(region))
@@ -550,6 +578,8 @@ class Model:
     def own_action(self, post: tuple, action: tuple) -> bool:
         """Whether `action` is the meeting or joint step of the posted op `post` itself."""
         _, rank, index, sub = post
+        if index >= self.nops[rank]:
+            return False  # the caller's read at the rank's end belongs to no action
         if action[0] == "p2p":
             return action[1:] == (rank, index, sub)
         if action[0] == "coll":
@@ -609,6 +639,9 @@ class Model:
                     accessors[owner][space].append((c.rank, c.index, sub, lo, hi, mode, others))
                 if c.partners:
                     joints[c.rank].append((c.index, c.partners))
+        for rank, accesses in enumerate(self.end_reads):  # after every op of the rank: sorted by index
+            for owner, space, lo, hi, mode in accesses:
+                accessors[owner][space].append((rank, self.nops[rank], None, lo, hi, mode, frozenset()))
         return accessors, joints
 
     def _member_footprint(self, rank: int, index: int, sub, op) -> tuple[Access, ...]:

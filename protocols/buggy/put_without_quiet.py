@@ -1,13 +1,14 @@
-"""A final put that nothing completes before the program exits.
+"""A final put into an output that nothing completes before the program exits.
 
-Each PE mirrors its result into the next PE's `mirror` as its last step. No quiet, no
-barrier_all follows, so the put may still be in flight when the program ends (and the host may
-read or free `mirror` on the target). The fix: `r.quiet()` then `r.barrier_all()` at the end.
+Each PE mirrors its result into the next PE's `mirror`, an output, as its last step. No quiet, no
+barrier_all follows, so the target can finish its program, and the caller read `mirror`, while
+the put is still in flight: an `unfinished_output` error. Into scratch the same put is only a
+warning (`scratch_put_without_quiet.py`). The fix: `r.quiet()` then `r.barrier_all()` at the end.
 """
 
 import clockworks_dist as cw
 
-EXPECT = {"kind": "unfinished_deliveries", "ranks": 2}
+EXPECT = {"kind": "unfinished_output", "ranks": 2}
 
 COUNT = 2
 

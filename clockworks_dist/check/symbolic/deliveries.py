@@ -10,7 +10,8 @@ from ..result import Violation
 from .waits import static_order
 
 
-def unfinished_deliveries(schedule: ir.Schedule, deadline: Deadline = UNBOUNDED, order=None) -> list[Violation]:
+def unfinished_deliveries(schedule: ir.Schedule, deadline: Deadline = UNBOUNDED, order=None,
+                          reported: frozenset = frozenset()) -> list[Violation]:
     """Deliveries that some execution leaves in flight when every rank has finished its program:
     those not ordered before the end of any rank (no quiet or barrier_all after them on the issuer,
     and no rank whose progress depends on them). Decided on a static order, so the answer does
@@ -18,7 +19,9 @@ def unfinished_deliveries(schedule: ir.Schedule, deadline: Deadline = UNBOUNDED,
     would give, which makes this a warning, never an error. `order` has `happens_before(a, b)` on
     `semantics.order` events (the checker passes the reduction's `check.must.MustOrder`, whose
     vector clocks scale where this module's z3-ordered `static_order` does not); without it, the
-    static order is built here."""
+    static order is built here. Ops in `reported`, as (rank, index), are left out: the search
+    already reported them as `unfinished_output` errors (a delivery into an output that its
+    target's end does not wait for)."""
     if not any(op.kind in ir.DELIVERY_KINDS for p in schedule.programs for op in p.ops):
         return []
     if order is None:
@@ -28,6 +31,8 @@ def unfinished_deliveries(schedule: ir.Schedule, deadline: Deadline = UNBOUNDED,
     for program in schedule.programs:
         for index, op in enumerate(program.ops):
             delivery = delivery_event(program.rank, index)
+            if (program.rank, index) in reported:
+                continue
             if op.kind in ir.DELIVERY_KINDS and not any(order.happens_before(delivery, end) for end in ends):
                 refs.append(op_ref(schedule, (program.rank, index, None)))
     if not refs:
