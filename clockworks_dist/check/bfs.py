@@ -17,3 +17,6 @@ class BreadthFirst:
 
     def __len__(self) -> int:
         return len(self._queue)
+
+    def __iter__(self):
+        return iter(self._queue)

@@ -45,10 +45,10 @@ import heapq
 import time
 from typing import Callable
 
-from ..semantics.budget import Deadline
+from ..semantics.budget import RELEASE_S, Deadline
 from ..semantics.machine import MEM, Model, State, Work
 from ..semantics.rules import Sync
-from .explore import Outcome
+from .explore import Outcome, compact
 from .por import Reducer
 from .properties import Observer
 
@@ -73,6 +73,9 @@ class DepthFirst:
 
     def __len__(self) -> int:
         return len(self._stack)
+
+    def __iter__(self):
+        return iter(self._stack)
 
 
 def depth_first(model: Model, *, reduction: bool = True, max_states: int | None = None,
@@ -105,6 +108,7 @@ class _Search:
             self.senders[(rank, index)] = shared.setdefault(found, found)
         self.has_colls = bool(model.coll_members)
         self.ends: list[State] = []
+        self.pool: dict = {}  # the parts of the states kept (branch points, ends), one copy each
         self.first_path: list[tuple] | None = None
         self._clear(world)
 
@@ -361,7 +365,7 @@ class _Search:
     def _visit(self) -> None:
         """The properties of the current state: races among its new pairs, or its end."""
         if self.count == 0:
-            state = self.work.freeze()
+            state = compact(self.work.freeze(), self.pool)
             self.observer.terminal(state)
             self.ends.append(state)
             if self.first_path is None and self.model.done(state) and not state[4]:
@@ -420,6 +424,7 @@ class _Search:
         self._rebuild()
         stack: list[tuple[int, int, list]] = []  # branches pending: (journal mark, depth, actions left)
         visited: set[State] = set()
+        pool = self.pool
         states = transitions = 0
         stopped_by = None
         last_report = start
@@ -431,12 +436,12 @@ class _Search:
                 if snapshot in visited:
                     chosen = None  # explored from here already
                 else:
-                    visited.add(snapshot)
+                    visited.add(compact(snapshot, pool))
             if chosen is not None:
                 states += 1
                 self._visit()
                 self.fresh = {}
-                if self.deadline.expired():
+                if self.deadline.expired((len(visited) + len(self.ends)) * RELEASE_S):
                     stopped_by = "timeout"
                     break
                 if states & 255 == 0 and progress is not None:
@@ -472,7 +477,7 @@ class _Search:
         return Outcome(states=states, transitions=transitions, seconds=time.perf_counter() - start,
                        complete=stopped_by is None, stopped_by=stopped_by, observer=self.observer,
                        terminals=self.ends, first_path=self.first_path,
-                       order=self.reducer._order if self.reducer is not None else None)
+                       order=self.reducer._order if self.reducer is not None else None, stored=len(visited))
 
 
 def _execution_length(model: Model) -> int:

@@ -35,8 +35,10 @@ class Deadline:
         """Seconds left (never negative), or None when unbounded."""
         return None if self.end is None else max(0.0, self.end - time.monotonic())
 
-    def expired(self) -> bool:
-        return self.end is not None and time.monotonic() > self.end
+    def expired(self, reserve: float = 0.0) -> bool:
+        """Whether the bound has passed, or will within `reserve` seconds (time kept back for work
+        that cannot look at the bound, such as freeing a search's stored states)."""
+        return self.end is not None and time.monotonic() + reserve > self.end
 
     def check(self, phase: str) -> None:
         """Raise `OutOfTime(phase)` once the bound has passed."""
@@ -45,6 +47,10 @@ class Deadline:
 
 
 UNBOUNDED = Deadline(None)
+# The time a search keeps back per stored state, to free its states before the deadline: freeing took
+# 0.27 us (dfs) to 0.5 us (bfs) a stored state (scripts/results/bench_checker_memory.md); twice that
+# and more for slower machines.
+RELEASE_S = 1e-6
 
 
 @contextlib.contextmanager
