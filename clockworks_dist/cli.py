@@ -24,6 +24,8 @@ import math
 import os
 import re
 import sys
+import sysconfig
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -417,17 +419,62 @@ def _left(args: argparse.Namespace, spent: float) -> float | None:
     return None if args.timeout is None else args.timeout - spent
 
 
-def _bound(args: argparse.Namespace, seconds: float | None, what: str):
-    """A time bound for `what` ("loading ring.py"); if the code defeats it, the process ends (exit 3)."""
-    def stuck() -> None:
-        line = guard.main_thread_line(_HERE)
-        message = (f"{line + ': ' if line else ''}{what} did not finish within {args.timeout:g} s (--timeout), "
-                   "and the code running does not let itself be stopped (it catches the timeout, or it is "
-                   "stuck in C code)")
-        out = json.dumps({"verdict": "incomplete", "error": {"type": "TimeUp", "message": message}}) + "\n"
-        guard.end_process(EXIT_INCOMPLETE, f"clockworks: error: {message}\n", out if args.json else None)
+# Code that is neither ours nor the user's: the standard library and the installed packages.
+_NOT_USERS = tuple(os.path.abspath(p) + os.sep for p in {sysconfig.get_paths()[key] for key in
+                                                          ("stdlib", "platstdlib", "purelib", "platlib")})
 
-    return guard.time_bound(seconds, on_stuck=stuck, grace=STUCK_S)
+
+def _user_line() -> str | None:
+    """file:line of the user's code the main thread runs now (from another thread): the innermost
+    frame under this module's (the bounded block runs there) that is neither clockworks, nor the
+    standard library (contextlib.py is not to blame), nor an installed package; None when none is."""
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    here = os.path.abspath(__file__)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if path == here:
+            return None
+        if not path.startswith(_HERE) and not path.startswith(_NOT_USERS) and not path.startswith("<"):
+            return f"{os.path.basename(path)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+@contextlib.contextmanager
+def _bound(args: argparse.Namespace, seconds: float | None, what: str,
+           report: Callable[[], tuple[int, str] | None] | None = None):
+    """A time bound for `what` ("loading ring.py"); if the code defeats it, the process ends: with
+    what `report()` gives (exit code, stdout), the result found so far, else exit 3. The process
+    ends from another thread while the main thread is stuck; once the block is over, it does not
+    (the main thread prints the output then: one document on stdout, never two)."""
+    lock = threading.Lock()
+    over = False
+
+    def stuck() -> None:
+        with lock:  # held until the process ends: the main thread cannot finish the block meanwhile
+            if over:
+                return
+            line = _user_line()
+            if line is None:  # our own code: the checker has its deadline, and freeing what it stored ran over
+                message = (f"{what} did not finish within {args.timeout:g} s (--timeout) and could not be "
+                           f"stopped {STUCK_S:g} s later")
+            else:
+                message = (f"{line}: {what} did not finish within {args.timeout:g} s (--timeout), and the code "
+                           "running does not let itself be stopped (it catches the timeout, or it is stuck in C code)")
+            reported = report() if report is not None else None
+            if reported is not None:
+                code, text = reported
+                guard.end_process(code, f"clockworks: warning: {message}; its result so far:\n", text)
+                return
+            out = json.dumps({"verdict": "incomplete", "error": {"type": "TimeUp", "message": message}}) + "\n"
+            guard.end_process(EXIT_INCOMPLETE, f"clockworks: error: {message}\n", out if args.json else None)
+
+    try:
+        with guard.time_bound(seconds, on_stuck=stuck, grace=STUCK_S):
+            yield
+    finally:
+        with lock:
+            over = True
 
 
 def _too_late(exc: guard.TimeUp, what: str, args: argparse.Namespace) -> CheckIncomplete:
@@ -496,7 +543,7 @@ def _exit_code(verdicts: Sequence[str]) -> int:
 
 def cmd_check(args: argparse.Namespace, out: Output) -> int:
     """Trace each (schedule, world size), check it, print the results."""
-    from .report.text import overall_verdict, render_result, render_summary
+    from .report.text import render_result, render_summary
 
     defs, spent = _load(args)
     jobs = [(defn, world) for defn in defs for world in (args.ranks or defn.ranks or DEFAULT_WORLDS)]
@@ -509,13 +556,26 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
         timeout = None if left is None else max(left, MIN_CHECK_S)
         progress = Progress(f"checking {sched.name}, {sched.world} ranks", enabled=not args.json)
         check_started = time.monotonic()
+        found: list = []  # the check's result so far (`check`'s `found`): kept, however it is stopped
+
+        def report(found=found, i=i) -> tuple[int, str] | None:
+            """What to print if the check cannot be stopped: what it found, with what came before."""
+            if not found:
+                return None
+            done = results + found[-1:]
+            text = _results_document(args, done) if args.json else \
+                "\n".join([render_result(found[-1], timing=True)] + ([render_summary(done)] if len(done) > 1 else []))
+            return _exit_code(_verdicts(done)), text + "\n"
+
         try:
             with _bound(args, None if timeout is None else timeout + CHECK_BACKSTOP_S,
-                        f"checking {sched.name} at {sched.world} ranks"):
+                        f"checking {sched.name} at {sched.world} ranks", report):
                 result = check(sched, strategy=args.strategy, max_states=args.max_states, timeout=timeout,
-                               reduction=args.reduction, progress=progress)
+                               reduction=args.reduction, progress=progress, found=found)
         except guard.TimeUp as exc:
-            result = _overran(sched, args, exc, time.monotonic() - check_started)
+            # The bound passed after the search: report what the check found (the result itself, or
+            # what the phases it reached had found), not an empty "incomplete".
+            result = found[-1] if found else _overran(sched, args, exc, time.monotonic() - check_started)
         finally:
             progress.stop()
         results.append(result)
@@ -523,16 +583,25 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
             if i:
                 out.text("")
             out.text(render_result(result, timing=True))
-    verdicts = [r.verdict if r.complete or r.verdict == "violated" else "incomplete" for r in results]
     if args.json:
-        if len(results) == 1:
-            out.json(results[0].to_json())
-        else:
-            out.json({"verdict": overall_verdict(results), "results": [r.to_json() for r in results]})
+        out.write(_results_document(args, results) + "\n")
     elif len(results) > 1:
         out.text("")
         out.text(render_summary(results))
-    return _exit_code(verdicts)
+    return _exit_code(_verdicts(results))
+
+
+def _verdicts(results: list) -> list[str]:
+    return [r.verdict if r.complete or r.verdict == "violated" else "incomplete" for r in results]
+
+
+def _results_document(args: argparse.Namespace, results: list) -> str:
+    """The one JSON document of `check --json`: one result, or every result and the overall verdict."""
+    from .report.text import overall_verdict
+
+    if len(results) == 1:
+        return json.dumps(results[0].to_json(), indent=2)
+    return json.dumps({"verdict": overall_verdict(results), "results": [r.to_json() for r in results]}, indent=2)
 
 
 def _overran(sched: ir.Schedule, args: argparse.Namespace, exc: guard.TimeUp, seconds: float):

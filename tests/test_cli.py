@@ -155,7 +155,7 @@ def fake_checker(verdict_of):
     """A checker returning `verdict_of(world)` ("verified", "violated", "incomplete") and recording calls."""
     calls = []
 
-    def check(sched, *, strategy, max_states, timeout, reduction, progress):
+    def check(sched, *, strategy, max_states, timeout, reduction, progress, found=None):
         calls.append(dict(world=sched.world, strategy=strategy, max_states=max_states, timeout=timeout,
                           reduction=reduction))
         progress(10, 20, 2.0)  # stderr is not a terminal: must print nothing

@@ -36,7 +36,8 @@ _ORDER = {"collective_mismatch": 0, "send_recv_mismatch": 1, "symbolic_size": 2,
 
 def check(schedule: ir.Schedule, *, strategy: str = "dfs", max_states: int | None = 1_000_000,
           timeout: float | None = 60.0, reduction: bool = True,
-          progress: Callable[..., None] | None = None, symbolic: bool = True) -> CheckResult:
+          progress: Callable[..., None] | None = None, symbolic: bool = True,
+          found: list[CheckResult] | None = None) -> CheckResult:
     """Model-check a traced schedule; see the module docstring for the pipeline.
 
     `progress(states, transitions, seconds, depth=None, length=None)` is called now and then
@@ -45,17 +46,29 @@ def check(schedule: ir.Schedule, *, strategy: str = "dfs", max_states: int | Non
 
     `timeout` bounds the whole check, every phase included: a phase that runs out of time makes
     the result incomplete (`stopped_by="timeout"`, `stopped_in` naming the phase), never
-    verified; errors found before that still make it violated."""
+    verified; errors found before that still make it violated. The deadline stops the search, and
+    the search leaves time to free the states it stored (`RELEASE_S` each): `check` returns within
+    about 0.1 s of `timeout` (scripts/results/bench_checker_memory.md).
+
+    `found`, for a caller that may have to stop the check from outside (the CLI's backstop): after the
+    search, and before each later phase, the check appends the result it would return if its time ran
+    out there, and the final result as soon as it is known, before the search's states are freed; so
+    what the search found is never lost, whenever the check is stopped."""
     with cycle_collector_paused():
-        return _check(schedule, strategy, max_states, timeout, reduction, progress, symbolic)
+        return _check(schedule, strategy, max_states, timeout, reduction, progress, symbolic,
+                      found if found is not None else [])
 
 
 def _check(schedule: ir.Schedule, strategy: str, max_states: int | None, timeout: float | None, reduction: bool,
-           progress: Callable[..., None] | None, symbolic: bool) -> CheckResult:
+           progress: Callable[..., None] | None, symbolic: bool, found: list[CheckResult]) -> CheckResult:
     started = time.perf_counter()
     deadline = Deadline(timeout)
     violations: list[Violation] = []
     outcome = None
+
+    def interim(phase: str) -> None:
+        found.append(_out_of_time(schedule, violations, outcome, phase, started, strategy, reduction))
+
     try:
         matches, problems = match(schedule, deadline)
         if problems:
@@ -67,15 +80,18 @@ def _check(schedule: ir.Schedule, strategy: str, max_states: int | None, timeout
                           deadline=deadline)
         violations += outcome.observer.violations()
         if symbolic and schedule.symbols or symbolic and _has_waits(schedule):
+            interim("the symbolic checks")
             violations += _symbolic(schedule, model, outcome, deadline)
         if any(d.completes is None for d in model.deliveries.values()):  # one-sided ops, not landings
+            interim("the check of unfinished deliveries")
             from .symbolic import unfinished_deliveries
 
             order = outcome.order if outcome.order is not None else MustOrder(model, deadline)
             reported = frozenset((o.rank, o.index) for v in violations if v.kind == "unfinished_output" for o in v.ops)
             violations += unfinished_deliveries(schedule, deadline, order, reported)
     except OutOfTime as exc:
-        return _out_of_time(schedule, violations, outcome, exc.phase, started, strategy, reduction)
+        found.append(_out_of_time(schedule, violations, outcome, exc.phase, started, strategy, reduction))
+        return found[-1]
     errors = [v for v in violations if v.severity == "error"]
     if errors:
         verdict = "violated"
@@ -83,18 +99,19 @@ def _check(schedule: ir.Schedule, strategy: str, max_states: int | None, timeout
         verdict = "incomplete"
     else:
         verdict = "verified"
-    return CheckResult(
+    found.append(CheckResult(
         schedule=schedule, verdict=verdict, violations=_sorted(violations), states=outcome.states,
         transitions=outcome.transitions, seconds=time.perf_counter() - started, complete=outcome.complete,
         stopped_by=outcome.stopped_by, strategy=strategy, reduction=reduction,
         terminal_states=outcome.observer.terminals,
-        stopped_in="the state search" if outcome.stopped_by else None)
+        stopped_in="the state search" if outcome.stopped_by else None))
+    return found[-1]  # the search's states are freed as this frame ends, after `found` has the result
 
 
 def _out_of_time(schedule, violations, outcome, phase: str, started: float, strategy: str,
                  reduction: bool) -> CheckResult:
     """The result of a check whose deadline passed in `phase`: violated if an error was already
-    found, else incomplete."""
+    found, else incomplete; the search's states, transitions and violations as it found them."""
     if outcome is not None and outcome.stopped_by == "timeout":
         phase = "the state search"
     errors = [v for v in violations if v.severity == "error"]
