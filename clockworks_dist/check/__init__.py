@@ -145,7 +145,10 @@ def _symbolic(schedule: ir.Schedule, model: Model, outcome, deadline: Deadline) 
     hb = _LazyOrder(model, outcome.first_path, deadline) if outcome.first_path is not None else None
     found = []
     if schedule.symbols:
-        found += symbolic.check_sizes(schedule, hb.unordered if hb else None, beyond_traced=outcome.complete,
+        # Accesses that overlap at the traced sizes are the search's: it reports each race there once,
+        # as a data race, or, stopped by a bound before it got there, leaves the result incomplete (a
+        # size error for it would report the race twice, or claim every size from an unfinished search).
+        found += symbolic.check_sizes(schedule, hb.unordered if hb else None, beyond_traced=True,
                                       deadline=deadline, matches=model.matches)
     if _has_waits(schedule):
         found += symbolic.check_waits(schedule, hb.ordered if hb else None, deadline)

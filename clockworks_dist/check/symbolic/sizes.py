@@ -84,9 +84,10 @@ def check_sizes(schedule: ir.Schedule, unordered: Unordered | None = None, *,
     the static happens-before order of `semantics.order` decides, its waits ordered by value
     (`waits.static_order`).
     Pairs whose four bounds are all constant are left to the concrete checker, and with
-    `beyond_traced` (set by `check` after a complete explicit search of the traced instance) so are
-    pairs that overlap at the traced sizes: that search reports them as data races when they really
-    can be concurrent, so a bug gets one report, whatever the search order."""
+    `beyond_traced` (set by `check`, which searches the traced instance) so are pairs that overlap at
+    the traced sizes: that search reports them as data races when they really can be concurrent, so a
+    bug gets one report, whatever the search order and whatever bound stopped it (a search stopped
+    early makes the result incomplete instead: what it did not reach is not verified)."""
     solver = Solver(z3_module(), schedule.symbols, deadline)
     obligations: dict[tuple, _Obligation] = {}
 
