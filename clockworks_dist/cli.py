@@ -464,6 +464,8 @@ def _bound(args: argparse.Namespace, seconds: float | None, what: str,
             reported = report() if report is not None else None
             if reported is not None:
                 code, text = reported
+                with contextlib.suppress(Exception):  # the results printed before this one, still buffered
+                    sys.stdout.flush()
                 guard.end_process(code, f"clockworks: warning: {message}; its result so far:\n", text)
                 return
             out = json.dumps({"verdict": "incomplete", "error": {"type": "TimeUp", "message": message}}) + "\n"
