@@ -160,6 +160,8 @@ def bad_json(ch: Chooser) -> tuple[bytes, str]:
 
 def _out_value(ch: Chooser, files: dict, dirs: list, mutation: dict) -> tuple[str, str]:
     value, verdict, make = ch.choice(BAD_OUTS)
+    if value == "ring_allreduce.py":  # the schedule file itself
+        files[value] = _ring()
     if make == "file":
         files[value] = b"keep me\n"
     elif make == "dir":
@@ -360,7 +362,7 @@ def gen_prod_tune(ch: Chooser, kind: str, timeout: float) -> Case:
         width = ch.choice([10, 100, 1000])
         decl = "\n".join(f'P{i} = cw.param("P{i}", list(range({width})))' for i in range(params))
         verdict, blame = (R, ("--max-variants",)) if width ** params > 256 else (A, None)
-        mutation.update(variants=width ** params, absent=["t"])
+        mutation.update(variants=width ** params, absent=["t"] if verdict == R else [])
     elif kind == "huge_values":
         decl = f'P = cw.param("P", range({ch.choice(["10**12", "10**6", "2000"])}))'
         verdict, blame = R, ("fam.py",)
@@ -577,10 +579,11 @@ def run_production_case(case: Case, case_timeout: float | None = None, keep: str
     outcome, problems = base.classify(case, code, stdout, stderr, case_timeout)
     if sent is not None and code == 128 + sent:
         problems = [p for p in problems if p[0] not in ("wrong_exit", "bad_json")]
-    elif sent is not None and code == -sent:
-        # the signal came before the command set its handlers (while Python started): the default
-        # action ended it before it had started anything; what it left is checked below
-        problems = [p for p in problems if p[0] != "wrong_exit"]
+    elif sent is not None and code == -sent and sent != signal.SIGINT:
+        # SIGTERM/SIGHUP before the command set its handlers (while Python starts): the default
+        # action ended it, silently, before it had started anything; what it left is checked below.
+        # (SIGINT then is Python's KeyboardInterrupt, with its traceback: that stays reported.)
+        problems = [p for p in problems if p[0] not in ("wrong_exit", "bad_json")]
     problems += extra
     outcome = min((p[0] for p in problems), key=PRECEDENCE.index, default="clean")
     return base.Result(case, outcome, problems, code, seconds, stdout, stderr)
