@@ -2,8 +2,8 @@
 """Fuzz families for the commands that start processes and write folders: run, codegen, build,
 validate, tune, and --param (issue 28, part 5). The generators follow scripts/fuzz_cli.py's
 conventions (a `Case` is a pure function of (family, seed), every choice through a `Chooser`), and
-fuzz_cli.py registers them, so `python scripts/fuzz_cli.py --family prod_run ...` runs them with the
-old checks.
+fuzz_cli.py registers them for `generate` and `make_case` (not in its FAMILIES: its default plan and
+its 30 s bound per case stay as they were; builds take longer).
 
 This script runs them with the checks these commands need as well (`run_production_case`):
   injection        a file named PWNED* appeared (a path with shell syntax reached a shell)
