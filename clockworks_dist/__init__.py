@@ -27,3 +27,29 @@ __all__ = [
     "expected_values", "happens_before", "ir",
     "load_file", "param", "predict", "reduce", "reduce_scatter", "schedule", "size",
 ]
+
+
+class _Api(__import__("types").ModuleType):
+    """The `cw` module, whose public names cannot be rebound or deleted: a schedule file that
+    monkeypatches `cw.allreduce` or `cw.schedule` would check something other than what it says."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in __all__ and not isinstance(value, __import__("types").ModuleType):
+            _refuse_patch(name, "set")
+        super().__setattr__(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name in __all__:
+            _refuse_patch(name, "delete")
+        super().__delattr__(name)
+
+
+def _refuse_patch(name: str, what: str):
+    from .dsl.trace import user_loc
+
+    loc = user_loc()
+    raise ScheduleError(f"cannot {what} cw.{name}: the clockworks API is read-only", file=loc.file, line=loc.line,
+                        hint="define your own helper under another name instead of patching clockworks")
+
+
+__import__("sys").modules[__name__].__class__ = _Api

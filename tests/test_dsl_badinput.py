@@ -708,3 +708,73 @@ def test_signal_arrays_are_bounded():
     def largest(r):
         r.signal("flags", MAX_SIGNAL_WORDS)
     assert cw.schedule(largest).trace(1).programs[0].signals[0].count == MAX_SIGNAL_WORDS
+
+
+# ------------------------------------------ schedule functions that are not plain functions (issue 28)
+_HEAD = "import functools\nimport clockworks_dist as cw\n\n"
+_PLAIN = '    x = r.buffer("x", count=2 * r.world, role="inout")\n    r.all_reduce(x)\n'
+
+
+@pytest.mark.parametrize("source, line, fragment", [
+    ('@cw.schedule(expect=cw.allreduce("x"), ranks=(2,))\nasync def f(r):\n' + _PLAIN, 4, "async def"),
+    ('@cw.schedule(expect=cw.allreduce("x"), ranks=(2,))\ndef f(r):\n' + _PLAIN + "    yield\n", 4, "generator"),
+    ('@cw.schedule(expect=cw.allreduce("x"), ranks=(2,))\nasync def f(r):\n' + _PLAIN + "    yield\n", 4,
+     "async generator"),
+    ('def g(r):\n' + _PLAIN + '    yield\n\n@cw.schedule(expect=cw.allreduce("x"), ranks=(2,))\ndef f(r):\n'
+     '    return g(r)\n', 9, "returned a generator"),
+    ('class F:\n    def __call__(self, r):\n        pass\nf = cw.schedule(expect=cw.allreduce("x"), ranks=(2,))(F())\n',
+     7, "decorates a function"),
+    ('def g(r, k):\n    pass\nf = cw.schedule(expect=cw.allreduce("x"), ranks=(2,))(functools.partial(g, k=2))\n',
+     6, "decorates a function"),
+    ('def g(r):\n    pass\nf = cw.schedule(expect=cw.allreduce("x"), ranks=(2,))(staticmethod(g))\n',
+     6, "decorates a function"),
+])
+def test_a_schedule_that_is_not_a_plain_function_is_refused_at_its_line(tmp_path, capsys, source, line, fragment):
+    path = write(tmp_path, _HEAD + source)
+    for command in ("check", "show"):
+        assert cli.main([command, path, "--ranks", "2"]) == 2
+        err = capsys.readouterr().err
+        assert f"user.py:{line}:" in err and fragment in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("statement", [
+    "r.world = 3", "r.rank = 5", "r.rank = (r.rank + 1) % r.world", "r.put = None", "r.all_reduce = r.barrier",
+    "r.nodes = 7", "r._st = None", "del r.put", "del r.world", "setattr(r, 'world', 3)", "r.__class__ = object",
+    "type(r).all_reduce = type(r).barrier", "cw.Rank.all_reduce = cw.Rank.barrier", "cw.allreduce = None",
+    "del cw.size", "setattr(cw, 'schedule', None)",
+])
+def test_the_rank_handle_and_the_api_are_read_only(tmp_path, capsys, statement):
+    """Rebinding the handle or patching cw traced something else and was called verified or violated
+    (r.rank = 5 was an internal error)."""
+    path = write(tmp_path, _HEAD + '@cw.schedule(expect=cw.allreduce("x"), ranks=(2,))\ndef f(r):\n'
+                 f"    {statement}\n" + _PLAIN)
+    assert cli.main(["check", path]) == 2
+    err = capsys.readouterr().err
+    assert "user.py:6:" in err and "read-only" in err and "Traceback" not in err, err
+
+
+def test_a_lambda_is_still_a_schedule(tmp_path, capsys):
+    path = write(tmp_path, _HEAD + 'f = cw.schedule(expect=cw.allreduce("x"), ranks=(2,))(lambda r: '
+                 'r.all_reduce(r.buffer("x", count=4, role="inout")))\n')
+    assert cli.main(["check", path]) == 0, capsys.readouterr().err
+
+
+def test_the_package_still_imports_its_own_submodules():
+    import importlib
+
+    assert importlib.import_module("clockworks_dist.cli_perf").cmd_predict
+    assert cw.check is importlib.import_module("clockworks_dist.check").check
+
+
+@pytest.mark.parametrize("content, fragment", [
+    (b"\x7fELF\x02\x01\x01\x00binary", "user.py"), (b"name: x\nranks: [1, 2]\n", "user.py:1"),
+    (b'{"a": 1}', "user.py"), (b"", "user.py"), (b"x = 1\n\n\n  y = 2\n", "user.py:4"),
+    (b"import clockworks_dist as cw\n\n\ndef f(r):\n    x = (\n", "user.py:5"), (b"x = '\xff'\n", "user.py:1"),
+])
+def test_a_file_that_is_not_python_source_is_bad_input_naming_file_and_line(tmp_path, capsys, content, fragment):
+    path = tmp_path / "user.py"
+    path.write_bytes(content)
+    for command in (["check"], ["show"], ["predict", "-t", "h200x2-nv18"]):
+        assert cli.main([command[0], str(path), *command[1:]]) == 2
+        err = capsys.readouterr().err
+        assert fragment in err and "Traceback" not in err, err

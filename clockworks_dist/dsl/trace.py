@@ -318,7 +318,21 @@ def _one_of(value, choices: tuple, what: str, op: str | None, rank: "Rank") -> s
     return value
 
 
-class Rank:
+class _ReadOnlyClass(type):
+    """`cw.Rank.all_reduce = ...` would change what every schedule traces: refused."""
+
+    def __setattr__(cls, name: str, value) -> None:
+        loc = user_loc()
+        raise ScheduleError(f"cannot set Rank.{name}: the rank handle's class is read-only", file=loc.file,
+                            line=loc.line, hint="define your own helper function instead of patching clockworks")
+
+    def __delattr__(cls, name: str) -> None:
+        loc = user_loc()
+        raise ScheduleError(f"cannot delete Rank.{name}: the rank handle's class is read-only", file=loc.file,
+                            line=loc.line, hint="define your own helper function instead of patching clockworks")
+
+
+class Rank(metaclass=_ReadOnlyClass):
     """The handle a schedule function receives: one rank of the world.
 
     Attributes: `rank`, `world`, `ranks_per_node`, `node`, `local_rank`, `nodes`.
@@ -336,6 +350,18 @@ class Rank:
 
     def __repr__(self) -> str:
         return f"<Rank {self.rank} of {self.world}>"
+
+    def __setattr__(self, name: str, value) -> None:
+        # The handle is read-only once built: `r.world = 3`, `r.rank = 5` or `r.put = ...` would
+        # trace a different schedule than the one checked, or a wrong verdict.
+        if "_st" in self.__dict__:
+            raise self._error(f"the rank handle is read-only: cannot set r.{name}",
+                              hint="keep your own values in local variables")
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        raise self._error(f"the rank handle is read-only: cannot delete r.{name}",
+                          hint="keep your own values in local variables")
 
     def __getattr__(self, name: str):
         # Only called for names the handle lacks: an unknown op, with a suggestion.
@@ -1036,7 +1062,14 @@ def _run_user(defn: ScheduleDef, handle: Rank) -> None:
     from . import guard
 
     try:
-        defn.fn(handle)
+        returned = defn.fn(handle)
+        if inspect.isawaitable(returned) or inspect.isgenerator(returned) or inspect.isasyncgen(returned):
+            # an async def or a generator (behind a wrapper): its body never ran, so it traced nothing
+            with contextlib.suppress(Exception):
+                returned.close()
+            raise ScheduleError(f"the schedule function returned a {type(returned).__name__}, so its body "
+                                "never ran and it traced nothing", file=defn.loc.file, line=defn.loc.line,
+                                rank=handle.rank, hint="write it as a plain `def f(r):` without yield or async")
     except BaseException as exc:  # noqa: BLE001 (the user's code raised or exited: point at its own line)
         if isinstance(exc, ScheduleError) and not guard.raised_by_user(exc, _PACKAGE_DIR):
             raise  # the DSL's own error, already at the user's line
@@ -1194,6 +1227,11 @@ def schedule(fn: Callable | None = None, *, expect=None, name: str | None = None
             raise _decl_error(loc, f"@cw.schedule decorates a function of the rank handle, got "
                                    f"{type(f).__name__} {f!r}", "def f(r): ...")
         floc = ir.SourceLoc(file=os.path.basename(code.co_filename), line=code.co_firstlineno)
+        if inspect.iscoroutinefunction(f) or inspect.isgeneratorfunction(f) or inspect.isasyncgenfunction(f):
+            kind = ("an async generator" if inspect.isasyncgenfunction(f) else
+                    "an async def" if inspect.iscoroutinefunction(f) else "a generator (it uses yield)")
+            raise _decl_error(floc, f"the schedule function {f.__name__} is {kind}: calling it runs none of its "
+                                    "body, so it would trace nothing", "write it as a plain `def f(r):`")
         try:
             inspect.signature(f).bind(None)
         except TypeError:
