@@ -71,11 +71,26 @@ def _file_hint(text: str) -> str:
     return " (write FILE before the options: clockworks check FILE --ranks 2 4)" if text.endswith(".py") else ""
 
 
+# A whole number as the options take it: ASCII decimal digits, an optional leading +, spaces around
+# and _ between digits as Python writes them (1_000). Exponents (1e3), hex (0x10), other scripts' digits,
+# nan and inf are refused, naming the option.
+_INTEGER = re.compile(r"^\s*([+-]?[0-9](?:_?[0-9])*)\s*$", re.ASCII)
+
+
+def _integer(text: str) -> int:
+    match = _INTEGER.match(text)
+    if not match:
+        raise ValueError(text)
+    return int(match.group(1))
+
+
 def _positive(text: str) -> int:
+    """A positive integer option: decimal digits (see _INTEGER); -0 and 0 are refused."""
     try:
-        value = int(text)
+        value = _integer(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}{_file_hint(text)}") from None
+        raise argparse.ArgumentTypeError(f"expected a positive integer in decimal digits, got {text!r}"
+                                         f"{_file_hint(text)}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
@@ -98,6 +113,8 @@ def _seconds(text: str) -> float | None:
     if text.strip().lower() in _UNBOUNDED:
         return None
     try:
+        if not text.isascii():  # float() reads other scripts' digits too: refused, as for integers
+            raise ValueError(text)
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds or 'none', got {text!r}") from None
@@ -112,10 +129,10 @@ def _states(text: str) -> int | None:
     if text.strip().lower() in _UNBOUNDED:
         return None
     try:
-        value = int(text)
+        value = _integer(text)
     except ValueError:
         try:
-            number = float(text)
+            number = float(text) if text.isascii() else math.nan
         except ValueError:
             number = math.nan
         if math.isinf(number) and number > 0:

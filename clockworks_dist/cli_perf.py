@@ -17,7 +17,27 @@ PREDICT_TIMEOUT_S = 600.0
 STUCK_S = 5.0
 
 
+# The largest world and cluster `predict` simulates: a simulation of 512 GPUs already takes minutes
+# here, so past these bounds a typo (--scale-nodes 100000) is a clear error (exit 2), not a run that
+# only --timeout ends.
+MAX_PREDICT_WORLD = 4_096
+MAX_PREDICT_NODES = 512
+
+
+def _at_most(positive, bound: int, what: str):
+    def parse(text: str) -> int:
+        value = positive(text)
+        if value > bound:
+            raise argparse.ArgumentTypeError(f"{value:,} {what} is more than predict simulates (at most {bound:,})")
+        return value
+
+    parse.__name__ = positive.__name__  # argparse names the type in its messages
+    return parse
+
+
 def add_parsers(sub, positive, size_arg, seconds) -> None:
+    world = _at_most(positive, MAX_PREDICT_WORLD, "ranks")
+    nodes = _at_most(positive, MAX_PREDICT_NODES, "nodes")
     predict = sub.add_parser("predict", help="predict a schedule's runtime on a topology",
                              description="Simulate the schedule on a topology: time, algbw/busbw, the critical "
                                          "path, the busiest links, a size sweep and a scaling sweep.")
@@ -26,8 +46,10 @@ def add_parsers(sub, positive, size_arg, seconds) -> None:
                          help="a shipped name (e.g. h200x2-nv18, dgx-h100): its calibrated file "
                               "(measured/NAME.yaml) when one ships, else its uncalibrated one, with a warning; "
                               "or a topology file, loaded as it is (NAME.yaml: the shipped uncalibrated file)")
-    predict.add_argument("--ranks", metavar="N", type=positive, help="world size (default: the topology's GPUs)")
-    predict.add_argument("--nodes", metavar="N", type=positive, help="nodes, for a cluster template")
+    predict.add_argument("--ranks", metavar="N", type=world,
+                         help=f"world size (default: the topology's GPUs; at most {MAX_PREDICT_WORLD:,})")
+    predict.add_argument("--nodes", metavar="N", type=nodes,
+                         help=f"nodes, for a cluster template (at most {MAX_PREDICT_NODES})")
     predict.add_argument("--schedule", metavar="NAME", help="the schedule NAME of FILE (default: the first)")
     predict.add_argument("--sizes", metavar="RANGE",
                          help="message sizes per rank: 1KiB..1GiB (powers of two; the default) or a list 4KiB,1MiB")
@@ -36,11 +58,11 @@ def add_parsers(sub, positive, size_arg, seconds) -> None:
                               "scales the main buffer predicts that one size (no --sizes then)")
     predict.add_argument("--mode", choices=("graph", "eager"), default="graph",
                          help="CUDA-graph launches (default) or eager launches from the host")
-    predict.add_argument("--scaling", metavar="N", type=positive, nargs="+",
-                         help="also predict at these world sizes, at the largest size")
-    predict.add_argument("--scale-nodes", metavar="N", type=positive, nargs="+",
+    predict.add_argument("--scaling", metavar="N", type=world, nargs="+",
+                         help=f"also predict at these world sizes, at the largest size (at most {MAX_PREDICT_WORLD:,})")
+    predict.add_argument("--scale-nodes", metavar="N", type=nodes, nargs="+",
                          help="with a cluster template: also predict on N nodes (all their GPUs), at the "
-                              "largest size")
+                              f"largest size (at most {MAX_PREDICT_NODES})")
     predict.add_argument("--timeout", metavar="S", type=seconds, default=PREDICT_TIMEOUT_S,
                          help="stop after S seconds (loading, tracing and simulating; exit 3), 0 or 'none' "
                               f"for no bound (default: {PREDICT_TIMEOUT_S:g})")

@@ -509,3 +509,47 @@ def test_a_timeout_that_lands_in_a_finalizer_is_neither_printed_nor_lost(capsys)
             time.sleep(0.01)  # the block itself ends before the alarm refires
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err and "Exception ignored" not in captured.err
+
+
+# ------------------------------------------------------------- numeric options at the edges (issue 28)
+@pytest.mark.parametrize("value", ["-0", "-0.0", "1e3", "1E-3", "0x10", "\u0662", "\uff12", "nan", "inf", "2.0",
+                                   "0b10", "1__0", "_2", "2_", ""])
+@pytest.mark.parametrize("command", [["check", RING, "--ranks"], ["show", RING, "--ranks"],
+                                     ["predict", RING, "-t", "dgx-h100-cluster", "--scale-nodes"],
+                                     ["predict", RING, "-t", "dgx-h100-cluster", "--nodes"],
+                                     ["predict", RING, "-t", "h200x2-nv18", "--scaling"],
+                                     ["topology", "show", "dgx-h100-cluster", "--nodes"]])
+def test_a_positive_integer_option_refuses_edge_values_naming_it(capsys, command, value):
+    assert cli.main([*command, value]) == 2
+    err = capsys.readouterr().err
+    assert command[-1] in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("value, world", [("+2", 2), (" 2 ", 2), ("\t2\n", 2), ("0_2", 2)])
+def test_a_positive_integer_option_accepts_plain_decimal_forms(value, world):
+    assert cli._positive(value) == world
+
+
+@pytest.mark.parametrize("value, seconds", [("-0", None), ("-0.0", None), ("1e3", 1000.0), ("1E-3", 0.001),
+                                            ("+5", 5.0), ("1_000", 1000.0), (" 5 ", 5.0), ("inf", None),
+                                            ("1e400", None)])
+def test_timeout_edge_values_have_a_meaning(value, seconds):
+    assert cli._seconds(value) == seconds
+
+
+@pytest.mark.parametrize("value", ["0x10", "\u0665", "nan", "-nan", "-inf", "-1e-300", "5s", ""])
+def test_timeout_edge_values_refused(capsys, value):
+    assert cli.main(["check", RING, "--timeout", value]) == 2
+    assert "--timeout" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value, states", [("-0", None), ("1e3", 1000), ("+5", 5), ("1_000", 1000), (" 5 ", 5),
+                                           ("inf", None)])
+def test_max_states_edge_values_have_a_meaning(value, states):
+    assert cli._states(value) == states
+
+
+@pytest.mark.parametrize("value", ["1E-3", "0x10", "\u0665", "nan", "-inf", "2.5"])
+def test_max_states_edge_values_refused(capsys, value):
+    assert cli.main(["check", RING, "--max-states", value]) == 2
+    assert "--max-states" in capsys.readouterr().err

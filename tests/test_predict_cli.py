@@ -210,3 +210,44 @@ def test_python_predict_matches_the_command_line(capsys):
         cw.predict(defn, "h200x2-nv18", ranks=2, sizes=[0])
     with pytest.raises(ClockworksError, match="predict takes a schedule"):
         cw.predict(RING, "h200x2-nv18")
+
+
+_DEGENERATE = "import clockworks_dist as cw\nCHUNK = cw.size('CHUNK', 2)\n\n\n@cw.schedule(ranks=({world},))\ndef f(r):\n{body}\n"
+
+
+@pytest.mark.parametrize("body", ["    r.barrier()", "    pass",
+                                  "    if r.rank == 1:\n        x = r.buffer('x', count=2 * CHUNK, role='inout')"])
+@pytest.mark.parametrize("world", [1, 2])
+def test_predict_a_schedule_without_buffers_is_bad_input(tmp_path, capsys, body, world):
+    """No buffer (on rank 0, or anywhere) was an internal error (max() of nothing)."""
+    path = tmp_path / "degenerate.py"
+    path.write_text(_DEGENERATE.format(world=world, body=body))
+    code = cli.main(["predict", str(path), "-t", "h200x2-nv18", "--ranks", str(world), "--sizes", "1KiB"])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "internal error" not in err, err
+    if "buffer" not in body or world == 1:
+        assert code == 2 and "degenerate.py:5" in err and "no buffer" in err, err
+    else:  # rank 1 declares it: the message size is rank 1's buffer
+        assert code == 0, err
+
+
+@pytest.mark.parametrize("body", ["    x = r.buffer('x', count=2 * CHUNK, role='inout')",
+                                  "    x = r.buffer('x', count=2 * CHUNK, role='inout')\n    if r.rank == 0:\n"
+                                  "        r.fill(x, 1.0)"])
+def test_predict_empty_programs_and_a_world_of_one(tmp_path, capsys, body):
+    path = tmp_path / "degenerate.py"
+    for world in (1, 2):
+        path.write_text(_DEGENERATE.format(world=world, body=body))
+        assert cli.main(["predict", str(path), "-t", "h200x2-nv18", "--ranks", str(world), "--sizes", "1KiB"]) == 0
+        assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option, value", [("--scale-nodes", "100000"), ("--scale-nodes", "513"),
+                                           ("--nodes", "1000"), ("--ranks", "100000"), ("--scaling", "4097"),
+                                           ("--scale-nodes", str(2**63))])
+def test_predict_sizes_past_the_stated_bound_are_refused(capsys, option, value):
+    """--scale-nodes 5000 simulated for as long as --timeout let it (a 600 s default)."""
+    args = ["predict", RING, "-t", "dgx-h100-cluster", "--ranks", "16", "--sizes", "1KiB", option, value]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert option in err and "at most" in err, err

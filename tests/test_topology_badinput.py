@@ -346,7 +346,8 @@ def test_hostile_sizes(capsys, sizes, fragment):
     (["--ranks", "-3"], "expected a positive integer"),
     (["--ranks", "nan"], "expected a positive integer"),
     (["--ranks", "1e9"], "expected a positive integer"),
-    (["--ranks", "99999999999"], "99999999999 ranks but h200x2-nv18 has 2 GPUs"),
+    (["--ranks", "99999999999"], "argument --ranks: 99,999,999,999 ranks is more than predict simulates (at most 4,096)"),
+    (["--ranks", "64"], "64 ranks but h200x2-nv18 has 2 GPUs"),
     (["--ranks", "2", "--scaling", "4"], "--scaling 4: 4 ranks but h200x2-nv18 has 2 GPUs"),
     (["--ranks", "2", "--scaling", "0"], "expected a positive integer"),
     (["--ranks", "2", "--nodes", "2"], "fixed 1-node topology; --nodes 2 needs a cluster template"),
@@ -363,8 +364,11 @@ def test_hostile_predict_options(capsys, no_simulation, argv, fragment):
 
 @pytest.mark.parametrize("option", ["--nodes", "--scale-nodes"])
 def test_hostile_node_counts_on_a_cluster(capsys, no_simulation, option):
+    """predict simulates at most 512 nodes (cli_perf.MAX_PREDICT_NODES); topology show loads up to what fits."""
     code, text = clockworks(capsys, "predict", RING, "-t", "dgx-h100-cluster", "--ranks", "2", option, "100000",
                             seconds=10)
+    assert_bad_input(code, text, f"argument {option}: 100,000 nodes is more than predict simulates (at most 512)")
+    code, text = clockworks(capsys, "topology", "show", "dgx-h100-cluster", "--nodes", "100000", seconds=10)
     assert_bad_input(code, text, "dgx-h100-cluster.yaml: 100,000 nodes of dgx-h100", "use at most 5,194 nodes")
 
 
@@ -458,3 +462,15 @@ def test_mutated_shipped_files_load_or_fail_cleanly(tmp_path, name):
                 assert str(path) in str(exc)
             except ClockworksError:
                 pass
+
+
+@pytest.mark.parametrize("value", ["[1, 2]", "{a: 1}", "[]", "{}"])
+def test_a_device_kind_of_the_wrong_type_is_bad_input(tmp_path, capsys, value):
+    """A list or mapping as a device's kind was an internal error (unhashable in the fabric-kind test)."""
+    path = tmp_path / "kinds.yaml"
+    path.write_text(TWO_GPUS.replace("{id: gpu0, kind: gpu,", f"{{id: gpu0, kind: {value},", 1))
+    for args in (["topology", "show", str(path)], ["topology", "show", str(path), "--json"],
+                 ["predict", RING, "-t", str(path), "--ranks", "2", "--sizes", "1KiB"]):
+        assert cli.main(args) == 2
+        err = capsys.readouterr().err
+        assert "kinds.yaml" in err and "kind" in err and "Traceback" not in err, err

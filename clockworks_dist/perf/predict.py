@@ -78,6 +78,13 @@ def main_buffer(sched: ir.Schedule) -> ir.BufferDecl:
     """The buffer whose size defines the message size: nccl-tests' convention (all-gather: the
     gathered output; otherwise the largest input)."""
     prog = sched.programs[0]
+    if not sched.expect and not prog.buffers:  # rank 0 declares nothing: the first rank that does
+        prog = next((p for p in sched.programs if p.buffers), prog)
+    if not sched.expect and not prog.buffers:
+        raise ScheduleError(f"{sched.name} declares no buffer on any of its {sched.world} rank(s), so there is no "
+                            "message size to predict", file=sched.loc.file, line=sched.loc.line,
+                            hint='declare the buffer the message size scales, e.g. r.buffer("x", '
+                                 'count=n * CHUNK) with CHUNK = cw.size("CHUNK", 4)')
     if sched.expect:
         label = sched.expect[0].label
         name = sched.expect[0].region.buffer if label.startswith("allgather") else (

@@ -545,7 +545,9 @@ def cache_of(topo: Topology) -> dict[str, Any]:
 
 
 def _on_node_zero(device: Any) -> Any:
-    if isinstance(device, dict) and "node" not in device and device.get("kind") not in FABRIC_KINDS:
+    # a kind that is a list or a mapping is not hashable: the Device model reports it, naming the field
+    kind = device.get("kind") if isinstance(device, dict) else None
+    if isinstance(device, dict) and "node" not in device and not (isinstance(kind, str) and kind in FABRIC_KINDS):
         return dict(device, node=0)
     if isinstance(device, Device) and device.node is None and device.kind not in FABRIC_KINDS:
         return device.model_copy(update={"node": 0})
