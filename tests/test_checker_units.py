@@ -633,3 +633,88 @@ def test_deliveries_are_the_ops_of_the_ir_delivery_group():
             assert (code.delivery is not None) == (code.kind in ir.DELIVERY_KINDS), code.kind
     union = {cls.model_fields["kind"].default for cls in ir.Op.__args__[0].__args__}
     assert ir.DELIVERY_KINDS <= union
+
+
+# ------------------------------------------------------------------------- outputs final at the end
+def test_a_put_into_an_output_its_target_never_waits_for_is_an_error_with_a_counterexample():
+    def sched(r):
+        out = r.symmetric("out", count=2, role="output")
+        x = r.symmetric("x", count=2, role="input")
+        if r.rank == 0:
+            r.put(1, out, x)  # MARK-put
+            r.quiet()  # completes the put before rank 0's end, not before rank 1's
+
+    result = check(trace(sched))
+    assert result.verdict == "violated"
+    v = one(result, "unfinished_output")
+    assert v.severity == "error" and v.details == {"rank": 1, "region": "out[0:2]"}
+    assert [(o.rank, o.loc.line) for o in v.ops] == [(0, line_of(sched, "MARK-put"))]
+    # the counterexample ends where rank 1 has finished and the put is in flight
+    from clockworks_dist.check.actions import replay
+    model = Model(result.schedule, match(result.schedule)[0])
+    states, _ = replay(model, [step.action for step in v.trace])
+    assert states[-1].pcs[1] == model.nops[1] and states[-1].in_flight
+    assert not [w for w in result.violations if w.kind == "unfinished_deliveries"]  # reported once, as the error
+
+
+def test_the_same_put_into_scratch_is_only_the_warning():
+    def sched(r):
+        box = r.symmetric("box", count=2, role="scratch")
+        x = r.symmetric("x", count=2, role="input")
+        if r.rank == 0:
+            r.put(1, box, x)  # no quiet: in flight when every rank has finished
+
+    result = check(trace(sched))
+    assert result.verdict == "verified"
+    assert result.kinds() == {"unfinished_deliveries"}
+
+
+def test_a_postcondition_region_in_scratch_is_an_output_too():
+    def sched(r):
+        box = r.symmetric("box", count=2, role="scratch")
+        x = r.symmetric("x", count=2, role="input")
+        if r.rank == 0:
+            r.put(1, box, x)
+            r.quiet()
+
+    expect = cw.custom(lambda world: [cw.equals(1, "box", 0, 2, (0, "x", 0))], label="copy")
+    result = check(trace(sched, expect=expect))
+    assert "unfinished_output" in result.kinds() and result.verdict == "violated"
+
+
+def test_an_output_is_final_once_the_target_waits_for_the_signal_that_lands_after_it():
+    def sched(r):
+        out = r.symmetric("out", count=2, role="output")
+        x = r.symmetric("x", count=2, role="input")
+        ready = r.signal("ready")
+        if r.rank == 0:
+            r.put_signal(1, out, x, ready)
+        else:
+            r.wait_until(ready, "eq", 1)
+
+    for reduction in (True, False):
+        result = check(trace(sched), reduction=reduction)
+        assert result.verdict == "verified" and not result.violations
+
+
+def test_a_rank_with_no_ops_reads_its_outputs_at_once():
+    def sched(r):
+        out = r.symmetric("out", count=1, role="output")
+        x = r.symmetric("x", count=1, role="input")
+        if r.rank == 0:
+            r.put(1, out, x)  # rank 1 has an empty program: its end comes before anything
+
+    result = check(trace(sched))
+    v = one(result, "unfinished_output")
+    assert "empty program" in v.message and v.details["rank"] == 1
+
+
+def test_a_fetching_atomic_on_a_finished_ranks_output_word_is_an_error():
+    def sched(r):
+        word = r.symmetric("word", count=1, dtype="uint64", role="output")
+        old = r.buffer("old", count=1, dtype="uint64", role="scratch")
+        if r.rank == 0:
+            r.fetch_add(1, word.element(0), 1, old.element(0))
+
+    result = check(trace(sched))
+    assert one(result, "unfinished_output").details == {"rank": 1, "region": "word[0:1]"}

@@ -207,6 +207,29 @@ def test_run_prints_match_and_timings(no_process_left):
     assert all(line["compare"]["checked"] == 60 for line in result["ranks"])
 
 
+@pytest.mark.parametrize("name", ["put_without_quiet", "final_signal_unfenced"])
+def test_an_output_read_when_its_rank_ends_shows_a_put_left_in_flight(name, no_process_left):
+    """The executor reads each rank's outputs when its program ends, before the barrier it adds,
+    and hands a plain put to MPI only when the issuer must have completed it: a put its target
+    never waits for (the checker's unfinished_output) is missing from the output, every time."""
+    code, out, err, _ = _cli(os.path.join(PROTOCOLS, "buggy", f"{name}.py"), "--np", "2", "--iters", "2",
+                             "--json")
+    assert code == 1, err
+    summary = json.loads(out)
+    assert summary["verdict"] == "mismatch"
+    stale = {(first["rank"], first["buffer"]) for line in summary["results"][0]["ranks"]
+             for first in line["compare"]["first"]}
+    output = "mirror" if name == "put_without_quiet" else "out"
+    assert stale == {(0, output), (1, output)}
+
+
+@pytest.mark.parametrize("name", ["shift_put_fenced_signal", "allgather_waits_every_peer"])
+def test_the_fixed_twins_match_when_their_outputs_are_read_at_the_end(name, no_process_left):
+    code, out, err, _ = _cli(os.path.join(PROTOCOLS, f"{name}.py"), "--np", "2", "--iters", "2", "--json")
+    assert code == 0, err
+    assert json.loads(out)["verdict"] == "match"
+
+
 def test_a_hang_ends_within_the_timeout_naming_each_ranks_op(no_process_left):
     code, out, err, seconds = _cli(os.path.join(PROTOCOLS, "buggy", "ring_allreduce_no_group.py"), "--np", "4",
                                    "--timeout", "5")

@@ -81,6 +81,20 @@ static void cw_nv_refresh_marks(bool wait) {
   cw_nv_copying = false;
 }
 
+// The run that reads each output as the caller does, when the rank's program ends (`cw_reading_at_end`
+// on the host, one untimed run): the last kernel copies the outputs to `cw_nv_ended` at the rank's end,
+// before the closing quiet and barrier let every delivery land. Off in every other run.
+static __device__ int cw_nv_read_at_end = 0;
+static __device__ char* cw_nv_ended = nullptr;
+
+// Copy `bytes` from `src` to `cw_nv_ended + offset`, spread over the grid.
+__device__ inline void cw_nv_copy_out(size_t offset, const void* src, size_t bytes) {
+  const char* from = (const char*)src;
+  char* to = cw_nv_ended + offset;
+  size_t step = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < bytes; i += step) to[i] = from[i];
+}
+
 // The block's threads are done with what came before; with `fence`, thread 0's nvshmem_fence then
 // orders the block's deliveries (per PE) and makes its stores visible to every PE (cumulative: it
 // covers what the other threads did before the __syncthreads).

@@ -992,6 +992,7 @@ class NvshmemTarget(Target):
             "  }",
             *self._packet_peers(gen),
             *self._copy_engine_peers(gen),
+            *self._ended(gen),
         ]
 
     def reset(self, gen: Gen) -> list[str]:
@@ -1042,6 +1043,27 @@ class NvshmemTarget(Target):
                           f"    cw_abandon(\"error\", \"rank {rank} puts to PE {op.pe} on the copy engine, which it cannot "
                           "reach over NVLink (nvshmem_ptr is null); generate without --copy-engine\", 2);"]
         return lines
+
+    def read_at_end(self, gen: Gen, on: bool) -> list[str]:
+        return [f"  {{ int on = {int(on)}; CW_CUDA(cudaMemcpyToSymbolAsync(cw_nv_read_at_end, &on, sizeof on, 0, "
+                "cudaMemcpyHostToDevice, s)); }"]
+
+    def _ended(self, gen: Gen) -> list[str]:
+        """Setup: the copy of each rank's outputs that its last kernel takes when the run reads them as
+        the caller does (`ended_layout`), and each output buffer's place in it (`CwBuf.ended`)."""
+        layouts = [ended_layout(p) for p in gen.sched.programs]
+        if not any(layouts):
+            return []
+        sizes = [layout[-1][2] + layout[-1][3] if layout else 0 for layout in layouts]
+        lines = ["  {  // the outputs as each rank's program left them, copied on the run that reads them so",
+                 f"    static const size_t ended_bytes[] = {{{', '.join(map(str, sizes))}}};",
+                 "    char* ended = (char*)cw_malloc(ended_bytes[cw_rank]);",
+                 "    CW_CUDA(cudaMemcpyToSymbol(cw_nv_ended, &ended, sizeof ended));"]
+        for rank, layout in enumerate(layouts):
+            if layout:
+                places = " ".join(f"bufs[{i}].ended = ended + {offset};" for i, _decl, offset, _n in layout)
+                lines.append(f"    if (cw_rank == {rank}) {{ {places} }}")
+        return lines + ["  }"]
 
     def align(self, gen: Gen) -> list[str]:
         return ["  nvshmemx_barrier_all_on_stream(s);  // every rank's inputs and zeroed signal words are in place"]
@@ -1183,7 +1205,8 @@ class NvshmemTarget(Target):
                 "  [[maybe_unused]] unsigned long long* cw_hash = a.hash;",
                 "  [[maybe_unused]] cg::grid_group grid = cg::this_grid();",
                 *body,
-                *(["", *_end(gen.sched, n)] if last else []),
+                *(["", *_read_at_end(program), *_end(gen.sched, n)] if last and not _state(gen).get("library")
+                  else ["", *_end(gen.sched, n)] if last else []),
                 "}",
                 "",
             ]
@@ -1291,6 +1314,36 @@ def _call_end(step: Step, host: bool = False) -> list[str]:
             "  // a fenced grid-wide sync, so what this call wrote or read is ordered before the next call's signals",
             "  __syncthreads();",
             "  if (threadIdx.x == 0) nvshmem_fence();"]
+
+
+def ended_layout(program: ir.Program) -> list[tuple[int, ir.BufferDecl, int, int]]:
+    """The outputs the caller reads when the rank's program ends (its output and inout buffers), as
+    (index among the rank's buffers, declaration, offset, bytes) in the copy the last kernel takes of
+    them on the run that reads them so (`cw_nv_ended`)."""
+    found, offset = [], 0
+    for i, decl in enumerate(program.buffers):
+        if decl.role in ("output", "inout") and decl.count > 0:
+            nbytes = decl.count * ir.DTYPE_BYTES[decl.dtype]
+            found.append((i, decl, offset, nbytes))
+            offset += -(-nbytes // 256) * 256
+    return found
+
+
+def _read_at_end(program: ir.Program) -> list[str]:
+    """The copy of the rank's outputs at its end, on the run that reads them as the caller does."""
+    layout = ended_layout(program)
+    if not layout:
+        return []
+    return ["  // the caller reads this rank's outputs now, when its program ends: on the run that reads them so",
+            "  // (one untimed run), every block gets past its last op, then the outputs are copied as they are, before",
+            "  // the closing barrier below lets every delivery land. A delivery not ordered before this rank's end",
+            "  // (the checker's unfinished_output) can then be missing from the copy",
+            "  if (cw_nv_read_at_end) {",
+            "    cw_nv_grid_barrier(grid);",
+            *[f"    cw_nv_copy_out({offset}, {cuda.ident('buffer', decl.name)}, {nbytes});  // {cuda.comment(decl.name)}"
+              for _i, decl, offset, nbytes in layout],
+            "  }",
+            ""]
 
 
 def _end(sched: ir.Schedule, n: int) -> list[str]:

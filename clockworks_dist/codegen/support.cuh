@@ -34,6 +34,7 @@ struct CwBuf {         // one buffer of this rank
   uint64_t base;       // the input formula's key: mix((rank << 32) + crc32(name))
   int symmetric;       // index into the symmetric allocations, or -1
   void* ptr;           // device memory
+  void* ended = nullptr;  // an output's copy as the rank's program ended (the NVSHMEM backend), or none
 };
 struct CwOpInfo { const char* text; const char* file; int line; };
 struct CwSym { const char* name; size_t bytes; };
@@ -518,18 +519,24 @@ static void cw_note(CwTally& t, const char* buffer, long long element, const cha
              "\",\"iteration\":" + std::to_string(iteration) + '}';
 }
 
+// Set for the run whose outputs are read as the caller reads them, when the rank's program ends: an
+// output is then compared (and dumped) from its copy taken at that moment (`CwBuf.ended`).
+static int cw_reading_at_end = 0;
+static const void* cw_as_read(const CwBuf& b) { return cw_reading_at_end && b.ended ? b.ended : b.ptr; }
+
 static unsigned long long cw_compare_ranges(cudaStream_t s, const CwBuf& b, const void* want,
                                             const std::vector<CwRange>& ranges, CwMiss* miss_dev, CwMiss* miss,
                                             unsigned long long* counted) {
   CW_CUDA(cudaMemsetAsync(miss_dev, 0, sizeof(CwMiss), s));
   size_t w = CW_ITEMSIZE[b.dtype];
+  const void* got = cw_as_read(b);
   for (const CwRange& r : ranges) {
     *counted += r.stop - r.start;
     if (r.stop <= r.start) continue;
     int grid = cw_grid(r.stop - r.start, 256);
-    if (w == 2) cw_compare_kernel<<<grid, 256, 0, s>>>((const uint16_t*)b.ptr, (const uint16_t*)want, r.start, r.stop, miss_dev);
-    else if (w == 4) cw_compare_kernel<<<grid, 256, 0, s>>>((const uint32_t*)b.ptr, (const uint32_t*)want, r.start, r.stop, miss_dev);
-    else cw_compare_kernel<<<grid, 256, 0, s>>>((const uint64_t*)b.ptr, (const uint64_t*)want, r.start, r.stop, miss_dev);
+    if (w == 2) cw_compare_kernel<<<grid, 256, 0, s>>>((const uint16_t*)got, (const uint16_t*)want, r.start, r.stop, miss_dev);
+    else if (w == 4) cw_compare_kernel<<<grid, 256, 0, s>>>((const uint32_t*)got, (const uint32_t*)want, r.start, r.stop, miss_dev);
+    else cw_compare_kernel<<<grid, 256, 0, s>>>((const uint64_t*)got, (const uint64_t*)want, r.start, r.stop, miss_dev);
   }
   CW_CUDA(cudaMemcpyAsync(miss, miss_dev, sizeof(CwMiss), cudaMemcpyDeviceToHost, s));
   CW_CUDA(cudaStreamSynchronize(s));
@@ -547,7 +554,7 @@ static void cw_dump(CwBuf* bufs, int nbufs, const uint64_t* signals, int words, 
     size_t bytes = bufs[b].count * CW_ITEMSIZE[bufs[b].dtype];
     for (size_t done = 0; done < bytes;) {
       size_t n = std::min(host.size(), bytes - done);
-      CW_CUDA(cudaMemcpy(host.data(), (char*)bufs[b].ptr + done, n, cudaMemcpyDeviceToHost));
+      CW_CUDA(cudaMemcpy(host.data(), (const char*)cw_as_read(bufs[b]) + done, n, cudaMemcpyDeviceToHost));
       fwrite(host.data(), 1, n, f);
       done += n;
     }

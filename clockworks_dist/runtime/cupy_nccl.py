@@ -304,7 +304,10 @@ class Executor:
 
     def settle(self) -> None:
         """Wait (bounded) until the GPU has run every op, then every rank meets: the memory is the
-        checker's terminal state."""
+        checker's terminal state. It is also the memory when the rank's program ended, which is
+        when the caller reads its outputs: this executor runs no one-sided op (`UNSUPPORTED`), and
+        NCCL's recvs and collectives complete on the rank's own stream, so once its last op has
+        run no other rank writes its memory (the meeting after it changes nothing)."""
         self.wait_ops()
         self.progress.set(Phase.SETTLING)
         self.end.synchronize()  # recorded after the last op, which is done

@@ -267,6 +267,9 @@ class BufferExpect:
     others: list[tuple[int, int, list[np.ndarray]]]  # (start, stop, every possible value) where executions differ
     post: np.ndarray | None = None  # the postcondition's values
     post_mask: np.ndarray | None = None  # bool per element: named by the postcondition
+    # bool per element: an output (an output or inout buffer, or named by the postcondition), which
+    # the caller reads when the rank's program ends; the rest is compared once the run has settled
+    at_end: np.ndarray | None = None
 
 
 @dataclass
@@ -293,6 +296,10 @@ def expect_rank(ref: Reference, rank: int) -> RankExpect:
             # a packet area (codegen.packets) holds payload and flags, not the model's values: what it
             # carried is checked where it is unpacked
             into.checked[start:stop] = (ref.complete or atom in outputs) and ref.roles[rank][buffer] != "packets"
+        if atom in outputs:
+            if into.at_end is None:
+                into.at_end = np.zeros(len(into.expected), dtype=bool)
+            into.at_end[start:stop] = True
         ids = ref.possible.get((rank, atom))
         if ids:
             into.others.append((start, stop, [ev.at(vid, rank, atom) for vid in ids]))

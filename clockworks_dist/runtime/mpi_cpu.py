@@ -102,6 +102,9 @@ class Executor:
     windows: dict[str, object] = field(default_factory=dict)
     comms: dict[str, tuple[object, tuple[int, ...]]] = field(default_factory=dict)
     signal_offset: dict[str, int] = field(default_factory=dict)
+    # plain puts not yet issued to MPI: (window, bytes, pe, target), issued at the rank's next
+    # fence, quiet or barrier_all, or after the run (`flush_all`), the latest NVSHMEM allows
+    deferred: list = field(default_factory=list)
 
     # -- setup and teardown -------------------------------------------------------------------
     def setup(self) -> None:
@@ -146,6 +149,7 @@ class Executor:
     # -- one iteration ------------------------------------------------------------------------
     def reset(self) -> None:
         """Inputs by the formula of `numeric`, signal words 0, then every rank meets."""
+        self.deferred.clear()  # a run that stopped early may leave some
         for decl in self.program.buffers:
             self.buffers[decl.name][:] = numeric.input_values(self.rank, decl.name, decl.dtype, 0, decl.count)
         self.signals[:] = 0
@@ -163,9 +167,22 @@ class Executor:
                 time.sleep(self.rng.uniform(0, JITTER_S))
             MPI_CPU.lookup(op)(self, op)
 
+    def at_end(self) -> dict[str, np.ndarray]:
+        """The rank's memory when its program has ended, before `settle`: what the caller reads of
+        its outputs (DESIGN.md: outputs are final when their rank finishes; the checker's
+        `unfinished_output`). `Win_sync` first, so local loads see every remote write that has
+        completed; then every rank meets, so that no put a program left to be completed after its
+        end (`deferred`) lands before every rank has read its outputs: a program that does not wait
+        for a put into an output reads it stale here, every time."""
+        self.sync_windows()
+        memory = self.memory()
+        self.meet(self.comm, "the other ranks to read their outputs at the end of their programs")
+        return memory
+
     def settle(self) -> None:
         """After the last op: complete every delivery, meet, and make remote writes visible, so the
-        memory is the checker's terminal state (no delivery in flight)."""
+        memory is the checker's terminal state (no delivery in flight). The harness's, not the
+        program's: outputs are read before it (`at_end`), the rest after."""
         self.progress.set(Phase.SETTLING)
         self.flush_all()
         self.meet(self.comm, "the other ranks to arrive at the barrier after the run")
@@ -196,9 +213,17 @@ class Executor:
             win.Sync()
 
     def flush_all(self) -> None:
-        """Complete every RMA operation this rank issued, at origin and target."""
+        """Complete every RMA operation this rank issued, at origin and target (the deferred puts
+        issued first)."""
+        self.issue_deferred()
         for win in self.all_windows:
             win.Flush_all()
+
+    def issue_deferred(self) -> None:
+        """Hand the deferred plain puts to MPI, in the order they were issued."""
+        for win, data, pe, target in self.deferred:
+            win.Put([data, self.MPI.BYTE], pe, target=target)
+        self.deferred.clear()
 
     def expired(self) -> bool:
         """Whether the deadline has passed."""
@@ -397,17 +422,18 @@ def _overlaps_target(ex: Executor, local: ir.Region, pe: int, remote: ir.Region)
 
 
 def put(ex: Executor, op: ir.Put) -> None:
-    """NVSHMEM: a put's write lands later, unordered; a blocking put's src may be reused once it
-    returns, an nbi put's src is read until quiet. MPI: `Put`, then `Win_flush_local` when the rule
-    reads src at issue (local completion: src reusable); the write is complete at the target at
-    the latest by the next fence, quiet or barrier_all (flushes), at least as soon as NVSHMEM's."""
+    """NVSHMEM: a put's write lands later, unordered, complete by the issuer's next fence (before
+    what follows it to that PE), quiet or barrier_all; a blocking put's src may be reused once it
+    returns, an nbi put's src is read until quiet. MPI: the put waits in `deferred` and is issued
+    (`Put`) at the next fence, quiet or barrier_all, whose flush completes it at the target, or
+    after the run: the latest NVSHMEM allows, so a program that reads the data without the order
+    that completes it reads it stale. A blocking put's src is copied now (read at issue); an nbi
+    put's is read when it is issued to MPI, one of the times NVSHMEM may read it."""
     win, target = _target(ex, op.dst)
     origin = ex.view(op.src)
-    if _overlaps_target(ex, op.src, op.pe, op.dst):
-        origin = origin.copy()  # read now: for an nbi put, one of the times NVSHMEM may read it
-    win.Put([_bytes(origin), ex.MPI.BYTE], op.pe, target=target)
-    if _read_at_issue(op, ex.rank, "src"):
-        win.Flush_local(op.pe)
+    if _read_at_issue(op, ex.rank, "src") or _overlaps_target(ex, op.src, op.pe, op.dst):
+        origin = origin.copy()
+    ex.deferred.append((win, _bytes(origin), op.pe, target))
 
 
 def _update_word(ex: Executor, op, how: str, value: int, where) -> None:
