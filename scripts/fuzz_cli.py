@@ -24,10 +24,47 @@ Families of cases (`--family`):
   options   hostile options of every subcommand: nan, -0, inf, 1e400, negative, huge, garbage,
             missing or odd files, unwritable outputs (nodir/x.json, /dev/full, a directory), and
             stdout redirected to /dev/full
+  topology_type
+            a field of the wrong type in a shipped topology: a list or mapping where a name or
+            number goes, a number (or string) where the devices/links list or a mapping goes; run
+            through `topology show FILE` and `predict ... -t FILE`; must be exit 2 naming the file
+  degenerate
+            schedules with no buffers, nothing on a rank, a world of 1, every rank empty, rank 0
+            declaring nothing, scratch buffers only; mostly through `predict` (also check, show);
+            no buffer at all must be exit 2, the others may predict
+  source    a file that is not Python source given as the schedule: binary, a YAML or JSON file
+            named .py, an empty file, a directory, a syntax or indentation error on line N (the
+            message must name FILE:N), a bad encoding, plain text; must be exit 2 naming the file
+  callable  schedule functions that are not plain functions: async def, generators, async
+            generators, a function returning a generator, classes with __call__, functools.partial,
+            staticmethod (each exit 2 naming FILE:LINE), a lambda (accepted: documented); rebinding
+            or deleting the rank handle's attributes (r.world = 3, r.rank = 5, r.put = ..., del r.put,
+            setattr(r, ...)), patching cw or cw.Rank: exit 2 naming the statement's FILE:LINE
+  edges     every numeric option of check, show, predict and topology show at its edges: -0, -0.0,
+            1e3, 1E-3, +5, 0x10, 1_000, whitespace, other scripts' digits, nan, inf, 0b10, 1__0;
+            each accepted with its documented meaning or refused (exit 2 naming the option); and
+            sizes far past a stated bound (--scale-nodes 100000, --ranks 99999999999999999999,
+            --nodes 1000 for predict): exit 2 naming the option. (calibrate has no numeric option.)
 
-Outcomes: clean, traceback, internal_error (exit 4), hang, wrong_exit (outside 0-3, or accepting an
-input that must be rejected), bad_json, unnamed_file. When a run has several problems its outcome is
-the first of hang, internal_error, traceback, wrong_exit, bad_json, unnamed_file.
+Outcomes: clean, traceback, internal_error (exit 4), hang, wrong_exit (an exit outside 0-3, a
+signal, or an exit the input does not allow), wrong_verdict (an input invalid by construction, one
+that must be refused with exit 2, got a verdict: 0 verified or 1 violated), leftover_process (a
+process of the case still alive after it exited: each case runs in its own session and process
+group with a token in its environment; survivors carrying the token are reported, then killed),
+outside_write (a file created, or changed, outside the case's own folder: each case gets a fresh
+HOME and TMPDIR inside its folder, and the repository's top-level files, its protocols/,
+clockworks_dist/, topologies/ and scripts/ (not scripts/results/) and the folder holding the case
+folders are compared before and after; a source file that already exists and changes is not counted,
+nor results/ or tests/, as engineers edit and write those while a run goes on; writes straight to
+other absolute paths are not seen),
+bad_json, unnamed_file. When a run has several problems its outcome is the first of hang,
+internal_error, traceback, wrong_verdict, wrong_exit, leftover_process, outside_write, bad_json,
+unnamed_file.
+
+The families live in a registry that another module can extend: FAMILIES (the default plan),
+KINDS (family -> its kinds) and GENERATORS (family -> generator(chooser, kind, check_timeout) ->
+Case); scripts/fuzz_production.py registers its production families (run, codegen, build,
+validate, tune) in KINDS and GENERATORS and runs them with its own runner.
 
 Each case is a pure function of (family, seed): `--cases N --seed S` runs case k of each family with
 seed S * 1_000_000 + k, families interleaved, so the same command gives the same cases every time
@@ -69,9 +106,12 @@ TOPOLOGY_DIR = REPO / "clockworks_dist" / "topology" / "data"
 RAW_FILE = TOPOLOGY_DIR / "measured" / "raw" / "calibration_raw.jsonl"
 RESULTS_DIR = REPO / "scripts" / "results"
 
-FAMILIES = ("protocol", "body", "topology", "options")
-OUTCOMES = ("clean", "traceback", "internal_error", "hang", "wrong_exit", "bad_json", "unnamed_file")
-PRECEDENCE = ("hang", "internal_error", "traceback", "wrong_exit", "bad_json", "unnamed_file")  # a run's outcome
+FAMILIES = ("protocol", "body", "topology", "options", "topology_type", "degenerate", "source", "callable",
+            "edges")
+OUTCOMES = ("clean", "traceback", "internal_error", "hang", "wrong_exit", "wrong_verdict", "leftover_process",
+            "outside_write", "bad_json", "unnamed_file")
+PRECEDENCE = ("hang", "internal_error", "traceback", "wrong_verdict", "wrong_exit", "leftover_process", "outside_write",
+              "bad_json", "unnamed_file")  # a run's outcome
 CONTRACT = (0, 1, 2, 3)
 REJECT = (2,)
 BOUNDED = (2, 3)  # an endless schedule: rejected, or the search reports the bound it hit
@@ -1179,9 +1219,311 @@ def gen_options(ch: Chooser, kind: str, timeout: float) -> Case:
     return Case("options", kind, args, files, mutation, expect, blame, stdout, tuple(dirs))
 
 
+# ------------------------------------------------------------------- family: wrong types in topologies
+TOPOLOGY_TYPE_KINDS = ("list_for_scalar", "map_for_scalar", "number_for_name", "number_for_list",
+                       "scalar_for_map")
+FREE_FORM = ("provenance", "description", "note")  # free text or free-form mappings: any type may pass
+
+
+def _yaml_nodes(text: str):
+    """(path, start, end, what, tag) of every node below the root of the YAML `text`."""
+    import yaml
+
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        return []
+    found = []
+
+    def walk(node, path):
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                walk(value, path + (key.value,))
+            what = "map"
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, path + (i,))
+            what = "seq"
+        else:
+            what = "scalar"
+        if path:
+            found.append((path, node.start_mark.index, node.end_mark.index, what, node.tag))
+
+    walk(root, ())
+    return found
+
+
+def gen_topology_type(ch: Chooser, kind: str, timeout: float) -> Case:
+    """A field of the wrong type: a list or mapping where a name or number goes, a number where a
+    list or mapping goes."""
+    rel = ch.choice(topology_files())
+    name = _topology_name(rel)
+    src = _read(REPO / rel)
+    text = src.decode("utf-8")
+    key = f"nodes:{rel}"
+    if key not in _CACHE:
+        _CACHE[key] = _yaml_nodes(text)
+    nodes = [n for n in _CACHE[key] if not any(str(p) in FREE_FORM for p in n[0])]  # type: ignore[union-attr]
+    numeric = [n for n in nodes if n[3] == "scalar" and n[4].endswith((":int", ":float"))]
+    names = [n for n in nodes if n[3] == "scalar" and n[4].endswith(":str") and n[0][-1] in ("id", "a", "b", "kind", "name", "node", "model")]
+    pools = {"list_for_scalar": (numeric + names, ["[1, 2]", "[]", "[[gpu0]]", "[a, b]"]),
+             "map_for_scalar": (numeric + names, ["{a: 1}", "{}", "{id: gpu0}"]),
+             "number_for_name": (names or numeric, ["5", "-1", "0.5", "true", "null"]),
+             "number_for_list": ([n for n in nodes if n[3] == "seq" and n[0][-1] in ("devices", "links")]
+                                 or [n for n in nodes if n[3] == "seq"] or [n for n in nodes if n[3] == "map"],
+                                 ["5", "0", "'gpu0'", "{a: 1}"]),
+             "scalar_for_map": ([n for n in nodes if n[3] == "map"], ["5", "[1, 2]", "'x'"])}
+    candidates, replacements = pools[kind]
+    path, start, end, what, _tag = ch.choice(candidates)
+    new_text = ch.choice(replacements)
+    if what != "scalar" and start < end and text[end - 1] == "\n":  # a block collection: keep its line break
+        end -= 1
+    sep = " " if what != "scalar" and text[start - 1:start] == "\n" else ""
+    new = (text[:start] + sep + new_text + text[end:]).encode()
+    field_name = str(path[-1])
+    expect, why = REJECT, f"{'.'.join(map(str, path))}: a {new_text} where a {what} belongs"
+    if kind == "number_for_name" and field_name in ("name", "model") and new_text in ("5", "-1", "0.5", "true"):
+        expect, why = CONTRACT, ""  # a number may be read as a name
+    if field_name in ("rank_order", "hbm_GB", "rail", "node") and new_text == "null":
+        expect, why = CONTRACT, ""
+    args, files = _topology_args(ch, name, timeout)
+    files[name] = new
+    mutation = {"source": rel, "field": ".".join(map(str, path)), "was": what, "new": new_text,
+                "diff": _diff(name, src, new)}
+    if why:
+        mutation["must"] = why
+    return Case("topology_type", kind, args, files, mutation, expect, (name,))
+
+
+# --------------------------------------------------------------- family: degenerate schedules in predict
+DEGENERATE_KINDS = ("no_buffers", "empty_rank", "world_one", "all_empty", "rank0_empty", "scratch_only")
+DEGENERATE = {
+    "no_buffers": ("", "r.barrier()", REJECT),
+    "empty_rank": (DECL, "if r.rank == 0:\n    r.fill(x, 1.0)", CONTRACT),
+    "world_one": (DECL, "r.all_reduce(x)", CONTRACT),
+    "all_empty": (DECL, "pass", CONTRACT),
+    "rank0_empty": ("", 'if r.rank == 1:\n    y = r.buffer("y", count=n * CHUNK, role="inout")\n    r.fill(y, 1.0)',
+                    CONTRACT),
+    "scratch_only": ('x = r.buffer("x", count=n * CHUNK, role="scratch")', "r.barrier()", CONTRACT),
+}
+
+
+def gen_degenerate(ch: Chooser, kind: str, timeout: float) -> Case:
+    """predict (and check, show) on schedules with no buffers, nothing on a rank, a world of 1,
+    every rank empty."""
+    decl, body, expect = DEGENERATE[kind]
+    world = 1 if kind == "world_one" else ch.choice([1, 2]) if kind != "no_buffers" else ch.choice([1, 2])
+    deco = f"ranks=({world},)" + (', expect=cw.allreduce("x")' if kind == "world_one" else "")
+    source = schedule_source(deco=deco, body=body, decl=decl)
+    command = ch.choice(["predict", "predict", "predict_json", "check", "show"])
+    if command.startswith("predict"):
+        args = ["predict", BODY_FILE, "-t", "h200x2-nv18", "--ranks", str(world), "--timeout", _fmt(timeout)]
+        extra = ch.choice([[], ["--sizes", "1KiB"], ["--sizes", "1KiB..4KiB"], ["--scaling", "1", "2"]])
+        args += extra
+        if command.endswith("json"):
+            args.append("--json")
+        why = "no buffer: no message size to predict" if expect == REJECT else ""
+    else:
+        args = [command, BODY_FILE, "--ranks", str(world), "--timeout", _fmt(timeout)]
+        expect, why = CONTRACT, ""  # checking or listing an empty program is fine
+    mutation = {"kind": kind, "world": world, "source": source}
+    if why:
+        mutation["must"] = why
+    return Case("degenerate", kind, args, {BODY_FILE: source.encode()}, mutation, expect, (BODY_FILE,))
+
+
+# ------------------------------------------------------------------ family: schedule files that are not Python
+SOURCE_KINDS = ("binary", "yaml_as_py", "json_as_py", "empty", "directory", "syntax_error", "indent_error",
+                "bad_encoding", "bom_only", "text")
+
+
+def gen_source(ch: Chooser, kind: str, timeout: float) -> Case:
+    """A file that is not Python source given as the schedule: binary, YAML or JSON named .py,
+    empty, a directory, a syntax error on line N (the message must name FILE:N)."""
+    name = ch.choice(["sched.py", "sched_fuzz.py", "weird name.py"])
+    files: dict[str, bytes] = {}
+    dirs: list[str] = []
+    blame: tuple[str, ...] = (name,)
+    mutation: dict = {"kind": kind}
+    if kind == "binary":
+        data = ch.choice([b"\x7fELF\x02\x01\x01" + bytes(range(256)), b"\x89PNG\r\n\x1a\n\x00\x00",
+                          b"\xff\xfe\xfd", b"PK\x03\x04\x14\x00", ch.bytes(64)])
+        files[name] = data
+    elif kind == "yaml_as_py":
+        files[name] = ch.choice([_read(TOPOLOGY_DIR / "h200x2-nv18.yaml"), b"name: x\nranks: [1, 2]\n",
+                                 b"- a\n- b\n", b"---\nkey: value\n"])
+    elif kind == "json_as_py":
+        files[name] = ch.choice([b'{"a": 1}', b"[1, 2, 3]", b'{"schedule": "ring", "ranks": [2]}\n', b"null"])
+    elif kind == "empty":
+        files[name] = ch.choice([b"", b"\n\n", b"# only a comment\n", b"   "])
+    elif kind == "directory":
+        dirs.append(name)
+    elif kind in ("syntax_error", "indent_error"):
+        lines = schedule_source().split("\n")
+        at = ch.randint(1, len(lines) - 1)
+        bad = ch.choice(["def (:", "x = = 1", "if True", "return )", "import", "@"]) if kind == "syntax_error" \
+            else "      y = 1"
+        lines.insert(at, bad)
+        text = "\n".join(lines)
+        files[name] = text.encode()
+        try:
+            compile(text, name, "exec", dont_inherit=True)
+            line = None
+        except SyntaxError as exc:
+            line = exc.lineno
+        blame = (f"{name}:{line}",) if line else (name,)
+        mutation.update(line=line, inserted=bad)
+    elif kind == "bad_encoding":
+        files[name] = ch.choice([b"# -*- coding: bogus -*-\nx = 1\n", b"x = '\xff\xfe'\n",
+                                 "x = 1\n".encode("utf-16"), b"\xef\xbb\xbf\xef\xbb\xbfx = 1\n"])
+    elif kind == "bom_only":
+        files[name] = b"\xef\xbb\xbf"
+    elif kind == "text":
+        files[name] = ch.choice([b"Hello, world.\nThis is not code.\n", b"ring allreduce on 2 ranks\n",
+                                 b"<html><body>x</body></html>\n"])
+    else:
+        raise ValueError(kind)
+    command = ch.choice(["check", "check_json", "show", "show_json", "predict", "predict_json"])
+    args = _schedule_args(ch, name, timeout, (command,))
+    if name in files:
+        mutation["content"] = _excerpt(files[name], 400)
+    mutation["must"] = "not a schedule file"
+    return Case("source", kind, args, files, mutation, REJECT, blame, None, tuple(dirs))
+
+
+# ------------------------------------------------- family: schedule functions that are not plain functions
+CALLABLE_KINDS = ("async_def", "generator", "async_generator", "lambda", "class_call", "partial", "staticmethod",
+                  "returns_generator", "rebind", "delete", "patch_cw", "patch_rank_class", "setattr_builtin")
+REBINDS = ["r.world = 3", "r.rank = 5", "r.rank = (r.rank + 1) % n", "r.put = None", "r.all_reduce = r.barrier",
+           "r.nodes = 7", "r._st = None", "r.ranks_per_node = 1", "r.__class__ = object"]
+DELETES = ["del r.put", "del r.world", "del r.rank", "del r._st"]
+SETATTRS = ["setattr(r, 'world', 3)", "setattr(r, 'all_reduce', lambda *a, **k: None)", "object.__setattr__(r, 'x', 1)"]
+PATCHES = ["cw.allreduce = lambda *a, **k: None", "cw.schedule = None", "del cw.size", "cw.Rank = object",
+           "setattr(cw, 'allreduce', None)"]
+RANK_PATCHES = ["cw.Rank.all_reduce = cw.Rank.barrier", "type(r).all_reduce = type(r).barrier",
+                "del cw.Rank.put"]
+PLAIN = 'x = r.buffer("x", count=r.world * CHUNK, role="inout")\n    r.all_reduce(x)'
+
+
+def gen_callable(ch: Chooser, kind: str, timeout: float) -> Case:
+    """`async def`, generators, lambdas, classes with __call__, functools.partial, staticmethod as the
+    schedule function; rebinding or deleting the rank handle's attributes; monkeypatching `cw`."""
+    deco = DEFAULT_DECO
+    marker = None
+    expect, why = REJECT, ""
+    if kind in ("async_def", "generator", "async_generator"):
+        head = {"async_def": "async def fuzzed(r):\n", "generator": "def fuzzed(r):\n",
+                "async_generator": "async def fuzzed(r):\n"}[kind]
+        tail = {"async_def": "", "generator": "    yield\n", "async_generator": "    yield\n"}[kind]
+        source = HEADER + f"\n@cw.schedule({deco})\n" + head + "    " + PLAIN + "\n" + tail
+        marker, why = "@cw.schedule(", "its body never runs: it would trace nothing"
+    elif kind == "lambda":
+        source = HEADER + (f"\nfuzzed = cw.schedule({deco})(lambda r: r.all_reduce("
+                           'r.buffer("x", count=r.world * CHUNK, role="inout")))\n')
+        expect = CONTRACT  # documented: a lambda is a function of the handle, named `anonymous`
+    elif kind in ("class_call", "partial", "staticmethod"):
+        wrapped = {"class_call": "_F()", "partial": "functools.partial(_f, k=2)", "staticmethod": "staticmethod(_g)"}[kind]
+        source = (HEADER + "import functools\n\n\nclass _F:\n    def __call__(self, r):\n        " + PLAIN.replace("\n    ", "\n        ")
+                  + "\n\n\ndef _f(r, k):\n    " + PLAIN + "\n\n\ndef _g(r):\n    " + PLAIN
+                  + f"\n\n\nfuzzed = cw.schedule({deco})({wrapped})\n")
+        marker, why = "fuzzed = cw.schedule(", "not a plain function of the rank handle"
+    elif kind == "returns_generator":
+        source = (HEADER + "\n\ndef _gen(r):\n    " + PLAIN + "\n    yield\n\n\n"
+                  + f"@cw.schedule({deco})\ndef fuzzed(r):\n    return _gen(r)\n")
+        marker, why = "@cw.schedule(", "it returns a generator whose body never runs"
+    else:
+        stmt = ch.choice({"rebind": REBINDS, "delete": DELETES, "patch_cw": PATCHES, "patch_rank_class": RANK_PATCHES,
+                          "setattr_builtin": SETATTRS}[kind])
+        where = "module" if kind in ("patch_cw", "patch_rank_class") and "type(r)" not in stmt and ch.coin() else "body"
+        spec = _placed(stmt, where)
+        source = schedule_source(**spec)
+        marker, why = stmt, "the rank handle and the cw API are read-only"
+        if stmt.startswith("object.__setattr__"):
+            expect, why, marker = CONTRACT, "", None  # a new attribute that nothing reads changes nothing
+    lines = source.split("\n")
+    line = next((i + 1 for i, text in enumerate(lines) if marker and text.strip().startswith(marker.strip())), None)
+    blame = (f"{BODY_FILE}:{line}",) if line else (BODY_FILE,)
+    args = _schedule_args(ch, BODY_FILE, timeout, ALL_COMMANDS)
+    mutation = {"kind": kind, "source": _excerpt(source.encode())}
+    if why:
+        mutation["must"] = why + (f" (exit 2 naming {BODY_FILE}:{line})" if line else "")
+    return Case("callable", kind, args, {BODY_FILE: source.encode()}, mutation, expect, blame)
+
+
+# ------------------------------------------------------------------- family: numeric options at the edges
+EDGE_KINDS = ("check", "show", "predict", "topology_show", "huge")
+# (value, verdict) for each kind of numeric option; A: any exit in 0-3, R: exit 2 naming the option
+EDGE_POSITIVE = [("-0", R), ("-0.0", R), ("1e3", R), ("1E-3", R), ("+2", A), ("0x10", R), ("1_0", A), (" 2 ", A),
+                 ("\t2\n", A), ("\u0662", R), ("\uff12", R), ("nan", R), ("inf", R), ("-inf", R), ("2.0", R),
+                 ("0", R), ("", R), ("2 2", R), ("0b10", R), ("1__0", R), ("_2", R), ("2_", R)]
+EDGE_SECONDS = [("-0", A), ("-0.0", A), ("1e3", A), ("1E-3", A), ("+5", A), ("0x10", R), ("1_000", A), (" 5 ", A),
+                ("\u0665", R), ("nan", R), ("NaN", R), ("-nan", R), ("inf", A), ("-inf", R), ("1e400", A),
+                ("-1e-300", R), ("", R), ("5s", R)]
+EDGE_STATES = [("-0", A), ("-0.0", A), ("1e3", A), ("1E-3", R), ("+5", A), ("0x10", R), ("1_000", A), (" 5 ", A),
+               ("\u0665", R), ("nan", R), ("inf", A), ("-inf", R), ("1e400", A), ("2.5", R), ("", R)]
+EDGE_SIZES = [("CHUNK=-0", R), ("CHUNK=1e3", R), ("CHUNK=+5", R), ("CHUNK=0x10", R), ("CHUNK=1_000", R),
+              ("CHUNK= 5", R), ("CHUNK=\u0665", R), ("CHUNK=nan", R), ("CHUNK=inf", R), ("CHUNK=2.0", R),
+              ("CHUNK=4", A)]
+EDGE_HUGE = [("--ranks", "100000"), ("--ranks", "99999999999999999999"), ("--scaling", "100000"),
+             ("--scale-nodes", "100000"), ("--scale-nodes", "5000"), ("--scale-nodes", str(2**63)),
+             ("--nodes", "100000"), ("--nodes", "1000")]
+
+
+def gen_edges(ch: Chooser, kind: str, timeout: float) -> Case:
+    """Every numeric option of check, show, predict and topology show at its edges (-0, -0.0, 1e3,
+    1E-3, +5, 0x10, 1_000, whitespace, other scripts' digits, nan, inf), and sizes far past a bound."""
+    files: dict[str, bytes] = {"ring_allreduce.py": _ring()}
+    if kind in ("check", "show"):
+        base = [kind, "ring_allreduce.py", "--ranks", "2", "--timeout", _fmt(timeout)]
+        options = {"--ranks": EDGE_POSITIVE, "--timeout": EDGE_SECONDS, "--size": EDGE_SIZES}
+        if kind == "check":
+            options["--max-states"] = EDGE_STATES
+    elif kind == "predict":
+        base = ["predict", "ring_allreduce.py", "-t", "h200x2-nv18", "--ranks", "2", "--sizes", "1KiB",
+                "--timeout", _fmt(timeout)]
+        options = {"--ranks": EDGE_POSITIVE, "--timeout": EDGE_SECONDS, "--size": EDGE_SIZES,
+                   "--nodes": EDGE_POSITIVE, "--scaling": EDGE_POSITIVE, "--scale-nodes": EDGE_POSITIVE}
+    elif kind == "topology_show":
+        base = ["topology", "show", "dgx-h100-cluster"]
+        options = {"--nodes": EDGE_POSITIVE}
+    elif kind == "huge":
+        option, value = ch.choice(EDGE_HUGE)
+        if option == "--nodes" and value == "100000" and ch.coin():  # topology show loads what fits (5,194)
+            args = ["topology", "show", "dgx-h100-cluster", "--nodes", value]
+        elif option == "--ranks" and ch.coin():
+            args = [ch.choice(["check", "show"]), "ring_allreduce.py", "--ranks", value, "--timeout", _fmt(timeout)]
+        else:
+            args = ["predict", "ring_allreduce.py", "-t", "dgx-h100-cluster", "--ranks", "16", "--sizes", "1KiB",
+                    "--timeout", _fmt(timeout), option, value]
+        mutation = {"option": option, "value": value, "must": "past a stated bound: exit 2 naming the option"}
+        return Case("edges", kind, args, files, mutation, REJECT, (option, value, f"{int(value):,}"))
+    else:
+        raise ValueError(kind)
+    option = ch.choice(sorted(options))
+    value, verdict = ch.choice(options[option])
+    if option in ("--nodes", "--scale-nodes") and kind == "predict":
+        base = base[:3] + ["dgx-h100-cluster", "--ranks", "16"] + base[6:]
+        if verdict == A and value.strip() not in ("+2", "2"):  # 10 nodes: fine too
+            verdict = A
+    args = _option(ch, base, option, value)
+    if ch.coin(30):
+        args.append("--json")
+    expect = REJECT if verdict == R else CONTRACT
+    mutation = {"option": option, "value": value}
+    if verdict == R:
+        mutation["must"] = "this option value is refused (exit 2 naming the option)"
+    return Case("edges", kind, args, files, mutation, expect, (option, value.split("=")[0] or option))
+
+
 # ------------------------------------------------------------------------------------- generation
-KINDS = {"protocol": PROTOCOL_KINDS, "body": BODY_KINDS, "topology": TOPOLOGY_KINDS, "options": OPTION_KINDS}
-GENERATORS = {"protocol": gen_protocol, "body": gen_body, "topology": gen_topology, "options": gen_options}
+# The registry: family -> its kinds, family -> its generator (ch, kind, check_timeout) -> Case. Another
+# module extends it (FAMILIES += ..., KINDS.update, GENERATORS.update), as fuzz_production does below.
+KINDS = {"protocol": PROTOCOL_KINDS, "body": BODY_KINDS, "topology": TOPOLOGY_KINDS, "options": OPTION_KINDS,
+         "topology_type": TOPOLOGY_TYPE_KINDS, "degenerate": DEGENERATE_KINDS, "source": SOURCE_KINDS,
+         "callable": CALLABLE_KINDS, "edges": EDGE_KINDS}
+GENERATORS = {"protocol": gen_protocol, "body": gen_body, "topology": gen_topology, "options": gen_options,
+              "topology_type": gen_topology_type, "degenerate": gen_degenerate, "source": gen_source,
+              "callable": gen_callable, "edges": gen_edges}
 
 # The production families (run, codegen, build, validate, tune, --param): scripts/fuzz_production.py,
 # whose own runner also sends signals mid-run and looks for processes, temporary files and writes
@@ -1234,15 +1576,105 @@ def cli_argv(case: Case) -> list[str]:
     return [sys.executable, "-P", "-m", "clockworks_dist.cli", *case.args]
 
 
+# Where a case may not write: the repository (but .git, and what engineers edit by hand while a run goes on:
+# a source file that already exists may change under us) and the folder that holds the case folders.
+WATCH_SKIP = {".git", "__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache"}
+EDITED_BY_HAND = (".py", ".md", ".yaml", ".json", ".cu", ".cuh", ".toml", ".sh", ".txt", ".jsonl", ".png")
+_PARENT: Path | None = None
+
+
+def _case_parent() -> Path:
+    """The folder this run makes its case folders in (one per fuzzing process): watched for writes."""
+    global _PARENT
+    if _PARENT is None:
+        _PARENT = Path(tempfile.mkdtemp(prefix="cwfuzz-run-"))
+        __import__("atexit").register(shutil.rmtree, _PARENT, True)
+    return _PARENT
+
+
+def snapshot(root: Path, skip=()) -> dict[str, tuple[int, int]]:
+    """path -> (mtime_ns, size) of every file under `root`, leaving out WATCH_SKIP and `skip`."""
+    found: dict[str, tuple[int, int]] = {}
+    for folder, subdirs, names in os.walk(root):
+        subdirs[:] = [d for d in subdirs if d not in WATCH_SKIP and not d.endswith(".egg-info")
+                      and os.path.join(folder, d) not in skip]
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            found[path] = (st.st_mtime_ns, st.st_size)
+    return found
+
+
+# The repository's folders a command could be made to write into (its inputs' and the package's); the
+# repository's own results/ and tests/ are left out: engineers' runs create files there meanwhile.
+WATCH_DIRS = ("protocols", "clockworks_dist", "topologies", "scripts")
+
+
+def _watched() -> dict[str, tuple[int, int]]:
+    parent = _case_parent()
+    shot = {str(path): (0, 0) for path in REPO.iterdir() if path.is_file() or path.is_symlink()}
+    for name in WATCH_DIRS:
+        shot.update(snapshot(REPO / name, skip={str(REPO / "scripts" / "results")}))
+    for entry in os.listdir(parent):  # the case folders themselves are each case's own
+        if not entry.startswith("case-"):
+            path = parent / entry
+            shot.update(snapshot(path) if path.is_dir() else {str(path): (0, 0)})
+    return shot
+
+
+def outside_writes(before: dict, after: dict) -> list[str]:
+    """Files created, or changed and not sources edited by hand, between two snapshots."""
+    changed = []
+    for path, stamp in after.items():
+        if path not in before:
+            changed.append(f"created {path}")
+        elif before[path] != stamp and not path.endswith(EDITED_BY_HAND):
+            changed.append(f"modified {path}")
+    return sorted(changed)
+
+
+def survivors(token: str) -> list[int]:
+    """Processes still alive whose environment carries the case's token: its descendants."""
+    found = []
+    needle = f"CWFUZZ_CASE={token}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                if needle in handle.read().split(b"\0"):
+                    with open(f"/proc/{entry}/stat", "rb") as stat:
+                        if stat.read().rsplit(b")", 1)[-1].split()[0] != b"Z":  # not a zombie
+                            found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
 def run_case(case: Case, case_timeout: float = CASE_TIMEOUT, keep: str | os.PathLike | None = None) -> Result:
-    """Run the case in a fresh folder (or `keep`), bounded by `case_timeout` seconds, and classify it."""
-    folder = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="cwfuzz-"))
+    """Run the case in a fresh folder (or `keep`), bounded by `case_timeout` seconds, and classify it.
+
+    The case runs in its own session and process group, with HOME and TMPDIR inside its folder; after
+    it exits, a process carrying its token still alive is a leftover (then killed), and a file made or
+    changed in the repository or beside the case folders is an outside write."""
+    folder = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="case-", dir=_case_parent()))
     folder.mkdir(parents=True, exist_ok=True)
+    token = f"{os.getpid()}-{folder.name}-{time.monotonic_ns()}"
+    extra: list[tuple[str, str]] = []
     try:
         materialise(case, folder)
+        for name in (".home", ".tmp"):
+            (folder / name).mkdir(exist_ok=True)
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                   PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1", NO_COLOR="1", COLUMNS="120")
+                   PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1", NO_COLOR="1", COLUMNS="120",
+                   HOME=str(folder / ".home"), TMPDIR=str(folder / ".tmp"), TMP=str(folder / ".tmp"),
+                   TEMP=str(folder / ".tmp"), XDG_CACHE_HOME=str(folder / ".home" / ".cache"),
+                   MPLCONFIGDIR=str(folder / ".home" / ".mpl"), CWFUZZ_CASE=token)
         env.pop("PYTHONSTARTUP", None)
+        before = _watched()
         sink = open(case.stdout, "wb") if case.stdout else None  # noqa: SIM115
         start = time.monotonic()
         try:
@@ -1263,19 +1695,42 @@ def run_case(case: Case, case_timeout: float = CASE_TIMEOUT, keep: str | os.Path
             if sink:
                 sink.close()
         seconds = time.monotonic() - start
+        left = survivors(token)
+        if left:
+            extra.append(("leftover_process", f"{len(left)} process(es) of the case still alive after it "
+                                              f"exited: {_commands(left)}"))
+            for pid in left:
+                with __import__("contextlib").suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+        written = outside_writes(before, _watched())
+        if written:
+            extra.append(("outside_write", "; ".join(written[:5]) + (f" (+{len(written) - 5} more)"
+                                                                     if len(written) > 5 else "")))
     finally:
         if not keep:
             shutil.rmtree(folder, ignore_errors=True)
     stdout = (out or b"").decode("utf-8", "replace")
     stderr = (err or b"").decode("utf-8", "replace")
-    outcome, problems = classify(case, None if timed_out else proc.returncode, stdout, stderr, case_timeout)
+    outcome, problems = classify(case, None if timed_out else proc.returncode, stdout, stderr, case_timeout, extra)
     return Result(case, outcome, problems, None if timed_out else proc.returncode, seconds, stdout, stderr)
 
 
-def classify(case: Case, code: int | None, stdout: str, stderr: str,
-             case_timeout: float = CASE_TIMEOUT) -> tuple[str, list[tuple[str, str]]]:
-    """The outcome of one run (None: it timed out) and every contract problem it shows."""
-    problems: list[tuple[str, str]] = []
+def _commands(pids: list[int]) -> str:
+    names = []
+    for pid in pids[:3]:
+        try:
+            names.append(f"{pid} " + Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+                "utf-8", "replace")[:80].strip())
+        except OSError:
+            names.append(str(pid))
+    return ", ".join(names)
+
+
+def classify(case: Case, code: int | None, stdout: str, stderr: str, case_timeout: float = CASE_TIMEOUT,
+             extra: list[tuple[str, str]] | None = None) -> tuple[str, list[tuple[str, str]]]:
+    """The outcome of one run (None: it timed out) and every contract problem it shows (`extra`: what
+    the runner saw around it, leftover processes and outside writes)."""
+    problems: list[tuple[str, str]] = list(extra or [])
     if code is None:
         problems.append(("hang", f"still running after {case_timeout:g} s; killed"))
     else:
@@ -1290,7 +1745,9 @@ def classify(case: Case, code: int | None, stdout: str, stderr: str,
             problems.append(("wrong_exit", f"exit {code} is not one of 0, 1, 2, 3"))
         elif code in CONTRACT and code not in case.expect:
             why = case.mutation.get("must", "")
-            problems.append(("wrong_exit", f"exit {code}, but this input must give "
+            # an input invalid by construction that got a verdict (0 verified, 1 violated, 3 incomplete)
+            name = "wrong_verdict" if case.expect == REJECT and code in (0, 1) else "wrong_exit"
+            problems.append((name, f"exit {code}, but this input must give "
                                            f"{' or '.join(map(str, case.expect))}" + (f" ({why})" if why else "")))
         if case.json and case.stdout is None:
             try:

@@ -83,9 +83,16 @@ def test_cases_are_deterministic():
             first, again = fuzz.make_case(family, seed), fuzz.make_case(family, seed)
             assert (first.args, first.files, first.mutation, first.expect) == \
                 (again.args, again.files, again.mutation, again.expect)
-    assert fuzz.plan(8, 3) == [("protocol", 3_000_000), ("body", 3_000_000), ("topology", 3_000_000),
-                               ("options", 3_000_000), ("protocol", 3_000_001), ("body", 3_000_001),
-                               ("topology", 3_000_001), ("options", 3_000_001)]
+    assert fuzz.plan(11, 3) == [("protocol", 3_000_000), ("body", 3_000_000), ("topology", 3_000_000),
+                                ("options", 3_000_000), ("topology_type", 3_000_000), ("degenerate", 3_000_000),
+                                ("source", 3_000_000), ("callable", 3_000_000), ("edges", 3_000_000),
+                                ("protocol", 3_000_001), ("body", 3_000_001)]
+
+
+def test_the_registry_can_be_extended():
+    """Another module adds families the way fuzz_production does: FAMILIES, KINDS and GENERATORS."""
+    assert set(fuzz.FAMILIES) <= set(fuzz.KINDS) == set(fuzz.GENERATORS)
+    assert {"topology_type", "degenerate", "source", "callable", "edges"} <= set(fuzz.FAMILIES)
 
 
 def test_every_kind_generates():
@@ -108,7 +115,9 @@ def _case(**kw):
 @pytest.mark.parametrize("code,stdout,stderr,expected", [
     (2, "", "clockworks: error: s.py:3: bad", "clean"),
     (2, "", "clockworks: error: bad", "unnamed_file"),
-    (0, "", "", "wrong_exit"),
+    (0, "", "", "wrong_verdict"),
+    (1, "", "", "wrong_verdict"),
+    (3, "", "", "wrong_exit"),
     (130, "", "interrupted", "wrong_exit"),
     (-9, "", "", "wrong_exit"),
     (4, "", "Traceback (most recent call last):\n  ...", "internal_error"),
@@ -117,6 +126,43 @@ def _case(**kw):
 ])
 def test_classify(code, stdout, stderr, expected):
     assert fuzz.classify(_case(), code, stdout, stderr)[0] == expected
+
+
+def test_classify_leftovers_and_outside_writes():
+    case = _case(expect=fuzz.CONTRACT)
+    assert fuzz.classify(case, 0, "", "", extra=[("leftover_process", "1 process")])[0] == "leftover_process"
+    assert fuzz.classify(case, 0, "", "", extra=[("outside_write", "created x")])[0] == "outside_write"
+    assert fuzz.classify(case, 4, "", "", extra=[("outside_write", "created x")])[0] == "internal_error"
+
+
+def _hostile(statement: str) -> fuzz.Case:
+    source = fuzz.schedule_source(prelude=statement)
+    return fuzz.Case("body", "hostile", ["show", fuzz.BODY_FILE, "--timeout", "5"],
+                     {fuzz.BODY_FILE: source.encode()}, {}, fuzz.CONTRACT, (fuzz.BODY_FILE,))
+
+
+def test_the_runner_sees_a_process_left_behind():
+    """A schedule that starts a process in its own session, which outlives the command: found by the
+    token in its environment, reported, and killed."""
+    case = _hostile("import subprocess\n_p = subprocess.Popen(['sleep', '60'], start_new_session=True,\n"
+                    "    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)")
+    result = fuzz.run_case(case, case_timeout=CASE_TIMEOUT)
+    assert result.outcome == "leftover_process", fuzz.describe(result)
+
+
+def test_the_runner_sees_a_write_outside_the_case_folder():
+    case = _hostile("with open(os.path.join(os.path.dirname(os.getcwd()), 'leak.txt'), 'w') as _f:\n"
+                    "    _f.write('x')")
+    result = fuzz.run_case(case, case_timeout=CASE_TIMEOUT)
+    assert result.outcome == "outside_write", fuzz.describe(result)
+    assert "leak.txt" in " ".join(text for _, text in result.problems)
+
+
+def test_the_case_gets_its_own_home_and_tmpdir():
+    case = _hostile("import tempfile\nwith open(os.path.expanduser('~/x'), 'w') as _f, "
+                    "tempfile.NamedTemporaryFile(delete=False) as _t:\n    _f.write('x')")
+    result = fuzz.run_case(case, case_timeout=CASE_TIMEOUT)
+    assert result.outcome == "clean", fuzz.describe(result)
 
 
 def test_classify_json():
