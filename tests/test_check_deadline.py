@@ -132,8 +132,8 @@ def test_the_cli_reports_what_the_search_found_when_its_backstop_fires_after_the
 @pytest.mark.parametrize("case", ["violated", "timeout", "bad input", "internal error"])
 def test_check_json_prints_exactly_one_document(monkeypatch, capsys, tmp_path, races, case):
     argv = ["check", str(races), "--ranks", "4", "--json"]
-    if case == "timeout":  # K=3 searches for minutes: stopped at 0.5 s, with the races found by then
-        argv += ["--param", "K=3", "--timeout", "0.5"]
+    if case == "timeout":  # K=3 searches for minutes: stopped at 2 s, with the races found by then
+        argv += ["--param", "K=3", "--timeout", "2"]
     elif case == "bad input":
         bad = tmp_path / "bad.py"
         bad.write_text("import clockworks_dist as cw\n\n@cw.schedule(ranks=(2,))\ndef s(r):\n    r.put(\n")
