@@ -18,7 +18,16 @@ from .errors import CheckIncomplete, ClockworksError, MissingDependency, Schedul
 
 __version__ = "0.1.0"
 from .check import check, expected_values, happens_before  # noqa: E402  (the function, not the package)
-from .prediction import predict  # noqa: E402
+
+
+def __getattr__(name: str):
+    """`cw.predict`, imported when first used: the performance model (with networkx) costs about half
+    a second to import, which `clockworks check` and `show` do not need."""
+    if name == "predict":
+        from .prediction import predict
+
+        return predict
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
