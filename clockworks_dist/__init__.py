@@ -9,12 +9,30 @@
     report = cw.predict(my_allreduce, "h200x2-nv18", ranks=2, sizes="1KiB..1MiB")
 """
 
-from . import ir
-from .dsl import (
+import os as _os
+import signal as _signal
+import sys as _sys
+
+
+def _stopped_while_starting(signum, frame) -> None:
+    """Ctrl-C while the `clockworks` command loads the package: nothing has started, so it ends
+    quietly with the shell's code instead of Python's traceback of an import."""
+    _os.write(2, b"clockworks: interrupted while starting\n")
+    _os._exit(128 + signum)
+
+
+# The command (the console script, or `python -m clockworks_dist...`, whose module is being located
+# while the package loads) takes Ctrl-C quietly until `cli.main` hands it back to Python's handler.
+if (_sys.argv and (_sys.argv[0] == "-m" or _os.path.basename(_sys.argv[0]) == "clockworks")
+        and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler):
+    _signal.signal(_signal.SIGINT, _stopped_while_starting)
+
+from . import ir  # noqa: E402
+from .dsl import (  # noqa: E402
     Rank, ScheduleDef, allgather, allreduce, alltoall, broadcast, choice, custom, equals, load_file, param,
     reduce, reduce_scatter, schedule, size,
 )
-from .errors import CheckIncomplete, ClockworksError, MissingDependency, ScheduleError, TopologyError
+from .errors import CheckIncomplete, ClockworksError, MissingDependency, ScheduleError, TopologyError  # noqa: E402
 
 __version__ = "0.1.0"
 from .check import check, expected_values, happens_before  # noqa: E402  (the function, not the package)

@@ -23,6 +23,7 @@ import json
 import math
 import os
 import re
+import signal
 import sys
 import sysconfig
 import threading
@@ -30,7 +31,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 
-from . import cli_codegen, cli_perf, cli_run, cli_tune, hygiene, ir
+from . import _stopped_while_starting, cli_codegen, cli_perf, cli_run, cli_tune, hygiene, ir
 from .dsl import ScheduleDef, guard, load_file
 from .errors import CheckIncomplete, ClockworksError, ScheduleError, TopologyError
 
@@ -709,6 +710,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _silence_stdout()
         return EXIT_BAD_INPUT
     args.started = started
+    if signal.getsignal(signal.SIGINT) is _stopped_while_starting:  # the package has loaded: Ctrl-C as usual
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     with guard.catch_sigint(), hygiene.on_signals():
         code = _run(args, out)
         return _finish(out, code)

@@ -463,3 +463,28 @@ def hygiene_env() -> dict:
     from clockworks_dist.runtime.launch import NO_MULTICAST
 
     return dict(NO_MULTICAST)
+
+
+def test_ctrl_c_while_the_command_loads_the_package_ends_quietly(tmp_path):
+    """A SIGINT that lands while `python -m clockworks_dist...` (or the console script) is still
+    importing the package ends it with 130 and one line, not Python's traceback of an import."""
+    loading = ("import os, signal, sys, time\n"
+               "sys.argv = ['-m']  # as while `python -m` locates the module\n"
+               "import clockworks_dist\n"
+               "os.kill(os.getpid(), signal.SIGINT)\n"
+               "time.sleep(10)\n")
+    done = subprocess.run([sys.executable, "-c", loading], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, stdin=subprocess.DEVNULL)
+    assert done.returncode == 130
+    assert "Traceback" not in done.stderr and "interrupted while starting" in done.stderr
+
+
+def test_the_command_hands_ctrl_c_back_to_python_once_it_runs(capsys):
+    import clockworks_dist
+
+    previous = signal.signal(signal.SIGINT, clockworks_dist._stopped_while_starting)
+    try:
+        assert main(["check", str(RING), "--ranks", "2"]) == 0
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
