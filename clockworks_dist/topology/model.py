@@ -31,6 +31,8 @@ from pydantic import (
     AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator,
 )
 
+from pydantic_core import PydanticCustomError
+
 from ..errors import TopologyError
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -450,10 +452,18 @@ class Constants(_Frozen):
         return self.nccl_step_latency_us[transport][protocol]
 
 
+def _year_zero(value: Any) -> Any:
+    """Year 0000 is no date. Older pydantic-core releases read it and then fail outside validation
+    (a plain ValueError, not a field error), so it is refused here as the date error it is."""
+    if isinstance(value, str) and value.strip().startswith("0000-"):
+        raise PydanticCustomError("date_parsing", "Input should be a valid date, year 0 is out of range")
+    return value
+
+
 class Provenance(_Frozen):
     """Where the numbers of a file come from: a datasheet, or a calibration run on a machine."""
 
-    date: datetime.date | None = None
+    date: Annotated[datetime.date | None, BeforeValidator(_year_zero)] = None
     gpu: str | None = None
     driver: str | None = None
     cuda: str | None = None
