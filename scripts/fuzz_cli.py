@@ -443,6 +443,9 @@ def gen_protocol(ch: Chooser, kind: str, timeout: float) -> Case:
             expect, why = REJECT, "an empty file defines no schedule"
     else:
         raise ValueError(kind)
+    if expect == REJECT and (b"cw.choice(" in src or b"cw.param(" in src):
+        # a family: the line may sit in a variant that check does not trace (the defaults only)
+        expect, why = CONTRACT, ""
     refused = python_rejects(new)
     if refused:  # it does not even compile: the only right answer is bad input
         expect, why = REJECT, f"CPython refuses it ({refused})"
@@ -1284,7 +1287,7 @@ def gen_topology_type(ch: Chooser, kind: str, timeout: float) -> Case:
     expect, why = REJECT, f"{'.'.join(map(str, path))}: a {new_text} where a {what} belongs"
     if kind == "number_for_name" and field_name in ("name", "model") and new_text in ("5", "-1", "0.5", "true"):
         expect, why = CONTRACT, ""  # a number may be read as a name
-    if field_name in ("rank_order", "hbm_GB", "rail", "node") and new_text == "null":
+    if field_name in ("rank_order", "hbm_GB", "rail", "node", "model") and new_text == "null":  # optional
         expect, why = CONTRACT, ""
     args, files = _topology_args(ch, name, timeout)
     files[name] = new
@@ -1512,7 +1515,9 @@ def gen_edges(ch: Chooser, kind: str, timeout: float) -> Case:
     mutation = {"option": option, "value": value}
     if verdict == R:
         mutation["must"] = "this option value is refused (exit 2 naming the option)"
-    return Case("edges", kind, args, files, mutation, expect, (option, value.split("=")[0] or option))
+    # "the schedule has 10 ranks but h200x2-nv18 has 2 GPUs" (--ranks 1_0) is clear too
+    blame = (option, value.split("=")[0] or option) + (("h200x2-nv18", "dgx-h100-cluster") if kind == "predict" else ())
+    return Case("edges", kind, args, files, mutation, expect, blame)
 
 
 # ------------------------------------------------------------------------------------- generation
