@@ -213,6 +213,7 @@ def cmd_build(args: argparse.Namespace, out) -> int:
         else:
             out.text(build.describe(found))
         return 0 if not found.missing_for(args.backend) else 2
+    hygiene.check_out_dir(args.out, "-o/--out")  # a bad output folder is named first, toolchain or not
     toolchain = build.find_toolchain(args.backend, arch=args.arch)
     toolchain.require(args.backend)
     built = []

@@ -1515,8 +1515,10 @@ def gen_edges(ch: Chooser, kind: str, timeout: float) -> Case:
     mutation = {"option": option, "value": value}
     if verdict == R:
         mutation["must"] = "this option value is refused (exit 2 naming the option)"
-    # "the schedule has 10 ranks but h200x2-nv18 has 2 GPUs" (--ranks 1_0) is clear too
-    blame = (option, value.split("=")[0] or option) + (("h200x2-nv18", "dgx-h100-cluster") if kind == "predict" else ())
+    # "the schedule has 10 ranks but h200x2-nv18 has 2 GPUs" (--ranks 1_0) is clear too, and so is
+    # "ring_allreduce.py:11: 1024 bytes is not reachable" at the 80 ranks of --scale-nodes 1_0
+    blame = (option, value.split("=")[0] or option) + (("h200x2-nv18", "dgx-h100-cluster", "ring_allreduce.py:")
+                                                       if kind == "predict" else ())
     return Case("edges", kind, args, files, mutation, expect, blame)
 
 
