@@ -1688,7 +1688,9 @@ def run_case(case: Case, case_timeout: float = CASE_TIMEOUT, keep: str | os.Path
         materialise(case, folder)
         for name in (".home", ".tmp"):
             (folder / name).mkdir(exist_ok=True)
-        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        # no empty entry in PYTHONPATH: it would put the case's folder on sys.path, where a case file named
+        # json.py shadows the standard library (the installed `clockworks` script never sees the folder)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
                    PYTHONHASHSEED="0", PYTHONPYCACHEPREFIX=str(_pycache()), NO_COLOR="1", COLUMNS="120",
                    HOME=str(folder / ".home"), TMPDIR=str(folder / ".tmp"), TMP=str(folder / ".tmp"),
                    TEMP=str(folder / ".tmp"), XDG_CACHE_HOME=str(folder / ".home" / ".cache"),

@@ -512,7 +512,9 @@ def run_production_case(case: Case, case_timeout: float | None = None, keep: str
             (work / link).parent.mkdir(parents=True, exist_ok=True)
             os.symlink(target, work / link)
         before = _tree(work)
-        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        # no empty entry in PYTHONPATH: it would put the case's folder on sys.path, where a case file named
+        # json.py shadows the standard library (the installed `clockworks` script never sees the folder)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
                    PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1", NO_COLOR="1", COLUMNS="120",
                    TMPDIR=str(tmp), **{MARK_ENV: mark})
         env.pop("PYTHONSTARTUP", None)
