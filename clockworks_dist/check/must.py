@@ -34,11 +34,11 @@ from collections import defaultdict
 
 import numpy as np
 
-from ..semantics.arithmetic import COMPARE, MASK64, signal_effect
+from ..semantics.arithmetic import COMPARE, MASK64
 from ..semantics.budget import UNBOUNDED, Deadline
 from ..semantics.machine import Model
 from ..semantics.order import delivery_event, edges, has_landing, landing_event, op_event
-from ..semantics.rules import Sync
+from ..semantics.rules import Sync, rule
 
 MAX_ROUNDS = 16
 
@@ -185,7 +185,7 @@ class MustOrder(Order):
         updates: dict[tuple[int, int], list[tuple[int, str, int]]] = defaultdict(list)
         for program in model.sched.programs:
             for index, op in enumerate(program.ops):
-                effect = signal_effect(op)
+                effect = rule(op).signal_effect(op)
                 if effect is None:
                     continue
                 ref, how, value = effect

@@ -18,8 +18,8 @@ executors and the code generators read these rules instead of restating them). I
 - `budget`: the deadline every long phase checks.
 """
 
-from .arithmetic import COMPARE, MASK64, atomic_result, compare, fetch_result, signal_effect
-from .rules import RULES, Access, Mode, Move, Sync, When, describe, rule
+from .arithmetic import COMPARE, MASK64, atomic_result, compare, fetch_result
+from .rules import RULES, Access, Mode, Move, Sync, When, describe, rule, signal_effect
 
 __all__ = ["COMPARE", "MASK64", "RULES", "Access", "Mode", "Move", "Sync", "When", "atomic_result", "compare",
            "describe", "fetch_result", "rule", "signal_effect"]

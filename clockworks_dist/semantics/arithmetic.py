@@ -6,13 +6,14 @@ may assume a word never wraps unless it proves it for the schedule at hand (the 
 reduction does, per word: `semantics.machine.Model._may_wrap`). A `wait_until` compares the word with its
 value as unsigned integers. The checker, the z3 wait check and the simulator all read this module.
 
-This package imports only `ir`: it is the start of the one semantics layer (`semantics/`) that the
-engines share.
+This module imports only `ir` and `backends` (a leaf): it is the start of the one semantics layer
+(`semantics/`) that the engines share.
 """
 
 from __future__ import annotations
 
 from .. import ir
+from .backends import BACKENDS
 
 MASK64 = (1 << 64) - 1
 
@@ -28,25 +29,27 @@ def compare(cmp: str, value: int, operand: int) -> bool:
 
 
 def signal_effect(op) -> tuple[ir.SignalRef, str, int] | None:
-    """What a one-sided op does to a signal word at `op.pe`: (word, effect, value). Effects: `add`;
-    `set` (compare_swap may also leave the word as it was); `read`, no change (fetch); `clear`,
-    bits only cleared (and); `any`, any value (or, xor). None for ops that touch no signal word."""
-    if op.kind in ("put_signal", "signal_op"):
-        return op.signal, op.sig_op, op.value
-    if op.kind not in ("atomic", "fetch_atomic") or not isinstance(op.target, ir.SignalRef):
-        return None
-    name = op.op.removeprefix("fetch_") if op.kind == "fetch_atomic" and op.op != "fetch" else op.op
+    """What a one-sided op does to a signal word at `op.pe`: (word, effect, value), as its rule
+    says (`rules.Rule.signal_effect`, read through the registry of backends: `rules` imports this
+    module). Kept for callers outside `semantics`; new code asks `rules.rule(op).signal_effect(op)`."""
+    return BACKENDS["semantics"].table[type(op)].signal_effect(op)
+
+
+def word_effect(name: str, value: int) -> tuple[str, int]:
+    """(effect, value) of the atomic or fetching atomic `name` (its `fetch_` prefix dropped) on a
+    word. Effects: `add`; `set` (compare_swap may also leave the word as it was); `read`, no change
+    (fetch); `clear`, bits only cleared (and); `any`, any value (or, xor)."""
     if name == "add":
-        return op.target, "add", op.value
+        return "add", value
     if name == "inc":
-        return op.target, "add", 1
+        return "add", 1
     if name in ("set", "swap", "compare_swap"):
-        return op.target, "set", op.value
+        return "set", value
     if name == "fetch":
-        return op.target, "read", 0
+        return "read", 0
     if name == "and":
-        return op.target, "clear", op.value
-    return op.target, "any", op.value
+        return "clear", value
+    return "any", value
 
 
 def atomic_result(op: str, old: int, value: int) -> int:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from .. import ir
-from .arithmetic import COMPARE, MASK64, atomic_result, fetch_result, signal_effect
+from .arithmetic import COMPARE, MASK64, atomic_result, fetch_result
 from .atoms import Layout, collect_alignments, make_layout, split_atoms
 from .budget import UNBOUNDED, Deadline
 from .match import Key, Matches, members_of
@@ -410,7 +410,7 @@ class Model:
         unbounded: set[tuple[int, int]] = set()
         for program in self.sched.programs:
             for op in program.ops:
-                effect = signal_effect(op)
+                effect = rule(op).signal_effect(op)
                 if effect is None:
                     continue
                 word = (op.pe, self.sig_word(effect[0]))

@@ -11,7 +11,9 @@ A rule states, for its op class:
   collectives exist here and nowhere else; the machine applies them to symbolic values, the atom
   layout aligns on them, the simulator and the DSL's shape checks size them;
 - `awaits(op, rank)`: the signal words a wait reads and how it combines their comparisons;
-- `describe(op)`: one code-like line, as the user wrote it.
+- `describe(op)`: one code-like line, as the user wrote it;
+- `signal_effect(op)`: what it does to a signal word (add, set, read, clear, any), which the
+  reduction's wrap-around proof, the z3 wait check, the simulator and the emitters read.
 
 The signal and atomic arithmetic (uint64, modulo 2**64) is in `arithmetic`; DESIGN.md's terms for
 each op are the docstrings of its rule below. The machine (`machine.Model`) dispatches on
@@ -40,6 +42,7 @@ import enum
 from dataclasses import dataclass
 
 from .. import ir
+from .arithmetic import word_effect
 from .backends import Backend, register
 
 
@@ -181,6 +184,15 @@ class Rule:
 
     def accesses(self, op, rank: int) -> tuple[Access, ...]:
         return ()
+
+    def signal_effect(self, op) -> tuple[ir.SignalRef, str, int] | None:
+        """What the op does to a signal word at `op.pe`: (word, effect, value). Effects: `add`;
+        `set` (compare_swap may also leave the word as it was); `read`, no change (fetch); `clear`,
+        bits only cleared (and); `any`, any value (or, xor). None for ops that touch no signal
+        word at `op.pe`. Every rule whose `accesses` touch a signal word there must say how:
+        the reduction (`machine.Model._may_wrap`) proves ge/gt waits commute with adds from it,
+        and `tests/test_add_an_op.py` fails when a rule forgets."""
+        return None
 
     def word_update(self, op) -> tuple[ir.SignalRef | ir.Region, str, int] | None:
         """A delivery's update of one word at `op.pe`: (word, op for `arithmetic.atomic_result`,
@@ -441,6 +453,9 @@ class PutSignalRule(PutRule):
     def word_update(self, op):
         return op.signal, op.sig_op, op.value
 
+    def signal_effect(self, op):
+        return op.signal, op.sig_op, op.value
+
     def describe(self, op):
         return (f"put_signal(pe={op.pe}, {op.dst} <- {op.src}, {op.signal} {op.sig_op} {op.value}"
                 f"{', nbi' if op.nbi else ''})")
@@ -455,6 +470,9 @@ class SignalUpdateRule(Rule):
         return (Access("signal", op.pe, op.signal, _signal_mode(op.sig_op), When.DELIVERY),)
 
     def word_update(self, op):
+        return op.signal, op.sig_op, op.value
+
+    def signal_effect(self, op):
         return op.signal, op.sig_op, op.value
 
     def describe(self, op):
@@ -477,6 +495,11 @@ class AtomicRule(Rule):
 
     def word_update(self, op):
         return op.target, op.op, op.value
+
+    def signal_effect(self, op):
+        if not isinstance(op.target, ir.SignalRef):
+            return None
+        return (op.target, *word_effect(op.op, op.value))
 
     def describe(self, op):
         return f"atomic_{op.op}(pe={op.pe}, {op.target}, {op.value})"
@@ -529,6 +552,11 @@ class FetchAtomicRule(Rule):
             mode = Mode.ATOMIC_READ if reads_only else Mode.ATOMIC_OTHER
         return (Access("target", op.pe, op.target, mode, When.ISSUE),
                 Access("into", rank, op.into, Mode.WRITE, When.ISSUE))
+
+    def signal_effect(self, op):
+        if not isinstance(op.target, ir.SignalRef):
+            return None
+        return (op.target, *word_effect(op.op.removeprefix("fetch_"), op.value))
 
     def describe(self, op):
         extra = f", cond={op.cond}" if op.op == "compare_swap" else ""
@@ -704,6 +732,11 @@ def rule(op) -> Rule:
 def describe(op) -> str:
     """A one-line, code-like rendering of an op, as the user would have written it."""
     return rule(op).describe(op)
+
+
+def signal_effect(op) -> tuple[ir.SignalRef, str, int] | None:
+    """What an op does to a signal word at `op.pe` (`Rule.signal_effect`), or None."""
+    return rule(op).signal_effect(op)
 
 
 def collective_flows(ops: list, ranks: list[int]) -> list[Move]:

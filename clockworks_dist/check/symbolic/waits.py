@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ... import ir
-from ...semantics.arithmetic import MASK64, signal_effect
+from ...semantics.arithmetic import MASK64
 from ...semantics.budget import UNBOUNDED, Deadline
 from ...semantics.match import Key, Matches, op_ref
 from ...semantics.order import StaticOrder
@@ -33,9 +33,9 @@ class _Update:
 
 
 def _effect(op: ir.OpBase) -> tuple[str, int]:
-    """(add | set | none | any, value): `semantics.signal_effect`, with `and` taken as any value
+    """(add | set | none | any, value): the rule's `signal_effect`, with `and` taken as any value
     (it can reach values below the word's), which keeps the wait check sound."""
-    _, how, value = signal_effect(op)
+    _, how, value = rule(op).signal_effect(op)
     if how == "read":
         return "none", 0
     if how in ("clear", "any"):
@@ -45,7 +45,7 @@ def _effect(op: ir.OpBase) -> tuple[str, int]:
 
 def _target_word(op: ir.OpBase) -> tuple[int, str, int] | None:
     """The signal word a one-sided op acts on, (pe, signal, index), a fetch that only reads it included."""
-    effect = signal_effect(op)
+    effect = rule(op).signal_effect(op)
     return None if effect is None else (op.pe, effect[0].signal, effect[0].index)
 
 
