@@ -102,9 +102,10 @@ def test_every_region_and_signal_an_op_names_is_one_of_its_accesses(traced):
 
 
 def test_deliveries_touch_memory_only_when_they_land_and_joint_ops_only_jointly(traced):
+    joint = (rules.Sync.P2P, rules.Sync.COLLECTIVE, rules.Sync.BARRIER_ALL, rules.Sync.SYNC_ALL)
     for rank, op in _ops(traced):
         whens = {a.when for a in rules.rule(op).accesses(op, rank)}
-        if op.kind in ir.JOINT_KINDS:
+        if rules.rule(op).sync in joint:
             assert whens <= {rules.When.JOINT}, op.kind
         elif op.kind in ir.DELIVERY_KINDS:
             assert rules.When.DELIVERY in whens, op.kind

@@ -503,7 +503,7 @@ class Model:
         ops = self.sched.programs[rank].ops
         moves = tuple(self._atoms(m) for m in r.flows(op, rank))
         target = moves[0].dsts[0][0] if moves else op.pe
-        d = Delivery(issuer=rank, index=index, target=target, pe=op.pe, fenced=op.kind in ir.FENCED_KINDS,
+        d = Delivery(issuer=rank, index=index, target=target, pe=op.pe, fenced=r.fenced,
                      epoch=sum(1 for o in ops[:index] if o.kind == "fence"), moves=moves)
         at_issue = [a for a in r.accesses(op, rank) if a.when is When.ISSUE and a.mode == READ]
         if at_issue and moves:  # a blocking put: the data leaves with the issue

@@ -21,7 +21,7 @@ each op are the docstrings of its rule below. The machine (`machine.Model`) disp
 
 ## Adding an op (the checklist)
 1. `ir.py`: a frozen class (fields `src`, `dst`, `peer` or `pe`, `signal`), its place in the `Op`
-   union and in the op groups (`DELIVERY_KINDS`, `JOINT_KINDS`, `BLOCKING_KINDS`, ...).
+   union and in the op groups (`DELIVERY_KINDS`, `FENCED_KINDS`, `WAIT_KINDS`, ...).
 2. Here: its rule (accesses, flows, sync, awaits, describe) in one block, registered in `RULES`.
    `tests/test_semantics.py` fails until every `ir.Op` class has a rule.
 3. `dsl/trace.py`: the `Rank` method, validating its arguments (file, line, rank, op) and with a
@@ -181,6 +181,7 @@ class Rule:
     op_class: type
     sync: Sync = Sync.LOCAL
     fetches = False  # a fetching atomic: updates a word on `pe` and returns its old value
+    fenced = False  # a delivery that fence orders per target PE (puts, atomics, signals; not gets)
 
     def accesses(self, op, rank: int) -> tuple[Access, ...]:
         return ()
@@ -427,6 +428,7 @@ class PutRule(Rule):
     the call returns); nbi: `src` is read when the delivery lands."""
 
     op_class, sync = ir.Put, Sync.DELIVERY
+    fenced = True
 
     def accesses(self, op, rank):
         src_when = When.DELIVERY if op.nbi else When.ISSUE
@@ -465,6 +467,7 @@ class SignalUpdateRule(Rule):
     """Updates `signal` on `pe` (set, or add modulo 2**64) as a delivery."""
 
     op_class, sync = ir.SignalUpdate, Sync.DELIVERY
+    fenced = True
 
     def accesses(self, op, rank):
         return (Access("signal", op.pe, op.signal, _signal_mode(op.sig_op), When.DELIVERY),)
@@ -484,6 +487,7 @@ class AtomicRule(Rule):
     Adds and incs commute with each other; the arithmetic is `arithmetic.atomic_result`."""
 
     op_class, sync = ir.Atomic, Sync.DELIVERY
+    fenced = True
 
     def accesses(self, op, rank):
         commutes = op.op in ("add", "inc")
