@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 
+# The exit codes of every `clockworks` command (`clockworks --help`).
+EXIT_VERIFIED, EXIT_VIOLATED, EXIT_BAD_INPUT, EXIT_INCOMPLETE, EXIT_INTERNAL = 0, 1, 2, 3, 4
+
+
 class ClockworksError(Exception):
     """Base of every error this package raises on purpose."""
 
@@ -41,3 +45,7 @@ class ClockworksWarning(UserWarning):
 
 class CostWarning(ClockworksWarning):
     """The performance model had to assume what an op costs (a compute op that states no cost)."""
+
+
+class UsageError(ClockworksError):
+    """A command line that names something the file does not have."""

@@ -23,7 +23,7 @@ import os
 import re
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from .errors import ClockworksError
 
@@ -183,16 +183,15 @@ def exit_code(interrupted: int) -> int:
 
 
 @contextlib.contextmanager
-def on_signals() -> Iterator[None]:
+def on_signals(received_one: Callable[[], None] = lambda: None) -> Iterator[None]:
     """SIGTERM and SIGHUP end the block as Ctrl-C does (`KeyboardInterrupt`, a real one for
     `dsl.guard.interrupted`), once: a second signal during the clean-up is ignored, so the clean-up
     (stopping process groups, removing temporary folders) finishes. Main thread only; a signal that
-    is ignored when the block starts (nohup) stays ignored."""
+    is ignored when the block starts (nohup) stays ignored. `received_one()` runs first when one
+    arrives (the command marks the interrupt real for `dsl.guard.interrupted`)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    from .dsl import guard
-
     _received.clear()
     previous = {}
 
@@ -200,7 +199,7 @@ def on_signals() -> Iterator[None]:
         if _received:
             return
         _received.append(signum)
-        guard._interrupted = True
+        received_one()
         kill_tracked()
         raise KeyboardInterrupt
 

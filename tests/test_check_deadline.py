@@ -17,9 +17,10 @@ import types
 
 import pytest
 
+import clockworks_dist
 from clockworks_dist import cli, load_file
 from clockworks_dist.check import check
-from clockworks_dist.dsl import guard
+from clockworks_dist.dsl import bounded, guard
 from clockworks_dist.semantics import budget
 
 check_module = sys.modules["clockworks_dist.check"]  # (the package's `check` is the function)
@@ -164,7 +165,7 @@ def test_a_check_stuck_after_the_backstop_ends_with_its_result_once_blaming_no_s
     ended = []
     monkeypatch.setattr(guard, "end_process", lambda code, err, out=None: ended.append((code, err, out)))
     monkeypatch.setattr(cli, "CHECK_BACKSTOP_S", 0.05)
-    monkeypatch.setattr(cli, "STUCK_S", 0.2)
+    monkeypatch.setattr(bounded, "STUCK_S", 0.2)
     real = cli._checker()
     # "our code, stuck": a loop that swallows the alarm, compiled as a file of the checker
     namespace = {"real": real, "guard": guard, "time": time}
@@ -178,7 +179,7 @@ def test_a_check_stuck_after_the_backstop_ends_with_its_result_once_blaming_no_s
                 except guard.TimeUp:
                     pass
             return result
-    '''), os.path.join(os.path.dirname(cli.__file__), "check", "stuck_for_the_test.py"), "exec"), namespace)
+    '''), os.path.join(os.path.dirname(clockworks_dist.__file__), "check", "stuck_for_the_test.py"), "exec"), namespace)
     monkeypatch.setattr(cli, "_checker", lambda: namespace["stuck"])
     code = cli.main(["check", str(races), "--ranks", "4", "--json", "--timeout", "30"])
     capsys.readouterr()
@@ -207,7 +208,7 @@ def test_a_watchdog_that_fires_after_the_block_prints_nothing(monkeypatch):
 
     monkeypatch.setattr(guard, "time_bound", capturing)
     args = cli.build_parser().parse_args(["check", "x.py", "--json", "--timeout", "5"])
-    with cli._bound(args, 5.0, "checking x", lambda: (1, "{}\n")):
+    with bounded.bound(args, 5.0, "checking x", lambda: (1, "{}\n")):
         pass
     [on_stuck] = watchdogs
     thread = threading.Thread(target=on_stuck)  # as threading.Timer would, just too late

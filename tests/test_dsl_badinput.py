@@ -762,7 +762,7 @@ def test_a_lambda_is_still_a_schedule(tmp_path, capsys):
 def test_the_package_still_imports_its_own_submodules():
     import importlib
 
-    assert importlib.import_module("clockworks_dist.cli_perf").cmd_predict
+    assert importlib.import_module("clockworks_dist.cli.perf").cmd_predict
     assert cw.check is importlib.import_module("clockworks_dist.check").check
 
 

@@ -209,7 +209,7 @@ def test_a_compiler_that_hangs_is_stopped(tmp_path, monkeypatch):
 
 
 def test_the_printed_run_line_quotes_the_program(tmp_path, monkeypatch, capsys):
-    from clockworks_dist import cli_codegen
+    from clockworks_dist.cli import codegen as cli_codegen
     from clockworks_dist.codegen import build
 
     class Found:

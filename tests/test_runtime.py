@@ -10,7 +10,8 @@ import pytest
 np = pytest.importorskip("numpy")
 
 import clockworks_dist as cw  # noqa: E402
-from clockworks_dist import cli, cli_run, ir  # noqa: E402
+from clockworks_dist import cli, ir  # noqa: E402
+from clockworks_dist.runtime import select  # noqa: E402
 from clockworks_dist.runtime import compare, expected, numeric  # noqa: E402
 from clockworks_dist.semantics.arithmetic import MASK64  # noqa: E402
 from clockworks_dist.semantics.backends import Backend  # noqa: E402
@@ -173,9 +174,9 @@ def test_an_op_the_backend_cannot_run_is_named_with_its_reason():
     sched = _trace("nvshmem_oneshot_allreduce.py", 2)
     partial = Backend("partial", table={cls: print for cls in ir.OP_CLASSES if cls is not ir.PutSignal},
                       unsupported={ir.PutSignal: "no one-sided ops here"})
-    with pytest.raises(cli_run.BackendError, match=r"nvshmem_oneshot_allreduce.py:\d+: the partial backend cannot "
+    with pytest.raises(select.BackendError, match=r"nvshmem_oneshot_allreduce.py:\d+: the partial backend cannot "
                                                    r"run put_signal: no one-sided ops here \(rank 0\)"):
-        cli_run._supported(partial, sched)
+        select.supported(partial, sched)
 
 
 def test_an_unknown_backend_is_bad_input(capsys):

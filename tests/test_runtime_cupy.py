@@ -27,7 +27,8 @@ import pytest
 pytest.importorskip("numpy")
 
 import clockworks_dist as cw  # noqa: E402
-from clockworks_dist import cli, cli_run, ir  # noqa: E402
+from clockworks_dist import cli, ir  # noqa: E402
+from clockworks_dist.runtime import select  # noqa: E402
 from clockworks_dist.runtime import cupy_nccl, launch  # noqa: E402
 from clockworks_dist.runtime.cupy_nccl import CUPY  # noqa: E402
 from clockworks_dist.semantics.backends import BACKENDS, Unsupported  # noqa: E402
@@ -62,8 +63,8 @@ def outside_mpi(monkeypatch):
 
 def _supported(sched: ir.Schedule) -> bool:
     try:
-        cli_run._supported(CUPY, sched)
-    except cli_run.BackendError:
+        select.supported(CUPY, sched)
+    except select.BackendError:
         return False
     return True
 
@@ -119,11 +120,11 @@ def test_without_cupy_the_cupy_backend_says_what_to_install(capsys, outside_mpi)
 
 
 def test_more_ranks_than_gpus_is_explained():
-    assert cli_run.gpu_shortage(2, 2) is None and cli_run.gpu_shortage(1, 8) is None
-    assert cli_run.gpu_shortage(4, 2).startswith("--np 4: the cupy backend runs one rank per GPU, but 2 GPU(s) are "
+    assert select.gpu_shortage(2, 2) is None and select.gpu_shortage(1, 8) is None
+    assert select.gpu_shortage(4, 2).startswith("--np 4: the cupy backend runs one rank per GPU, but 2 GPU(s) are "
                                                  "visible here")
-    assert cli_run.gpu_shortage(4, 2).endswith("run with --np 2 or fewer, or use --backend mpi-cpu")
-    assert "no GPU is visible here" in cli_run.gpu_shortage(2, 0)
+    assert select.gpu_shortage(4, 2).endswith("run with --np 2 or fewer, or use --backend mpi-cpu")
+    assert "no GPU is visible here" in select.gpu_shortage(2, 0)
 
 
 @pytest.mark.skipif(not HAS_CUPY or _gpus() >= 64, reason="needs CuPy, and fewer than 64 GPUs")

@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import hygiene, ir
+from ..dsl import bounded
 from ..errors import ClockworksError, MissingDependency
 from ..runtime import job as job_mod
 from ..runtime import launch, verdict
@@ -907,16 +908,9 @@ def _build_workers(count: int) -> int:
 def load_schedules(path: str, ranks: int | None, sizes, schedule_name: str | None, timeout: float | None,
                    size_bindings: dict[str, int] | None = None) -> tuple[list[ir.Schedule], list[int]]:
     """The schedule of `path` traced at `ranks` (at each of `sizes`: "1KiB..1GiB", "4096,1MiB" or a
-    list of ints; bytes per rank of the main buffer; `size_bindings`: the other size symbols) with
-    `clockworks run`'s helpers; the main buffer's bytes per rank of each."""
-    from .. import cli_run
-
-    if isinstance(sizes, (list, tuple)):
-        sizes = ",".join(str(int(size)) for size in sizes)
-    args = argparse.Namespace(file=path, np=ranks, sizes=sizes or None, size=list((size_bindings or {}).items()),
-                              schedule=schedule_name,
-                              timeout=timeout, started=time.monotonic(), json=False, debug=False)
-    schedules, _ = cli_run._schedules(args)
+    list of ints; bytes per rank of the main buffer; `size_bindings`: the other size symbols), within
+    `timeout` (`dsl.bounded`); the main buffer's bytes per rank of each."""
+    schedules, _ = bounded.load_sized(path, ranks, sizes, schedule_name, timeout, size_bindings)
     names = list(dict.fromkeys(sched.name for sched in schedules))
     if len(names) > 1:
         raise ValidateError(f"{path} defines {len(names)} schedules ({', '.join(names)}); name the one to validate "
@@ -1130,12 +1124,12 @@ def _per_call(result: dict, predicted: dict | None, calls: int) -> tuple[dict, d
 def _validate_cupy(schedules, nbytes, out_dir, meta, topology, search) -> dict:
     """The cupy executor (`clockworks run --backend cupy`'s path): every size in one mpiexec job,
     `warmup` + `iters` iterations each, the first `warmup` left out of the times."""
-    from .. import cli_run
+    from ..runtime import select
     from ..runtime.cupy_nccl import CUPY
 
     for sched in schedules:
-        cli_run._supported(CUPY, sched)
-    cli_run._require_gpus(schedules[0].world)
+        select.supported(CUPY, sched)
+    select.require_gpus(schedules[0].world)
     launch.require_mpi4py()
     hygiene.prepare_out_dir(out_dir, "--out")
     timeout = meta["timeout"]

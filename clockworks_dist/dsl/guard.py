@@ -187,6 +187,13 @@ def time_bound(seconds: float | None, on_stuck: Callable[[], None] | None = None
 
 
 # --------------------------------------------------------------------------------- Ctrl-C
+def mark_interrupted() -> None:
+    """A signal that ends the command arrived (SIGTERM, SIGHUP): `interrupted()` is True, as for a
+    real Ctrl-C."""
+    global _interrupted
+    _interrupted = True
+
+
 def interrupted() -> bool:
     """Whether a real Ctrl-C (SIGINT) arrived inside `catch_sigint()`."""
     return _interrupted

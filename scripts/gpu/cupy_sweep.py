@@ -90,7 +90,7 @@ def protocols() -> tuple[list[tuple[str, tuple, bool]], list[dict]]:
     """(protocol file, busbw factor, whether it has compute kernels) of those the backend runs; and
     the skipped ones with why."""
     import clockworks_dist as cw
-    from clockworks_dist import cli_run
+    from clockworks_dist.runtime import select
     from clockworks_dist.perf.predict import busbw_factor
     from clockworks_dist.runtime.cupy_nccl import CUPY
 
@@ -100,8 +100,8 @@ def protocols() -> tuple[list[tuple[str, tuple, bool]], list[dict]]:
         for defn in cw.load_file(path):
             sched = defn.trace(RANKS)
             try:
-                cli_run._supported(CUPY, sched)
-            except cli_run.BackendError as exc:
+                select.supported(CUPY, sched)
+            except select.BackendError as exc:
                 skipped.append({"protocol": name, "schedule": defn.name, "reason": str(exc)})
                 continue
             host_bound = any(op.kind == "compute" for program in sched.programs for op in program.ops)

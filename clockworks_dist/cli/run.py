@@ -24,19 +24,16 @@ import os
 import sys
 import time
 
-from . import hygiene, ir
-from .errors import CheckIncomplete, ClockworksError
+from .. import hygiene, ir
+from ..dsl import bounded
+from ..runtime import select
+from ..errors import CheckIncomplete, ClockworksError
 
-BACKENDS = ("mpi-cpu", "cupy")
 RUN_TIMEOUT_S = 60.0
 # The ranks stop waiting this much before --timeout (at most), so they can still say where they were.
 REPORT_MARGIN_S = 1.5
 EXIT_MATCH, EXIT_FAILED = 0, 1
 SEARCH_SHARE = 0.5  # of what is left of --timeout, for the search of every final value
-
-
-class BackendError(ClockworksError):
-    """An unknown backend, or an op the backend cannot run."""
 
 
 def add_parser(sub, positive, size_arg, seconds) -> None:
@@ -50,7 +47,7 @@ def add_parser(sub, positive, size_arg, seconds) -> None:
     run.add_argument("file", metavar="FILE", help="a Python file defining @cw.schedule functions, or a schedule "
                                                   "as JSON (clockworks show --json)")
     run.add_argument("--backend", default="mpi-cpu", metavar="NAME",
-                     help=f"the executor: {', '.join(BACKENDS)} (default: mpi-cpu)")
+                     help=f"the executor: {', '.join(select.BACKENDS)} (default: mpi-cpu)")
     run.add_argument("--np", metavar="N", type=positive,
                      help="ranks (default: the schedule's first declared size, else 2)")
     run.add_argument("--max-ranks", metavar="N", type=positive, default=None,
@@ -74,132 +71,18 @@ def add_parser(sub, positive, size_arg, seconds) -> None:
     run.add_argument("--debug", action="store_true", help="print tracebacks of errors in the input")
 
 
-# ------------------------------------------------------------------------------ preparing
-def _backend(name: str):
-    if name not in BACKENDS:
-        raise BackendError(f"unknown backend {name!r}; clockworks run knows {', '.join(BACKENDS)}")
-    if name == "cupy":
-        from .runtime.cupy_nccl import CUPY
-
-        return CUPY
-    from .runtime.mpi_cpu import MPI_CPU
-
-    return MPI_CPU
-
-
-def gpu_shortage(ranks: int, visible: int) -> str | None:
-    """Why `ranks` ranks cannot run on `visible` GPUs (the cupy backend: one GPU per rank), or None."""
-    if ranks <= visible:
-        return None
-    shown = os.environ.get("CUDA_VISIBLE_DEVICES")
-    where = f" (CUDA_VISIBLE_DEVICES={shown})" if shown is not None else ""
-    if visible == 0:
-        return (f"the cupy backend runs one rank per GPU, and no GPU is visible here{where}: run on a machine "
-                f"with {ranks} GPUs, or use --backend mpi-cpu")
-    return (f"--np {ranks}: the cupy backend runs one rank per GPU, but {visible} GPU(s) are visible here{where}: "
-            f"run with --np {visible} or fewer, or use --backend mpi-cpu")
-
-
-def _require_gpus(ranks: int) -> None:
-    """The cupy backend's dependencies, and a GPU for each rank (counted in this process)."""
-    from .runtime import cupy_nccl
-
-    cupy_nccl.require_cupy()
-    problem = gpu_shortage(ranks, cupy_nccl.visible_gpus())
-    if problem:
-        raise BackendError(problem)
-
-
-def _supported(backend, sched: ir.Schedule) -> None:
-    """Every op of `sched` is in the backend's table, else `BackendError` with the op and reason."""
-    from .semantics.backends import Unsupported
-
-    for program in sched.programs:
-        for op in program.ops:
-            for each in (op.ops if op.kind == "group" else (op,)):
-                try:
-                    backend.lookup(each)
-                except Unsupported as exc:
-                    raise BackendError(f"{exc} (rank {program.rank})") from None
-
-
-def _schedules(args: argparse.Namespace) -> tuple[list[ir.Schedule], list[int | None]]:
-    """The schedules to run: FILE traced at --np ranks (at each of --sizes), or FILE loaded as JSON;
-    and the main buffer's bytes per rank of each (None without --sizes)."""
-    from . import cli
-
-    if args.file.endswith(".json"):
-        if getattr(args, "sizes", None):
-            raise ClockworksError(f"--sizes needs a Python file: {args.file} is a schedule traced at fixed sizes")
-        sched = _from_json(args.file)
-        _bounded(args, sched.world, sched.name)
-        if args.np is not None and args.np != sched.world:
-            raise ClockworksError(f"{args.file} is a schedule of {sched.world} ranks, but --np is {args.np} "
-                                  "(leave --np out, or trace the schedule again at that size)")
-        return [sched], [None]
-    defs, spent = cli._load(args)
-    jobs = [(defn, args.np or (defn.ranks[0] if defn.ranks else 2)) for defn in defs]
-    for defn, world in jobs:
-        _bounded(args, world, defn.name)
-    if not getattr(args, "sizes", None):
-        return [sched for sched, _seconds in cli._trace_all(args, jobs, spent)], [None] * len(jobs)
-    return _sized(args, jobs, spent)
-
-
-def _bounded(args: argparse.Namespace, world: int, name: str) -> None:
-    """Exit 2 past the ranks this command starts or generates without --max-ranks (`hygiene`); a
-    run inside an MPI job has the world its launcher started, and no bound here."""
-    command = getattr(args, "command", None)
-    if command is None or getattr(args, "inside_mpi", False):
-        return
-    limit = getattr(args, "max_ranks", None)
-    if limit is None:
-        limit = hygiene.max_local_ranks() if command == "run" else hygiene.MAX_RANKS
-    hygiene.check_ranks(world, limit, f"{command} {name}")
-
-
-def _sized(args: argparse.Namespace, jobs, spent: float) -> tuple[list[ir.Schedule], list[int | None]]:
-    """Each schedule traced at each size of --sizes: its size symbol solved so that the main buffer
-    (as `clockworks predict` picks it) holds that many bytes per rank; --size binds the others."""
-    from . import cli
-    from .perf.predict import parse_sizes, size_binding
-
-    try:
-        sizes = parse_sizes(args.sizes)
-    except ValueError as exc:
-        raise ClockworksError(f"--sizes: {exc}") from None
-    schedules, nbytes = [], []
-    for defn, world in jobs:
-        [(base, _seconds)] = cli._trace_all(args, [(defn, world)], spent)
-        for size in sizes:
-            binding = {**dict(args.size), **size_binding(defn, world, size, base=base)}
-            bound = argparse.Namespace(**{**vars(args), "size": list(binding.items())})
-            [(sched, _seconds)] = cli._trace_all(bound, [(defn, world)], spent)
-            schedules.append(sched)
-            nbytes.append(size)
-    return schedules, nbytes
-
-
-def _from_json(path: str) -> ir.Schedule:
-    """The schedule in the JSON file `path`, checked for consistency (`dsl.validate_json`)."""
-    from .dsl import validate_json
-
-    return validate_json.load(path)
-
-
 def _references(args: argparse.Namespace, schedules: list[ir.Schedule]) -> list:
     """The checker's values of each schedule, within what is left of --timeout."""
-    from . import cli
-    from .dsl import guard
-    from .runtime.expected import build_reference
+    from ..dsl import guard
+    from ..runtime.expected import build_reference
 
     found = []
     for sched in schedules:
-        left = cli._left(args, cli._elapsed(args))
+        left = bounded.left(args, bounded.elapsed(args))
         # the search for every final value may take half of what is left; the run needs the rest
         search = None if left is None else left * SEARCH_SHARE
         try:
-            with cli._bound(args, left, f"computing the expected values of {sched.name}"):
+            with bounded.bound(args, left, f"computing the expected values of {sched.name}"):
                 found.append(build_reference(sched, timeout=search))
         except guard.TimeUp:
             raise CheckIncomplete(f"computing the checker's values of {sched.name} did not finish within "
@@ -210,17 +93,17 @@ def _references(args: argparse.Namespace, schedules: list[ir.Schedule]) -> list:
 # ----------------------------------------------------------------------------------- running
 def cmd_run(args: argparse.Namespace, out) -> int:
     """Trace, compute the expected values, run under mpiexec, print the verdict."""
-    from .runtime import launch
+    from ..runtime import launch
 
-    backend = _backend(args.backend)
+    backend = select.backend(args.backend)
     if launch.inside_mpi_job():
         return _run_inside(args, out, backend)
     # the input first (file, options, sizes, ops the backend lacks), then what the machine lacks
-    schedules, nbytes = _schedules(args)
+    schedules, nbytes = bounded.schedules(args)
     for sched in schedules:
-        _supported(backend, sched)
+        select.supported(backend, sched)
     if args.backend == "cupy":
-        _require_gpus(max(s.world for s in schedules))
+        select.require_gpus(max(s.world for s in schedules))
     launch.find_mpiexec()
     launch.require_mpi4py()
     references = _references(args, schedules)
@@ -230,8 +113,8 @@ def cmd_run(args: argparse.Namespace, out) -> int:
 
 
 def _job(args: argparse.Namespace, schedules, references, left: float | None, nbytes=None):
-    from .runtime import job as job_mod
-    from .runtime.worker import FAULT_ENV
+    from ..runtime import job as job_mod
+    from ..runtime.worker import FAULT_ENV
 
     deadline = None if left is None else time.time() + left - min(REPORT_MARGIN_S, 0.25 * left)
     nbytes = nbytes or [None] * len(schedules)
@@ -242,10 +125,9 @@ def _job(args: argparse.Namespace, schedules, references, left: float | None, nb
 
 
 def _launch(args: argparse.Namespace, schedules, references, nbytes=None) -> dict:
-    from . import cli
-    from .runtime import launch, verdict
+    from ..runtime import launch, verdict
 
-    left = cli._left(args, cli._elapsed(args))
+    left = bounded.left(args, bounded.elapsed(args))
     if left is not None and left <= 0:
         raise CheckIncomplete(f"--timeout {args.timeout:g} s passed before the run could start")
     job = _job(args, schedules, references, left, nbytes)
@@ -295,22 +177,22 @@ def _run_inside(args: argparse.Namespace, out, backend) -> int:
     a dead rank) is ended by the user's mpiexec, not by --timeout."""
     from mpi4py import MPI
 
-    from .runtime import launch, verdict, worker
-    from .runtime.progress import Progress
+    from ..runtime import launch, verdict, worker
+    from ..runtime.progress import Progress
 
     world = MPI.COMM_WORLD
     if args.np is not None and args.np != world.Get_size():
         raise ClockworksError(f"--np {args.np}, but this MPI job has {world.Get_size()} ranks (leave --np out)")
     args.np = world.Get_size()
     args.inside_mpi = True
-    schedules, nbytes = _schedules(args)
+    schedules, nbytes = bounded.schedules(args)
     larger = [s for s in schedules if s.world > args.np]
     if larger:
         raise ClockworksError(f"{larger[0].name} has {larger[0].world} ranks, but this MPI job has {args.np}")
     for sched in schedules:
-        _supported(backend, sched)
+        select.supported(backend, sched)
     if args.backend == "cupy":
-        from .runtime.cupy_nccl import require_cupy
+        from ..runtime.cupy_nccl import require_cupy
 
         require_cupy()
     references = _references(args, schedules)
@@ -339,9 +221,7 @@ def _run_inside(args: argparse.Namespace, out, backend) -> int:
 
 
 def _remaining(args: argparse.Namespace) -> float | None:
-    from . import cli
-
-    return cli._left(args, cli._elapsed(args))
+    return bounded.left(args, bounded.elapsed(args))
 
 
 def _gather(world, lines: list[dict], deadline: float | None) -> list[dict]:

@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from .errors import CheckIncomplete, ClockworksError, ScheduleError
+from ..errors import CheckIncomplete, ClockworksError, ScheduleError
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_INCOMPLETE = 0, 2, 3
 # predict's default bound: a sweep of 21 sizes at 64 ranks takes minutes; a hang never ends
@@ -134,7 +134,7 @@ def _write_json(path: str, value, option: str) -> None:
 def cmd_predict(args: argparse.Namespace, out) -> int:
     """`clockworks predict`, within `--timeout`: loading and tracing run the user's code, and a
     large schedule simulates for minutes, so all of it is bounded (exit 3 when the bound passes)."""
-    from .dsl import guard, params
+    from ..dsl import guard, params
 
     what = f"predicting {os.path.basename(args.file)}"
 
@@ -156,10 +156,10 @@ def cmd_predict(args: argparse.Namespace, out) -> int:
 
 
 def _predict(args: argparse.Namespace, out) -> int:
-    from .dsl import load_file
-    from .perf.predict import parse_sizes
-    from .prediction import predict
-    from .report import perf as report
+    from ..dsl import load_file
+    from ..perf.predict import parse_sizes
+    from ..prediction import predict
+    from ..report import perf as report
 
     # Everything that can be wrong with the command line is found before the first simulation.
     for option, value in (("--trace", args.trace), ("--plot", args.plot)):
@@ -198,9 +198,9 @@ def _predict(args: argparse.Namespace, out) -> int:
 def cmd_calibrate(args: argparse.Namespace, out) -> int:
     import os
 
-    from .perf.calibration import calibrate, run_microbenchmarks
-    from .topology import choose_topology, load_topology
-    from .topology.model import _resolve as locate
+    from ..perf.calibration import calibrate, run_microbenchmarks
+    from ..topology import choose_topology, load_topology
+    from ..topology.model import _resolve as locate
 
     for option, value in (("--raw", args.raw), ("--run", args.run), ("--out", args.out)):
         if value == "":

@@ -31,13 +31,20 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 
-from . import _stopped_while_starting, cli_codegen, cli_perf, cli_run, cli_tune, hygiene, ir
-from .dsl import ScheduleDef, guard, load_file
-from .errors import CheckIncomplete, ClockworksError, ScheduleError, TopologyError
+from .. import _stopped_while_starting, hygiene, ir
+from . import codegen as cli_codegen
+from . import perf as cli_perf
+from . import run as cli_run
+from . import tune as cli_tune
+from ..dsl import ScheduleDef, guard, load_file
+from ..dsl import bounded
+from ..errors import (
+    EXIT_BAD_INPUT, EXIT_INCOMPLETE, EXIT_INTERNAL, EXIT_VERIFIED, EXIT_VIOLATED, CheckIncomplete, ClockworksError,
+    ScheduleError, TopologyError, UsageError,
+)
 
-EXIT_VERIFIED, EXIT_VIOLATED, EXIT_BAD_INPUT, EXIT_INCOMPLETE, EXIT_INTERNAL = 0, 1, 2, 3, 4
 EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
-_HERE = os.path.dirname(os.path.abspath(__file__))
+_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package
 DEFAULT_WORLDS = (2, 4, 8)
 EPILOG = "exit codes: 0 verified, 1 violated, 2 bad input, 3 incomplete search, 4 internal error"
 # Show the progress line only for searches that last longer than this many seconds.
@@ -49,13 +56,6 @@ MAX_WORLD = 65_536
 MIN_CHECK_S = 0.01
 # The checker bounds itself; if a phase overruns --timeout by this much, the CLI stops it.
 CHECK_BACKSTOP_S = 1.0
-# If code we run ignores the time bound this much longer (it swallows the timeout, or is stuck in C
-# code), the process ends: exit 3.
-STUCK_S = 5.0
-
-
-class UsageError(ClockworksError):
-    """A command line that names something the file does not have."""
 
 
 class OutputError(ClockworksError):
@@ -413,137 +413,22 @@ def _peak_memory_mb() -> float | None:
 # ------------------------------------------------------------------------------------ commands
 def _checker():
     """The model checker's entry point (imported late, so `show` works without it)."""
-    from .check import check
+    from ..check import check
 
     return check
 
 
-def _select(defs: list[ScheduleDef], name: str | None, path: str) -> list[ScheduleDef]:
-    if name is None:
-        return defs
-    chosen = [d for d in defs if d.name == name]
-    if not chosen:
-        raise UsageError(f"{path}: no schedule named {name!r}; it defines {', '.join(d.name for d in defs)}")
-    return chosen
-
-
-# ------------------------------------------------------------------------ running the user's code
-def _elapsed(args: argparse.Namespace) -> float:
-    return time.monotonic() - args.started
-
-
-def _left(args: argparse.Namespace, spent: float) -> float | None:
-    """What is left of --timeout after `spent` seconds (None: no bound)."""
-    return None if args.timeout is None else args.timeout - spent
-
-
-# Code that is neither ours nor the user's: the standard library and the installed packages.
-_NOT_USERS = tuple(os.path.abspath(p) + os.sep for p in {sysconfig.get_paths()[key] for key in
-                                                          ("stdlib", "platstdlib", "purelib", "platlib")})
-
-
-def _user_line() -> str | None:
-    """file:line of the user's code the main thread runs now (from another thread): the innermost
-    frame under this module's (the bounded block runs there) that is neither clockworks, nor the
-    standard library (contextlib.py is not to blame), nor an installed package; None when none is."""
-    frame = sys._current_frames().get(threading.main_thread().ident)
-    here = os.path.abspath(__file__)
-    while frame is not None:
-        path = os.path.abspath(frame.f_code.co_filename)
-        if path == here:
-            return None
-        if not path.startswith(_HERE) and not path.startswith(_NOT_USERS) and not path.startswith("<"):
-            return f"{os.path.basename(path)}:{frame.f_lineno}"
-        frame = frame.f_back
-    return None
-
-
-@contextlib.contextmanager
-def _bound(args: argparse.Namespace, seconds: float | None, what: str,
-           report: Callable[[], tuple[int, str] | None] | None = None):
-    """A time bound for `what` ("loading ring.py"); if the code defeats it, the process ends: with
-    what `report()` gives (exit code, stdout), the result found so far, else exit 3. The process
-    ends from another thread while the main thread is stuck; once the block is over, it does not
-    (the main thread prints the output then: one document on stdout, never two)."""
-    lock = threading.Lock()
-    over = False
-
-    def stuck() -> None:
-        with lock:  # held until the process ends: the main thread cannot finish the block meanwhile
-            if over:
-                return
-            line = _user_line()
-            if line is None:  # our own code: the checker has its deadline, and freeing what it stored ran over
-                message = (f"{what} did not finish within {args.timeout:g} s (--timeout) and could not be "
-                           f"stopped {STUCK_S:g} s later")
-            else:
-                message = (f"{line}: {what} did not finish within {args.timeout:g} s (--timeout), and the code "
-                           "running does not let itself be stopped (it catches the timeout, or it is stuck in C code)")
-            reported = report() if report is not None else None
-            if reported is not None:
-                code, text = reported
-                with contextlib.suppress(Exception):  # the results printed before this one, still buffered
-                    sys.stdout.flush()
-                guard.end_process(code, f"clockworks: warning: {message}; its result so far:\n", text)
-                return
-            out = json.dumps({"verdict": "incomplete", "error": {"type": "TimeUp", "message": message}}) + "\n"
-            guard.end_process(EXIT_INCOMPLETE, f"clockworks: error: {message}\n", out if args.json else None)
-
-    try:
-        with guard.time_bound(seconds, on_stuck=stuck, grace=STUCK_S):
-            yield
-    finally:
-        with lock:
-            over = True
-
-
-def _too_late(exc: guard.TimeUp, what: str, args: argparse.Namespace) -> CheckIncomplete:
-    where = f"{exc.where}: " if exc.where else ""
-    who = f"rank {exc.rank}: " if exc.rank is not None else ""
-    return CheckIncomplete(f"{where}{who}{what} did not finish within {args.timeout:g} s (--timeout; raise it, "
-                           "or look for an endless loop there)")
-
-
-def _load(args: argparse.Namespace) -> tuple[list[ScheduleDef], float]:
-    """The selected schedules of FILE, and the seconds spent so far (the load is bounded by --timeout)."""
-    try:
-        with _bound(args, _left(args, _elapsed(args)), f"loading {args.file}"):
-            defs = load_file(args.file)
-    except guard.TimeUp as exc:
-        exc.where = exc.where or os.path.basename(args.file)
-        raise _too_late(exc, "loading the file", args) from None
-    return _select(defs, args.schedule, args.file), _elapsed(args)
-
-
-def _trace_all(args: argparse.Namespace, jobs: list[tuple[ScheduleDef, int]],
-               spent: float) -> list[tuple[ir.Schedule, float]]:
-    """Trace each (schedule, world size), each within what `spent` left of --timeout; the schedules,
-    and the seconds each trace took."""
-    traced = []
-    for defn, world in jobs:
-        started = time.monotonic()
-        try:
-            with _bound(args, _left(args, spent), f"tracing {defn.name} at {world} ranks"):
-                sched = defn.trace(world, sizes=dict(args.size) or None,
-                                   params=dict(getattr(args, "param", None) or ()) or None)
-        except guard.TimeUp as exc:
-            exc.where = exc.where or f"{defn.loc.file}:{defn.loc.line}"
-            raise _too_late(exc, f"tracing {defn.name} at {world} ranks", args) from None
-        traced.append((sched, time.monotonic() - started))
-    return traced
-
-
 def cmd_show(args: argparse.Namespace, out: Output) -> int:
     """Trace and list the selected schedules."""
-    from .report.text import render_listing
+    from ..report.text import render_listing
 
-    defs, spent = _load(args)
+    defs, spent = bounded.load(args)
     if args.json and len(defs) > 1:
         raise UsageError(f"{args.file} defines {len(defs)} schedules ({', '.join(d.name for d in defs)}); "
                          "pick one with --schedule NAME for --json")
     for i, defn in enumerate(defs):
         world = args.ranks or (defn.ranks[0] if defn.ranks else 4)
-        [(sched, _seconds_taken)] = _trace_all(args, [(defn, world)], spent)
+        [(sched, _seconds_taken)] = bounded.trace_all(args, [(defn, world)], spent)
         if args.json:
             out.write(sched.to_json(indent=2) + "\n")
         else:
@@ -563,16 +448,16 @@ def _exit_code(verdicts: Sequence[str]) -> int:
 
 def cmd_check(args: argparse.Namespace, out: Output) -> int:
     """Trace each (schedule, world size), check it, print the results."""
-    from .report.text import render_result, render_summary
+    from ..report.text import render_result, render_summary
 
-    defs, spent = _load(args)
+    defs, spent = bounded.load(args)
     jobs = [(defn, world) for defn in defs for world in (args.ranks or defn.ranks or DEFAULT_WORLDS)]
     # Trace everything first: bad input is reported before any long search starts.
-    traced = _trace_all(args, jobs, spent)
+    traced = bounded.trace_all(args, jobs, spent)
     check = _checker()
     results = []
     for i, (sched, trace_seconds) in enumerate(traced):
-        left = _left(args, spent + trace_seconds)
+        left = bounded.left(args, spent + trace_seconds)
         timeout = None if left is None else max(left, MIN_CHECK_S)
         progress = Progress(f"checking {sched.name}, {sched.world} ranks", enabled=not args.json)
         check_started = time.monotonic()
@@ -588,7 +473,7 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
             return _exit_code(_verdicts(done)), text + "\n"
 
         try:
-            with _bound(args, None if timeout is None else timeout + CHECK_BACKSTOP_S,
+            with bounded.bound(args, None if timeout is None else timeout + CHECK_BACKSTOP_S,
                         f"checking {sched.name} at {sched.world} ranks", report):
                 result = check(sched, strategy=args.strategy, max_states=args.max_states, timeout=timeout,
                                reduction=args.reduction, progress=progress, found=found)
@@ -617,7 +502,7 @@ def _verdicts(results: list) -> list[str]:
 
 def _results_document(args: argparse.Namespace, results: list) -> str:
     """The one JSON document of `check --json`: one result, or every result and the overall verdict."""
-    from .report.text import overall_verdict
+    from ..report.text import overall_verdict
 
     if len(results) == 1:
         return json.dumps(results[0].to_json(), indent=2)
@@ -626,7 +511,7 @@ def _results_document(args: argparse.Namespace, results: list) -> str:
 
 def _overran(sched: ir.Schedule, args: argparse.Namespace, exc: guard.TimeUp, seconds: float):
     """The result of a check the CLI had to stop: incomplete, naming the phase that overran."""
-    from .check import CheckResult
+    from ..check import CheckResult
 
     phase = "the checker"
     checker_dir = os.path.join(_HERE, "check")
@@ -645,7 +530,7 @@ def _overran(sched: ir.Schedule, args: argparse.Namespace, exc: guard.TimeUp, se
 
 def cmd_topology(args: argparse.Namespace, out: Output) -> int:
     """`topology schema`: the JSON schema; `topology show FILE`: a summary, DOT, PNG or JSON."""
-    from . import topology
+    from .. import topology
 
     if args.topology_command == "schema":
         model = topology.ClusterTemplate if args.template else topology.Topology
@@ -712,7 +597,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.started = started
     if signal.getsignal(signal.SIGINT) is _stopped_while_starting:  # the package has loaded: Ctrl-C as usual
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    with guard.catch_sigint(), hygiene.on_signals():
+    with guard.catch_sigint(), hygiene.on_signals(guard.mark_interrupted):
         code = _run(args, out)
         return _finish(out, code)
 
@@ -779,12 +664,3 @@ def _error_json(exc: ClockworksError) -> dict:
     if isinstance(exc, ScheduleError):
         info.update(file=exc.file, line=exc.line, rank=exc.rank, op=exc.op, hint=exc.hint)
     return info
-
-
-def run() -> None:
-    """`python -m clockworks_dist.cli`."""
-    sys.exit(main())
-
-
-if __name__ == "__main__":
-    run()

@@ -13,12 +13,12 @@ import argparse
 import math
 import sys
 
-from .errors import ClockworksError
+from ..errors import ClockworksError
 
 
 def add_parser(sub, positive, seconds) -> None:
     """The `tune` subcommand (`positive`, `seconds`: the CLI's argument types)."""
-    from . import tune
+    from .. import tune
 
     cmd = sub.add_parser("tune", help="search a schedule family (cw.param, cw.choice) for the fastest verified "
                                       "variant per size",
@@ -96,7 +96,7 @@ def _fraction(text: str) -> float:
 
 def _packet_limits(text: str) -> list[int]:
     """--packets SIZES: a list of byte sizes (16KiB,64KiB), each above 0."""
-    from .cli_codegen import _packet_limit
+    from .codegen import _packet_limit
 
     limits = [_packet_limit(part.strip()) for part in text.split(",") if part.strip()]
     if not limits or 0 in limits:
@@ -105,13 +105,13 @@ def _packet_limits(text: str) -> list[int]:
 
 
 def cmd_tune(args: argparse.Namespace, out) -> int:
-    from . import tune
-    from .perf.predict import parse_sizes
+    from .. import tune
+    from ..perf.predict import parse_sizes
 
     def say(text: str) -> None:
         sys.stderr.write(f"tune: {text}\n")
 
-    from . import hygiene
+    from .. import hygiene
 
     if args.emit is not None:
         hygiene.check_out_dir(args.emit, "--emit")
@@ -168,6 +168,6 @@ def _said_emit(found: dict, args: argparse.Namespace, out) -> None:
 
 
 def _size(nbytes: int) -> str:
-    from .tune import _size_text
+    from ..tune import _size_text
 
     return _size_text(nbytes)

@@ -21,8 +21,9 @@ import json
 import os
 import shlex
 
-from . import hygiene, ir
-from .errors import ClockworksError
+from .. import hygiene, ir
+from ..dsl import bounded
+from ..errors import ClockworksError
 
 BACKENDS = ("nccl", "nvshmem")
 VALIDATE_BACKENDS = ("nccl", "nvshmem", "cupy")
@@ -122,7 +123,7 @@ def add_parsers(sub, positive, size_arg, seconds) -> None:
 
 def _packet_limit(text: str) -> int:
     """--packets SIZE: bytes (1KiB, 65536, 0 = off)."""
-    from .perf.predict import parse_size
+    from ..perf.predict import parse_size
 
     try:
         value = parse_size(text)
@@ -140,10 +141,8 @@ RUN_X = "-x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_M
 
 
 def _schedules(args: argparse.Namespace) -> list[ir.Schedule]:
-    from . import cli_run
-
     args.sizes = None
-    schedules, _nbytes = cli_run._schedules(args)
+    schedules, _nbytes = bounded.schedules(args)
     return schedules
 
 
@@ -153,8 +152,8 @@ def file_name(sched: ir.Schedule, backend: str) -> str:
 
 
 def _write_all(args: argparse.Namespace) -> list[tuple[ir.Schedule, str]]:
-    from .codegen import program
-    from .semantics.backends import Unsupported
+    from ..codegen import program
+    from ..semantics.backends import Unsupported
 
     schedules = _schedules(args)
     hygiene.prepare_out_dir(args.out, "-o/--out")
@@ -162,7 +161,7 @@ def _write_all(args: argparse.Namespace) -> list[tuple[ir.Schedule, str]]:
     for sched in schedules:
         lowered = None
         if getattr(args, "packets", 0):
-            from .codegen import packets, validate
+            from ..codegen import packets, validate
 
             if args.backend != "nvshmem":
                 raise ClockworksError("--packets is a lowering of the nvshmem backend: add --backend nvshmem")
@@ -203,7 +202,7 @@ def cmd_codegen(args: argparse.Namespace, out) -> int:
 
 
 def cmd_build(args: argparse.Namespace, out) -> int:
-    from .codegen import build
+    from ..codegen import build
 
     if args.check or not args.file:
         found = build.find_toolchain(args.backend, arch=args.arch)
@@ -231,8 +230,8 @@ def cmd_build(args: argparse.Namespace, out) -> int:
 
 
 def cmd_validate(args: argparse.Namespace, out) -> int:
-    from .codegen import validate
-    from .dsl import params
+    from ..codegen import validate
+    from ..dsl import params
 
     hygiene.check_ranks(args.np or 2, args.max_ranks or hygiene.MAX_RANKS, f"validate {args.file}")
     hygiene.check_out_dir(args.out, "--out")
@@ -247,7 +246,7 @@ def cmd_validate(args: argparse.Namespace, out) -> int:
 
 
 def _validate(args: argparse.Namespace) -> dict:
-    from .codegen import validate
+    from ..codegen import validate
 
     return validate.validate_file(
         args.file, backend=args.backend, ranks=args.np or 2, sizes=args.sizes, timeout=args.timeout,
