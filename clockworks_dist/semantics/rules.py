@@ -20,20 +20,42 @@ each op are the docstrings of its rule below. The machine (`machine.Model`) disp
 `rule.sync`, never on an op's kind.
 
 ## Adding an op (the checklist)
+Every file an added op needs; `tests/test_add_an_op.py` fails, naming the file, when an item marked
+[guarded] is forgotten for any class of `ir.OP_CLASSES`.
 1. `ir.py`: a frozen class (fields `src`, `dst`, `peer` or `pe`, `signal`), its place in the `Op`
-   union and in the op groups (`DELIVERY_KINDS`, `FENCED_KINDS`, `WAIT_KINDS`, ...).
-2. Here: its rule (accesses, flows, sync, awaits, describe) in one block, registered in `RULES`.
-   `tests/test_semantics.py` fails until every `ir.Op` class has a rule.
+   union (`OP_CLASSES` and `KINDS` derive from it), and in the op groups that restate its rule:
+   `DELIVERY_KINDS` (sync DELIVERY), `FENCED_KINDS` (`fenced`), `WAIT_KINDS` (sync WAIT),
+   `COLLECTIVE_KINDS` (sync COLLECTIVE) [guarded], `ONE_SIDED_KINDS` (an NVSHMEM-style op).
+2. Here: its rule in one block, registered in `RULES` [guarded]: `sync`, `accesses`, `flows` (or
+   `collective_flows` and `scale`), `awaits` for a wait [guarded], `signal_effect` for every op
+   that touches a signal word on `pe` [guarded: the reduction's wrap-around proof,
+   `machine.Model._may_wrap`, is unsound without it], `word_update` for a delivery that updates a
+   word, `fenced`, `fetches`, `describe`.
 3. `dsl/trace.py`: the `Rank` method, validating its arguments (file, line, rank, op) and with a
-   docstring that states the semantics (`help(r.put_signal)`).
-4. `perf/costs.py`: its cost (launch or not, fixed latencies; bytes come from `flows`).
+   docstring that states the semantics (`help(r.put_signal)`) [guarded];
+   `dsl/validate_json.py`: `_REMOTE` / `_REMOTE_SIGNALS`, the fields that live on `pe` [guarded].
+4. `perf/costs.py`: its `COSTS` entry (launch or not, fixed latencies; bytes come from `flows`)
+   [guarded]; `perf/simulate.py`: `_ONE_THREAD` if one GPU thread issues it, and its timing
+   branches on kinds (fence and quiet, deliveries that carry data, put_signal's packets).
 5. Every backend table (`semantics.backends`): an implementation, or an `UNSUPPORTED` entry with
-   its reason; `tests/test_semantics.py` checks every table covers every op class.
-6. If it waits or delivers, the z3 wait check (`check/symbolic`) reads `awaits` / `signal_effect`.
-7. Tests: a unit test per DESIGN.md sentence about the op (a correct schedule that verifies and a
-   buggy twin), the op in the hypothesis strategy of `tests/test_por_properties.py`, and a seeded
-   bug in `protocols/buggy/` with `EXPECT` and a `# BUG` line where it makes sense.
-8. DESIGN.md: the op's paragraph in "Semantics", the source of truth this rule implements.
+   its reason: `runtime/mpi_cpu.py`, `runtime/cupy_nccl.py`, `codegen/nccl.py`,
+   `codegen/nvshmem.py` (its table, and the waits' `wait_until_all`/`_any` choice),
+   `perf/simulate.py` [guarded by tests/test_semantics.py, test_runtime.py, test_runtime_cupy.py].
+   `codegen/packets.py` reads `signal_effect` (and names `fetch_atomic`).
+6. `repeat.py`: `_updates` and `_shift`, the epochs of every signal word an op updates and the
+   shifted values of sets and waits (or a `RepeatError` that refuses it) [guarded].
+7. A collective: `semantics/match.py` (its parameters compared across members), `perf/nccl.py`,
+   `perf/nccl_tuning.py` and `topology/model.py` (`NCCL_KINDS`: its bandwidth and latency), and
+   `check/symbolic/sizes.py`; a PE-wide barrier: `semantics/match.py` (`barrier_all`, `sync_all`)
+   and `semantics/order.py` (`COMPLETING_KINDS`, `FENCING_KINDS` if it completes deliveries).
+8. If it waits or delivers, the z3 wait check (`check/symbolic/waits.py`) reads `awaits`,
+   `signal_effect` and `ir.WAIT_KINDS`; `check/symbolic/deliveries.py` reads `ir.DELIVERY_KINDS`.
+9. Tests: a unit test per DESIGN.md sentence about the op (a correct schedule that verifies and a
+   buggy twin), the op in `every_op` of `tests/test_semantics.py`, in the hypothesis strategy of
+   `tests/test_por_properties.py` (or in `NOT_IN_POR_STRATEGY` of `tests/test_add_an_op.py`, with
+   the reason) [guarded], and a seeded bug in `protocols/buggy/` with `EXPECT` and a `# BUG` line
+   where it makes sense.
+10. DESIGN.md: the op's paragraph in "Semantics", the source of truth this rule implements.
 """
 
 from __future__ import annotations
