@@ -49,3 +49,7 @@ class CostWarning(ClockworksWarning):
 
 class UsageError(ClockworksError):
     """A command line that names something the file does not have."""
+
+
+class ValidateError(ClockworksError):
+    """Bad input to validate, or a step (build, run, the baseline) that cannot be done here."""

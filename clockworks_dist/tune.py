@@ -6,7 +6,7 @@ The pipeline, top to bottom (`tune`):
    with its verdict and first error, and is never predicted or run;
 3. predict each verified variant at each size on the topology (as `clockworks predict` does) and
    rank them per size, naming the simulator's bottleneck of each;
-4. without `dry`: build and measure the top K per size with `codegen.validate` (bit-exact check on)
+4. without `dry`: build and measure the top K per size with `runtime.validate` (bit-exact check on)
    and accept a variant only if it beats the best so far by more than the noise (`accept`).
 
 Lowerings (`packets`): each variant is also tried with its put_signals of at most N bytes sent as
@@ -335,7 +335,7 @@ def measure(path: str, defn: ScheduleDef, binding: dict, world: int, sizes: list
     """One variant (rewritten by the `packets` lowering when given) built and run at `sizes` with one
     `validate` call (NVSHMEM, bit-exact check on, NCCL's own collective measured beside it): per size
     (a string key), the measurement as JSON (`time_us`, `spread`, `verdict`, `nccl_us`, `folder`)."""
-    from .codegen import validate
+    from .runtime import validate
 
     name = params.label(binding).replace(",", "_") or "default"
     if packets:

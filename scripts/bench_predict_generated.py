@@ -37,7 +37,7 @@ import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from clockworks_dist.codegen import validate  # noqa: E402
+from clockworks_dist.runtime import validate  # noqa: E402
 from clockworks_dist.codegen.packets import lower as packets_lower  # noqa: E402
 from clockworks_dist.dsl import params  # noqa: E402
 from clockworks_dist.errors import CostWarning  # noqa: E402

@@ -36,7 +36,9 @@ sys.path.insert(0, ROOT)
 
 from clockworks_dist import load_file  # noqa: E402
 from clockworks_dist.check import check  # noqa: E402
-from clockworks_dist.codegen import program, validate  # noqa: E402
+from clockworks_dist.codegen import program  # noqa: E402
+from clockworks_dist.runtime import validate  # noqa: E402
+from clockworks_dist.dsl import message  # noqa: E402
 from clockworks_dist.dsl import params  # noqa: E402
 from clockworks_dist.errors import ClockworksError, CostWarning  # noqa: E402
 from clockworks_dist.perf.microbench import MICROBENCHMARKS  # noqa: E402
@@ -158,7 +160,7 @@ def main() -> int:
 
 
 def size_text(nbytes: int) -> str:
-    return validate.size_text(nbytes)
+    return message.size_text(nbytes)
 
 
 def markdown(report: dict) -> str:

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from clockworks_dist.codegen.validate import size_text
+from clockworks_dist.dsl.message import size_text
 
 FAMILIES = (("allreduce_family", "all-reduce"), ("allgather_family", "all-gather"),
             ("reduce_scatter_family", "reduce-scatter"), ("alltoall_dispatch", "all-to-all"))

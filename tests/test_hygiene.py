@@ -226,7 +226,7 @@ def test_the_printed_run_line_quotes_the_program(tmp_path, monkeypatch, capsys):
 
 
 def test_the_sbatch_script_refuses_a_folder_with_shell_syntax(tmp_path):
-    from clockworks_dist.codegen import validate
+    from clockworks_dist.runtime import validate
 
     folder = tmp_path / "a\ntouch PWNED\n"
     with pytest.raises(validate.ValidateError, match="shell syntax"):
@@ -236,7 +236,7 @@ def test_the_sbatch_script_refuses_a_folder_with_shell_syntax(tmp_path):
 
 
 def test_a_plain_sbatch_folder_is_written(tmp_path):
-    from clockworks_dist.codegen import validate
+    from clockworks_dist.runtime import validate
 
     report = validate.validate_file(str(RING), backend="nccl", ranks=2, sizes="1KiB", out_dir=str(tmp_path / "v"),
                                     launcher="slurm", nccl=False)

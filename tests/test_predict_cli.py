@@ -12,7 +12,7 @@ import pytest
 
 import clockworks_dist as cw
 from clockworks_dist import cli, tune
-from clockworks_dist.codegen import validate
+from clockworks_dist.runtime import validate
 from clockworks_dist.errors import ClockworksError
 from clockworks_dist.topology import choose_topology, is_calibrated, load_topology
 from clockworks_dist.topology.model import DATA_DIR

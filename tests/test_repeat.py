@@ -11,7 +11,7 @@ import pytest
 
 from clockworks_dist import ir
 from clockworks_dist.check import check
-from clockworks_dist.codegen import validate
+from clockworks_dist.runtime import validate
 from clockworks_dist.dsl import load_file, params
 from clockworks_dist.repeat import RepeatError, epochs, repeat
 

@@ -20,7 +20,8 @@ np = pytest.importorskip("numpy")
 
 import clockworks_dist as cw  # noqa: E402
 from clockworks_dist import codegen, ir  # noqa: E402
-from clockworks_dist.codegen import validate  # noqa: E402
+from clockworks_dist.report import validate as report_validate  # noqa: E402
+from clockworks_dist.runtime import nccl_bench, validate  # noqa: E402
 from clockworks_dist.runtime import expected, job as job_mod, launch, numeric, verdict  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -288,9 +289,9 @@ def test_table_has_every_column_and_a_row_per_size():
     meta = {"schedule": "ring_allreduce", "file": "ring_allreduce.py", "backend": "nccl", "ranks": 2, "iters": 20,
             "warmup": 2, "graph": True, "topology": "h200x2-nv18", "nccl_op": "allreduce", "nccl_version": "2.28.9",
             "machine": {"gpu_names": ["NVIDIA H200", "NVIDIA H200"]}}
-    text = validate.render_table(_cells(), meta)
+    text = report_validate.render_table(_cells(), meta, validate.prediction_source(meta), launch.NO_MULTICAST)
     header = next(line for line in text.splitlines() if line.startswith("| size"))
-    assert [c.strip() for c in header.strip("|").split("|")] == list(validate.COLUMNS)
+    assert [c.strip() for c in header.strip("|").split("|")] == list(report_validate.COLUMNS)
     rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith(("| size", "| ---"))]
     assert len(rows) == 3
     assert rows[0].split(" | ")[:2] == ["| 1 KiB", "match"]
@@ -299,7 +300,7 @@ def test_table_has_every_column_and_a_row_per_size():
     assert "- 64 KiB: mismatch: synthetic" in text  # problems listed under the table
     assert "Machine: 2 x NVIDIA H200;" in text and "NCCL 2.28.9" in text and "NCCL_NVLS_ENABLE=0" in text
     no_collective = validate.make_cell(1024, _result("match", 5.0), None, None, ["no NCCL collective"])
-    assert "no NCCL collective" in validate.table_row(no_collective)
+    assert "no NCCL collective" in report_validate.table_row(no_collective)
 
 
 def test_results_folder_has_json_markdown_and_a_png(tmp_path):
@@ -339,8 +340,8 @@ def test_sbatch_script_runs_every_size_under_srun_pmix_with_multicast_off(tmp_pa
     first = f"'{out}/build/1024/prog' --job '{out}/runs/1024' --iters 20 --warmup 2 --timeout 60 --no-graph"
     assert first in runs[0] and runs[0].startswith("timeout --kill-after=10 90 srun --mpi=pmix --ntasks=8")
     assert "--ops allreduce --sizes 1024,4096" in runs[2]
-    build = lines.index('"$PYTHON" -m clockworks_dist.codegen.validate build "$OUT" || exit 2')
-    summary = lines.index('"$PYTHON" -m clockworks_dist.codegen.validate collect "$OUT"')
+    build = lines.index('"$PYTHON" -m clockworks_dist.runtime.validate build "$OUT" || exit 2')
+    summary = lines.index('"$PYTHON" -m clockworks_dist.runtime.validate collect "$OUT"')
     assert build < lines.index(runs[0]) < summary
     if shutil.which("bash"):
         assert subprocess.run(["bash", "-n", path], capture_output=True).returncode == 0
@@ -362,7 +363,7 @@ def test_validate_with_slurm_prepares_every_size_and_collect_sums_up(tmp_path, m
     assert report["verdict"] == "written" and report["nccl"] == {"op": "allreduce", "sizes": [1024, 4096]}
     script = (out / "validate.sbatch").read_text()
     assert script.count("srun --mpi=pmix") == 3 and f"{out}/build/1024/ring_allreduce --job" in script
-    assert validate.summary_lines(report)[1].startswith(f"submit it: sbatch {out}/validate.sbatch")
+    assert report_validate.summary_lines(report)[1].startswith(f"submit it: sbatch {out}/validate.sbatch")
     for size, elements in ((1024, 256), (4096, 1024)):
         assert (out / "build" / str(size) / "ring_allreduce.cu").read_text() == f"// ring_allreduce nccl {elements}\n"
         job = out / "runs" / str(size)
@@ -696,18 +697,18 @@ def test_nccl_benchmark_is_built_once_per_source_and_command(tmp_path, monkeypat
         return 0, ""
 
     monkeypatch.setenv("CLOCKWORKS_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(validate, "_runner", lambda: Runner)
-    monkeypatch.setattr(validate, "gpu_arch", lambda: "sm_90")
-    monkeypatch.setattr(validate, "run_bounded", run_bounded)
-    first = validate.build_nccl_bench(str(tmp_path / "a"))
-    second = validate.build_nccl_bench(str(tmp_path / "b"))
+    monkeypatch.setattr(nccl_bench, "runner", Runner)
+    monkeypatch.setattr(nccl_bench, "gpu_arch", lambda: "sm_90")
+    monkeypatch.setattr(nccl_bench.launch, "run_bounded", run_bounded)
+    first = nccl_bench.build_nccl_bench(str(tmp_path / "a"))
+    second = nccl_bench.build_nccl_bench(str(tmp_path / "b"))
     assert len(built) == 1 and Path(second).read_text() == Path(first).read_text()
     assert second == str(tmp_path / "b" / "bench_nccl")
     source.write_text("int main() { return 1; }\n")
-    third = validate.build_nccl_bench(str(tmp_path / "c"))
+    third = nccl_bench.build_nccl_bench(str(tmp_path / "c"))
     assert len(built) == 2 and "return 1" in Path(third).read_text()
-    monkeypatch.setattr(validate, "gpu_arch", lambda: "sm_100")  # another command: built again
-    validate.build_nccl_bench(str(tmp_path / "d"))
+    monkeypatch.setattr(nccl_bench, "gpu_arch", lambda: "sm_100")  # another command: built again
+    nccl_bench.build_nccl_bench(str(tmp_path / "d"))
     assert len(built) == 3
 
 

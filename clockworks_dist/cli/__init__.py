@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import json
 import math
 import os
 import re
 import signal
 import sys
-import sysconfig
-import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -36,7 +33,7 @@ from . import codegen as cli_codegen
 from . import perf as cli_perf
 from . import run as cli_run
 from . import tune as cli_tune
-from ..dsl import ScheduleDef, guard, load_file
+from ..dsl import guard
 from ..dsl import bounded
 from ..errors import (
     EXIT_BAD_INPUT, EXIT_INCOMPLETE, EXIT_INTERNAL, EXIT_VERIFIED, EXIT_VIOLATED, CheckIncomplete, ClockworksError,

@@ -7,7 +7,7 @@ run on GPUs under mpirun with every element checked (`codegen`).
   says what the machine has (nvcc, NCCL, NVSHMEM, MPI) and how to get what is missing.
 - `validate FILE --np N --backend nccl|nvshmem|cupy [--sizes ...]`: builds, runs under mpirun,
   checks bit for bit, times eager and as a CUDA graph, predicts the same cells, measures NCCL's
-  own collective, and writes a results folder (`codegen.validate`).
+  own collective, and writes a results folder (`runtime.validate`).
 
 Exit codes: 0 success (validate: every result matches), 1 validate: a mismatch, hang or crash, 2 bad
 input (the file, an option, an op the backend cannot generate, a missing tool), 3 out of time, 4 an
@@ -230,8 +230,8 @@ def cmd_build(args: argparse.Namespace, out) -> int:
 
 
 def cmd_validate(args: argparse.Namespace, out) -> int:
-    from ..codegen import validate
     from ..dsl import params
+    from ..report import validate as report_validate
 
     hygiene.check_ranks(args.np or 2, args.max_ranks or hygiene.MAX_RANKS, f"validate {args.file}")
     hygiene.check_out_dir(args.out, "--out")
@@ -240,13 +240,13 @@ def cmd_validate(args: argparse.Namespace, out) -> int:
     if args.json:
         out.json(summary)
     else:
-        for line in validate.summary_lines(summary):
+        for line in report_validate.summary_lines(summary):
             out.text(line)
     return 0 if summary.get("verdict") in ("match", "written") else 1
 
 
 def _validate(args: argparse.Namespace) -> dict:
-    from ..codegen import validate
+    from ..runtime import validate
 
     return validate.validate_file(
         args.file, backend=args.backend, ranks=args.np or 2, sizes=args.sizes, timeout=args.timeout,

@@ -107,3 +107,11 @@ def pinned_bytes(sched: ir.Schedule, symbols: dict[str, int] | None) -> int | No
     if buf.count_sym is None or not any(name in (symbols or {}) for name, _ in buf.count_sym.terms):
         return None
     return buf.count * ir.DTYPE_BYTES[buf.dtype]
+
+
+def size_text(nbytes: int) -> str:
+    """1024 -> "1 KiB"; sizes not a whole number of units stay in bytes."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale and nbytes % scale == 0:
+            return f"{nbytes // scale} {unit}"
+    return f"{nbytes} B"

@@ -378,3 +378,25 @@ def _run_in(job, directory, timeout, stall, mpiexec, env, argv=None) -> Outcome:
     return Outcome(lines=watch.lines, rows=watch.last_rows, dead=dead, killed=killed,
                    stopped_by=watch.stopped_by,
                    returncode=proc.returncode, stderr=stderr, seconds=time.monotonic() - watch.started)
+
+
+def run_bounded(command: list[str], env: dict | None, timeout: float, log: str,
+                mark: str | None = None) -> tuple[int | None, str]:
+    """Run `command` in a session of its own, its output to `log`, for at most `timeout` seconds;
+    every process it started is ended after: its descendants, its session, and every process
+    whose command line has the argument `mark` (Open MPI's ranks leave mpirun's session).
+    (exit code, None when it was stopped; output)."""
+    with open(log, "wb") as output:
+        proc = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env={**(os.environ if env is None else env),
+                                                             **NO_MULTICAST})
+        hygiene.track(proc.pid)
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            _kill_group(proc, mark or log)
+            hygiene.untrack(proc.pid)
+    with open(log, "rb") as handle:
+        return code, handle.read().decode("utf-8", "replace")

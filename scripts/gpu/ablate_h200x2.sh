@@ -42,8 +42,8 @@ for v in $VARIANTS; do
     done
     # the sbatch script's steps, with mpirun on this node in place of srun; compiled beforehand
     sed -e "s#srun --mpi=pmix --ntasks=2 --gpus-per-task=1 --kill-on-bad-exit=0#$MPIRUN#" \
-        -e '/codegen.validate build/d' $W/$v/validate.sbatch > $W/$v/run.sh
-    python3 -m clockworks_dist.codegen.validate build $W/$v > $W/$v.build.log 2>&1 &
+        -e '/runtime.validate build/d' $W/$v/validate.sbatch > $W/$v/run.sh
+    python3 -m clockworks_dist.runtime.validate build $W/$v > $W/$v.build.log 2>&1 &
 done
 wait  # every compile (in parallel), then the runs one at a time: they share the GPUs
 echo "built $(( $(date +%s) - START )) s"

@@ -49,7 +49,8 @@ grep '^{' $W/run.log > "$OUT/dispatch.jsonl"; cp $W/run.log "$OUT/"; tail -n 4 $
 timeout ${NCCL_MAX:-300} python3 - "$W" "$OUT" "$LIB/$NAME.json" > $W/nccl.log 2>&1 <<'EOF'
 import json, sys
 from pathlib import Path
-from clockworks_dist.codegen import validate
+from clockworks_dist.runtime import validate
+from clockworks_dist.dsl.message import size_text
 work, out, described = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(Path(sys.argv[3]).read_text())
 sizes = [row["bytes"] for row in described["sizes"]]
 binary = validate.build_nccl_bench(str(work / "nccl"))
@@ -66,7 +67,7 @@ for row in described["sizes"]:
     eager = max((m["eager_us"] for m in lines), default=None)
     nccl = (cells.get(n) or {}).get("graph_us")
     ratio = f"{nccl / graph:.2f}x" if nccl and graph and graph > 0 else "-"
-    rows.append(f"| {validate.size_text(n)} | {row['label']} | {row['between']} | "
+    rows.append(f"| {size_text(n)} | {row['label']} | {row['between']} | "
                 f"{sum(m['checked'] for m in lines)} | {sum(m['mismatches'] for m in lines)} | "
                 f"{eager if eager is not None else '-'} | {graph if graph is not None else '-'} | "
                 f"{nccl if nccl is not None else '-'} | {ratio} |")

@@ -3,7 +3,7 @@
 # GPUs. Run from the repository root (install what the machine's Python lacks with WHEELS, as
 # scripts/gpu/validate_h200x2.sh does).
 #   1. `clockworks validate --launcher slurm --sizes 1KiB` writes each program and its job folder (the
-#      checker's expected values); `python -m clockworks_dist.codegen.validate build` compiles them,
+#      checker's expected values); `python -m clockworks_dist.runtime.validate build` compiles them,
 #      several at a time.
 #   2. each program runs under `compute-sanitizer --tool memcheck` with that job folder, one after the
 #      other, so the run under the tool is also checked element by element (its rank lines say match).
@@ -29,7 +29,7 @@ one() {  # proto:backend -> the program at 1 KiB and its job folder, compiled
     local p=${1%%:*} b=${1##*:}
     python3 -m clockworks_dist.cli validate "protocols/$p.py" --np 2 --backend "$b" --sizes 1KiB --no-nccl \
         --launcher slurm --out "$R/${p}_$b" > "$R/${p}_$b.txt" 2>&1 \
-      && python3 -m clockworks_dist.codegen.validate build "$R/${p}_$b" >> "$R/${p}_$b.txt" 2>&1
+      && python3 -m clockworks_dist.runtime.validate build "$R/${p}_$b" >> "$R/${p}_$b.txt" 2>&1
     echo "prepare $p $b rc=$?"
 }
 export -f one; export R

@@ -68,7 +68,7 @@ def main() -> int:
     os.environ.update(launch.NO_MULTICAST)
     os.makedirs(args.out, exist_ok=True)
     folders = {case: prepare(*case, args.out) for case in CASES}
-    jobs = [subprocess.Popen([sys.executable, "-m", "clockworks_dist.codegen.validate", "build", f])
+    jobs = [subprocess.Popen([sys.executable, "-m", "clockworks_dist.runtime.validate", "build", f])
             for f in folders.values()]
     if any(job.wait(timeout=400) for job in jobs):
         print("a build failed")

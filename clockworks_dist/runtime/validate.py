@@ -22,34 +22,36 @@ instead of generated code.
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import contextlib
 import datetime
-import hashlib
 import json
 import os
 import shlex
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 from .. import hygiene, ir
+from ..calibrate import runner
 from ..dsl import bounded
-from ..errors import ClockworksError, MissingDependency
-from ..runtime import job as job_mod
-from ..runtime import launch, verdict
-from ..runtime import progress as progress_mod
-from ..runtime.compare import annotate, compare_rank
-from ..runtime.worker import _merge
-from ..runtime.expected import Reference, build_reference, expect_rank
-from ..runtime.numeric import storage
+from ..errors import ClockworksError, MissingDependency, ValidateError
+from . import job as job_mod
+from . import launch, verdict
+from . import progress as progress_mod
+from .compare import annotate, compare_rank
+from .worker import _merge
+from .expected import Reference, build_reference, expect_rank
+from .numeric import storage
+from ..dsl.message import size_text
+from ..report.validate import plot_cells, render_table, summary_lines
+from .nccl_bench import (
+    NCCL_LINES, build_nccl_bench, nccl_collective, nccl_sizes, parse_nccl, run_nccl_bench,
+)
 
 BACKENDS = ("nccl", "nvshmem", "cupy")
 LAUNCHERS = ("mpirun", "local", "slurm")  # local: mpirun here, as mpirun
@@ -61,18 +63,9 @@ DEFAULT_ITERS, DEFAULT_WARMUP, DEFAULT_TIMEOUT_S = 20, 2, 60.0
 # each rank can say where it was.
 STARTUP_S = 30.0
 SEARCH_SHARE = 0.5  # of the timeout, for the checker's search of every final value
-BUILD_TIMEOUT_S = 600.0  # NCCL's benchmark; nvcc takes about a minute
 SAVED_FILES = ("stdout.txt", "stderr.txt")  # kept from a job directory when a cell does not match
-# postcondition (its label's first word) -> bench_nccl.cu's --ops name
-NCCL_COLLECTIVE = {"allreduce": "allreduce", "allgather": "allgather", "reduce_scatter": "reducescatter",
-                   "alltoall": "alltoall", "broadcast": "broadcast"}
 MANIFEST = "validate.json"
 SBATCH = "validate.sbatch"
-NCCL_LINES = "nccl.jsonl"
-
-
-class ValidateError(ClockworksError):
-    """Bad input to validate, or a step (build, run, the baseline) that cannot be done here."""
 
 
 # ------------------------------------------------------------------------------ expectation files
@@ -305,139 +298,9 @@ def run_program(binary: str, sched: ir.Schedule, reference: Reference | None, ra
 
 
 # ----------------------------------------------------------------------------------- bounded runs
-def run_bounded(command: list[str], env: dict | None, timeout: float, log: str,
-                mark: str | None = None) -> tuple[int | None, str]:
-    """Run `command` in a session of its own, its output to `log`, for at most `timeout` seconds;
-    every process it started is ended after: its descendants, its session, and every process
-    whose command line has the argument `mark` (Open MPI's ranks leave mpirun's session).
-    (exit code, None when it was stopped; output)."""
-    with open(log, "wb") as output:
-        proc = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env={**(os.environ if env is None else env),
-                                                             **launch.NO_MULTICAST})
-        hygiene.track(proc.pid)
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            code = None
-        finally:
-            launch._kill_group(proc, mark or log)
-            hygiene.untrack(proc.pid)
-    with open(log, "rb") as handle:
-        return code, handle.read().decode("utf-8", "replace")
 
 
 # ------------------------------------------------------------------------------- the NCCL baseline
-def nccl_collective(sched: ir.Schedule) -> str | None:
-    """bench_nccl.cu's op for the schedule's postcondition (all_reduce -> allreduce, ...), or None
-    when it names none of them (or several)."""
-    kinds = {expectation.label.split("(")[0] for expectation in sched.expect}
-    if len(kinds) != 1:
-        return None
-    return NCCL_COLLECTIVE.get(kinds.pop())
-
-
-def _runner():
-    from ..calibrate import runner
-
-    return runner
-
-
-def gpu_arch() -> str:
-    """nvcc's -arch for the GPUs here (their compute capability), else sm_90."""
-    runner = _runner()
-    rows = runner._csv_query(["compute_cap"]) or [{}]
-    return runner.arch_from_compute_cap(rows[0].get("compute_cap", "")) or "sm_90"
-
-
-def build_nccl_bench(build_dir: str, timeout: float = BUILD_TIMEOUT_S) -> str:
-    """Compile calibrate/bench_nccl.cu into `build_dir` (within `timeout`); the binary's path."""
-    runner = _runner()
-    nvcc = runner.find_nvcc()
-    if nvcc is None:
-        raise MissingDependency("the NCCL baseline needs nvcc: put the CUDA toolkit's bin on PATH or set CUDA_HOME")
-    nccl_home = runner.find_wheel_lib("nccl", "nccl.h", "CLOCKWORKS_NCCL_HOME")
-    if nccl_home is None:
-        raise MissingDependency("the NCCL baseline needs NCCL's headers: pip install nvidia-nccl-cu13 (or set "
-                                "CLOCKWORKS_NCCL_HOME)")
-    compile_flags, link_flags, _how = runner.mpi_build_flags()
-    os.makedirs(build_dir, exist_ok=True)
-    command = runner.build_commands(nvcc, gpu_arch(), runner.HERE, Path(build_dir), nccl_home, None,
-                                    compile_flags, link_flags)["nccl"]
-    binary = os.path.join(build_dir, "bench_nccl")
-    cached = _bench_cache(command, build_dir, runner.HERE / "bench_nccl.cu")
-    if cached is not None and os.path.exists(cached):
-        shutil.copy2(cached, binary)  # built before from the same source, toolchain and flags
-        return binary
-    log = os.path.join(build_dir, "bench_nccl.build.log")
-    code, output = run_bounded(command, None, timeout, log)
-    if code != 0 or not os.path.exists(binary):
-        why = f"did not finish within {timeout:g} s" if code is None else f"failed (exit {code})"
-        tail = " / ".join(output.strip().splitlines()[-3:])
-        raise ValidateError(f"building bench_nccl.cu {why}: {tail} (the whole log: {log})")
-    if cached is not None:
-        with contextlib.suppress(OSError):  # a cache that cannot be written only costs the next build
-            os.makedirs(os.path.dirname(cached), exist_ok=True)
-            shutil.copy2(binary, cached + ".tmp")
-            os.replace(cached + ".tmp", cached)
-    return binary
-
-
-def _bench_cache(command: list[str], build_dir: str, source: Path) -> str | None:
-    """Where a bench_nccl built by `command` is kept between validate calls (None: no cache): under
-    $CLOCKWORKS_CACHE (default ~/.cache/clockworks), named by a hash of the source and the command
-    (the compiler, the GPU architecture, NCCL's and MPI's paths and flags), so any change rebuilds."""
-    root = os.environ.get("CLOCKWORKS_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "clockworks")
-    try:
-        text = source.read_bytes()
-    except OSError:
-        return None
-    where = os.path.abspath(build_dir)
-    key = hashlib.sha256(text + json.dumps([part.replace(where, "{build}") for part in command]).encode()).hexdigest()
-    return os.path.join(root, f"bench_nccl-{key[:20]}")
-
-
-def nccl_command(binary: str, op: str, sizes: list[int], ranks: int, out_file: str,
-                 mpiexec: str | None = None) -> list[str]:
-    """mpirun's line for bench_nccl: `op` at `sizes` (bytes per rank, its convention: all-gather the
-    gathered output, reduce-scatter the input, all-to-all the total sent)."""
-    runner = _runner()
-    mpiexec = mpiexec or launch.find_mpiexec()
-    argv = [binary, "--ops", op, "--sizes", ",".join(str(size) for size in sizes), "--out", out_file,
-            "--label", "validate"]
-    as_root = hasattr(os, "geteuid") and os.geteuid() == 0
-    return runner.mpirun_command(mpiexec, launch.flavor(mpiexec), ranks, argv, list(launch.NO_MULTICAST), as_root)
-
-
-def nccl_sizes(sizes: list[int], ranks: int) -> list[int]:
-    """The sizes bench_nccl accepts: multiples of 4 bytes x ranks."""
-    return [size for size in sizes if size % (4 * ranks) == 0]
-
-
-def parse_nccl(lines: list[dict]) -> tuple[dict | None, dict[int, dict]]:
-    """bench_nccl's header line, and its measurements by bytes per rank."""
-    header = next((line for line in lines if line.get("bench") == "nccl_header"), None)
-    cells = {int(line["bytes"]): line for line in lines if line.get("bench") == "nccl" and "bytes" in line}
-    return header, cells
-
-
-def run_nccl_bench(binary: str, op: str, sizes: list[int], ranks: int, timeout: float,
-                   work_dir: str) -> tuple[dict | None, dict[int, dict], str | None]:
-    """NCCL's `op` at `sizes` (bytes per rank), one mpirun, within `timeout`: (header, measurements
-    by bytes, what went wrong or None)."""
-    out_file = os.path.join(work_dir, NCCL_LINES)
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(out_file)
-    command = nccl_command(binary, op, sizes, ranks, out_file)
-    code, output = run_bounded(command, None, timeout, os.path.join(work_dir, "nccl.log"), mark=out_file)
-    text = Path(out_file).read_text() if os.path.exists(out_file) else output
-    header, cells = parse_nccl(_runner().parse_json_lines(text))
-    problem = None
-    if code != 0:
-        why = f"did not finish within {timeout:g} s" if code is None else f"exited with code {code}"
-        tail = " / ".join(output.strip().splitlines()[-3:])
-        problem = f"NCCL's {op} (bench_nccl) {why}; measured {len(cells)} of {len(sizes)} sizes: {tail}"
-    return header, cells, problem
 
 
 # ----------------------------------------------------------------------------------- predictions
@@ -583,156 +446,11 @@ def nccl_cell(op: str | None, found: dict[int, dict], nbytes: int, ranks: int, p
     return None, problem or f"NCCL's {op} not measured at {nbytes} bytes"
 
 
-def size_text(nbytes: int) -> str:
-    """1024 -> "1 KiB"; sizes not a whole number of units stay in bytes."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if nbytes >= scale and nbytes % scale == 0:
-            return f"{nbytes // scale} {unit}"
-    return f"{nbytes} B"
-
-
 # ------------------------------------------------------------------------------------ the outputs
-COLUMNS = ("size", "result", "eager us (median, min..max)", "graph us (median, min..max)",
-           "predicted eager / graph us", "error eager / graph", "NCCL eager / graph us",
-           "speedup vs NCCL eager / graph", "elements checked")
-ALIGN = ("---:", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---:")
-
-
-def _time_text(found: dict | None) -> str:
-    if not found:
-        return "-"
-    return f"{found['median_us']:,.1f} ({found['min_us']:,.1f}..{found['max_us']:,.1f})"
-
-
-def _pair(values: dict | None, first: str, second: str, fmt: str) -> str:
-    if not values:
-        return "-"
-    shown = [fmt.format(values[key]) if values.get(key) is not None else "-" for key in (first, second)]
-    return " / ".join(shown)
-
-
-def table_row(cell: dict) -> list[str]:
-    """A cell as the table's columns (`COLUMNS`)."""
-    nccl = cell.get("nccl")
-    nccl_text = _pair(nccl, "eager_us", "graph_us", "{:,.1f}") if nccl else next(
-        (note for note in cell.get("notes", ()) if note.startswith(("no NCCL", "NCCL"))), "-")
-    if nccl and nccl.get("correct") is False:
-        nccl_text += " (NCCL's own output was wrong)"
-    return [cell["size"], cell["verdict"], _time_text(cell.get("eager")), _time_text(cell.get("graph")),
-            _pair(cell.get("predicted"), "eager_us", "graph_us", "{:,.1f}"),
-            _pair(cell.get("error"), "eager", "graph", "{:+.0%}"), nccl_text,
-            _pair(cell.get("speedup_vs_nccl"), "eager", "graph", "{:.2f}x"), f"{cell.get('elements_checked', 0):,}"]
-
-
-def render_table(cells: list[dict], meta: dict) -> str:
-    """results.md: what was run and how it was timed, then one row per size; problems below."""
-    backend, ranks = meta.get("backend", "?"), meta.get("ranks", "?")
-    machine = meta.get("machine") or {}
-    names = machine.get("gpu_names") or []
-    gpus = ", ".join(f"{names.count(name)} x {name}" for name in dict.fromkeys(names)) or "GPUs not named"
-    graph_note = (f"{meta.get('iters')} as replays of a CUDA graph of the ops" if meta.get("graph")
-                  else "no CUDA graph (--no-graph)")
-    if backend == "cupy":
-        how = (f"the cupy executor (`clockworks run --backend cupy`), {ranks} ranks, one GPU each; "
-               f"{meta.get('warmup')} warm-up runs left out of the times, then {meta.get('iters')} runs issued by "
-               "the host (no CUDA graph), each timed with CUDA events around its ops")
-    else:
-        how = (f"the generated {backend} program, {ranks} ranks, one GPU each, under mpirun; "
-               f"{meta.get('warmup')} warm-up runs, then {meta.get('iters')} timed runs eagerly and "
-               f"{graph_note}; inputs written again before every run, outside the timed span; each run "
-               "timed on its own with CUDA events around the ops")
-    if (meta.get("calls") or 1) > 1:
-        how += (f"; each run is {meta['calls']} back-to-back calls of the schedule (signal words carry an epoch, no "
-                f"reset between calls; {meta['between']} between calls; the {meta['calls']}-call schedule is what the "
-                "checker verified and what the results are compared with), and every time and prediction below is "
-                "per call: the run's time divided by the calls")
-        if backend == "nvshmem":
-            how += (" (each call its own kernel launch, as a library call's)" if meta.get("kernels") == "per call"
-                    else " (the calls run inside the rank's one kernel launch)")
-    packets = meta.get("packets")
-    if packets:
-        counts = ", ".join(str(n) for n in packets.get("channels") or ())
-        how += (f"; every put_signal of at most {size_text(packets['max_bytes'])} whose signal word only its wait "
-                "reads sent as flag-in-data packets (`--packets`, codegen/packets.py; signal words lowered per size: "
-                f"{counts}), the rewritten schedule being what the checker verified and the results are compared with")
-    lines = [f"# `clockworks validate` {meta.get('schedule')} ({meta.get('file')}), {backend}", "",
-             f"Measured with {how}; the slowest rank per run, median (min..max) over the runs. Size: bytes per "
-             "rank of the main buffer, as `clockworks predict` counts them. Result: every element and signal word "
-             "compared bit for bit with the checker's values (a value another execution of the checker leaves "
-             f"is accepted). Predicted: {prediction_source(meta)} on {meta.get('topology') or 'no topology'}, "
-             "eager and graph modes; error = (predicted - measured) / measured. NCCL: its own "
-             f"{meta.get('nccl_op') or 'collective'} (calibrate/bench_nccl.cu, float32, the same bytes per rank, "
-             "per launch over back-to-back launches, eager and captured in one CUDA graph); speedup vs NCCL = "
-             "NCCL's time / the measured time (above 1: faster than NCCL).", "",
-             f"Machine: {gpus}; NCCL {meta.get('nccl_version') or '-'}. NVLink multicast off: "
-             + ", ".join(f"{k}={v}" for k, v in launch.NO_MULTICAST.items()) + ".", "",
-             "| " + " | ".join(COLUMNS) + " |",
-             "| " + " | ".join(ALIGN) + " |"]
-    for cell in cells:
-        lines.append("| " + " | ".join(text.replace("|", "/") for text in table_row(cell)) + " |")
-    problems = [f"- {cell['size']}: {cell['message']}" for cell in cells if cell["verdict"] not in ("match", "ran")]
-    notes = sorted({note for cell in cells for note in cell.get("notes", ())
-                    if not note.startswith(("no NCCL collective", "NCCL not measured"))})
-    if problems:
-        lines += ["", "Problems:", ""] + problems
-    if notes:
-        lines += ["", "Notes:", ""] + [f"- {note}" for note in notes]
-    return "\n".join(lines) + "\n"
-
-
-def _pyplot():
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise MissingDependency("the plot needs matplotlib: pip install 'clockworks-dist[plot]'") from exc
-    return plt
-
-
-def plot_cells(cells: list[dict], path: str, title: str) -> None:
-    """results.png: time against bytes per rank, log-log: measured eager and graph (median, min..max
-    as error bars), predicted eager and graph, NCCL eager and graph."""
-    plt = _pyplot()
-    fig, axes = plt.subplots(figsize=(8, 5))
-
-    def series(get):
-        points = [(cell["bytes"], get(cell)) for cell in cells]
-        return [p for p in points if p[1] is not None]
-
-    for mode, color in (("eager", "tab:blue"), ("graph", "tab:orange")):
-        measured = [(c["bytes"], c[mode]) for c in cells if c.get(mode)]
-        if measured:
-            xs = [x for x, _ in measured]
-            mid = [t["median_us"] for _, t in measured]
-            spread = [[t["median_us"] - t["min_us"] for _, t in measured],
-                      [t["max_us"] - t["median_us"] for _, t in measured]]
-            axes.errorbar(xs, mid, yerr=spread, marker="o", color=color, capsize=3, label=f"measured {mode}")
-        for label, get, style in (("predicted", lambda c, m=mode: (c.get("predicted") or {}).get(f"{m}_us"), "--"),
-                                  ("NCCL", lambda c, m=mode: (c.get("nccl") or {}).get(f"{m}_us"), ":")):
-            points = series(get)
-            if points:
-                axes.plot([x for x, _ in points], [y for _, y in points], style, marker=".", color=color,
-                          label=f"{label} {mode}")
-    axes.set_xscale("log", base=2)
-    axes.set_yscale("log")
-    axes.set_xlabel("bytes per rank")
-    axes.set_ylabel("time per run (us)")
-    axes.set_title(title)
-    axes.grid(True, which="both", alpha=0.3)
-    if axes.get_legend_handles_labels()[0]:
-        axes.legend(fontsize=8)
-    fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=120)
-    finally:
-        plt.close(fig)
 
 
 def machine_provenance() -> dict:
     """The GPUs (nvidia-smi), driver, MPI and wheels here."""
-    runner = _runner()
     try:
         mpiexec = launch.find_mpiexec()
     except MissingDependency:
@@ -752,7 +470,7 @@ def write_results(out_dir: str, cells: list[dict], meta: dict) -> dict:
     with open(os.path.join(out_dir, "results.json"), "w", encoding="utf-8") as handle:
         json.dump(report, handle, indent=1)
     with open(os.path.join(out_dir, "results.md"), "w", encoding="utf-8") as handle:
-        handle.write(render_table(cells, meta))
+        handle.write(render_table(cells, meta, prediction_source(meta), launch.NO_MULTICAST))
     written = ["results.json", "results.md"]
     try:  # the measurements are kept even where matplotlib is missing (plot them elsewhere: `replot`)
         plot_cells(cells, os.path.join(out_dir, "results.png"),
@@ -778,7 +496,7 @@ def write_sbatch(path: str, out_dir: str, cells: list[dict], ranks: int, *, node
                  warmup: int, graph: bool, timeout: float, nccl: dict | None, python: str | None = None,
                  name: str = "clockworks-validate", account: str | None = None, partition: str | None = None) -> str:
     """An sbatch script that, on the cluster: turns NVLink multicast off, builds every program and
-    NCCL's benchmark (`python -m clockworks_dist.codegen.validate build OUT`), runs each size with
+    NCCL's benchmark (`python -m clockworks_dist.runtime.validate build OUT`), runs each size with
     `srun --mpi=pmix` (one task per GPU, each bounded by `timeout`), NCCL's collective, and sums up
     (`... validate collect OUT`). `cells`: {source, binary, job} per size, paths. Returns the text."""
     python = python or sys.executable
@@ -797,7 +515,7 @@ def write_sbatch(path: str, out_dir: str, cells: list[dict], ranks: int, *, node
     lines += [f"export {key}={value}" for key, value in launch.NO_MULTICAST.items()]
     lines += [f"OUT={q(out_dir)}", f"PYTHON={q(python)}", "",
               "# every generated program and NCCL's benchmark, compiled on a node of the job",
-              '"$PYTHON" -m clockworks_dist.codegen.validate build "$OUT" || exit 2', ""]
+              '"$PYTHON" -m clockworks_dist.runtime.validate build "$OUT" || exit 2', ""]
     srun = ["srun", "--mpi=pmix", f"--ntasks={ranks}", "--gpus-per-task=1", "--kill-on-bad-exit=0"]
     for cell in cells:
         argv = [part if part != "{dir}" else cell["job"] for part in
@@ -814,7 +532,7 @@ def write_sbatch(path: str, out_dir: str, cells: list[dict], ranks: int, *, node
                   shlex.join(["timeout", "--kill-after=10", str(per_run * max(1, len(nccl["sizes"]) // 4 + 1)),
                               *srun, *bench]) + f" > {q(os.path.join(out_dir, 'nccl.log'))} 2>&1"]
     lines += ["", "# the verdicts, the times, the predictions: results.json, results.md, results.png",
-              '"$PYTHON" -m clockworks_dist.codegen.validate collect "$OUT"', ""]
+              '"$PYTHON" -m clockworks_dist.runtime.validate collect "$OUT"', ""]
     text = "\n".join(lines)
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(text)
@@ -840,7 +558,7 @@ def build_all(out_dir: str) -> None:
     """The sbatch script's build step: compile every program of the manifest (in parallel) and
     NCCL's benchmark; each binary lands where the script runs it."""
     manifest = _read_manifest(out_dir)
-    from . import build
+    from ..codegen import build
 
     def one(cell: dict) -> None:
         binary = build.compile_program(cell["source"], manifest["backend"], os.path.dirname(cell["binary"]))
@@ -862,7 +580,7 @@ def collect(out_dir: str) -> dict:
     header, found = (None, {})
     nccl_path = os.path.join(out_dir, NCCL_LINES)
     if os.path.exists(nccl_path):
-        header, found = parse_nccl(_runner().parse_json_lines(Path(nccl_path).read_text()))
+        header, found = parse_nccl(runner.parse_json_lines(Path(nccl_path).read_text()))
     machine = machine_provenance()
     topo = None
     topo_note = None
@@ -952,7 +670,7 @@ def reference_of(sched: ir.Schedule, search: float | None, no_check: bool) -> Re
 
 
 def _require_gpus(ranks: int, backend: str) -> None:
-    visible = _runner().gpu_count()
+    visible = runner.gpu_count()
     if visible < ranks:
         raise ValidateError(f"--np {ranks}: the {backend} program runs one rank per GPU, but {visible} GPU(s) are "
                             "visible here (nvidia-smi -L): run on a machine with enough GPUs, or write a Slurm job "
@@ -964,7 +682,7 @@ def _generate(sched: ir.Schedule, backend: str, path: str, lowered=None, splits=
     `lowered`: the `packets.Lowered` that `sched` is the schedule of; `splits`: where its calls begin
     (a kernel each); `copy_engine`: puts of at least that many bytes on the copy engine (0: none)."""
     from ..semantics.backends import Unsupported
-    from . import program
+    from ..codegen import program
 
     try:
         text = program.generate(sched, backend, packets=lowered, splits=splits,
@@ -1046,7 +764,7 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
     if backend == "cupy":
         return _validate_cupy(schedules, nbytes, out_dir, meta, topology, search)
     _require_gpus(schedules[0].world, backend)
-    from . import build
+    from ..codegen import build
 
     toolchain = build.find_toolchain(backend)
     toolchain.require(backend)
@@ -1124,8 +842,8 @@ def _per_call(result: dict, predicted: dict | None, calls: int) -> tuple[dict, d
 def _validate_cupy(schedules, nbytes, out_dir, meta, topology, search) -> dict:
     """The cupy executor (`clockworks run --backend cupy`'s path): every size in one mpiexec job,
     `warmup` + `iters` iterations each, the first `warmup` left out of the times."""
-    from ..runtime import select
-    from ..runtime.cupy_nccl import CUPY
+    from . import select
+    from .cupy_nccl import CUPY
 
     for sched in schedules:
         select.supported(CUPY, sched)
@@ -1200,32 +918,11 @@ def _prepare_slurm(schedules, nbytes, out_dir, meta, topology, search, nodes, lo
     return {**manifest, "verdict": "written", "sbatch": script, "out": out_dir}
 
 
-def summary_lines(report: dict) -> list[str]:
-    """What `clockworks validate` prints: one line per size (verdict, times, prediction, NCCL), then
-    the files written; for a Slurm folder, how to submit it."""
-    if report.get("verdict") == "written":
-        return [f"wrote {report['sbatch']} and the job directories of {len(report['cells'])} size(s) under "
-                f"{report['out']}", f"submit it: sbatch {shlex.quote(report['sbatch'])} (results.md, results.json "
-                "and results.png land in the same folder)"]
-    lines = [f"{report.get('schedule')}, {report.get('ranks')} ranks, {report.get('backend')}: {report['verdict']}"]
-    for cell in report["cells"]:
-        row = dict(zip(COLUMNS, table_row(cell)))
-        lines.append(f"  {cell['size']}: {cell['message']}")
-        lines.append(f"    eager {row[COLUMNS[2]]} us, graph {row[COLUMNS[3]]} us; predicted {row[COLUMNS[4]]}; "
-                     f"NCCL {row[COLUMNS[6]]}; speedup vs NCCL {row[COLUMNS[7]]}")
-    if report.get("prediction_note"):
-        lines.append(f"  {report['prediction_note']}")
-    lines.append(f"wrote {', '.join(report.get('files', ()))}")
-    if report.get("plot_note"):
-        lines.append(report["plot_note"])
-    return lines
-
-
 def main(argv: list[str] | None = None) -> int:
-    """The sbatch script's steps: `python -m clockworks_dist.codegen.validate build|collect OUT`."""
+    """The sbatch script's steps: `python -m clockworks_dist.runtime.validate build|collect OUT`."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2 or argv[0] not in ("build", "collect"):
-        sys.stderr.write("usage: python -m clockworks_dist.codegen.validate build|collect OUT\n")
+        sys.stderr.write("usage: python -m clockworks_dist.runtime.validate build|collect OUT\n")
         return 2
     try:
         if argv[0] == "build":
