@@ -20,13 +20,12 @@ from typing import Callable, Iterable
 
 from .. import ir
 from ..errors import ScheduleError
+from .source import _PACKAGE_DIR, check_name, user_loc
 
 _REDUCE_OPS = ("sum", "prod", "max", "min")
 
 
 def _user_loc() -> ir.SourceLoc:
-    from .trace import user_loc  # trace imports this module
-
     return user_loc()
 
 
@@ -36,8 +35,6 @@ def _fail(loc: ir.SourceLoc, message: str, hint: str | None = None, rank: int | 
 
 
 def _name(value, what: str, loc: ir.SourceLoc, op: str) -> str:
-    from .trace import check_name
-
     return check_name(value, what, loc, None, op)
 
 
@@ -252,8 +249,6 @@ class custom(Spec):
         self.fn, self.label = fn, label
 
     def resolve(self, sched):
-        from .trace import _PACKAGE_DIR
-
         try:
             found = self.fn(sched.world)
             if isinstance(found, ir.Expectation):

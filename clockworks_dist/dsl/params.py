@@ -19,6 +19,7 @@ from typing import Iterator
 from .. import ir
 from ..errors import ScheduleError
 from .sizes import SymInt
+from .source import check_name, user_loc
 
 # The binding of the trace in progress (None: no trace is running, a parameter reads as its default).
 _PARAMS: contextvars.ContextVar[dict[str, int | str] | None] = contextvars.ContextVar("cw_params", default=None)
@@ -41,8 +42,6 @@ def _current(name: str, default: Value, loc: ir.SourceLoc) -> Value:
     if bound is None:
         return default
     if name not in bound:  # declared where the decorator could not see it (inside the function)
-        from .trace import user_loc
-
         where = user_loc()
         _fail(where, f"parameter {name} is used, but the schedule does not declare it (it is declared at {loc})",
               f"declare {name} at module level above the @cw.schedule function, or pass params=[{name}] to it",
@@ -58,8 +57,6 @@ class Param(SymInt):
     kind = "param"
 
     def __init__(self, name: str, values, default: int | None = None):
-        from .trace import check_name, user_loc  # trace imports this module
-
         self.loc = user_loc()
         check_name(name, "parameter", self.loc, None, "param")
         self.name = name
@@ -130,8 +127,6 @@ class Choice:
     kind = "choice"
 
     def __init__(self, name: str, options, default: str | None = None):
-        from .trace import check_name, user_loc
-
         self.loc = user_loc()
         check_name(name, "choice", self.loc, None, "choice")
         self.name = name
@@ -177,8 +172,6 @@ class Choice:
         if isinstance(other, Choice):
             return other.value
         if other not in self.values:
-            from .trace import user_loc
-
             close = difflib.get_close_matches(str(other), self.values, n=1)
             _fail(user_loc(), f"{self.name} is compared with {other!r}, which is not one of its options "
                               f"{list(self.values)}" + (f" (did you mean {close[0]!r}?)" if close else ""),

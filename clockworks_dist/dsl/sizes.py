@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextvars
 
+from ..errors import ScheduleError
 from ..ir import Affine, Symbol
+from .source import check_name, user_loc
 
 _BINDINGS: contextvars.ContextVar[dict[str, int]] = contextvars.ContextVar("cw_bindings", default={})
 
@@ -191,8 +193,6 @@ class Size(SymInt):
 
     def __init__(self, name: str, default: int, *, min: int = 1, max: int | None = None,
                  multiple_of: int = 1):
-        from .trace import check_name, user_loc  # trace imports this module
-
         self.loc = user_loc()
         check_name(name, "size", self.loc, None, "size")
         self.name, self.default = name, default
@@ -217,8 +217,6 @@ class Size(SymInt):
         super().__init__(default, {name: 1}, 0)
 
     def _fail(self, message: str, hint: str) -> None:
-        from ..errors import ScheduleError
-
         raise ScheduleError(message, file=self.loc.file, line=self.loc.line, op="size",
                             hint=hint)
 

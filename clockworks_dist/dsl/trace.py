@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import functools
 import inspect
 import math
 import numbers
@@ -27,37 +26,9 @@ from ..errors import ScheduleError
 from .expect import check_specs, resolve_all
 from . import params as _params
 from .sizes import _BINDINGS, Size, SymInt, as_affine, as_int
+from .source import _PACKAGE_DIR, check_name, user_loc  # noqa: F401  (importable from here too)
 from ..semantics.budget import cycle_collector_paused
 from ..semantics.rules import rule
-
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def user_loc() -> ir.SourceLoc:
-    """The innermost stack frame outside this package: where the user called us."""
-    frame = sys._getframe(1)
-    while frame is not None and _ours(frame.f_code.co_filename):
-        frame = frame.f_back
-    if frame is None:
-        return _source_loc("<unknown>", 0)
-    return _source_loc(_basename(frame.f_code.co_filename), frame.f_lineno)
-
-
-@functools.lru_cache(maxsize=1024)
-def _ours(filename: str) -> bool:
-    """A frame of this package (or of contextlib, under `with r.group()`): not the user's."""
-    return os.path.abspath(filename).startswith(_PACKAGE_DIR) or filename == contextlib.__file__
-
-
-@functools.lru_cache(maxsize=1024)
-def _basename(filename: str) -> str:
-    return os.path.basename(filename)
-
-
-@functools.lru_cache(maxsize=1 << 14)
-def _source_loc(file: str, line: int) -> ir.SourceLoc:
-    """One `SourceLoc` per user line: every op traced at a line shares it."""
-    return ir.SourceLoc(file=file, line=line)
 
 
 class _Interner:
@@ -117,16 +88,6 @@ def _identity(value):
     if kind is float:
         return (float, repr(value))  # -0.0 equals 0.0 but is another value
     return (kind, value)  # True equals 1 but is another value
-
-
-def check_name(name: object, what: str, loc: ir.SourceLoc, rank: int | None, op: str | None = None) -> str:
-    """Names become C++ identifiers in generated code: the rule is `ir.name_problem`, the same one
-    the IR enforces when a schedule is loaded from JSON."""
-    problem = ir.name_problem(name)
-    if problem is not None:
-        raise ScheduleError(f"{what} name {name!r} is not a valid identifier: {problem}",
-                            file=loc.file, line=loc.line, rank=rank, op=op, hint=ir.NAME_HINT)
-    return name
 
 
 # ------------------------------------------------------------------------------------ handles
