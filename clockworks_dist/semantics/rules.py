@@ -41,9 +41,9 @@ Every file an added op needs; `tests/test_add_an_op.py` fails, naming the file, 
    its reason: `runtime/mpi_cpu.py`, `runtime/cupy_nccl.py`, `codegen/nccl.py`,
    `codegen/nvshmem.py` (its table, and the waits' `wait_until_all`/`_any` choice),
    `perf/simulate.py` [guarded by tests/test_semantics.py, test_runtime.py, test_runtime_cupy.py].
-   `codegen/packets.py` reads `signal_effect` (and names `fetch_atomic`).
-6. `repeat.py`: `_updates` and `_shift`, the epochs of every signal word an op updates and the
-   shifted values of sets and waits (or a `RepeatError` that refuses it) [guarded].
+   `lowering/packets.py` (was `codegen/packets.py`) reads `signal_effect` (and names `fetch_atomic`).
+6. `lowering/repeat.py` (was `repeat.py`): `_updates` and `_shift`, the epochs of every signal
+   word an op updates and the shifted values of sets and waits (or a `RepeatError` that refuses it) [guarded].
 7. A collective: `semantics/match.py` (its parameters compared across members), `perf/nccl.py`,
    `perf/nccl_tuning.py` and `topology/model.py` (`NCCL_KINDS`: its bandwidth and latency), and
    `check/symbolic/sizes.py`; a PE-wide barrier: `semantics/match.py` (`barrier_all`, `sync_all`)
