@@ -143,7 +143,7 @@ def _lowering(packets: int):
     bytes as flag-in-data packets."""
     if not packets:
         return None
-    from .codegen.packets import lower
+    from .lowering.packets import lower
 
     return lambda sched: lower(sched, packets).sched
 
@@ -152,10 +152,10 @@ def _lowered_at(defn: ScheduleDef, binding: dict, world: int, nbytes: int, calls
                 packets: int, copy_engine: int = 0) -> int:
     """How many signal words the packets rewrite lowers at `nbytes`, or how many puts go on the copy
     engine (0: the candidate is the variant itself)."""
-    from .codegen.nvshmem import copy_engine_ops
-    from .codegen.packets import lower
+    from .lowering.nvshmem_plan import copy_engine_ops
+    from .lowering.packets import lower
     from .perf.predict import size_binding
-    from .repeat import repeat
+    from .lowering.repeat import repeat
 
     sched = defn.trace(world, defn.ranks_per_node, sizes=size_binding(defn, world, nbytes, defn.ranks_per_node),
                        params=binding)
@@ -250,7 +250,7 @@ def check_calls(defn: ScheduleDef, binding: dict, world: int, calls: int, timeou
     (`repeat.repeat`; the result rewritten by the `packets` lowering when given). (verdict, first
     error, the separator or None, {separator: what the checker said})."""
     from .check import check
-    from .repeat import BETWEEN, RepeatError, repeat
+    from .lowering.repeat import BETWEEN, RepeatError, repeat
 
     try:
         base = _trace_bounded(defn, world, binding, timeout)
@@ -289,12 +289,12 @@ def predict_variant(defn: ScheduleDef, binding: dict, topo, world: int, sizes: l
     from .perf.costs import RunConditions
     from .perf.predict import bound, predict_sizes
     from .perf.program import program_conditions
-    from .repeat import starts_of_repeated
+    from .lowering.repeat import starts_of_repeated
 
     rewrites: dict[int, tuple] = {}  # the packets rewrite's schedule -> (the rewrite, the schedule before it)
 
     def transform(sched):
-        from .codegen.packets import lower
+        from .lowering.packets import lower
 
         low = lower(sched, packets)
         rewrites[id(low.sched)] = (low, sched)

@@ -38,14 +38,14 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from clockworks_dist.runtime import validate  # noqa: E402
-from clockworks_dist.codegen.packets import lower as packets_lower  # noqa: E402
+from clockworks_dist.lowering.packets import lower as packets_lower  # noqa: E402
 from clockworks_dist.dsl import params  # noqa: E402
 from clockworks_dist.errors import CostWarning  # noqa: E402
 from clockworks_dist.perf import fit  # noqa: E402
 from clockworks_dist.perf.network import from_topology  # noqa: E402
 from clockworks_dist.perf.program import program_conditions, program_us  # noqa: E402
 from clockworks_dist.perf.simulate import Simulator  # noqa: E402
-from clockworks_dist.repeat import repeat  # noqa: E402
+from clockworks_dist.lowering.repeat import repeat  # noqa: E402
 from clockworks_dist.topology import load_topology  # noqa: E402
 
 DEFAULT_DIRS = ["results/h200x2/validate", "results/h200x2/tune", "results/h200x2/tune_all", "results/h200x2/calls",

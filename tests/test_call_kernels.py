@@ -12,8 +12,11 @@ import re
 import pytest
 
 from clockworks_dist import ir
-from clockworks_dist.codegen import build, nvshmem, packets, program, validate
-from clockworks_dist.repeat import call_starts, repeat
+from clockworks_dist.codegen import build, nvshmem, program
+from clockworks_dist.lowering import nvshmem_plan
+from clockworks_dist.lowering import packets
+from clockworks_dist.runtime import validate
+from clockworks_dist.lowering.repeat import call_starts, repeat
 
 from test_packets import FAMILY, family
 
@@ -93,8 +96,8 @@ def test_a_boundary_is_a_fenced_grid_sync_and_no_need_crosses_it():
     one = family("oneshot", 2)
     low = packets.lower(repeat(one, 3, "alternate"))
     splits = low.remap(call_starts(one, 3, "alternate"))
-    fused = nvshmem.plan_rank(low.sched, 0, packets=low)
-    split = nvshmem.plan_rank(low.sched, 0, packets=low, splits=frozenset(splits[0]))
+    fused = nvshmem_plan.plan_rank(low.sched, 0, packets=low)
+    split = nvshmem_plan.plan_rank(low.sched, 0, packets=low, splits=frozenset(splits[0]))
     assert split.kernels == 3 and fused.kernels == 1
     begins = [0, *splits[0]]
     for step in split.steps:
@@ -114,10 +117,10 @@ def test_a_boundary_with_nothing_to_publish_ends_unfenced():
     rep = repeat(one, 2, "barrier")
     splits = call_starts(one, 2, "barrier")
     # the barrier begins the second kernel; what the first did is still unpublished at its end
-    plan = nvshmem.plan_rank(rep, 0, splits=frozenset(splits[0]))
+    plan = nvshmem_plan.plan_rank(rep, 0, splits=frozenset(splits[0]))
     assert plan.steps[splits[0][0]].kernel_start
     # a split right after the barrier: the barrier fenced everything, so that boundary needs no fence
-    after = nvshmem.plan_rank(rep, 0, splits=frozenset({splits[0][0] + 1}))
+    after = nvshmem_plan.plan_rank(rep, 0, splits=frozenset({splits[0][0] + 1}))
     assert after.steps[splits[0][0] + 1].kernel_start and not after.steps[splits[0][0] + 1].end_fence
 
 
@@ -157,8 +160,8 @@ def test_a_kernel_per_call_wants_the_grid_of_its_widest_call_not_of_all_calls(al
     rep = repeat(one, calls, between)
     starts = call_starts(one, calls, between)
     for rank in range(one.world):
-        single = nvshmem.plan_rank(one, rank)
-        per_call = nvshmem.plan_rank(rep, rank, splits=frozenset(starts[rank]))
+        single = nvshmem_plan.plan_rank(one, rank)
+        per_call = nvshmem_plan.plan_rank(rep, rank, splits=frozenset(starts[rank]))
         assert per_call.kernels == calls
         assert per_call.blocks == single.blocks
         # every call's first op runs where the first call's does

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from clockworks_dist import ir
-from clockworks_dist.codegen import build, packets, program
-from clockworks_dist.codegen.nvshmem import copy_engine_ops, kernel_spans, plan_rank
+from clockworks_dist.codegen import build, program
+from clockworks_dist.lowering import packets
+from clockworks_dist.lowering.nvshmem_plan import copy_engine_ops, kernel_spans, plan_rank
 from clockworks_dist.dsl.load import load_file
 from clockworks_dist.perf.program import program_us
-from clockworks_dist.repeat import call_starts, repeat
+from clockworks_dist.lowering.repeat import call_starts, repeat
 from clockworks_dist.semantics.backends import Unsupported
 from clockworks_dist.topology import choose_topology
 

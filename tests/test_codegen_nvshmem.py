@@ -17,6 +17,7 @@ import pytest
 import clockworks_dist as cw
 from clockworks_dist import ir
 from clockworks_dist.codegen import nvshmem, program
+from clockworks_dist.lowering import nvshmem_plan
 from clockworks_dist.dsl.load import load_file
 from clockworks_dist.semantics import backends
 from clockworks_dist.semantics.backends import Unsupported
@@ -114,7 +115,7 @@ def test_every_handoff_follows_only_earlier_ops_and_says_why(path):
     sched = load_file(path)[0].trace(4)
     text = program.generate(sched, "nvshmem")
     for prog in sched.programs:
-        plan = nvshmem.plan_rank(sched, prog.rank)
+        plan = nvshmem_plan.plan_rank(sched, prog.rank)
         for step in plan.steps:
             assert all(need.item.index < step.index for need in step.needs)
             if step.pre == "block":  # one block keeps the order only if it ran everything it follows
@@ -123,7 +124,7 @@ def test_every_handoff_follows_only_earlier_ops_and_says_why(path):
             if step.pre and step.needs:
                 assert re.search(r"// (a grid-wide sync|block \d+ runs it|the last block to arrive runs it)", code)
                 assert re.search(rf"op {step.needs[0].item.index}\b", code)  # the earlier op it keeps the order after
-        assert plan.blocks <= nvshmem.MAX_BLOCKS
+        assert plan.blocks <= nvshmem_plan.MAX_BLOCKS
 
 
 # ----------------------------------------------------------------------------- fences and quiets
@@ -250,7 +251,7 @@ def test_put_signal_is_one_blocks_call_or_spread_data_then_the_last_blocks_signa
     assert ("nvshmemx_putmem_signal_block(b_box, b_x, 16, cw_sig + 0, 1ULL, NVSHMEM_SIGNAL_SET, 1);"
             in op_code(small, 0, 0))
     big = op_code(program.generate(trace(_put_signal_fn(1 << 24)), "nvshmem"), 0, 0)  # 64 MiB
-    assert f"cw_nv_put(b_box, b_x, {4 << 24}, 1, false, {nvshmem.MAX_BLOCKS}, 0);" in big
+    assert f"cw_nv_put(b_box, b_x, {4 << 24}, 1, false, {nvshmem_plan.MAX_BLOCKS}, 0);" in big
     assert "put_signal: the signal lands after the data, which every block put a share of" in big
     assert ("if (cw_nv_last(&cw_arrive[0], true)) {\n    if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 0, 1ULL, "
             "NVSHMEM_SIGNAL_SET, 1);") in big
@@ -302,7 +303,7 @@ def test_a_wait_read_of_a_word_that_only_grows_needs_no_handoff():
         r.wait_until(hits, "ge", 1)
         r.signal_op((r.rank + 1) % r.world, hits, 1, op="add")
         r.wait_until(hits, "ge", 2)
-    plan = nvshmem.plan_rank(trace(counting), 0)
+    plan = nvshmem_plan.plan_rank(trace(counting), 0)
     assert plan.steps[2].pre == "" and not plan.steps[2].needs
 
     def resetting(r):
@@ -311,7 +312,7 @@ def test_a_wait_read_of_a_word_that_only_grows_needs_no_handoff():
         r.wait_until(flag, "eq", 1)
         r.signal_op((r.rank + 1) % r.world, flag, 2, op="set")
         r.wait_until(flag, "eq", 2)
-    plan = nvshmem.plan_rank(trace(resetting), 0)
+    plan = nvshmem_plan.plan_rank(trace(resetting), 0)
     assert plan.steps[2].pre == "last" and plan.steps[2].needs[0].item.index == 1
 
 

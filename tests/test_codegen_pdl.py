@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from clockworks_dist.codegen import build, packets, program
+from clockworks_dist.codegen import build, program
+from clockworks_dist.lowering import packets
 from clockworks_dist.dsl.load import load_file
-from clockworks_dist.repeat import call_starts, repeat
+from clockworks_dist.lowering.repeat import call_starts, repeat
 
 from test_packets import family
 

@@ -17,9 +17,10 @@ import pytest
 
 from clockworks_dist import cli
 from clockworks_dist.check import check
-from clockworks_dist.codegen import build, library, packets
+from clockworks_dist.codegen import build, library
+from clockworks_dist.lowering import packets
 from clockworks_dist.dsl import load_file
-from clockworks_dist.repeat import call_starts, library_schedules, prefix, repeat, with_caller
+from clockworks_dist.lowering.repeat import call_starts, library_schedules, prefix, repeat, with_caller
 
 from test_packets import FAMILY, family
 

@@ -16,10 +16,11 @@ import clockworks_dist as cw
 from clockworks_dist import ir
 from clockworks_dist.check import check
 from clockworks_dist.cli import main
-from clockworks_dist.codegen import build, packets, program
+from clockworks_dist.codegen import build, program
+from clockworks_dist.lowering import packets
 from clockworks_dist.dsl import params
 from clockworks_dist.dsl.load import load_file
-from clockworks_dist.repeat import repeat
+from clockworks_dist.lowering.repeat import repeat
 from clockworks_dist.runtime.expected import build_reference, expect_rank
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -561,7 +561,7 @@ def test_a_generated_program_fences_where_its_code_generator_plans():
     """In a generated NVSHMEM program a fence op emits no code: the order it asks for is kept by the
     fence the code generator plans before the next delivery to that PE (`plan_rank`: a step with
     `fence`), and that delivery's issue waits for the acknowledgement of the stores before it."""
-    from clockworks_dist.codegen.nvshmem import plan_rank
+    from clockworks_dist.lowering.nvshmem_plan import plan_rank
 
     @cw.schedule
     def publish(r):
@@ -592,7 +592,7 @@ def test_a_kernel_per_call_starts_each_call_after_the_kernel_before():
     """`RunConditions.kernel_starts`: in an NVSHMEM program with a kernel per call, a call's first op
     starts a plain kernel's start after the kernel before has ended (and eagerly after the host has
     issued it); with one kernel for the calls it follows at once."""
-    from clockworks_dist.repeat import call_starts, repeat
+    from clockworks_dist.lowering.repeat import call_starts, repeat
 
     one = self_put_signal.trace(2, sizes={"N": 16})
     run2 = repeat(one, 3, "none")

@@ -352,7 +352,7 @@ def fill_then_put(r):
 
 
 def test_an_nvshmem_program_pays_for_the_handoffs_its_code_generator_plans():
-    from clockworks_dist.codegen.nvshmem import plan_rank
+    from clockworks_dist.lowering.nvshmem_plan import plan_rank
 
     sched = fill_then_put.trace(2, sizes={"N": 1 << 20})  # 4 MiB: many blocks
     handoffs = [sum(step.pre in ("grid", "last") for step in plan_rank(sched, rank).steps) for rank in range(2)]

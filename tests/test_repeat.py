@@ -13,7 +13,7 @@ from clockworks_dist import ir
 from clockworks_dist.check import check
 from clockworks_dist.runtime import validate
 from clockworks_dist.dsl import load_file, params
-from clockworks_dist.repeat import RepeatError, epochs, repeat
+from clockworks_dist.lowering.repeat import RepeatError, epochs, repeat
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTOCOLS = ROOT / "protocols"

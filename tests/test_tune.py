@@ -234,7 +234,7 @@ def test_calls_pick_the_cheapest_separator_the_checker_verifies(tmp_path):
     from clockworks_dist.dsl import load_file, params
     from clockworks_dist.perf.predict import size_binding
     from clockworks_dist.perf.program import program_us
-    from clockworks_dist.repeat import call_starts, repeat
+    from clockworks_dist.lowering.repeat import call_starts, repeat
     from clockworks_dist.topology import choose_topology
 
     topo = choose_topology("h200x2-nv18").topology

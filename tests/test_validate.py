@@ -723,7 +723,7 @@ def test_the_prediction_is_the_generated_programs_run_where_the_model_covers_it(
     assert validate.program_model({"backend": "nvshmem", "packets": {"max_bytes": 32768}}) is None
     # a kernel per call is: each call's kernel begins where its call does in the K-call schedule
     assert validate.program_model({"backend": "nvshmem", "kernels": "per call"}) == "nvshmem"
-    from clockworks_dist.repeat import call_starts, repeat
+    from clockworks_dist.lowering.repeat import call_starts, repeat
 
     one = cw.load_file(os.path.join(PROTOCOLS, "nvshmem_oneshot_allreduce.py"))[0].trace(2)
     run = repeat(one, 4, "sync")
@@ -738,7 +738,7 @@ def test_the_prediction_is_the_generated_programs_run_where_the_model_covers_it(
     assert per_call["graph_us"] == round(program_us(run, topo_, "graph", "nvshmem",
                                                     splits=call_starts(one, 4, "sync")), 2)
     # a local run with packets: its program with the packet sends (one crossing, twice the bytes, no fence)
-    from clockworks_dist.codegen import packets
+    from clockworks_dist.lowering import packets
 
     from clockworks_dist.dsl import params
 

@@ -161,7 +161,8 @@ def _write_all(args: argparse.Namespace) -> list[tuple[ir.Schedule, str]]:
     for sched in schedules:
         lowered = None
         if getattr(args, "packets", 0):
-            from ..codegen import packets, validate
+            from ..lowering import packets
+            from ..runtime import validate
 
             if args.backend != "nvshmem":
                 raise ClockworksError("--packets is a lowering of the nvshmem backend: add --backend nvshmem")

@@ -60,7 +60,8 @@ from ..errors import ClockworksError
 from ..semantics.backends import Unsupported
 from . import cuda
 from .program import SUPPORT, Gen, _signal_words
-from .nvshmem import MAX_BLOCKS, PRELUDE, TARGET, kernel_names
+from ..lowering.nvshmem_plan import MAX_BLOCKS
+from .nvshmem import PRELUDE, TARGET, kernel_names
 
 DEFAULT_RESET_EVERY = 8  # K: calls between two resets (every prefix of K calls is checked)
 SEPARATORS = ("none", "alternate", "sync", "barrier")  # cheapest first
@@ -107,7 +108,7 @@ def library_check(sched: ir.Schedule, starts: dict[int, list[int]], calls: int,
     """None when the checker verifies every prefix of 1 .. `calls` calls of `sched` with its caller's
     accesses (`repeat.library_schedules`); else the first failure, in words."""
     from ..check import check
-    from ..repeat import library_schedules
+    from ..lowering.repeat import library_schedules
 
     for j, modelled in enumerate(library_schedules(sched, starts, calls), 1):
         result = check(modelled, timeout=timeout, max_states=CHECK_MAX_STATES)
@@ -125,8 +126,8 @@ def plan_entries(defn, world: int, winners: list[Winner], calls: int = DEFAULT_R
     """Each winner as the kernels of `calls` calls, with the separator the checker verifies for the
     library (`library_check`): the one it was measured with first, then the cheapest."""
     from ..perf.predict import size_binding
-    from ..repeat import RepeatError, call_starts, repeat
-    from . import packets as packets_mod
+    from ..lowering.repeat import RepeatError, call_starts, repeat
+    from ..lowering import packets as packets_mod
 
     if calls < 1:
         raise LibraryError(f"--reset-every {calls}: at least one call between resets")

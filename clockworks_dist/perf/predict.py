@@ -97,7 +97,7 @@ def predict_sizes(defn, topo, world: int, sizes: list[int], consts: Constants | 
         sched = defn.trace(world, ranks_per_node, sizes=binding)
         factor, _ = busbw_factor(sched)
         if calls > 1:
-            from ..repeat import repeat
+            from ..lowering.repeat import repeat
 
             sched = repeat(sched, calls, between)
         if transform is not None:

@@ -174,7 +174,7 @@ class Simulator:
             if self.program == "nvshmem" else set()
         self.packet_sends = set(conditions.packet_sends) if self.program == "nvshmem" else set()
         if self.program == "nvshmem" and conditions.copy_engine:
-            from ..codegen.nvshmem import copy_engine_ops  # the generated program's own rule
+            from ..lowering.nvshmem_plan import copy_engine_ops  # the generated program's own rule
 
             self.engine_ops = {(rank, m) for rank in range(sched.world)
                                for m in copy_engine_ops(sched, rank, conditions.copy_engine)}
@@ -264,7 +264,7 @@ class Simulator:
         if self._planned is None:
             self._planned, self._blocks = [{} for _ in range(self.world)], [1] * self.world
             if self.program == "nvshmem":
-                from ..codegen.nvshmem import plan_rank  # the generated program's own plan
+                from ..lowering.nvshmem_plan import plan_rank  # the generated program's own plan
 
                 for rank in range(self.world):
                     engine = frozenset(m for r, m in self.engine_ops if r == rank)

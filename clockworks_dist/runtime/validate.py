@@ -359,7 +359,7 @@ def kernel_splits(sched: ir.Schedule, meta: dict) -> dict[int, list[int]] | None
     call (`meta["kernels"]`), for the program model; None for one kernel a run."""
     if meta.get("kernels") != "per call":
         return None
-    from ..repeat import starts_of_repeated
+    from ..lowering.repeat import starts_of_repeated
 
     return starts_of_repeated(sched, meta.get("calls") or 1, meta.get("between") or "barrier")
 
@@ -719,7 +719,7 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
     schedules, nbytes = load_schedules(path, ranks, sizes, schedule_name, timeout, size_bindings)
     splits = [None] * len(schedules)
     if calls > 1:
-        from ..repeat import RepeatError, call_starts, repeat
+        from ..lowering.repeat import RepeatError, call_starts, repeat
 
         if backend == "nvshmem" and not fuse_calls:
             splits = [call_starts(sched, calls, between) for sched in schedules]
@@ -729,7 +729,7 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
             raise ValidateError(f"--calls {calls}: {exc}") from None
     lowered = [None] * len(schedules)
     if packets:
-        from . import packets as packets_mod
+        from ..lowering import packets as packets_mod
 
         if backend != "nvshmem":
             raise ValidateError("--packets is a lowering of the nvshmem backend: add --backend nvshmem")

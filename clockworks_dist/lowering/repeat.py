@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from . import ir
-from .errors import ClockworksError
+from .. import ir
+from ..errors import ClockworksError
 
 BETWEEN = ("barrier", "sync", "alternate", "none")  # the costliest first
 ADDS = {"add": None, "inc": 1}  # atomic ops that add to a word: the operand (None: the op's value)

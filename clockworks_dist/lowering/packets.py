@@ -150,7 +150,7 @@ def _reads_published(out: Lowered) -> dict[tuple[int, str, int], str]:
     """The lowered words whose receiver, after the word's first wait, reads memory another rank writes
     (the packet areas aside): why, by word."""
     from ..semantics.rules import SIG, When
-    from .nvshmem import _touches, touch_index
+    from .nvshmem_plan import _touches, touch_index
 
     sched = out.sched
     index = touch_index(sched)
