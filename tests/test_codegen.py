@@ -17,7 +17,7 @@ import pytest
 from clockworks_dist import ir
 from clockworks_dist.codegen import cuda, program
 from clockworks_dist.dsl.load import load_file
-from clockworks_dist.runtime import numeric
+from clockworks_dist.semantics import numeric
 from clockworks_dist.semantics.backends import Unsupported
 
 ROOT = Path(__file__).resolve().parent.parent

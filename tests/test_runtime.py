@@ -12,7 +12,8 @@ np = pytest.importorskip("numpy")
 import clockworks_dist as cw  # noqa: E402
 from clockworks_dist import cli, ir  # noqa: E402
 from clockworks_dist.runtime import select  # noqa: E402
-from clockworks_dist.runtime import compare, expected, numeric  # noqa: E402
+from clockworks_dist.runtime import compare, expected  # noqa: E402
+from clockworks_dist.semantics import numeric  # noqa: E402
 from clockworks_dist.semantics.arithmetic import MASK64  # noqa: E402
 from clockworks_dist.semantics.backends import Backend  # noqa: E402
 

@@ -22,7 +22,8 @@ import clockworks_dist as cw  # noqa: E402
 from clockworks_dist import codegen, ir  # noqa: E402
 from clockworks_dist.report import validate as report_validate  # noqa: E402
 from clockworks_dist.runtime import nccl_bench, validate  # noqa: E402
-from clockworks_dist.runtime import expected, job as job_mod, launch, numeric, verdict  # noqa: E402
+from clockworks_dist.semantics import numeric  # noqa: E402
+from clockworks_dist.runtime import expected, job as job_mod, launch, verdict  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROTOCOLS = os.path.join(os.path.dirname(HERE), "protocols")

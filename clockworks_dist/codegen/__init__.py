@@ -15,7 +15,7 @@ The contract of a generated program (what `validate` and the runtime's launcher 
 
     mpirun -np N ./prog [--job DIR] [--iters K] [--warmup W] [--timeout S] [--no-graph] [--host-progress]
 
-- Every rank writes its buffers with the runtime layer's inputs (`runtime.numeric.input_values`),
+- Every rank writes its buffers with the runtime layer's inputs (`semantics.numeric.input_values`),
   signal words 0, runs the schedule's ops, and checks every element. Warm-up: W runs (default 2);
   then K timed runs (default 20) in eager mode and K as replays of a CUDA graph of the ops. Inputs
   are written again before every run, outside the timed span; each run is timed on its own with CUDA

@@ -2,7 +2,7 @@
 
 Each follows its rule's data flow (`semantics.rules`: sources read before any destination is
 written, combined left to right, rounded to the dtype after each step) with the arithmetic of
-`runtime.numeric` (`support.cuh` implements it on the device). A source that overlaps a destination
+`semantics.numeric` (`support.cuh` implements it on the device). A source that overlaps a destination
 without being the same elements is first copied to scratch (a kernel reads element i of every
 source before it writes element i of the destination, which is only safe for the same elements).
 """
@@ -10,7 +10,7 @@ source before it writes element i of the destination, which is only safe for the
 from __future__ import annotations
 
 from .. import ir
-from ..runtime import numeric
+from ..semantics import numeric
 from ..semantics.rules import rule
 from . import cuda
 from .program import Gen, bits

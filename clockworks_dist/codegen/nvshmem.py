@@ -407,7 +407,7 @@ def fill(gen: Gen, op: ir.Fill) -> list[str]:
 def compute(gen: Gen, op: ir.Compute) -> list[str]:
     """numeric.opaque_output: every block hashes its share of every read; the sum (a grid-wide sync
     when spread) then gives every output."""
-    from ..runtime import numeric
+    from ..semantics import numeric
 
     step = _kernel(gen).step
     seed = cuda.u64(numeric.opaque_seed(op.name, gen.rank, gen.index))

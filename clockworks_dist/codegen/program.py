@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import ir
-from ..runtime import numeric
+from ..semantics import numeric
 from ..semantics.backends import Backend, Unsupported
 from ..semantics.rules import describe
 from . import cuda

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import expected as expected_mod
 from .expected import RankExpect, Reference
-from .numeric import plain, same_bits
+from ..semantics.numeric import plain, same_bits
 
 FIRST = 8  # mismatches reported in full per rank
 

@@ -77,7 +77,7 @@ from ..errors import MissingDependency
 from ..semantics.backends import Backend, register
 from ..semantics.match import members_of
 from ..semantics.rules import chunks, rule
-from . import numeric
+from ..semantics import numeric
 from .mpi_cpu import JITTER_S, NAP_S, SPIN, Hang, PeerFailed
 from .progress import Phase, Progress
 

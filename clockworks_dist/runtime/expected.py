@@ -30,7 +30,7 @@ import numpy as np
 
 from .. import ir
 from ..semantics.values import render_term
-from . import numeric
+from ..semantics import numeric
 
 # The reduced search that finds every final value stops here; beyond it only the outputs (which a
 # verified schedule determines) are compared.

@@ -44,7 +44,7 @@ from ..semantics.arithmetic import compare
 from ..semantics.backends import Backend, register
 from ..semantics.match import members_of
 from ..semantics.rules import When, rule
-from . import numeric
+from ..semantics import numeric
 from .progress import Phase, Progress
 
 NAME = "mpi-cpu"

@@ -46,7 +46,7 @@ from . import progress as progress_mod
 from .compare import annotate, compare_rank
 from .worker import _merge
 from .expected import Reference, build_reference, expect_rank
-from .numeric import storage
+from ..semantics.numeric import storage
 from ..dsl.message import size_text
 from ..report.validate import plot_cells, render_table, summary_lines
 from .nccl_bench import (

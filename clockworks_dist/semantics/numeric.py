@@ -45,7 +45,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..semantics.arithmetic import MASK64, atomic_result, fetch_result
+from .arithmetic import MASK64, atomic_result, fetch_result
 
 LEVELS = np.array([1.0, 2.0, 4.0])
 STORAGE: dict[str, type] = {
