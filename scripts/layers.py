@@ -296,7 +296,8 @@ def report(a: Analysis) -> list[str]:
         lines.append(f"  {s:>16} -> {d:<16} {arrows[s, d, False]:>3} + {arrows[s, d, True]:>3}"
                      + ("   UPWARD" if up else ""))
     upward = a.upward()
-    lines += ["", f"arrows that break the layer rule (up or sideways): {len(upward)}"] + [f"  {a.describe(i)}" for i in upward]
+    lines += ["", f"arrows that break the layer rule (up or sideways): {len(upward)}"]
+    lines += [f"  {a.describe(i)}" for i in upward]
     unplaced = a.unplaced()
     lines += ["", f"units not in the layer table: {len(unplaced)}"]
     lines += [f"  {u}: {', '.join(m)}" for u, m in unplaced.items()]
@@ -323,7 +324,8 @@ def markdown(a: Analysis) -> list[str]:
     for s, d in sorted({(s, d) for s, d, _ in arrows}, key=lambda p: (-a.layers.get(p[0], 99), p)):
         bad = any(a.unit(i.src) == s and a.unit(i.dst) == d for i in upward)
         out.append(f"| `{s}` | `{d}` | {arrows[s, d, False]} | {arrows[s, d, True]} | {'**upward**' if bad else ''} |")
-    out += ["", f"## Arrows that break the layer rule (up or sideways): {len(upward)}", ""] + [f"- `{a.describe(i)}`" for i in upward]
+    out += ["", f"## Arrows that break the layer rule (up or sideways): {len(upward)}", ""]
+    out += [f"- `{a.describe(i)}`" for i in upward]
     out += ["", f"## Module cycles: {len(a.cycles)}", ""]
     for cycle in a.cycles:
         out.append(f"- {', '.join(f'`{m}`' for m in cycle)}: "
