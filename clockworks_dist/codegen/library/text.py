@@ -51,17 +51,15 @@ or string literals (`cuda.literal`).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from .. import ir
-from ..errors import ClockworksError
-from ..semantics.backends import Unsupported
-from . import cuda
-from .program import SUPPORT, Gen, _signal_words
-from ..lowering.nvshmem_plan import MAX_BLOCKS
-from .nvshmem import PRELUDE, TARGET, kernel_names
+from ... import ir
+from ...errors import ClockworksError
+from ...semantics.backends import Unsupported
+from .. import cuda
+from ..program import SUPPORT, Gen, _signal_words
+from ...lowering.nvshmem_plan import MAX_BLOCKS
+from ..nvshmem import PRELUDE, TARGET, kernel_names
 
 DEFAULT_RESET_EVERY = 8  # K: calls between two resets (every prefix of K calls is checked)
 SEPARATORS = ("none", "alternate", "sync", "barrier")  # cheapest first
@@ -107,8 +105,8 @@ def library_check(sched: ir.Schedule, starts: dict[int, list[int]], calls: int,
                   timeout: float | None = CHECK_TIMEOUT_S) -> str | None:
     """None when the checker verifies every prefix of 1 .. `calls` calls of `sched` with its caller's
     accesses (`repeat.library_schedules`); else the first failure, in words."""
-    from ..check import check
-    from ..lowering.repeat import library_schedules
+    from ...check import check
+    from ...lowering.repeat import library_schedules
 
     for j, modelled in enumerate(library_schedules(sched, starts, calls), 1):
         result = check(modelled, timeout=timeout, max_states=CHECK_MAX_STATES)
@@ -125,9 +123,9 @@ def plan_entries(defn, world: int, winners: list[Winner], calls: int = DEFAULT_R
                  timeout: float | None = CHECK_TIMEOUT_S, say=lambda _text: None) -> list[Entry]:
     """Each winner as the kernels of `calls` calls, with the separator the checker verifies for the
     library (`library_check`): the one it was measured with first, then the cheapest."""
-    from ..perf.predict import size_binding
-    from ..lowering.repeat import RepeatError, call_starts, repeat
-    from ..lowering import packets as packets_mod
+    from ...perf.predict import size_binding
+    from ...lowering.repeat import RepeatError, call_starts, repeat
+    from ...lowering import packets as packets_mod
 
     if calls < 1:
         raise LibraryError(f"--reset-every {calls}: at least one call between resets")
@@ -181,7 +179,7 @@ def _section(text: str, start: str, stop: str | None, what: str) -> str:
         j = len(lines) if stop is None else next(k for k, line in enumerate(lines) if k > i and line.startswith(stop))
     except StopIteration:
         raise LibraryError(f"{what}: a marker of the device pieces moved ({start!r} .. {stop!r}); update "
-                           "codegen/library.py") from None
+                           "codegen/library/text.py") from None
     return "\n".join(lines[i:j]).rstrip()
 
 
@@ -251,25 +249,6 @@ def _caller(buffers: list[_Buffer]) -> list[_Buffer]:
             raise LibraryError(f"buffers {other} and {b.name} differ only in case: the header names them "
                                f"both {b.name.upper()} (rename one)")
     return found
-
-
-def emit(entries: list[Entry], provenance: dict, out_dir) -> list[Path]:
-    """Write `cw_<name>.h`, `cw_<name>.cu` and `cw_<name>_test.cu` into `out_dir`; their paths.
-    `provenance`: what the header comment says of where the winners came from (`source`, `topology`,
-    `file`, `hash`, `measured`)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    name = library_name(entries[0].sched)
-    texts = {f"{name}.h": header(entries, provenance), f"{name}.cu": source(entries, provenance),
-             f"{name}_test.cu": driver(entries, provenance)}
-    written = []
-    for file_name, text in texts.items():
-        path = out / file_name
-        path.write_text(text, encoding="utf-8")
-        written.append(path)
-    (out / f"{name}.json").write_text(json.dumps(describe(entries, provenance), indent=2) + "\n", encoding="utf-8")
-    written.append(out / f"{name}.json")
-    return written
 
 
 def describe(entries: list[Entry], provenance: dict) -> dict:
@@ -463,7 +442,7 @@ def source(entries: list[Entry], provenance: dict) -> str:
     lines = [
         *_provenance_lines(entries, provenance),
         "//",
-        "// Soundness (clockworks_dist/codegen/library.py): for each size, the checker verified every prefix of",
+        "// Soundness (clockworks_dist/codegen/library/text.py): for each size, the checker verified every prefix of",
         f"// 1 .. {entries[0].calls} calls of the schedule below, each with the caller's accesses between the calls",
         "// (new inputs written before each, outputs read after each). The library never runs a call beyond",
         "// those without a reset to the state they start from (cwl_reset_kernel).",
@@ -948,10 +927,3 @@ def _size_text(nbytes: int) -> str:
         if nbytes >= scale and nbytes % scale == 0:
             return f"{nbytes // scale} {unit}"
     return f"{nbytes} B"
-
-
-def driver(entries: list[Entry], provenance: dict) -> str:
-    """`cw_<name>_test.cu` (see `driver.py`)."""
-    from .library_driver import driver_text
-
-    return driver_text(entries, provenance)
