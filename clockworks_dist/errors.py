@@ -53,3 +53,7 @@ class UsageError(ClockworksError):
 
 class ValidateError(ClockworksError):
     """Bad input to validate, or a step (build, run, the baseline) that cannot be done here."""
+
+
+class PredictError(ClockworksError):
+    """The schedule cannot be simulated (it does not match statically, or it deadlocks)."""

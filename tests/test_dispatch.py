@@ -300,10 +300,10 @@ def test_names_reaching_cpp_are_validated(tmp_path):
 
 
 def test_caller_buffers_that_differ_only_in_case_are_refused():
-    buffers = [library._Buffer("x", 4, "float32", "input"), library._Buffer("X", 4, "float32", "output")]
+    buffers = [library.text._Buffer("x", 4, "float32", "input"), library.text._Buffer("X", 4, "float32", "output")]
     with pytest.raises(library.LibraryError, match="differ only in case"):
-        library._caller(buffers)
-    assert [b.name for b in library._caller(buffers[:1] + [library._Buffer("t", 4, "float32", "scratch")])] == ["x"]
+        library.text._caller(buffers)
+    assert [b.name for b in library.text._caller(buffers[:1] + [library.text._Buffer("t", 4, "float32", "scratch")])] == ["x"]
 
 
 # ------------------------------------------------------------------------------ the CLI

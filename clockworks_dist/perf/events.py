@@ -14,7 +14,7 @@ import itertools
 import math
 from typing import Callable
 
-from ..errors import ClockworksError
+from ..errors import PredictError
 from .flows import Flow, max_min_rates
 from .network import Network
 
@@ -24,8 +24,6 @@ GB = 1e3  # bytes per microsecond in one GB/s
 MAX_SIMULATED_US = 1e13  # about 116 days
 
 
-class PredictError(ClockworksError):
-    """The schedule cannot be simulated (it does not match statically, or it deadlocks)."""
 
 
 class FlowEngine:

@@ -40,7 +40,7 @@ class Network:
         gpu = self.gpus[rank] if rank < len(self.gpus) else None
         rate = (gpu.peak_tflops or {}).get(dtype) if gpu is not None else None
         if rate is None:
-            from .events import PredictError
+            from ..errors import PredictError
 
             what = f"{gpu.id} ({gpu.model or 'a GPU'})" if gpu is not None else "its GPU"
             raise PredictError(f"{op.loc}: compute {op.name} states flops={op.flops:g}, but {what} has no peak "

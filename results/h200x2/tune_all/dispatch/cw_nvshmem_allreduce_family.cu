@@ -13,7 +13,7 @@
 //     256 MiB  ALGO=twoshot; none between calls; 936.80 us per call, measured, NCCL 890.96 us (one call per timed run)
 //       1 GiB  ALGO=twoshot; none between calls; 3673.30 us per call, measured, NCCL 3273.36 us (one call per timed run)
 //
-// Soundness (clockworks_dist/codegen/library.py): for each size, the checker verified every prefix of
+// Soundness (clockworks_dist/codegen/library/text.py): for each size, the checker verified every prefix of
 // 1 .. 8 calls of the schedule below, each with the caller's accesses between the calls
 // (new inputs written before each, outputs read after each). The library never runs a call beyond
 // those without a reset to the state they start from (cwl_reset_kernel).
