@@ -81,8 +81,8 @@ NOT_RUN = {
                               "verified, 5,237,761 states, 430 s of check and 143 s of trace, 10.9 GB peak "
                               "(3.1 GB of it the traced schedule of 3.1 million ops): past both limits, "
                               "about 7 times the time and 2.7 times the memory; the cost is per op (about 140 us "
-                              "and 2.5 KB of check per op, 82 us per state), spread over matching, compiling the model, the search and the "
-                              "post-search phase",
+                              "and 2.5 KB of check per op, 82 us per state), spread over matching, compiling the "
+                              "model, the search and the post-search phase",
 }
 # SPIN on the same 8-rank ring all-reduce (Promela model of the same schedule), for scale: it had
 # stored 326 million states and used 20 GB when stopped unfinished at 600 s.
@@ -489,7 +489,8 @@ def _run_scaling(args) -> int:
                "machine": machine_info(), "code_measured": code_version(SOURCE), "frozen": SOURCE != REPO,
                "code_at_start": started_code, "code_at_end": code_version(),
                "settings": {"strategy": "dfs", "repeat": args.repeat, "timeout": args.timeout,
-                            "hard_kill_after": args.timeout + HARD_KILL_MARGIN, "cases": {n: SCALING[n] for n in names}},
+                            "hard_kill_after": args.timeout + HARD_KILL_MARGIN,
+                            "cases": {n: SCALING[n] for n in names}},
                "spin_ring_8": SPIN_RING_8, "records": records, "targets": targets(records),
                "total_seconds": round(time.perf_counter() - started, 1)}
         (out / "bench_checker_scaling.json").write_text(json.dumps(doc, indent=1) + "\n")
@@ -510,8 +511,9 @@ def _run_scaling(args) -> int:
             records.append(rec)
             print(f"{protocol:28s} {ranks:5d} ranks  {rec['verdict']:10s} {_fmt(rec.get('states')):>10s} states "
                   f"{_secs(rec.get('seconds_median')):>7s} s  (search {_secs(rec.get('search_seconds_median'))}, "
-                  f"symbolic {_secs(rec.get('symbolic_seconds_median'))})  trace {_secs(rec.get('trace_seconds_median'))}"
-                  f" s  peak {_fmt(rec.get('peak_mb'), 0)} MB" + (f"  [{rec['error']}]" if rec.get("error") else ""),
+                  f"symbolic {_secs(rec.get('symbolic_seconds_median'))})  "
+                  f"trace {_secs(rec.get('trace_seconds_median'))} s  peak {_fmt(rec.get('peak_mb'), 0)} MB"
+                  + (f"  [{rec['error']}]" if rec.get("error") else ""),
                   flush=True)
             if not rec.get("complete"):
                 stop = ranks
@@ -557,12 +559,14 @@ def scaling_markdown(doc: dict) -> str:
             note = r.get("error") or r.get("note") or ""
             if r.get("stopped_by"):
                 note = (note + "; " if note else "") + f"stopped by {r['stopped_by']}"
-            lines.append(f"| {r['ranks']} | {r['verdict']} | {_fmt(r.get('states'))} | {_secs(r.get('seconds_median'))} "
-                         f"| {_fmt(r.get('states_per_second'), 0)} | {_secs(r.get('search_seconds_median'))} "
+            lines.append(f"| {r['ranks']} | {r['verdict']} | {_fmt(r.get('states'))} "
+                         f"| {_secs(r.get('seconds_median'))} | {_fmt(r.get('states_per_second'), 0)} "
+                         f"| {_secs(r.get('search_seconds_median'))} "
                          f"| {_secs(r.get('symbolic_seconds_median'))} | {_secs(r.get('trace_seconds_median'))} "
                          f"| {_fmt(r.get('peak_mb'), 0)} | {note.replace('|', '/')} |")
         lines.append("")
-    lines += ["## Targets", "", "| target | verdict | check s | peak MB | result | note |", "|---|---|---:|---:|---|---|"]
+    lines += ["## Targets", "", "| target | verdict | check s | peak MB | result | note |",
+              "|---|---|---:|---:|---|---|"]
     for t in doc["targets"]:
         lines.append(f"| {t['target']} | {t.get('verdict') or '–'} | {_secs(t['median_s'])} "
                      f"| {_fmt(t.get('peak_mb'), 0)} | **{t['result']}** | {t.get('note') or ''} |")
@@ -624,7 +628,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-states", type=int, default=None, help="state cap per check (default: none)")
     parser.add_argument("--out", default=str(REPO / "scripts" / "results"))
     parser.add_argument("--scaling", action="store_true",
-                        help="run the scaling cases (SCALING) instead, reduced search only; writes bench_checker_scaling.*")
+                        help="run the scaling cases (SCALING) instead, reduced search only; "
+                             "writes bench_checker_scaling.*")
     parser.add_argument("--no-freeze", action="store_true",
                         help="import the package from the working tree in every case, instead of from a copy "
                              "taken at the start (edits made during the run would then be measured)")

@@ -11,8 +11,9 @@ of the generated program is predicted (`perf.program`: the schedule's ops plus t
 costs) with the calibrated topology of the machine it ran on, in graph and eager mode, and compared
 with the measured median. Left out, with the reason in the output: runs timed from Python (the cupy
 executor). Cells whose put_signals were sent as packets (`--packets`) are predicted as such
-(`RunConditions.packet_sends`) and scored on their own, in no fit. NVSHMEM runs measured before the generated code's progress words moved to GPU memory
-(HOST_PROGRESS_BEFORE) are predicted as built with host-mapped words (`RunConditions.host_progress`).
+(`RunConditions.packet_sends`) and scored on their own, in no fit. NVSHMEM runs measured before the
+generated code's progress words moved to GPU memory (HOST_PROGRESS_BEFORE) are predicted as built
+with host-mapped words (`RunConditions.host_progress`).
 
 Train and held out: within each results file the cells are sorted by size and alternate, the
 first trained, the second held out, and so on. The constants of the generated program's run and of

@@ -502,7 +502,8 @@ RAISES = {
     "StopIteration": "raise StopIteration",
     "BaseException": "raise BaseException('base')",
     "custom_base": "class _Stop(BaseException):\n    pass\nraise _Stop()",
-    "str_raises": "class _Weird(Exception):\n    def __str__(self):\n        raise RuntimeError('no str')\nraise _Weird()",
+    "str_raises": ("class _Weird(Exception):\n    def __str__(self):\n        raise RuntimeError('no str')\n"
+                   "raise _Weird()"),
     "str_not_str": "class _Odd(Exception):\n    def __str__(self):\n        return 42\nraise _Odd()",
     "huge_message": "raise ValueError('x' * 10**7)",
     "surrogate_message": "raise ValueError('\\udcff bad \\x00 text')",
@@ -573,7 +574,8 @@ DECORATOR_HEADS = ['@cw.schedule(cw.allreduce("x"))\ndef fuzzed(r):\n', "@cw.sch
                    "@cw.schedule\nclass fuzzed:\n    def __call__(self, r):\n        pass\ndef _unused(r):\n",
                    "fuzzed = cw.schedule(print)\ndef _unused(r):\n"]
 NAME_USES = {
-    "buffer": {"decl": "x = r.buffer({N}, count=n * CHUNK, role='inout')", "deco": "expect=cw.allreduce({N}), ranks=(2,)"},
+    "buffer": {"decl": "x = r.buffer({N}, count=n * CHUNK, role='inout')",
+               "deco": "expect=cw.allreduce({N}), ranks=(2,)"},
     "symmetric": {"body": "y = r.symmetric({N}, count=2, role='scratch')\nr.all_reduce(x)"},
     "signal": {"body": "s = r.signal({N})\nr.all_reduce(x)"},
     "comm": {"body": "c = r.comm({N}, range(n))\nr.barrier(comm=c)\nr.all_reduce(x)"},
@@ -761,7 +763,8 @@ def _number_verdict(path: tuple, cls: str) -> tuple[tuple[int, ...], str]:
         "nccl_p2p_base_latency_us", "nic_link", "uplink", "fabric") or key in ("latency_us",)
     if not known:
         return CONTRACT, ""
-    positive = key in POSITIVE_FIELDS or key in INT_FIELDS - {"rank_order", "rail", "node"} or parent in POSITIVE_PARENTS
+    positive = (key in POSITIVE_FIELDS or key in INT_FIELDS - {"rank_order", "rail", "node"}
+                or parent in POSITIVE_PARENTS)
     if cls in ("nan", "inf"):
         return REJECT, f"{key}: not a finite number"
     if cls == "neg":
@@ -892,7 +895,8 @@ def gen_topology(ch: Chooser, kind: str, timeout: float) -> Case:
         else:
             depth = min(depth, 1000)
             step = "a:" if style == "block_map" else "-"
-            value = "\n" + "".join(" " * (2 * (k + 1)) + step + "\n" for k in range(depth)) + " " * (2 * depth + 2) + "1"
+            value = ("\n" + "".join(" " * (2 * (k + 1)) + step + "\n" for k in range(depth))
+                     + " " * (2 * depth + 2) + "1")
         if where == "description" and "\ndescription:" in text:
             start = text.index("\ndescription:") + len("\ndescription:")
             end = text.index("\n", start)
@@ -1043,8 +1047,8 @@ def gen_options(ch: Chooser, kind: str, timeout: float) -> Case:
                                         (["--max-states", "1", "--bfs"], A), (["--schedule"], R),
                                         (["--ranks", "2", "--", "extra.py"], R)]
                                        if kind == "check" else
-                                       [(["--bfs"], R), (["--frobnicate"], R), (["--ranks"], R), (["--ranks", "2", "4"], R),
-                                        (["--json", "--json"], A), (["extra.py"], R)])
+                                       [(["--bfs"], R), (["--frobnicate"], R), (["--ranks"], R),
+                                        (["--ranks", "2", "4"], R), (["--json", "--json"], A), (["extra.py"], R)])
             args, value, blame = base + flags, " ".join(flags), (flags[0], flags[-1])
         else:
             option, pool = {"ranks": ("--ranks", POSITIVE_INTS), "size": ("--size", SIZES),
@@ -1083,9 +1087,9 @@ def gen_options(ch: Chooser, kind: str, timeout: float) -> Case:
         elif which in ("trace", "plot"):
             option = f"--{which}"
             suffix = ".json" if which == "trace" else ".png"
-            value, verdict, blame = ch.choice([(f"nodir/x{suffix}", R, (f"x{suffix}",)), ("/dev/full", R, ("/dev/full",)),
-                                               ("adir", R, ("adir",)), ("", R, (option,)),
-                                               (f"out{suffix}", A, (f"out{suffix}",))])
+            value, verdict, blame = ch.choice([(f"nodir/x{suffix}", R, (f"x{suffix}",)),
+                                               ("/dev/full", R, ("/dev/full",)), ("adir", R, ("adir",)),
+                                               ("", R, (option,)), (f"out{suffix}", A, (f"out{suffix}",))])
             if value == "adir":
                 dirs.append("adir")
             if which == "plot":
@@ -1120,9 +1124,9 @@ def gen_options(ch: Chooser, kind: str, timeout: float) -> Case:
         else:
             option = f"--{which}"
             suffix = f".{which}"
-            value, verdict, blame = ch.choice([(f"nodir/x{suffix}", R, (f"x{suffix}",)), ("/dev/full", R, ("/dev/full",)),
-                                               ("adir", R, ("adir",)), ("", R, (option,)),
-                                               (f"out{suffix}", A, (f"out{suffix}",))])
+            value, verdict, blame = ch.choice([(f"nodir/x{suffix}", R, (f"x{suffix}",)),
+                                               ("/dev/full", R, ("/dev/full",)), ("adir", R, ("adir",)),
+                                               ("", R, (option,)), (f"out{suffix}", A, (f"out{suffix}",))])
             if value == "adir":
                 dirs.append("adir")
             if which == "png":
@@ -1132,8 +1136,9 @@ def gen_options(ch: Chooser, kind: str, timeout: float) -> Case:
         if ch.coin(30):
             args.append("--json")
     elif kind == "topology_schema":
-        args, verdict = ch.choice([(["topology", "schema", "--template", "bogus"], R), (["topology", "schema", "--json"], R),
-                                   (["topology", "schema", "--nodes", "2"], R), (["topology"], R),
+        args, verdict = ch.choice([(["topology", "schema", "--template", "bogus"], R),
+                                   (["topology", "schema", "--json"], R), (["topology", "schema", "--nodes", "2"], R),
+                                   (["topology"], R),
                                    (["topology", "bogus"], R), (["topology", "schema", "--template"], A),
                                    (["topology", "schema"], A), (["topology", "schema", "-"], R), ([], R),
                                    (["bogus"], R), (["check"], R), (["predict", "ring_allreduce.py"], R)])
@@ -1150,7 +1155,8 @@ def gen_options(ch: Chooser, kind: str, timeout: float) -> Case:
             value, verdict, blame = _file_value(ch, files, dirs, for_topology=True)
             args = _option(ch, base, "-t", value)
         elif which == "raw_dir":
-            value, verdict, blame = ch.choice([("nodir", R, ("nodir",)), ("emptydir", R, ("emptydir", "calibration_raw")),
+            value, verdict, blame = ch.choice([("nodir", R, ("nodir",)),
+                                               ("emptydir", R, ("emptydir", "calibration_raw")),
                                                ("raw/calibration_raw.jsonl", R, ("calibration_raw.jsonl",)),
                                                ("", R, ("--raw", "calibration_raw"))])
             if value == "emptydir":
@@ -1158,8 +1164,9 @@ def gen_options(ch: Chooser, kind: str, timeout: float) -> Case:
             args = _option(ch, base, "--raw", value)
         elif which == "raw_content":
             variant = ch.choice(["empty", "garbage", "brace", "array", "stub", "nul", "non_utf8", "only_provenance",
-                                 "graph_nan", "graph_negative", "graph_zero", "graph_string", "graph_null", "graph_huge",
-                                 "bytes_negative", "bytes_string", "bytes_float", "op_bogus", "huge_line"])
+                                 "graph_nan", "graph_negative", "graph_zero", "graph_string", "graph_null",
+                                 "graph_huge", "bytes_negative", "bytes_string", "bytes_float", "op_bogus",
+                                 "huge_line"])
             whole = {"empty": b"", "garbage": bytes(range(256)) * 4, "brace": b"{\n", "array": b"[1, 2]\n",
                      "stub": b'{"bench": "nccl"}\n', "nul": b"\x00\n", "non_utf8": small[0] + b"\xff\xfe\n",
                      "only_provenance": small[0] + b"\n", "huge_line": b'{"bench": "' + b"x" * 10**7 + b'"}\n'}
@@ -1268,7 +1275,8 @@ def gen_topology_type(ch: Chooser, kind: str, timeout: float) -> Case:
         _CACHE[key] = _yaml_nodes(text)
     nodes = [n for n in _CACHE[key] if not any(str(p) in FREE_FORM for p in n[0])]  # type: ignore[union-attr]
     numeric = [n for n in nodes if n[3] == "scalar" and n[4].endswith((":int", ":float"))]
-    names = [n for n in nodes if n[3] == "scalar" and n[4].endswith(":str") and n[0][-1] in ("id", "a", "b", "kind", "name", "node", "model")]
+    names = [n for n in nodes if n[3] == "scalar" and n[4].endswith(":str")
+             and n[0][-1] in ("id", "a", "b", "kind", "name", "node", "model")]
     pools = {"list_for_scalar": (numeric + names, ["[1, 2]", "[]", "[[gpu0]]", "[a, b]"]),
              "map_for_scalar": (numeric + names, ["{a: 1}", "{}", "{id: gpu0}"]),
              "number_for_name": (names or numeric, ["5", "-1", "0.5", "true", "null"]),
@@ -1425,8 +1433,10 @@ def gen_callable(ch: Chooser, kind: str, timeout: float) -> Case:
                            'r.buffer("x", count=r.world * CHUNK, role="inout")))\n')
         expect = CONTRACT  # documented: a lambda is a function of the handle, named `anonymous`
     elif kind in ("class_call", "partial", "staticmethod"):
-        wrapped = {"class_call": "_F()", "partial": "functools.partial(_f, k=2)", "staticmethod": "staticmethod(_g)"}[kind]
-        source = (HEADER + "import functools\n\n\nclass _F:\n    def __call__(self, r):\n        " + PLAIN.replace("\n    ", "\n        ")
+        wrapped = {"class_call": "_F()", "partial": "functools.partial(_f, k=2)",
+                   "staticmethod": "staticmethod(_g)"}[kind]
+        source = (HEADER + "import functools\n\n\nclass _F:\n    def __call__(self, r):\n        "
+                  + PLAIN.replace("\n    ", "\n        ")
                   + "\n\n\ndef _f(r, k):\n    " + PLAIN + "\n\n\ndef _g(r):\n    " + PLAIN
                   + f"\n\n\nfuzzed = cw.schedule({deco})({wrapped})\n")
         marker, why = "fuzzed = cw.schedule(", "not a plain function of the rank handle"
@@ -1540,7 +1550,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fuzz_production  # noqa: E402
 
 KINDS.update(fuzz_production.KINDS)
-GENERATORS.update({family: (lambda f: lambda ch, kind, timeout: fuzz_production.GENERATORS[f](ch, kind, timeout))(family)
+GENERATORS.update({family: (lambda f: lambda ch, kind, timeout:
+                            fuzz_production.GENERATORS[f](ch, kind, timeout))(family)
                    for family in fuzz_production.FAMILIES})
 
 
@@ -1856,7 +1867,8 @@ def markdown(summary: dict) -> str:
         lines.append(f"| {fam} | {sum(row.values())} | " + " | ".join(str(row[o]) for o in OUTCOMES) + " |")
     totals = summary["totals"]
     lines.append(f"| all | {sum(totals.values())} | " + " | ".join(str(totals[o]) for o in OUTCOMES) + " |")
-    failing = [(fam, outcome, items) for fam, outcomes in summary["examples"].items() for outcome, items in outcomes.items()]
+    failing = [(fam, outcome, items) for fam, outcomes in summary["examples"].items()
+               for outcome, items in outcomes.items()]
     if failing:
         lines += ["", "## Examples", "", "Replay one with its `replay` command (full details in fuzz_cli.json).", ""]
         for fam, outcome, items in failing:

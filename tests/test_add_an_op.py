@@ -306,7 +306,8 @@ def por_strategy_kinds() -> set[str]:
 def test_the_por_property_strategy_draws_every_op_class(cls, por_strategy_kinds):
     kind = KIND[cls]
     if kind in NOT_IN_POR_STRATEGY:
-        assert kind not in por_strategy_kinds, f"tests/test_add_an_op.py: {kind} is drawn now: drop it from NOT_IN_POR_STRATEGY"
+        assert kind not in por_strategy_kinds, \
+            f"tests/test_add_an_op.py: {kind} is drawn now: drop it from NOT_IN_POR_STRATEGY"
         return
     assert kind in por_strategy_kinds, (
         f"tests/test_por_properties.py: the strategy (`events`, `one_sided`, `_emit`) never draws {kind}; add it, or "

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from clockworks_dist import ir
-from clockworks_dist.codegen import build, nvshmem, program
+from clockworks_dist.codegen import build, program
 from clockworks_dist.lowering import nvshmem_plan
 from clockworks_dist.lowering import packets
 from clockworks_dist.runtime import validate
@@ -146,7 +146,8 @@ def test_a_program_of_a_kernel_per_call_compiles(tmp_path, nvshmem_toolchain):
     one = family("oneshot", 2)
     low = packets.lower(repeat(one, 3, "alternate"))
     cu = tmp_path / "calls.cu"
-    cu.write_text(program.generate(low.sched, "nvshmem", packets=low, splits=low.remap(call_starts(one, 3, "alternate"))))
+    splits = low.remap(call_starts(one, 3, "alternate"))
+    cu.write_text(program.generate(low.sched, "nvshmem", packets=low, splits=splits))
     assert build.compile_program(cu, "nvshmem", tmp_path / "out", tc).exists()
 
 

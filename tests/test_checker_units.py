@@ -529,7 +529,7 @@ def test_wrong_result_shows_expected_actual_and_double_counting():
 
 def test_wrong_result_names_a_missing_term():
     def sched(r):
-        x = r.buffer("x", 1)
+        r.buffer("x", 1)
         r.barrier()
     wrong = one(check(trace(sched, expect=cw.allreduce("x"))), "wrong_result")
     assert "x[0:1] on rank 0 = x@r0[0:1], expected x@r0[0:1] + x@r1[0:1] (x@r1[0:1] missing)" in wrong.message

@@ -207,7 +207,8 @@ def test_endless_trace_stops_at_the_timeout(tmp_path, capsys, command):
 
 
 @pytest.mark.parametrize("statement", ["while True: pass", "time.sleep(3600)",
-                                       "while True:\n    try:\n        time.sleep(1)\n    except Exception:\n        pass"])
+                                       "while True:\n    try:\n        time.sleep(1)\n"
+                                       "    except Exception:\n        pass"])
 def test_endless_import_stops_at_the_timeout(tmp_path, capsys, statement):
     path = write(tmp_path, "slow.py", "import time\n" + statement + "\n")
     started = time.monotonic()

@@ -190,7 +190,8 @@ GOLDEN_CASES = [("protocols/ring_allreduce.py", 2, "nccl"), ("protocols/hierarch
                 ("protocols/nvshmem_alltoall_dispatch.py", 2, "nvshmem")]
 
 
-@pytest.mark.parametrize("path,ranks,backend", GOLDEN_CASES, ids=[f"{Path(p).stem}-{n}-{b}" for p, n, b in GOLDEN_CASES])
+@pytest.mark.parametrize("path,ranks,backend", GOLDEN_CASES,
+                         ids=[f"{Path(p).stem}-{n}-{b}" for p, n, b in GOLDEN_CASES])
 def test_generated_code_is_pinned(path, ranks, backend):
     sched = trace(path, ranks)
     text = program.generate(sched, backend)

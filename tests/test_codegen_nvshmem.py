@@ -97,7 +97,8 @@ def test_every_one_sided_protocol_generates(path, ranks):
             at = body.index(program.op_comment(op).strip(), at)
             assert body.index(f"cw_nv_mark(a.marks, {index});", at) > at
         assert f"cw_nv_mark(a.marks, {len(prog.ops)});" in body
-        assert f"cw_nv_launch((const void*)cw_nv_rank{prog.rank}, &a, s, true);  // it calls an NVSHMEM collective" in text
+        assert (f"cw_nv_launch((const void*)cw_nv_rank{prog.rank}, &a, s, true);  "
+                "// it calls an NVSHMEM collective") in text
     assert text.count("nvshmemx_init_attr(NVSHMEMX_INIT_WITH_UNIQUEID") == 1
     assert "MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD)" in text
     assert "nvshmem_finalize();" in text and text.index("nvshmem_finalize();") < text.rindex("MPI_Finalize();")

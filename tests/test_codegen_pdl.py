@@ -2,11 +2,12 @@
 begins with the wait for the kernel before it (`cw_nv_after_previous_kernel`, `griddepcontrol.wait`)
 before any memory access, in a kernel per call and in the single kernel alike; only plain launches
 carry the PDL attribute (`cw_nv_launch`), cooperative ones keep the cooperative attribute or
-NVSHMEM's collective launch, only with CW_NV_PDL set (measured: no gain on one PE), and each kernel lets its dependents be scheduled right after its wait;
-the library's launches (all cooperative) carry none. Compiled with nvcc for sm_90 (the wait is the
-first instruction of each kernel's PTX after reading its parameters) and for sm_80 (no wait, which
-that architecture lacks); skipped, with the reason, where nvcc or the NVSHMEM wheel is missing.
-Running them is for the GPU scripts (scripts/gpu/one_pe_calls_h200.sh, its pdl spec)."""
+NVSHMEM's collective launch, only with CW_NV_PDL set (measured: no gain on one PE), and each kernel
+lets its dependents be scheduled right after its wait; the library's launches (all cooperative)
+carry none. Compiled with nvcc for sm_90 (the wait is the first instruction of each kernel's PTX
+after reading its parameters) and for sm_80 (no wait, which that architecture lacks); skipped, with
+the reason, where nvcc or the NVSHMEM wheel is missing. Running them is for the GPU scripts
+(scripts/gpu/one_pe_calls_h200.sh, its pdl spec)."""
 
 from __future__ import annotations
 

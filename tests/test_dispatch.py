@@ -303,7 +303,8 @@ def test_caller_buffers_that_differ_only_in_case_are_refused():
     buffers = [library.text._Buffer("x", 4, "float32", "input"), library.text._Buffer("X", 4, "float32", "output")]
     with pytest.raises(library.LibraryError, match="differ only in case"):
         library.text._caller(buffers)
-    assert [b.name for b in library.text._caller(buffers[:1] + [library.text._Buffer("t", 4, "float32", "scratch")])] == ["x"]
+    scratch = library.text._Buffer("t", 4, "float32", "scratch")
+    assert [b.name for b in library.text._caller(buffers[:1] + [scratch])] == ["x"]
 
 
 # ------------------------------------------------------------------------------ the CLI

@@ -431,7 +431,7 @@ def test_quiet_waits_for_every_delivery():
 
 @cw.schedule
 def bare_signal(r):
-    x = r.buffer("x", count=N, role="input")  # the size axis; nothing moves it
+    r.buffer("x", count=N, role="input")  # the size axis; nothing moves it
     ready = r.signal("ready")
     if r.rank == 0:
         r.signal_op(1, ready, 1, op="set")
@@ -925,7 +925,8 @@ def test_channel_cap_limits_channels_not_the_protocol():
 
 @pytest.mark.parametrize("kib, expected, capped", [
     (1, ("LL", 1), ("LL", 1)), (16, ("LL", 2), ("LL", 1)), (64, ("LL", 8), ("Simple", 1)),
-    (512, ("LL", 16), ("Simple", 1)), (1024, ("Simple", 16), ("Simple", 1)), (128 * 1024, ("Simple", 16), ("Simple", 1)),
+    (512, ("LL", 16), ("Simple", 1)), (1024, ("Simple", 16), ("Simple", 1)),
+    (128 * 1024, ("Simple", 16), ("Simple", 1)),
     (512 * 1024, ("Simple", 32), ("Simple", 1)),
 ])
 def test_p2p_protocol_and_channels_follow_nccl(kib, expected, capped):

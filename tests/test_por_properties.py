@@ -5,8 +5,9 @@ A schedule is drawn as a list of *events* over 2-3 ranks (a local op on one rank
 send/recv pair, grouped pairs, a crossed exchange that may deadlock, a one-sided op, several
 one-sided ops contending for one PE, a put fenced (or not) before a signal that its target waits
 for before reading the put's data, a slot and its signal reused across a barrier with the signal
-set to the epoch, a collective on every rank; now and then an op the matcher rejects), then waits are inserted on values the signal updates can reach, and the result is traced
-through the DSL. A failing example prints the schedule's listing.
+set to the epoch, a collective on every rank; now and then an op the matcher rejects), then waits
+are inserted on values the signal updates can reach, and the result is traced through the DSL. A
+failing example prints the schedule's listing.
 """
 
 from __future__ import annotations
@@ -420,7 +421,8 @@ def test_the_strategy_builds_every_kind_of_op():
         ("wait", 1, "ge", 0), ("atomic_other", 0, 1, "xor", MASK64), ("fetch_other", 2, "ctr", "fetch", 0),
         ("barrier",), ("barrier_all",), ("sync_all",), ("all_reduce", ("b", 0, 4), ("s", 0, 4)))
     rank2 = (
-        ("send", 0, ("a", 0, 4)), ("fetch_add", 0, 1, 2), ("get", 1, ("a", 0, 2), ("s", 2, 4), False), ("put_counter", 0),
+        ("send", 0, ("a", 0, 4)), ("fetch_add", 0, 1, 2), ("get", 1, ("a", 0, 2), ("s", 2, 4), False),
+        ("put_counter", 0),
         ("get", 0, ("b", 0, 1), ("s", 0, 1), True), ("quiet",), ("wait_all", (0, 1), "ge", 0),
         ("wait_any", (1, 0), "eq", 0),
         ("barrier",), ("barrier_all",), ("sync_all",), ("all_reduce", ("a", 0, 4), ("b", 0, 4)))

@@ -212,7 +212,8 @@ def test_python_predict_matches_the_command_line(capsys):
         cw.predict(RING, "h200x2-nv18")
 
 
-_DEGENERATE = "import clockworks_dist as cw\nCHUNK = cw.size('CHUNK', 2)\n\n\n@cw.schedule(ranks=({world},))\ndef f(r):\n{body}\n"
+_DEGENERATE = ("import clockworks_dist as cw\nCHUNK = cw.size('CHUNK', 2)\n\n\n"
+               "@cw.schedule(ranks=({world},))\ndef f(r):\n{body}\n")
 
 
 @pytest.mark.parametrize("body", ["    r.barrier()", "    pass",

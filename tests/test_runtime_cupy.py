@@ -179,7 +179,8 @@ def test_the_launcher_kills_ranks_in_process_groups_of_their_own(tmp_path):
     rank = ("import os, sys, time; os.setpgid(0, 0); open(sys.argv[2], 'a').write(f'{os.getpid()}\\n'); "
             "time.sleep(120)")
     parent = ("import subprocess, sys, time\n"
-              f"for _ in range(2): subprocess.Popen([sys.executable, '-c', {rank!r}, {directory!r}, {str(pid_file)!r}])\n"
+              f"for _ in range(2): subprocess.Popen([sys.executable, '-c', {rank!r}, {directory!r}, "
+              f"{str(pid_file)!r}])\n"
               "time.sleep(120)\n")
     proc = subprocess.Popen([sys.executable, "-c", parent], start_new_session=True)
     deadline = time.monotonic() + 30

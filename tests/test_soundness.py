@@ -258,7 +258,8 @@ def test_a_local_kernel_whose_source_is_shifted_over_its_destination_is_rejected
         x = r.buffer("x", count=8, role="inout")
         r.copy(x.region(2, 6), x.region(0, 4))  # threads read what other threads write
 
-    with pytest.raises(ScheduleError, match=r"test_soundness.py:\d+: rank 0: copy: dst x\[2:6\] and src x\[0:4\] overlap"):
+    with pytest.raises(ScheduleError,
+                       match=r"test_soundness.py:\d+: rank 0: copy: dst x\[2:6\] and src x\[0:4\] overlap"):
         trace(shifted)
 
     def in_place_and_apart(r):

@@ -7,7 +7,6 @@ import time
 import pytest
 
 import clockworks_dist as cw
-from clockworks_dist import ir
 from clockworks_dist.check.symbolic import check_sizes, check_waits, show_form
 from clockworks_dist.errors import MissingDependency
 from clockworks_dist.semantics.rules import describe

@@ -69,6 +69,7 @@ def read_expect(path):
             "size": len(data)}
 '''
 exec(READER)  # defines read_expect here too
+read_expect = globals()["read_expect"]  # the name exec defined, spelled out for the linter
 
 
 @cw.schedule(expect=cw.allreduce("x", "out"))
@@ -689,7 +690,8 @@ def test_nccl_benchmark_is_built_once_per_source_and_command(tmp_path, monkeypat
 
         @staticmethod
         def build_commands(nvcc, arch, src_dir, build_dir, *_rest):
-            return {"nccl": [nvcc, f"-arch={arch}", str(src_dir / "bench_nccl.cu"), "-o", str(build_dir / "bench_nccl")]}
+            return {"nccl": [nvcc, f"-arch={arch}", str(src_dir / "bench_nccl.cu"), "-o",
+                             str(build_dir / "bench_nccl")]}
 
     def run_bounded(command, env, timeout, log, mark=None):
         out = command[command.index("-o") + 1]

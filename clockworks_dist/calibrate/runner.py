@@ -108,7 +108,8 @@ def parse_json_lines(text: str) -> list[dict]:
 
 
 _CHANNELS_RE = re.compile(
-    r"(\d+) coll channels, (\d+) collnet channels, (\d+) nvls channels, (\d+) p2p channels, (\d+) p2p channels per peer")
+    r"(\d+) coll channels, (\d+) collnet channels, (\d+) nvls channels, (\d+) p2p channels, "
+    r"(\d+) p2p channels per peer")
 
 
 def parse_nccl_channels(text: str) -> dict | None:
@@ -477,7 +478,8 @@ class Runner:
         self.steps.append(step)
         timeout = min(limit, self.remaining() - 5.0)
         log.write(f"\n===== {name}: {shlex.join(cmd)}\n")
-        log.write(f"      env: {json.dumps({k: env[k] for k in sorted(env) if k.startswith(('NCCL_', 'NVSHMEM_', 'TORCH_', 'LD_LIBRARY'))})}\n")
+        shown = {k: env[k] for k in sorted(env) if k.startswith(("NCCL_", "NVSHMEM_", "TORCH_", "LD_LIBRARY"))}
+        log.write(f"      env: {json.dumps(shown)}\n")
         log.flush()
         if timeout <= 1:
             step.note = "no time left in the budget"
@@ -679,8 +681,8 @@ def main(argv: list[str] | None = None) -> int:
                     keep([{"bench": "nccl_channels", **ch}], run)
                 keep([{"bench": "nccl_choice", **c} for c in parse_nccl_choices(output)], run)
             if not step.ok:
-                failures.append(f"run {run} failed (rc={step.rc}, timed_out={step.timed_out}, {step.note or 'see run.log'})"
-                                f"; kept {len(lines)} lines")
+                failures.append(f"run {run} failed (rc={step.rc}, timed_out={step.timed_out}, "
+                                f"{step.note or 'see run.log'}); kept {len(lines)} lines")
 
     summary = {"bench": "summary", "ok": not failures, "failures": failures,
                "steps": [vars(s) for s in runner.steps], "seconds": round(time.monotonic() - t_start, 1),

@@ -30,8 +30,8 @@ from .result import CheckResult, OpRef, Step, Violation
 from ..semantics.rules import describe
 
 _ORDER = {"collective_mismatch": 0, "send_recv_mismatch": 1, "symbolic_size": 2, "deadlock": 3,
-          "unsatisfiable_wait": 4, "data_race": 5, "unfinished_output": 5.5, "wrong_result": 6, "nondeterministic_result": 7,
-          "not_bitwise_reproducible": 8, "unfinished_deliveries": 9}
+          "unsatisfiable_wait": 4, "data_race": 5, "unfinished_output": 5.5, "wrong_result": 6,
+          "nondeterministic_result": 7, "not_bitwise_reproducible": 8, "unfinished_deliveries": 9}
 
 
 def check(schedule: ir.Schedule, *, strategy: str = "dfs", max_states: int | None = 1_000_000,
@@ -72,8 +72,9 @@ def _check(schedule: ir.Schedule, strategy: str, max_states: int | None, timeout
     try:
         matches, problems = match(schedule, deadline)
         if problems:
-            return CheckResult(schedule=schedule, verdict="violated", violations=_sorted([Violation.of(p) for p in problems]), states=0,
-                               transitions=0, seconds=time.perf_counter() - started, complete=True,
+            return CheckResult(schedule=schedule, verdict="violated",
+                               violations=_sorted([Violation.of(p) for p in problems]), states=0, transitions=0,
+                               seconds=time.perf_counter() - started, complete=True,
                                strategy=strategy, reduction=reduction)
         model = Model(schedule, matches, deadline)
         outcome = _search(model, strategy, reduction=reduction, max_states=max_states, progress=progress,

@@ -403,7 +403,8 @@ class Reducer:
         """What may still change signal word `word` of `rank`: in-flight deliveries, and the next
         update op of each rank that has one (or the rank, when that op is not current)."""
         for i, j, _ in state[4]:
-            if any(o == rank and s == SIG and lo == word for o, s, lo, _h, _m in self.model.deliveries[(i, j)].footprint):
+            footprint = self.model.deliveries[(i, j)].footprint
+            if any(o == rank and s == SIG and lo == word for o, s, lo, _h, _m in footprint):
                 out.append(("a", ("deliver", i, j)))
         for actor, entries in self.by_actor[rank][SIG].items():
             pc = state[0][actor]

@@ -193,7 +193,8 @@ class Observer:
             if action[0] == "deliver":
                 who = describe_action(model, action)
             elif action[0] == "post":
-                who = f"{ref.loc} rank {ref.rank}: {ref.text}, posted and not complete (it may still access its buffers),"
+                who = (f"{ref.loc} rank {ref.rank}: {ref.text}, posted and not complete "
+                       "(it may still access its buffers),")
             else:
                 who = f"{ref.loc} rank {ref.rank}: {ref.text}"
             parts.append(f"{who} {verb} {region_text(model, owner, lo, hi)}")

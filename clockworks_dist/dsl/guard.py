@@ -304,5 +304,5 @@ def _flush(stream) -> None:
         pass
 
 
-__all__ = ["OsExitCalled", "TimeUp", "catch_sigint", "describe", "end_process", "interrupted", "main_thread_line", "raised_by_user", "is_user_error", "time_bound",
-           "user_code", "user_line", "user_where"]
+__all__ = ["OsExitCalled", "TimeUp", "catch_sigint", "describe", "end_process", "interrupted", "main_thread_line",
+           "raised_by_user", "is_user_error", "time_bound", "user_code", "user_line", "user_where"]

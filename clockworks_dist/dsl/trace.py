@@ -17,7 +17,6 @@ import math
 import numbers
 import operator
 import os
-import sys
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Sequence
 

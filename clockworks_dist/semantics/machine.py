@@ -31,7 +31,7 @@ The checker's race detection and partial-order reduction both work on footprints
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from .. import ir
@@ -39,8 +39,10 @@ from .arithmetic import COMPARE, MASK64, atomic_result, fetch_result
 from .atoms import Layout, collect_alignments, make_layout, split_atoms
 from .budget import UNBOUNDED, Deadline
 from .match import Key, Matches, members_of
-from .rules import (ATOMIC_MODES, MEM, SIG, SIG_READS, WRITE_MODES, Access as RuleAccess, Mode, Move, Rule, Sync,
-                    When, collective_flows, conflicting, dependent, lands, p2p_flow, rule)
+from .rules import (MEM, SIG, WRITE_MODES, Access as RuleAccess, Mode, Move, Rule, Sync, When, collective_flows, lands,
+                    p2p_flow, rule)
+# re-exported: check/properties.py imports `conflicting` and check/por.py `dependent` from here
+from .rules import conflicting, dependent  # noqa: F401
 from .values import Values
 
 SPAN_MEMO = 1 << 20  # (rank, region) spans kept by `Model.span`

@@ -132,7 +132,8 @@ def run_job(protocol: str, sizes: list[int], iters: int, timeout: float, log) ->
         summary = {"results": [], "error": {"message": (err.strip().splitlines() or ["no output"])[-1]}}
     by_size = {r.get("bytes"): r for r in summary.get("results", [])}
     for result in by_size.values():
-        if result["verdict"] == "hang" and "in the setup" in result["message"] and "waiting for" not in result["message"]:
+        if (result["verdict"] == "hang" and "in the setup" in result["message"]
+                and "waiting for" not in result["message"]):
             result["message"] = (f"not finished within the job's {timeout:.0f} s: every rank was still setting up "
                                  "(computing the checker's values on the host, or filling its buffers): "
                                  + result["message"])
