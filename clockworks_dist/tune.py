@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from . import hygiene
 from .dsl import ScheduleDef, load_file, params
 from .errors import ClockworksError, ScheduleError
+from .lowering import Build, lower
 
 MEMORY_FILE = "tune_memory.json"
 MEMORY_VERSION = 1
@@ -138,32 +139,21 @@ def candidate_label(binding: dict, packets: int = 0, copy_engine: int = 0) -> st
             + (f", copy engine >= {_size_text(copy_engine)}" if copy_engine else ""))
 
 
-def _lowering(packets: int):
-    """The rewrite of a candidate's schedule (None: none): its put_signals of at most `packets`
-    bytes as flag-in-data packets."""
-    if not packets:
-        return None
-    from .lowering.packets import lower
-
-    return lambda sched: lower(sched, packets).sched
-
-
 def _lowered_at(defn: ScheduleDef, binding: dict, world: int, nbytes: int, calls: int, between: str,
                 packets: int, copy_engine: int = 0) -> int:
     """How many signal words the packets rewrite lowers at `nbytes`, or how many puts go on the copy
     engine (0: the candidate is the variant itself)."""
-    from .lowering.nvshmem_plan import copy_engine_ops
-    from .lowering.packets import lower
     from .perf.predict import size_binding
-    from .lowering.repeat import repeat
 
     sched = defn.trace(world, defn.ranks_per_node, sizes=size_binding(defn, world, nbytes, defn.ranks_per_node),
                        params=binding)
-    if calls > 1:
-        sched = repeat(sched, calls, between)
+    # the copy engine's puts of the run of calls alone; else the packets rewrite's words
+    build = Build("nvshmem", calls, between, copy_engine=copy_engine) if copy_engine else \
+        Build("nvshmem", calls, between, packets=packets)
+    lowered = lower(sched, build)
     if copy_engine:
-        return sum(len(copy_engine_ops(sched, rank, copy_engine)) for rank in range(sched.world))
-    return len(lower(sched, packets).channels)
+        return sum(len(ops) for ops in lowered.engine_ops.values())
+    return len(lowered.packets.channels)
 
 
 def load_memory(path: str) -> dict:
@@ -203,8 +193,9 @@ def check_variant(defn: ScheduleDef, binding: dict, world: int, timeout: float |
         sched = _trace_bounded(defn, world, binding, timeout)
     except ScheduleError as exc:
         return "error", str(exc)
-    lowered = _lowering(packets)
-    result = check(sched if lowered is None else lowered(sched), timeout=timeout, max_states=CHECK_MAX_STATES)
+    if packets:
+        sched = lower(sched, Build("nvshmem", packets=packets)).sched
+    result = check(sched, timeout=timeout, max_states=CHECK_MAX_STATES)
     if result.verdict == "verified" and result.complete:
         return "verified", None
     if result.errors:
@@ -250,7 +241,7 @@ def check_calls(defn: ScheduleDef, binding: dict, world: int, calls: int, timeou
     (`repeat.repeat`; the result rewritten by the `packets` lowering when given). (verdict, first
     error, the separator or None, {separator: what the checker said})."""
     from .check import check
-    from .lowering.repeat import BETWEEN, RepeatError, repeat
+    from .lowering.repeat import BETWEEN, RepeatError
 
     try:
         base = _trace_bounded(defn, world, binding, timeout)
@@ -259,11 +250,10 @@ def check_calls(defn: ScheduleDef, binding: dict, world: int, calls: int, timeou
     said: dict[str, str] = {}
     for between in reversed(BETWEEN):  # none, sync, barrier: the cheapest first
         try:
-            sched = repeat(base, calls, between)
+            sched = lower(base, Build("nvshmem" if packets else "nccl", calls, between, packets=packets)).sched
         except RepeatError as exc:
             return "error", str(exc), None, said
-        lowered = _lowering(packets)
-        result = check(sched if lowered is None else lowered(sched), timeout=timeout, max_states=CHECK_MAX_STATES)
+        result = check(sched, timeout=timeout, max_states=CHECK_MAX_STATES)
         if result.verdict == "verified" and result.complete:
             said[between] = "verified"
             return "verified", None, between, said
@@ -286,33 +276,14 @@ def predict_variant(defn: ScheduleDef, binding: dict, topo, world: int, sizes: l
     `program` ("nvshmem"; `copy_engine`: its puts of at least that many bytes on the copy engine; a
     kernel per call of a run of `calls` unless `fuse_calls`), or with `program` None the schedule's own
     ops."""
-    from .perf.costs import RunConditions
     from .perf.predict import bound, predict_sizes
-    from .perf.program import program_conditions
-    from .lowering.repeat import starts_of_repeated
 
-    rewrites: dict[int, tuple] = {}  # the packets rewrite's schedule -> (the rewrite, the schedule before it)
-
-    def transform(sched):
-        from .lowering.packets import lower
-
-        low = lower(sched, packets)
-        rewrites[id(low.sched)] = (low, sched)
-        return low.sched
-
-    def conditions(sched):  # of the K-call schedule simulated, as validate builds its program
-        if program is None:
-            return RunConditions()
-        splits = None
-        low, before = rewrites.get(id(sched), (None, sched))
-        if program == "nvshmem" and calls > 1 and not fuse_calls:  # a kernel per call
-            splits = starts_of_repeated(before, calls, between)
-            splits = low.remap(splits) if low is not None else splits
-        return program_conditions(sched, program, copy_engine=copy_engine, splits=splits, packets=low)
-
+    # the K-call schedule, rewritten as validate builds its program (`lowering.lower`)
+    build = Build(program or ("nvshmem" if packets or copy_engine else "nccl"), calls, between, fuse_calls, packets,
+                  copy_engine if program == "nvshmem" else 0)
     with params.bind(binding):
-        found = predict_sizes(defn, topo, world, sizes, mode=mode, ranks_per_node=defn.ranks_per_node, calls=calls,
-                              between=between, transform=transform if packets else None, conditions=conditions)
+        found = predict_sizes(defn, topo, world, sizes, mode=mode, ranks_per_node=defn.ranks_per_node, build=build,
+                              as_program=program is not None)
     return {str(p.nbytes): {"time_us": round(p.time_us, 3), "busbw_GBs": round(p.busbw_GBs, 3),
                             "bottleneck": bound(p.timeline)} for p in found}
 

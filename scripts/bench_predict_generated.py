@@ -11,9 +11,9 @@ of the generated program is predicted (`perf.program`: the schedule's ops plus t
 costs) with the calibrated topology of the machine it ran on, in graph and eager mode, and compared
 with the measured median. Left out, with the reason in the output: runs timed from Python (the cupy
 executor). Cells whose put_signals were sent as packets (`--packets`) are predicted as such
-(`RunConditions.packet_sends`) and scored on their own, in no fit. NVSHMEM runs measured before the
+(`lowering.Lowered.packets`) and scored on their own, in no fit. NVSHMEM runs measured before the
 generated code's progress words moved to GPU memory (HOST_PROGRESS_BEFORE) are predicted as built
-with host-mapped words (`RunConditions.host_progress`).
+with host-mapped words (`lowering.Build.host_progress`).
 
 Train and held out: within each results file the cells are sorted by size and alternate, the
 first trained, the second held out, and so on. The constants of the generated program's run and of
@@ -39,14 +39,13 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from clockworks_dist.runtime import validate  # noqa: E402
-from clockworks_dist.lowering.packets import lower as packets_lower  # noqa: E402
+from clockworks_dist.lowering import lower  # noqa: E402
 from clockworks_dist.dsl import params  # noqa: E402
 from clockworks_dist.errors import CostWarning  # noqa: E402
 from clockworks_dist.perf import fit  # noqa: E402
 from clockworks_dist.perf.network import from_topology  # noqa: E402
 from clockworks_dist.perf.program import program_conditions, program_us  # noqa: E402
 from clockworks_dist.perf.simulate import Simulator  # noqa: E402
-from clockworks_dist.lowering.repeat import repeat  # noqa: E402
 from clockworks_dist.topology import load_topology  # noqa: E402
 
 DEFAULT_DIRS = ["results/h200x2/validate", "results/h200x2/tune", "results/h200x2/tune_all", "results/h200x2/calls",
@@ -71,7 +70,7 @@ LOCAL = {"graph": [("local_graph_launch_us", 0.05, 20.0)],
 MODES = ("graph", "eager")
 # NVSHMEM programs generated before their progress words moved from host-mapped memory to GPU
 # memory (2026-11-23 08:27 UTC) fence on PCIe writes: runs measured before then are predicted with
-# `RunConditions.host_progress` (results/h200x2/progress measures the same binaries both ways).
+# `lowering.Build.host_progress` (results/h200x2/progress measures the same binaries both ways).
 HOST_PROGRESS_BEFORE = "2026-11-23T08:27:17+00:00"
 TARGETS = {"graph": (0.05, 0.15), "eager": (0.08, None)}  # held-out median, max per schedule
 
@@ -110,7 +109,7 @@ def cells(dirs: list[str]) -> tuple[list[dict], list[dict]]:
         limit = (report.get("packets") or {}).get("max_bytes") or 0  # lowered as validate lowered it
         if not kept:
             continue
-        calls, between = report.get("calls") or 1, report.get("between") or "barrier"
+        calls = report.get("calls") or 1
         # validate records where the progress words were (`progress_words`); older runs say it by their date
         recorded = report.get("progress_words")
         host_progress = recorded == "host" if recorded else \
@@ -120,19 +119,17 @@ def cells(dirs: list[str]) -> tuple[list[dict], list[dict]]:
                                                    report["schedule"], None)
         position = 0  # the train / held-out alternation counts the cells with nothing sent as packets
         for sched, cell in zip(schedules, kept):
-            run = repeat(sched, calls, between) if calls > 1 else sched
-            low = packets_lower(run, limit) if limit else None
-            low = low if low is not None and low.channels else None
-            splits = validate.kernel_splits(run, report)
-            if low is not None:
-                run, splits = low.sched, (low.remap(splits) if splits else splits)
+            # lowered as validate lowered it (its results say how: `validate.build_of`)
+            build = validate.build_of({**report, "progress_words": "host" if host_progress else "gpu"})
+            program = lower(sched, build)
+            low = program.packets if program.packets is not None and program.packets.channels else None
             label = params.label(binding) + (f", packets <= {limit // 1024} KiB" if low is not None else "")
             row = {"schedule": report["schedule"], "variant": label, "backend": report["backend"],
                    "bytes": cell["bytes"], "regime": regime(cell["bytes"]), "calls": calls,
                    "held_out": low is None and position % 2 == 1, "results": where,
                    "host_progress": host_progress,
                    "kernels": report.get("kernels") or "one", "packets": len(low.channels) if low else 0,
-                   "_sched": run, "_topo": topo, "_splits": splits, "_packets": low}
+                   "_sched": program.sched, "_topo": topo, "_program": program}
             for mode in MODES:
                 got = (cell.get(mode) or {}).get("median_us")
                 if got:
@@ -143,8 +140,7 @@ def cells(dirs: list[str]) -> tuple[list[dict], list[dict]]:
 
 
 def predict(row: dict, mode: str, consts) -> float:
-    return program_us(row["_sched"], row["_topo"], mode, row["backend"], consts, row["calls"], row["host_progress"],
-                      splits=row["_splits"], packets=row["_packets"])
+    return program_us(row["_program"], row["_topo"], mode, consts, row["calls"])
 
 
 # Where the fit starts for constants the topology leaves at their "until fitted" value (a start on a
@@ -179,8 +175,7 @@ def bytes_share(row: dict, mode: str, consts) -> float:
     fixed costs: launches, protocol latencies, the program's own)."""
     topo = row["_topo"]
     network = from_topology(topo, row["_sched"].world)
-    conditions = program_conditions(row["_sched"], row["backend"], row["host_progress"], splits=row["_splits"],
-                                    packets=row["_packets"])
+    conditions = program_conditions(row["_program"])
     timeline = Simulator(row["_sched"], network, consts, mode, conditions=conditions).run()
     moving = 0.0
     for rec in timeline.critical:
@@ -298,7 +293,7 @@ def main() -> int:
              f"Split: {report['split']}. {len(rows) - len(held) - len(sent)} training cells, {len(held)} held out; "
              f"{len(sent)} cells whose put_signals went as flag-in-data packets (`--packets`) are in no fit and "
              "scored on their own (a packet send: its data and flag in one stream of twice the bytes, no fence, no "
-             "separate signal; `RunConditions.packet_sends`). The fit sets "
+             "separate signal; `lowering.Lowered.packets`). The fit sets "
              "only the constants below (the generated program's own costs, NVSHMEM puts both ways at once, a PE "
              "barrier's round" + ("; with --keep-local, a plain kernel's start and the host's issue of one stay the "
                                   "topology's" if args.keep_local

@@ -37,6 +37,7 @@ sys.path.insert(0, ROOT)
 from clockworks_dist import load_file  # noqa: E402
 from clockworks_dist.check import check  # noqa: E402
 from clockworks_dist.codegen import program  # noqa: E402
+from clockworks_dist.lowering import Build, lower  # noqa: E402
 from clockworks_dist.runtime import validate  # noqa: E402
 from clockworks_dist.dsl import message  # noqa: E402
 from clockworks_dist.dsl import params  # noqa: E402
@@ -105,7 +106,7 @@ def forecast_one(path: str, binding: dict, world: int, sizes: list[int], topolog
             op = validate.nccl_collective(sched)
             for label, topo in topologies.items():
                 for mode in MODES:
-                    row[f"{label}_{mode}_us"] = round(program_us(sched, topo, mode, backend, topo.constants, 1), 3)
+                    row[f"{label}_{mode}_us"] = round(program_us(lower(sched, Build(backend)), topo, mode, topo.constants), 3)
                     if op is not None and nbytes % (4 * world) == 0:
                         nccl = predict_sizes(MICROBENCHMARKS[op], topo, world, [nbytes], mode=mode)[0].time_us
                         row[f"{label}_nccl_{mode}_us"] = round(nccl, 3)

@@ -11,6 +11,7 @@ import re
 
 import pytest
 
+from clockworks_dist.lowering import Build, lower
 from clockworks_dist import ir
 from clockworks_dist.codegen import build, program
 from clockworks_dist.lowering import nvshmem_plan
@@ -64,12 +65,13 @@ def _kernels(text: str, rank: int) -> list[str]:
                                                   ("oneshot", "sync", False), ("oneshot", "barrier", False)])
 def test_a_program_of_three_calls_has_a_kernel_per_call(algo, between, lowered):
     one = family(algo, 2)
+    text = program.generate(lower(one, Build("nvshmem", 3, between, packets=packets.DEFAULT_MAX_BYTES if lowered else 0)))
+    # the steps by hand: three calls, where each begins, packets, the starts moved with the ops
     rep = repeat(one, 3, between)
     starts = call_starts(one, 3, between)
     low = packets.lower(rep) if lowered else None
     sched = low.sched if low else rep
     splits = low.remap(starts) if low else starts
-    text = program.generate(sched, "nvshmem", packets=low, splits=splits)
     for rank in range(2):
         bodies = _kernels(text, rank)
         assert len(bodies) == 3
@@ -144,10 +146,8 @@ def test_validate_writes_a_kernel_per_call_unless_fused(tmp_path):
 def test_a_program_of_a_kernel_per_call_compiles(tmp_path, nvshmem_toolchain):
     tc = nvshmem_toolchain
     one = family("oneshot", 2)
-    low = packets.lower(repeat(one, 3, "alternate"))
     cu = tmp_path / "calls.cu"
-    splits = low.remap(call_starts(one, 3, "alternate"))
-    cu.write_text(program.generate(low.sched, "nvshmem", packets=low, splits=splits))
+    cu.write_text(program.generate(lower(one, Build("nvshmem", 3, "alternate", packets=packets.DEFAULT_MAX_BYTES))))
     assert build.compile_program(cu, "nvshmem", tmp_path / "out", tc).exists()
 
 

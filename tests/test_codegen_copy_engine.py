@@ -13,17 +13,22 @@ from pathlib import Path
 
 import pytest
 
+from clockworks_dist.lowering import Build, LoweringError, lower
 from clockworks_dist import ir
 from clockworks_dist.codegen import build, program
 from clockworks_dist.lowering import packets
 from clockworks_dist.lowering.nvshmem_plan import copy_engine_ops, kernel_spans, plan_rank
 from clockworks_dist.dsl.load import load_file
 from clockworks_dist.perf.program import program_us
-from clockworks_dist.lowering.repeat import call_starts, repeat
-from clockworks_dist.semantics.backends import Unsupported
 from clockworks_dist.topology import choose_topology
 
 from test_packets import family
+
+
+def run_us(sched, topo, mode: str, backend: str, **build) -> float:
+    """`program_us` of `sched` lowered for `backend` with the `Build` knobs `build`."""
+    return program_us(lower(sched, Build(backend, **build)), topo, mode)
+
 
 ROOT = Path(__file__).resolve().parent.parent
 TWOSHOT = ROOT / "protocols" / "nvshmem_twoshot_allreduce.py"
@@ -114,7 +119,7 @@ def test_without_the_copy_engine_the_plan_is_one_kernel():
 # ------------------------------------------------------------------------------- the code
 @pytest.fixture(scope="module")
 def twoshot_cu() -> str:
-    return program.generate(trace(TWOSHOT, 2, 1 << 18), "nvshmem", copy_engine=MiB // 2)
+    return program.generate(lower(trace(TWOSHOT, 2, 1 << 18), Build("nvshmem", copy_engine=MiB // 2)))
 
 
 def test_the_host_issues_each_put_signal_on_the_stream_between_the_launches(twoshot_cu):
@@ -149,14 +154,14 @@ x = r.symmetric("x", count=1 << 18, role="input")
 y = r.symmetric("y", count=1 << 18, role="output")
 r.put(1 - r.rank, y, x, nbi=True)
 r.quiet()""", 2)
-    text = program.generate(one, "nvshmem", copy_engine=1)
+    text = program.generate(lower(one, Build("nvshmem", copy_engine=1)))
     assert "nvshmemx_putmem_on_stream(a.b_y, a.b_x, 1048576, 1, s);" in rank_function(text, 0)
     assert "here it has landed" in text
 
 
 def test_the_nccl_backend_refuses_the_copy_engine():
-    with pytest.raises(Unsupported, match="NVSHMEM lowering"):
-        program.generate(trace(TWOSHOT, 2, 256), "nccl", copy_engine=1)
+    with pytest.raises(LoweringError, match="--copy-engine is a lowering of the nvshmem backend"):
+        Build("nccl", copy_engine=1)
 
 
 def test_the_cli_names_the_backend_the_lowering_needs(tmp_path, capsys):
@@ -169,8 +174,7 @@ def test_the_cli_names_the_backend_the_lowering_needs(tmp_path, capsys):
 
 def test_a_kernel_per_call_keeps_its_copies_in_call_order():
     one = load_file(str(ONE_PE))[0].trace(1, sizes={"CHUNK": 1 << 18})
-    text = program.generate(repeat(one, 3, "alternate"), "nvshmem", splits=call_starts(one, 3, "alternate"),
-                            copy_engine=MiB)
+    text = program.generate(lower(one, Build("nvshmem", 3, "alternate", copy_engine=MiB)))
     calls = [line.split("(")[0] for line in code(rank_function(text, 0))
              if line.startswith(("nvshmemx_putmem", "cw_nv_launch"))]
     assert calls == ["nvshmemx_putmem_signal_on_stream", "cw_nv_launch"] * 3
@@ -181,10 +185,10 @@ def test_the_simulator_moves_a_copy_at_the_copy_engines_rate():
     topo = choose_topology("h200x2-nv18").topology
     sched = trace(PUTBW, 2, 1 << 28)  # 1 GiB each way
     slow = topo.model_copy(update={"constants": topo.constants.model_copy(update={"copy_engine_GBs": 100.0})})
-    fast = program_us(sched, topo, "graph", "nvshmem", copy_engine=MiB)
-    assert program_us(sched, slow, "graph", "nvshmem", copy_engine=MiB) > 2.5 * fast
+    fast = run_us(sched, topo, "graph", "nvshmem", copy_engine=MiB)
+    assert run_us(sched, slow, "graph", "nvshmem", copy_engine=MiB) > 2.5 * fast
     # without the lowering the copy engine's rate plays no part
-    assert program_us(sched, slow, "graph", "nvshmem") == pytest.approx(program_us(sched, topo, "graph", "nvshmem"))
+    assert run_us(sched, slow, "graph", "nvshmem") == pytest.approx(run_us(sched, topo, "graph", "nvshmem"))
 
 
 # ------------------------------------------------------------------------------- compiling
@@ -253,7 +257,6 @@ def test_tune_tries_the_copy_engine_where_a_put_is_that_large(tmp_path):
     # puts priced as such, not as the plain variant's
     from clockworks_dist.dsl import load_file, params
     from clockworks_dist.perf.predict import size_binding
-    from clockworks_dist.perf.program import program_us
     from clockworks_dist.topology import choose_topology
 
     topo = choose_topology("h200x2-nv18").topology
@@ -261,7 +264,7 @@ def test_tune_tries_the_copy_engine_where_a_put_is_that_large(tmp_path):
     times = {r["label"]: r["time_us"] for r in large["ranked"]}
     with params.bind({"ALGO": "direct"}):
         sched = defn.trace(2, sizes=size_binding(defn, 2, 64 * MiB, None, defn.trace(2)))
-    assert times["ALGO=direct"] == pytest.approx(program_us(sched, topo, "graph", "nvshmem"), abs=1e-3)
+    assert times["ALGO=direct"] == pytest.approx(run_us(sched, topo, "graph", "nvshmem"), abs=1e-3)
     assert times["ALGO=direct, copy engine >= 16 MiB"] == pytest.approx(
-        program_us(sched, topo, "graph", "nvshmem", copy_engine=16 * MiB), abs=1e-3)
+        run_us(sched, topo, "graph", "nvshmem", copy_engine=16 * MiB), abs=1e-3)
     assert times["ALGO=direct, copy engine >= 16 MiB"] != pytest.approx(times["ALGO=direct"], abs=1e-3)

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from clockworks_dist.lowering import Build, lower
 from clockworks_dist.codegen import build, program
 from clockworks_dist.lowering import packets
 from clockworks_dist.dsl.load import load_file
-from clockworks_dist.lowering.repeat import call_starts, repeat
 
 from test_packets import family
 
@@ -37,14 +37,13 @@ def one_pe(calls: int) -> str:
     one = load_file(str(ONE_PE))[0].trace(1)
     if calls == 1:
         return program.generate(one, "nvshmem")
-    return program.generate(repeat(one, calls, "alternate"), "nvshmem", splits=call_starts(one, calls, "alternate"))
+    return program.generate(lower(one, Build("nvshmem", calls, "alternate")))
 
 
 def oneshot_packets(calls: int) -> str:
     """The one-shot all-reduce at 2 ranks, `calls` calls as packets, a kernel per call."""
     one = family("oneshot", 2)
-    low = packets.lower(repeat(one, calls, "alternate"))
-    return program.generate(low.sched, "nvshmem", packets=low, splits=low.remap(call_starts(one, calls, "alternate")))
+    return program.generate(lower(one, Build("nvshmem", calls, "alternate", packets=packets.DEFAULT_MAX_BYTES)))
 
 
 def kernels(text: str) -> list[tuple[str, str]]:

@@ -141,7 +141,7 @@ def test_winners_become_sizes_sorted_with_the_separator_the_checker_verifies():
     assert [e.winner.nbytes for e in entries] == [1024, 8192, 16 << 20]
     assert [e.between for e in entries] == ["alternate", "alternate", "none"]
     assert entries[1].said["none"].startswith("2 call(s)") and "deadlock" in entries[1].said["none"]
-    assert entries[0].lowered is not None and entries[0].lowered.channels  # the packets rewrite is what runs
+    assert entries[0].program.packets is not None and entries[0].program.packets.channels  # the packets rewrite runs
     for e in entries:
         assert all(len(ms) == 2 for ms in e.starts.values())
 
@@ -200,7 +200,7 @@ def test_the_kernels_are_the_ones_validate_runs_for_that_many_calls(tmp_path):
     text = (out / "cw_nvshmem_allreduce_family.cu").read_text()
     for k, entry in enumerate(entries):
         body = text[text.index(f"namespace cw_size{k} {{"):text.index(f"}}  // namespace cw_size{k}")]
-        alone = program.generate(entry.sched, "nvshmem", packets=entry.lowered, splits=entry.starts)
+        alone = program.generate(entry.program)
         # less the validation run's copy of the outputs at the rank's end, which a library never takes
         alone = re.sub(r"  // the caller reads this rank's outputs now.*?\n  }\n\n", "", alone, flags=re.S)
         for rank in range(2):

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import clockworks_dist as cw
+from clockworks_dist.lowering import Build, lower
 from clockworks_dist import ir
 from clockworks_dist.check import check
 from clockworks_dist.cli import main
@@ -129,8 +130,8 @@ def test_the_limit_is_the_callers():
 
 
 def test_the_generated_program_sends_polls_unpacks_and_zeroes_the_areas():
-    low = packets.lower(repeat(family("oneshot"), 2, "alternate"))
-    text = program.generate(low.sched, "nvshmem", packets=low)
+    text = program.generate(lower(family("oneshot"), Build("nvshmem", 2, "alternate", fuse_calls=True,
+                                                          packets=packets.DEFAULT_MAX_BYTES)))
     assert "cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 2048, 1u" in text
     assert "cw_nv_pk_wait(b_packets_ready_1, 2048, 1u);" in text
     assert "cw_nv_pk_unpack(b_slots + 512, b_packets_ready_1, 2048," in text
@@ -141,8 +142,6 @@ def test_the_generated_program_sends_polls_unpacks_and_zeroes_the_areas():
     kernels = text.split("cw_nv_rank0(CwNvArgs0 a)")[1].split("// the end of a run")[0]
     assert "cw_nv_last(" not in kernels and "cw_nv_grid_sync(" not in kernels
     assert "static const int wants[] = {1, 1};" in text
-    with pytest.raises(ValueError, match="the schedule packets.lower returned"):
-        program.generate(family("oneshot"), "nvshmem", packets=low)
 
 
 def test_a_packet_area_is_never_compared_and_what_it_carried_is():
@@ -156,9 +155,9 @@ def test_a_packet_area_is_never_compared_and_what_it_carried_is():
 
 def test_packets_program_compiles(tmp_path, nvshmem_toolchain):
     tc = nvshmem_toolchain
-    low = packets.lower(repeat(family("twoshot"), 2, "none"))
     cu = tmp_path / "packets.cu"
-    cu.write_text(program.generate(low.sched, "nvshmem", packets=low))
+    cu.write_text(program.generate(lower(family("twoshot"), Build("nvshmem", 2, "none", fuse_calls=True,
+                                                                  packets=packets.DEFAULT_MAX_BYTES))))
     assert build.compile_program(cu, "nvshmem", tmp_path / "out", tc).exists()
 
 

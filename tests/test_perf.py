@@ -8,6 +8,7 @@ import json
 import math
 import signal
 import textwrap
+from types import SimpleNamespace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 import clockworks_dist as cw
 from clockworks_dist import cli, load_file
 from clockworks_dist.errors import ScheduleError, TopologyError
+from clockworks_dist.lowering import Build, as_built
 from clockworks_dist.perf import fit, nccl, nccl_tuning
 from clockworks_dist.perf.costs import RunConditions
 from clockworks_dist.perf.flows import Flow, max_min_rates
@@ -576,7 +578,7 @@ def test_a_generated_program_fences_where_its_code_generator_plans():
 
     sched, c = publish.trace(2, sizes={"N": 16}), consts(nvshmem_fence_us=0.25)
     assert [step.fence for step in plan_rank(sched, 0).steps] == [False, False, True]
-    tl = Simulator(sched, two_ranks(), c, conditions=RunConditions(program="nvshmem")).run()
+    tl = Simulator(sched, two_ranks(), c, conditions=RunConditions(program=as_built(sched, Build("nvshmem")))).run()
     put, fence, signal = (next(r for r in tl.records if r.kind == k) for k in ("put", "fence", "signal_op"))
     landed = next(r for r in tl.records if r.kind == "delivery" and r.text.startswith("delivery of put("))
     assert fence.end == pytest.approx(fence.start)  # no code of its own
@@ -599,8 +601,8 @@ def test_a_kernel_per_call_starts_each_call_after_the_kernel_before():
     starts = call_starts(one, 3, "none")
     assert starts == {0: [2, 4], 1: [2, 4]}
     c = consts(local_graph_launch_us=0.7, local_eager_launch_us=0.2, local_host_us=5.0)
-    split = RunConditions(program="nvshmem", kernel_starts=(tuple(starts[0]), tuple(starts[1])))
-    fused = RunConditions(program="nvshmem")
+    split = RunConditions(program=as_built(run2, Build("nvshmem", 3, "none"), starts))
+    fused = RunConditions(program=as_built(run2, Build("nvshmem", 3, "none", fuse_calls=True)))
     for mode, launch in (("graph", 0.7), ("eager", 0.9)):
         per_call = Simulator(run2, two_ranks(), c, mode, conditions=split).run()
         together = Simulator(run2, two_ranks(), c, mode, conditions=fused).run()
@@ -622,7 +624,10 @@ def test_a_put_signal_sent_as_packets_crosses_once_with_twice_the_bytes():
     c, sched = consts(), one_put_signal.trace(2, sizes={"N": 1024})
     payload = 4096 / 40e3  # 4 KiB on one block at 40 GB/s
     for sends, flow, crossings in (((), payload, 3), (((0, 0),), 2 * payload, 1)):
-        tl = Simulator(sched, two_ranks(), c, conditions=RunConditions(program="nvshmem", packet_sends=sends)).run()
+        # only the sends are read: which put_signals go as packets (`packets.Lowered.sends`)
+        sent = SimpleNamespace(sends=dict.fromkeys(sends)) if sends else None
+        program = as_built(sched, Build("nvshmem"), packets=sent)
+        tl = Simulator(sched, two_ranks(), c, conditions=RunConditions(program=program)).run()
         issued = next(r for r in tl.records if r.kind == "put_signal")
         landed = next(r for r in tl.records if r.kind == "delivery")
         assert landed.end - issued.start == pytest.approx(c.nvshmem_put_latency_us + flow + crossings * 0.5

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from clockworks_dist.lowering import Build, lower
+
 import clockworks_dist as cw
 from clockworks_dist import ir, load_file
 from clockworks_dist.check import check
@@ -27,6 +29,12 @@ from clockworks_dist.perf.simulate import PredictError, Simulator
 from clockworks_dist.report.text import render_listing as listing
 from clockworks_dist.semantics.rules import rule
 from clockworks_dist.topology import Constants, load_topology
+
+
+def run_us(sched, topo, mode: str, backend: str, **build) -> float:
+    """`program_us` of `sched` lowered for `backend` with the `Build` knobs `build`."""
+    return program_us(lower(sched, Build(backend, **build)), topo, mode)
+
 
 KiB, MiB = 1 << 10, 1 << 20
 H200 = "h200x2-nv18"  # the uncalibrated file: datasheet rates, default constants
@@ -332,11 +340,11 @@ def test_a_generated_program_adds_its_own_costs():
     sched = one_fill.trace(2, sizes={"N": 1})
     alone = Simulator(sched, from_topology(topo, 2), topo.constants).run().total_us
     # NCCL: the run's start, a progress word before the op and one after it
-    assert program_us(sched, topo, "graph", "nccl") == pytest.approx(alone + 5.0 + 2 * 2.0)
+    assert run_us(sched, topo, "graph", "nccl") == pytest.approx(alone + 5.0 + 2 * 2.0)
     # NVSHMEM: the run's start, its one kernel, the op's step inside it (no launch of its own), the closing barrier
-    assert program_us(sched, topo, "graph", "nvshmem") == pytest.approx(5.0 + 1.0 + 1.5 + 3.0, abs=1e-3)
+    assert run_us(sched, topo, "graph", "nvshmem") == pytest.approx(5.0 + 1.0 + 1.5 + 3.0, abs=1e-3)
     with pytest.raises(ValueError, match="unknown backend"):
-        program_us(sched, topo, "graph", "cupy")
+        run_us(sched, topo, "graph", "cupy")
 
 
 @cw.schedule
@@ -359,11 +367,11 @@ def test_an_nvshmem_program_pays_for_the_handoffs_its_code_generator_plans():
     assert handoffs[0] == handoffs[1] >= 1  # the put follows the fill's blocks: a handoff the code has
     base = topo_with(program_graph_us=5.0, program_step_us=1.5, barrier_us=3.0)
     priced = topo_with(program_graph_us=5.0, program_step_us=1.5, barrier_us=3.0, program_sync_us=2.5)
-    without = program_us(sched, base, "graph", "nvshmem")
-    assert program_us(sched, priced, "graph", "nvshmem") == pytest.approx(without + 2.5 * handoffs[0], rel=1e-6)
+    without = run_us(sched, base, "graph", "nvshmem")
+    assert run_us(sched, priced, "graph", "nvshmem") == pytest.approx(without + 2.5 * handoffs[0], rel=1e-6)
     # a host-driven (NCCL) program has no such handoffs: the constant changes nothing there
     local = one_fill.trace(2, sizes={"N": 1})
-    assert program_us(local, priced, "graph", "nccl") == pytest.approx(program_us(local, base, "graph", "nccl"))
+    assert run_us(local, priced, "graph", "nccl") == pytest.approx(run_us(local, base, "graph", "nccl"))
 
 
 @cw.schedule
@@ -391,23 +399,23 @@ def test_a_local_op_in_an_nvshmem_kernel_goes_at_its_blocks_rate():
     per_block = 64 * KiB / (rate * 1e3)
     for count in (16 * KiB, 64 * KiB):  # float32: 64 KiB and 256 KiB copied
         sched = one_copy.trace(2, sizes={"N": count})
-        without = program_us(sched, base, "graph", "nvshmem")
-        assert program_us(sched, priced, "graph", "nvshmem") == pytest.approx(
+        without = run_us(sched, base, "graph", "nvshmem")
+        assert run_us(sched, priced, "graph", "nvshmem") == pytest.approx(
             5.0 + 1.0 + 1.5 + per_block + 3.0, abs=1e-3)  # start, kernel, step, the blocks' time, barrier
         assert without < 5.0 + 1.0 + 1.5 + 3.0 + 0.2  # over HBM or L2 alone: next to nothing
     # a reduce spreads by its destination and its sources (3 x 16 KiB = 48 KiB: one block), and each
     # block takes the time of its share of the destination (16 KiB here): its sources load beside it
     sched = one_reduce.trace(2, sizes={"N": 4 * KiB})
-    assert program_us(sched, priced, "graph", "nvshmem") == pytest.approx(
+    assert run_us(sched, priced, "graph", "nvshmem") == pytest.approx(
         5.0 + 1.0 + 1.5 + 16 * KiB / (rate * 1e3) + 3.0, abs=1e-3)
     # ... so a reduce of 64 KiB (192 KiB spread: three blocks) takes a third of a copy of 64 KiB (one block),
     # as a reduce and a copy of the same destination measured on one H200 (results/h200/one_gpu/one_pe_local)
     sched = one_reduce.trace(2, sizes={"N": 16 * KiB})
-    assert program_us(sched, priced, "graph", "nvshmem") == pytest.approx(
+    assert run_us(sched, priced, "graph", "nvshmem") == pytest.approx(
         5.0 + 1.0 + 1.5 + 64 * KiB / 3 / (rate * 1e3) + 3.0, abs=1e-3)
     # a host-driven (NCCL) program's local kernels are plain ones: the constant changes nothing there
     sched = one_copy.trace(2, sizes={"N": 16 * KiB})
-    assert program_us(sched, priced, "graph", "nccl") == pytest.approx(program_us(sched, base, "graph", "nccl"))
+    assert run_us(sched, priced, "graph", "nccl") == pytest.approx(run_us(sched, base, "graph", "nccl"))
     # 0 (the default) is off
     assert load_topology(H200).constants.nvshmem_local_block_GBs == 0.0
 
@@ -418,13 +426,13 @@ def test_host_mapped_progress_words_cost_each_op_of_an_nvshmem_program():
     # nothing unless the run was built so
     sched = fill_then_put.trace(2, sizes={"N": 1 << 10})
     topo = topo_with(program_graph_us=5.0, program_step_us=1.5, barrier_us=3.0, program_host_progress_us=0.5)
-    plain = program_us(sched, topo, "graph", "nvshmem")
+    plain = run_us(sched, topo, "graph", "nvshmem")
     spread = [op.kind for op in sched.programs[0].ops if op.kind != "wait_until"]
     assert spread == ["fill", "put_signal", "copy"]
-    assert program_us(sched, topo, "graph", "nvshmem", host_progress=True) == pytest.approx(plain + 0.5 * 3,
+    assert run_us(sched, topo, "graph", "nvshmem", host_progress=True) == pytest.approx(plain + 0.5 * 3,
                                                                                           abs=1e-3)
     off = topo_with(program_graph_us=5.0, program_step_us=1.5, barrier_us=3.0)
-    assert program_us(sched, off, "graph", "nvshmem", host_progress=True) == pytest.approx(plain)
+    assert run_us(sched, off, "graph", "nvshmem", host_progress=True) == pytest.approx(plain)
 
 
 # ---------------------------------------------------------------------------------------- calibration

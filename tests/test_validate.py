@@ -20,6 +20,7 @@ np = pytest.importorskip("numpy")
 
 import clockworks_dist as cw  # noqa: E402
 from clockworks_dist import codegen, ir  # noqa: E402
+from clockworks_dist.lowering import Build, as_built, lower  # noqa: E402
 from clockworks_dist.report import validate as report_validate  # noqa: E402
 from clockworks_dist.runtime import nccl_bench, validate  # noqa: E402
 from clockworks_dist.semantics import numeric  # noqa: E402
@@ -354,8 +355,8 @@ def test_validate_with_slurm_prepares_every_size_and_collect_sums_up(tmp_path, m
     script; `collect` then reads what the ranks wrote there (written here as a program would)."""
     pytest.importorskip("matplotlib")
     fake = type(sys)("clockworks_dist.codegen.program")
-    fake.generate = (lambda sched, backend, packets=None, splits=None:
-                     f"// {sched.name} {backend} {sched.programs[0].buffers[0].count}\n")
+    fake.generate = (lambda lowered: f"// {lowered.sched.name} {lowered.build.backend} "
+                     f"{lowered.sched.programs[0].buffers[0].count}\n")
     monkeypatch.setitem(sys.modules, "clockworks_dist.codegen.program", fake)
     monkeypatch.setattr(codegen, "program", fake, raising=False)
     out = tmp_path / "out"
@@ -399,7 +400,7 @@ def test_the_run_records_where_an_nvshmem_kernel_writes_its_progress_words(tmp_p
     """validate records `progress_words` (GPU memory: it never passes --host-progress), so a
     prediction of its results knows which build it prices; an NCCL run records none."""
     fake = type(sys)("clockworks_dist.codegen.program")
-    fake.generate = lambda sched, backend, packets=None, splits=None: f"// {sched.name} {backend}\n"
+    fake.generate = lambda lowered: f"// {lowered.sched.name} {lowered.build.backend}\n"
     monkeypatch.setitem(sys.modules, "clockworks_dist.codegen.program", fake)
     monkeypatch.setattr(codegen, "program", fake, raising=False)
     for backend, protocol, want in (("nvshmem", "nvshmem_oneshot_allreduce.py", "gpu"),
@@ -630,7 +631,8 @@ def test_the_calibrated_topology_is_picked_by_the_gpus_here():
     with pytest.raises(validate.ValidateError, match="h200x2-nv18 has 2 GPUs, but the schedule has 4 ranks"):
         validate.pick_topology("h200x2-nv18", 4, [])
     ring = cw.load_file(os.path.join(PROTOCOLS, "ring_allreduce.py"))[0].trace(2)
-    predicted, why = validate.predictions(ring, validate.pick_topology("h200x2-nv18", 2, [])[0])
+    predicted, why = validate.predictions(lower(ring, Build("nccl")), validate.pick_topology("h200x2-nv18", 2, [])[0],
+                                          False)
     assert why is None and 0 < predicted["graph_us"] <= predicted["eager_us"]
 
 
@@ -651,7 +653,7 @@ def test_no_check_runs_a_schedule_without_expected_values_when_none_can_be_built
     """recv_never_matched does not even match statically: with no_check its program still runs (to
     show the hang), with no expectation files; without no_check it is refused."""
     fake = type(sys)("clockworks_dist.codegen.program")
-    fake.generate = lambda sched, backend, packets=None, splits=None: "// program\n"
+    fake.generate = lambda lowered: "// program\n"
     monkeypatch.setitem(sys.modules, "clockworks_dist.codegen.program", fake)
     monkeypatch.setattr(codegen, "program", fake, raising=False)
     path = os.path.join(PROTOCOLS, "buggy", "recv_never_matched.py")
@@ -734,12 +736,14 @@ def test_the_prediction_is_the_generated_programs_run_where_the_model_covers_it(
     assert validate.kernel_splits(run, meta) == call_starts(one, 4, "sync")
     assert validate.kernel_splits(run, {**meta, "kernels": "one"}) is None
     topo_ = choose_topology("h200x2-nv18").topology
-    per_call, _ = validate.predictions(run, topo_, "nvshmem", splits=validate.kernel_splits(run, meta))
-    fused, _ = validate.predictions(run, topo_, "nvshmem")
+    # read back from a results folder (the K-call schedule and its meta), as `collect` does
+    per_call, _ = validate.predictions(as_built(run, validate.build_of(meta), validate.kernel_splits(run, meta)),
+                                       topo_, True)
+    fused, _ = validate.predictions(as_built(run, validate.build_of({**meta, "kernels": "one"})), topo_, True)
     # each of the 3 later calls starts a kernel of its own where one kernel has a handoff between blocks
     assert per_call["graph_us"] > fused["graph_us"]
-    assert per_call["graph_us"] == round(program_us(run, topo_, "graph", "nvshmem",
-                                                    splits=call_starts(one, 4, "sync")), 2)
+    # ... is what the lowering of one call gives
+    assert per_call["graph_us"] == round(program_us(lower(one, Build("nvshmem", 4, "sync")), topo_, "graph"), 2)
     # a local run with packets: its program with the packet sends (one crossing, twice the bytes, no fence)
     from clockworks_dist.lowering import packets
 
@@ -749,9 +753,9 @@ def test_the_prediction_is_the_generated_programs_run_where_the_model_covers_it(
         family = cw.load_file(os.path.join(PROTOCOLS, "nvshmem_allreduce_family.py"))[0].trace(2)
     low = packets.lower(family, 32768)
     assert low.channels
-    sent, _ = validate.predictions(low.sched, topo_, "nvshmem", packets=low)
-    fenced, _ = validate.predictions(low.sched, topo_, "nvshmem")
-    assert sent["graph_us"] == round(program_us(low.sched, topo_, "graph", "nvshmem", packets=low), 2)
+    sent, _ = validate.predictions(lower(family, Build("nvshmem", packets=32768)), topo_, True)
+    fenced, _ = validate.predictions(as_built(low.sched, Build("nvshmem")), topo_, True)  # no packet sends
+    assert sent["graph_us"] == round(program_us(as_built(low.sched, Build("nvshmem"), packets=low), topo_, "graph"), 2)
     assert sent["graph_us"] < fenced["graph_us"]
     meta = {"backend": "nvshmem", "packets": {"max_bytes": 32768}}
     assert "sent as packets" in validate.prediction_source({**meta, "launcher": "local"})
@@ -760,9 +764,10 @@ def test_the_prediction_is_the_generated_programs_run_where_the_model_covers_it(
     assert "schedule's ops" in validate.prediction_source({"backend": "cupy"})
     topo = choose_topology("h200x2-nv18").topology
     sched = cw.load_file(os.path.join(PROTOCOLS, "ring_allreduce.py"))[0].trace(2)
-    program, why = validate.predictions(sched, topo, "nccl")
-    alone, _ = validate.predictions(sched, topo)
+    program, why = validate.predictions(lower(sched, Build("nccl")), topo, True)
+    alone, _ = validate.predictions(lower(sched, Build("nccl")), topo, False)
     assert why is None
-    assert program == {f"{mode}_us": round(program_us(sched, topo, mode, "nccl"), 2) for mode in ("eager", "graph")}
+    assert program == {f"{mode}_us": round(program_us(lower(sched, Build("nccl")), topo, mode), 2)
+                       for mode in ("eager", "graph")}
     # the program's own costs (its start, a progress word around every op) come on top of the ops
     assert program["graph_us"] > alone["graph_us"] + topo.constants.program_graph_us

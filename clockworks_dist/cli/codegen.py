@@ -153,30 +153,30 @@ def file_name(sched: ir.Schedule, backend: str) -> str:
 
 def _write_all(args: argparse.Namespace) -> list[tuple[ir.Schedule, str]]:
     from ..codegen import program
+    from ..lowering import Build, LoweringError, lower
     from ..semantics.backends import Unsupported
 
     schedules = _schedules(args)
     hygiene.prepare_out_dir(args.out, "-o/--out")
     written = []
+    try:
+        build = Build(args.backend, packets=getattr(args, "packets", 0) or 0,
+                      copy_engine=getattr(args, "copy_engine", 0) or 0)
+    except LoweringError as exc:
+        raise ClockworksError(str(exc)) from None
     for sched in schedules:
-        lowered = None
-        if getattr(args, "packets", 0):
-            from ..lowering import packets
+        lowered = lower(sched, build)
+        if build.packets:
             from ..runtime import validate
 
-            if args.backend != "nvshmem":
-                raise ClockworksError("--packets is a lowering of the nvshmem backend: add --backend nvshmem")
-            lowered = packets.lower(sched, args.packets)
             sched = lowered.sched
             try:
                 validate.verify(sched, args.timeout)
             except validate.ValidateError as exc:
                 raise ClockworksError(f"{exc} [with --packets: the schedule as packets; without --packets it keeps "
                                       "separate signals]") from None
-        if getattr(args, "copy_engine", 0) and args.backend != "nvshmem":
-            raise ClockworksError("--copy-engine is a lowering of the nvshmem backend: add --backend nvshmem")
         try:
-            text = program.generate(sched, args.backend, packets=lowered, copy_engine=getattr(args, "copy_engine", 0))
+            text = program.generate(lowered)
         except Unsupported as exc:
             others = [b for b in BACKENDS if b != args.backend and not program.unsupported(sched, b)]
             hint = f"; --backend {others[0]} can generate it" if others else ""

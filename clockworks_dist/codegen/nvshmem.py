@@ -109,8 +109,7 @@ from pathlib import Path
 
 from .. import ir
 from ..lowering.nvshmem_plan import (
-    RankPlan, Step, Who, copy_engine_ops, kernel_spans, monotone_words, plan_rank,
-    staged, touch_index,
+    RankPlan, Step, Who, kernel_spans, staged,
 )
 from ..semantics.backends import Backend, Unsupported, register
 from ..semantics.rules import rule
@@ -217,8 +216,9 @@ def put(gen: Gen, op: ir.Put) -> list[str]:
 
 
 def _packets(gen: Gen):
-    """The `packets.Lowered` this program is generated from (None: no packets)."""
-    return _state(gen).get("packets")
+    """The `packets.Lowered` of this program's lowering, where it sends any packets (else None)."""
+    packets = gen.lowered.packets
+    return packets if packets is not None and packets.channels else None
 
 
 def put_signal(gen: Gen, op: ir.PutSignal) -> list[str]:
@@ -570,7 +570,7 @@ class NvshmemTarget(Target):
         ]
 
     def reset(self, gen: Gen) -> list[str]:
-        lowered = _state(gen).get("packets")
+        lowered = _packets(gen)
         if lowered is None:
             return []
         lines = []
@@ -584,7 +584,7 @@ class NvshmemTarget(Target):
 
     def _packet_peers(self, gen: Gen) -> list[str]:
         """Setup: every packet sender reaches its receiver's area by stores (nvshmem_ptr), or stops here."""
-        lowered = _state(gen).get("packets")
+        lowered = _packets(gen)
         if lowered is None:
             return []
         lines = []
@@ -651,12 +651,7 @@ class NvshmemTarget(Target):
         sched = gen.sched
         program = sched.programs[rank]
         state = _state(gen)
-        if "touches" not in state:
-            state["touches"] = (touch_index(sched), monotone_words(sched))
-        splits = frozenset(state.get("splits", {}).get(rank, ()))
-        engine = copy_engine_ops(sched, rank, state.get("copy_engine", 0), state.get("packets"))
-        plan = plan_rank(sched, rank, *state["touches"], packets=state.get("packets"), splits=splits,
-                         copy_engine=engine)
+        plan = gen.lowered.plan(rank)  # the lowering's block plan (`lowering.nvshmem_plan`)
         state.setdefault("plans", {})[rank] = plan
         kernel = state["kernel"] = _Kernel(plan, plan.steps[0] if plan.steps else Step(0, Who("all")))
         scratch_before = len(gen.scratch)

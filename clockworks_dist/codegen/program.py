@@ -27,6 +27,7 @@ from .. import ir
 from ..semantics import numeric
 from ..semantics.backends import Backend, Unsupported
 from ..semantics.rules import describe
+from ..lowering import Build, Lowered, lower
 from . import cuda
 
 SUPPORT = Path(__file__).with_name("support.cuh")
@@ -104,7 +105,8 @@ class Gen:
     scratch: list[Scratch] = field(default_factory=list)
     tables: list[tuple[int, str, str, list[str]]] = field(default_factory=list)  # (rank, name, C type, pointers)
     uses: set[str] = field(default_factory=set)
-    state: dict = field(default_factory=dict)  # a backend's own state while it writes one program
+    state: dict = field(default_factory=dict)  # a backend's own scratch while it writes one program
+    lowered: Lowered | None = None  # the lowering decisions the emitter renders (`lowering.lower`)
 
     @property
     def program(self) -> ir.Program:
@@ -172,35 +174,21 @@ def unsupported(sched: ir.Schedule, backend: str) -> list[str]:
     return list(found.values())
 
 
-def generate(sched: ir.Schedule, backend: str, packets=None, splits: dict[int, list[int]] | None = None,
-             copy_engine: int = 0) -> str:
-    """The `.cu` of `sched` for `backend`; `Unsupported` (naming file:line) if an op cannot be emitted.
-    `packets` (`packets.Lowered` of which `sched` is the schedule): the NVSHMEM backend sends its
-    put_signals as flag-in-data packets. `splits` (rank -> op indices, `repeat.call_starts`): the
-    NVSHMEM backend begins a kernel at each (one kernel per call of `--calls`); the NCCL backend
-    launches every op on its own already. `copy_engine` > 0: the NVSHMEM backend's puts and put_signals
-    of at least that many bytes go on the copy engine (`nvshmem.copy_engine_ops`)."""
-    tgt = target(backend)
-    if copy_engine and tgt.name != "nvshmem":
-        raise Unsupported(f"copy-engine puts are an NVSHMEM lowering; the {tgt.name} backend has none")
-    if packets is not None and packets.channels:
-        if tgt.name != "nvshmem":
-            raise Unsupported(f"packets are an NVSHMEM lowering; the {tgt.name} backend has none")
-        if packets.sched is not sched:
-            raise ValueError("generate(packets=...) takes the schedule packets.lower returned")
-    problems = unsupported(sched, backend)
+def generate(program: Lowered | ir.Schedule, backend: str | None = None) -> str:
+    """The `.cu` of a lowered schedule (`lowering.lower(sched, Build(backend, ...))`: its backend, K
+    calls with a kernel per call, packets, copy-engine puts), or of a schedule as written for
+    `backend`; `Unsupported` (naming file:line) if an op cannot be emitted. The emitter renders the
+    lowering's decisions and takes none itself."""
+    lowered = program if isinstance(program, Lowered) else lower(program, Build(backend or "nccl"))
+    sched = lowered.sched
+    tgt = target(lowered.build.backend)
+    problems = unsupported(sched, tgt.name)
     if problems:
         raise Unsupported("; ".join(problems))
-    for program in sched.programs:  # names are checked when a schedule is loaded; check again here
-        for decl in (*program.buffers, *program.signals):
+    for prog in sched.programs:  # names are checked when a schedule is loaded; check again here
+        for decl in (*prog.buffers, *prog.signals):
             cuda.ident("buffer", decl.name)
-    gen = Gen(sched, tgt)
-    if packets is not None and packets.channels:
-        gen.state.setdefault("nvshmem", {})["packets"] = packets
-    if splits and tgt.name == "nvshmem":
-        gen.state.setdefault("nvshmem", {})["splits"] = splits
-    if copy_engine:
-        gen.state.setdefault("nvshmem", {})["copy_engine"] = copy_engine
+    gen = Gen(sched, tgt, lowered=lowered)
     functions = []
     for rank in range(sched.world):
         gen.rank = rank

@@ -32,6 +32,7 @@ from typing import Callable
 
 from .. import ir
 from ..errors import CostWarning
+from ..lowering import Lowered
 from ..semantics.rules import rule
 
 Size = Callable[[int, ir.Region], float]
@@ -49,28 +50,13 @@ class RunConditions:
     # NCCL_MAX_NCHANNELS of the run: it caps the channels a call uses, not NCCL's choice of protocol
     # (NCCL builds its tuning tables for the full channel count).
     channel_cap: int | None = None
-    # A timed run of the program `clockworks codegen` generates for this backend ("nccl" or
-    # "nvshmem"), as `clockworks validate` measures it: one run from its start event to its stop
-    # event, with the program's own per-run costs (`program_*` constants; an NVSHMEM program's one
-    # kernel and its closing barrier; the progress word before each op of a host-driven one) and
-    # its stand-in kernels for compute ops. None: the schedule's own ops, run back to back.
-    program: str | None = None
-    # An NVSHMEM program generated while its progress words were host-mapped (before they moved to
-    # GPU memory; `validate --host-progress` still builds it so): every fence waits for the
-    # progress writes before it to cross PCIe, `program_host_progress_us` more per op.
-    host_progress: bool = False
-    # An NVSHMEM program generated with `--copy-engine SIZE`: its puts and put_signals of at least this
-    # many bytes are issued by the host on the copy engine between two kernels (`codegen.nvshmem.
-    # copy_engine_ops`); 0: none.
-    copy_engine: int = 0
-    # An NVSHMEM program of a run of calls with a kernel per call (`validate --calls K` without
-    # --fuse-calls): per rank, the ops that begin a kernel of their own (`repeat.call_starts`); ():
-    # one kernel a run.
-    kernel_starts: tuple[tuple[int, ...], ...] = ()
-    # An NVSHMEM program generated with `--packets`: (rank, op) of the put_signals sent as flag-in-data
-    # packets (`codegen.packets.Lowered.sends`): the data and its flag in one stream of 16-byte stores,
-    # twice the payload's bytes, with no fence between them and no separate signal.
-    packet_sends: tuple[tuple[int, int], ...] = ()
+    # A timed run of a generated program, as `clockworks validate` measures it: the schedule's
+    # lowering (`lowering.Lowered`: its backend, its kernels per call, packets, copy-engine puts and
+    # progress words, all decided there), one run from its start event to its stop event, with the
+    # program's own per-run costs (`program_*` constants; an NVSHMEM program's kernels and its closing
+    # barrier; the progress word before each op of a host-driven one) and its stand-in kernels for
+    # compute ops. None: the schedule's own ops, run back to back.
+    program: Lowered | None = None
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ conventions, the critical path, the busiest links and what bounds the time.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .. import ir
+from ..lowering import Build, lower
 from ..topology.model import Constants
 from .costs import RunConditions, host_cost, launches_kernel
 from .network import GB, Network, from_topology
@@ -78,33 +78,31 @@ def steady_state_us(sched: ir.Schedule, timeline: Timeline, consts: Constants, m
 
 def predict_sizes(defn, topo, world: int, sizes: list[int], consts: Constants | None = None,
                   mode: str = "graph", ranks_per_node: int | None = None,
-                  conditions: RunConditions | Callable[[ir.Schedule], RunConditions] = RunConditions(), calls: int = 1,
-                  between: str = "barrier", transform=None, symbols: dict[str, int] | None = None) -> list[Prediction]:
+                  conditions: RunConditions = RunConditions(), build: Build | None = None, as_program: bool = False,
+                  symbols: dict[str, int] | None = None) -> list[Prediction]:
     """The schedule traced at each size and simulated on `topo` (with its constants unless `consts`
     is given), under `conditions`; `symbols` binds size symbols other than the one each size solves
-    for (`--size NAME=VALUE`). `calls` > 1: `calls` back-to-back calls (`repeat.repeat`, with
-    `between` separating them) simulated as one run, and the time per call returned. `transform`:
-    a rewrite applied last (a lowering, e.g. `codegen.packets.lower`'s schedule), what is simulated.
-    `conditions` may be a function of the schedule simulated (after `calls` and `transform`). With
-    `conditions.program`, each time is one timed run of the generated program, as
-    `perf.program.program_us` gives it (eagerly too: no steady state)."""
+    for (`--size NAME=VALUE`). `build`: the schedule lowered first (`lowering.lower`: `calls`
+    back-to-back calls simulated as one run and the time per call returned, packets, ...); with
+    `as_program`, each time is one timed run of its generated program, as `perf.program.program_us`
+    gives it (eagerly too: no steady state), else the lowered schedule's own ops."""
     consts = consts or topo.constants
     out = []
     network = from_topology(topo, world)
     base = defn.trace(world, ranks_per_node, sizes=symbols)
+    calls = build.calls if build is not None else 1
     for nbytes in sizes:
         binding = {**(symbols or {}), **size_binding(defn, world, nbytes, ranks_per_node, base)}
         sched = defn.trace(world, ranks_per_node, sizes=binding)
         factor, _ = busbw_factor(sched)
-        if calls > 1:
-            from ..lowering.repeat import repeat
-
-            sched = repeat(sched, calls, between)
-        if transform is not None:
-            sched = transform(sched)
+        how = conditions
+        if build is not None:
+            lowered = lower(sched, build)
+            sched = lowered.sched
+            if as_program:
+                how = replace(conditions, program=lowered)
         network._routes.clear()
         model = compile_model(sched)  # both runs of eager mode share it
-        how = conditions(sched) if callable(conditions) else conditions
         timeline = simulate(sched, network, consts, mode, how, model)
         if how.program:  # a generated program's timed run is one run, eager too (`perf.program`)
             time_us = timeline.total_us / calls

@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 from .. import ir, lowering
 from ..semantics.arithmetic import signal_effect
@@ -165,19 +164,24 @@ class Simulator:
         # A generated program's run (`conditions.program`) also has its own costs: before its first
         # op (`start_us`), before each op (a host-driven program's progress word, `mark_us`, which
         # the host issues too) and after its last (`end_us`).
-        self.program = conditions.program
+        # The program's lowering (`conditions.program`, a `lowering.Lowered`) decides, for an NVSHMEM
+        # program, which ops begin a call's kernel, which put_signals send packets and which puts the
+        # copy engine moves; the simulator reads those decisions and never makes them.
+        lowered = conditions.program
+        if lowered is not None and lowered.sched is not sched:
+            raise ValueError("Simulator(sched, conditions=RunConditions(program=lowered)) runs lowered.sched")
+        self.lowered = lowered
+        self.program = lowered.build.backend if lowered is not None else None
+        nvshmem = self.program == "nvshmem"
+        self.host_progress = nvshmem and lowered.build.host_progress
         self._planned: list[dict[int, str]] | None = None
         self._blocks: list[int] = []  # per rank: the grid of its NVSHMEM program's kernels (the plan's)
-        self.engine_ops: set[tuple[int, int]] = set()  # (rank, op) of the puts on the copy engine
-        # (rank, op) of the ops that begin a kernel of their own, a call each (`RunConditions.kernel_starts`)
-        self.call_kernels = {(rank, m) for rank, starts in enumerate(conditions.kernel_starts) for m in starts} \
-            if self.program == "nvshmem" else set()
-        self.packet_sends = set(conditions.packet_sends) if self.program == "nvshmem" else set()
-        if self.program == "nvshmem" and conditions.copy_engine:
-            from ..lowering.nvshmem_plan import copy_engine_ops  # the generated program's own rule
-
-            self.engine_ops = {(rank, m) for rank in range(sched.world)
-                               for m in copy_engine_ops(sched, rank, conditions.copy_engine)}
+        # (rank, op) of the puts on the copy engine, of the ops that begin a kernel of their own (a
+        # call each), and of the put_signals sent as packets
+        self.engine_ops = {(rank, m) for rank, ms in lowered.engine_ops.items() for m in ms} if nvshmem else set()
+        self.call_kernels = {(rank, m) for rank, ms in (lowered.kernel_starts or {}).items() for m in ms} \
+            if nvshmem else set()
+        self.packet_sends = set(lowered.packets.sends) if nvshmem and lowered.packets is not None else set()
         self.start_us, self.mark_us, self.end_us, mark_host = self._program_costs()
         self.host_ready = [[0.0] * len(p.ops) for p in sched.programs]
         if mode == "eager" and host_clock:
@@ -211,7 +215,7 @@ class Simulator:
             end = 0.0 if closing else c.barrier_us * rounds
             ops = [p.ops[0] for p in self.sched.programs if p.ops]
             spread = any(op.kind not in _ONE_THREAD for op in ops)  # the first op's, as in `_gap`
-            first = c.program_step_us + (c.program_host_progress_us if self.conditions.host_progress and spread
+            first = c.program_step_us + (c.program_host_progress_us if self.host_progress and spread
                                          else 0.0)
             return run + launch_us(c, self.mode, "local") + first, c.program_step_us, end, 0.0
         # host-driven: a progress word before every op and one after the last
@@ -247,7 +251,7 @@ class Simulator:
                 step += self.c.program_sync_us
             if self._planned_fence(rank, index):  # its blocks fence first (`_post` waits for the acknowledgements)
                 step += self.c.nvshmem_fence_us
-            if self.conditions.host_progress and op.kind not in _ONE_THREAD:
+            if self.host_progress and op.kind not in _ONE_THREAD:
                 # host-mapped progress words: the op's blocks fence after writing theirs, and wait
                 # for it to cross PCIe. Measured A/B, the same binaries (results/h200x2/progress):
                 # 1.7 us more per call of the one-shot all-reduce with a sync between calls (a put
@@ -264,13 +268,8 @@ class Simulator:
         if self._planned is None:
             self._planned, self._blocks = [{} for _ in range(self.world)], [1] * self.world
             if self.program == "nvshmem":
-                from ..lowering.nvshmem_plan import plan_rank  # the generated program's own plan
-
                 for rank in range(self.world):
-                    engine = frozenset(m for r, m in self.engine_ops if r == rank)
-                    splits = frozenset(m for r, m in self.call_kernels if r == rank)
-                    sends = SimpleNamespace(sends=dict.fromkeys(self.packet_sends)) if self.packet_sends else None
-                    plan = plan_rank(self.sched, rank, packets=sends, splits=splits, copy_engine=engine)
+                    plan = self.lowered.plan(rank)  # the generated program's own plan
                     self._planned[rank] = {step.index: step for step in plan.steps}
                     self._blocks[rank] = plan.blocks
         return self._planned

@@ -48,6 +48,8 @@ from .worker import _merge
 from .expected import Reference, build_reference, expect_rank
 from ..semantics.numeric import storage
 from ..dsl.message import size_text
+from ..lowering import Build, Lowered, LoweringError, as_built, lower
+from ..lowering.repeat import RepeatError
 from ..report.validate import plot_cells, render_table, summary_lines
 from .nccl_bench import (
     NCCL_LINES, build_nccl_bench, nccl_collective, nccl_sizes, parse_nccl, run_nccl_bench,
@@ -354,9 +356,21 @@ def program_model(meta: dict) -> str | None:
     return meta["backend"]
 
 
+def build_of(meta: dict) -> Build:
+    """The `Build` of a validate run, read back from its results (`meta`, `results.json`'s top level):
+    its backend, calls and separator, a kernel per call or one, packets and copy-engine sizes, and
+    where its progress words were (`progress_words`; runs from before it was recorded: `host_progress`)."""
+    calls = meta.get("calls") or 1
+    return Build(backend=meta.get("backend") or "nccl", calls=calls, between=meta.get("between") or "barrier",
+                 fuse_calls=calls > 1 and meta.get("kernels") != "per call",  # older runs: one kernel
+                 packets=(meta.get("packets") or {}).get("max_bytes") or 0,
+                 copy_engine=(meta.get("copy_engine") or {}).get("min_bytes") or 0,
+                 host_progress=meta.get("progress_words") == "host")
+
+
 def kernel_splits(sched: ir.Schedule, meta: dict) -> dict[int, list[int]] | None:
     """Where each call's kernel begins in the K-call schedule `sched` of a validate run with a kernel per
-    call (`meta["kernels"]`), for the program model; None for one kernel a run."""
+    call (`meta["kernels"]`), read back from a results folder; None for one kernel a run."""
     if meta.get("kernels") != "per call":
         return None
     from ..lowering.repeat import starts_of_repeated
@@ -374,23 +388,18 @@ def prediction_source(meta: dict) -> str:
     return "the schedule's ops (`clockworks predict`; the program's own costs are not modelled for this run)"
 
 
-def predictions(sched: ir.Schedule, topo, program: str | None = None, copy_engine: int = 0,
-                splits: dict[int, list[int]] | None = None, packets=None) -> tuple[dict | None, str | None]:
-    """Eager and graph predictions of one cell ({mode}_us), or None and why: the timed run of the
-    generated `program` (`perf.program.program_us`; `sched` being the K-call schedule of a run of K
-    calls; `copy_engine`: its puts of at least that many bytes on the copy engine; `splits`: a kernel
-    per call, `kernel_splits`; `packets`: the `packets.Lowered` whose schedule `sched` is), else the
-    schedule's own ops (`predict_cell`)."""
+def predictions(lowered: Lowered, topo, as_program: bool) -> tuple[dict | None, str | None]:
+    """Eager and graph predictions of one cell ({mode}_us, for the whole run), or None and why: the
+    timed run of the generated program of `lowered` (`perf.program.program_us`) when `as_program`,
+    else the schedule's own ops (`predict_cell`)."""
     if topo is None:
         return None, None
     try:
-        if program is not None:
+        if as_program:
             from ..perf.program import program_us
 
-            return {f"{mode}_us": round(program_us(sched, topo, mode, program, copy_engine=copy_engine,
-                                                   splits=splits, packets=packets), 2)
-                    for mode in ("eager", "graph")}, None
-        return {f"{mode}_us": round(predict_cell(sched, topo, mode), 2) for mode in ("eager", "graph")}, None
+            return {f"{mode}_us": round(program_us(lowered, topo, mode), 2) for mode in ("eager", "graph")}, None
+        return {f"{mode}_us": round(predict_cell(lowered.sched, topo, mode), 2) for mode in ("eager", "graph")}, None
     except ClockworksError as exc:
         return None, f"no prediction: {exc}"
 
@@ -592,9 +601,8 @@ def collect(out_dir: str) -> dict:
         if topo is None and topo_note is None:
             topo, topo_note = pick_topology(manifest.get("topology"), sched.world, machine["gpu_names"])
         result = summarize_run(sched, item.reference, _outcome_of(entry["job"], job.ranks), entry["job"])
-        predicted, why = predictions(sched, topo, program_model(manifest),
-                                     (manifest.get("copy_engine") or {}).get("min_bytes", 0),
-                                     kernel_splits(sched, manifest))
+        built = as_built(sched, build_of(manifest), kernel_splits(sched, manifest))
+        predicted, why = predictions(built, topo, program_model(manifest) is not None)
         result, predicted = _per_call(result, predicted, manifest.get("calls") or 1)
         nccl, nccl_note = nccl_cell((manifest.get("nccl") or {}).get("op"), found, entry["bytes"], sched.world,
                                     None if header else "NCCL's benchmark wrote nothing (see nccl.log)")
@@ -677,18 +685,16 @@ def _require_gpus(ranks: int, backend: str) -> None:
                             "with --launcher slurm")
 
 
-def _generate(sched: ir.Schedule, backend: str, path: str, lowered=None, splits=None, copy_engine: int = 0) -> str:
-    """Write the program of `sched` for `backend` to `path`; an op the backend cannot emit is named.
-    `lowered`: the `packets.Lowered` that `sched` is the schedule of; `splits`: where its calls begin
-    (a kernel each); `copy_engine`: puts of at least that many bytes on the copy engine (0: none)."""
+def _generate(lowered: Lowered, path: str) -> str:
+    """Write the program of `lowered` (`lowering.lower`) to `path`; an op the backend cannot emit is named."""
     from ..semantics.backends import Unsupported
     from ..codegen import program
 
+    backend = lowered.build.backend
     try:
-        text = program.generate(sched, backend, packets=lowered, splits=splits,
-                                **({"copy_engine": copy_engine} if copy_engine else {}))
+        text = program.generate(lowered)
     except Unsupported as exc:
-        raise ValidateError(f"{sched.name}: {exc} (the {backend} backend cannot generate it: try another "
+        raise ValidateError(f"{lowered.sched.name}: {exc} (the {backend} backend cannot generate it: try another "
                             "--backend)") from None
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(text)
@@ -717,27 +723,14 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
     if launcher not in LAUNCHERS:
         raise ValidateError(f"unknown launcher {launcher!r}; one of {', '.join(LAUNCHERS)}")
     schedules, nbytes = load_schedules(path, ranks, sizes, schedule_name, timeout, size_bindings)
-    splits = [None] * len(schedules)
-    if calls > 1:
-        from ..lowering.repeat import RepeatError, call_starts, repeat
-
-        if backend == "nvshmem" and not fuse_calls:
-            splits = [call_starts(sched, calls, between) for sched in schedules]
-        try:
-            schedules = [repeat(sched, calls, between) for sched in schedules]
-        except RepeatError as exc:
-            raise ValidateError(f"--calls {calls}: {exc}") from None
-    lowered = [None] * len(schedules)
-    if packets:
-        from ..lowering import packets as packets_mod
-
-        if backend != "nvshmem":
-            raise ValidateError("--packets is a lowering of the nvshmem backend: add --backend nvshmem")
-        lowered = [packets_mod.lower(sched, packets) for sched in schedules]
-        schedules = [item.sched for item in lowered]
-        splits = [low.remap(s) if s else s for low, s in zip(lowered, splits)]
-    if copy_engine and backend != "nvshmem":
-        raise ValidateError("--copy-engine is a lowering of the nvshmem backend: add --backend nvshmem")
+    try:
+        build = Build(backend, calls, between, fuse_calls, packets, copy_engine)
+        lowered = [lower(sched, build) for sched in schedules]
+    except LoweringError as exc:
+        raise ValidateError(str(exc)) from None
+    except RepeatError as exc:
+        raise ValidateError(f"--calls {calls}: {exc}") from None
+    schedules = [low.sched for low in lowered]
     if not no_check:
         for sched in schedules:
             verify(sched, timeout)
@@ -750,16 +743,16 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
             "nccl_op": nccl_collective(schedules[0]) if nccl else None, "nccl": nccl, "no_check": no_check,
             "params": dict(schedules[0].params),  # the family's variant (cw.param, cw.choice), if any
             "calls": calls, "between": between if calls > 1 else None,
-            "kernels": ("per call" if splits[0] else "one") if calls > 1 and backend == "nvshmem" else None,
+            "kernels": ("per call" if build.kernel_per_call else "one") if calls > 1 and backend == "nvshmem" else None,
             # where an NVSHMEM kernel writes its progress words: GPU memory, copied to the host beside the
             # kernel (validate never passes --host-progress); runs from before this was recorded wrote
             # them to host-mapped memory until 2026-11-23 08:27 UTC, which costs each op a PCIe round
             "progress_words": "gpu" if backend == "nvshmem" else None,
-            "packets": ({"max_bytes": packets, "channels": [len(item.channels) for item in lowered],
-                         "refused": lowered[0].refused[:8]} if packets else None),
+            "packets": ({"max_bytes": packets, "channels": [len(low.packets.channels) for low in lowered],
+                         "refused": lowered[0].packets.refused[:8]} if packets else None),
             "copy_engine": ({"min_bytes": copy_engine} if copy_engine else None)}
     if launcher == "slurm":
-        return _prepare_slurm(schedules, nbytes, out_dir, meta, topology, search, nodes, lowered, splits)
+        return _prepare_slurm(lowered, nbytes, out_dir, meta, topology, search, nodes)
     launch.find_mpiexec()
     if backend == "cupy":
         return _validate_cupy(schedules, nbytes, out_dir, meta, topology, search)
@@ -773,10 +766,10 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
     with concurrent.futures.ThreadPoolExecutor(max_workers=_build_workers(len(schedules))) as pool:
         bench = pool.submit(build_nccl_bench, build_root) if meta["nccl_op"] and schedules[0].world > 1 else None
         binaries = []
-        for sched, size, low, split in zip(schedules, nbytes, lowered, splits):
+        for low, size in zip(lowered, nbytes):
             folder = os.path.join(build_root, str(size))
             os.makedirs(folder, exist_ok=True)
-            source = _generate(sched, backend, os.path.join(folder, f"{sched.name}.cu"), low, split, copy_engine)
+            source = _generate(low, os.path.join(folder, f"{low.sched.name}.cu"))
             binaries.append(pool.submit(build.compile_program, source, backend, folder, toolchain))
         binaries = [os.fspath(job.result()) for job in binaries]
         bench_binary, bench_problem = None, None
@@ -790,13 +783,13 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
         reference = reference_of(sched, search, no_check)
         results.append(run_program(binary, sched, reference, sched.world, timeout, iters, warmup, graph,
                                    backend=backend, nbytes=size, save_to=os.path.join(out_dir, "runs", str(size))))
-    return _finish(schedules, nbytes, results, out_dir, meta, topology, bench_binary, bench_problem, timeout, lowered)
+    return _finish(lowered, nbytes, results, out_dir, meta, topology, bench_binary, bench_problem, timeout)
 
 
-def _finish(schedules, nbytes, results, out_dir, meta, topology, bench_binary, bench_problem, timeout,
-            lowered=None) -> dict:
-    """NCCL's collective at the same sizes, the predictions, the results folder (`lowered`: each
-    schedule's `packets.Lowered`, where its put_signals went as packets)."""
+def _finish(lowered: list[Lowered], nbytes, results, out_dir, meta, topology, bench_binary, bench_problem,
+            timeout) -> dict:
+    """NCCL's collective at the same sizes, the predictions, the results folder."""
+    schedules = [low.sched for low in lowered]
     world = schedules[0].world
     header, found = None, {}
     if bench_binary is not None:
@@ -809,10 +802,10 @@ def _finish(schedules, nbytes, results, out_dir, meta, topology, bench_binary, b
     topo, topo_note = pick_topology(topology, world, machine["gpu_names"])
     cells = []
     calls = meta.get("calls") or 1
-    for sched, size, result, low in zip(schedules, nbytes, results, lowered or [None] * len(schedules)):
-        program = program_model(meta) or (meta["backend"] if low is not None and meta["backend"] == "nvshmem" else None)
-        predicted, why = predictions(sched, topo, program, (meta.get("copy_engine") or {}).get("min_bytes", 0),
-                                     kernel_splits(sched, meta), low)
+    for low, size, result in zip(lowered, nbytes, results):
+        # the program's run is modelled (`program_model`), and so is one whose put_signals went as packets
+        modelled = program_model(meta) is not None or (low.packets is not None and meta["backend"] == "nvshmem")
+        predicted, why = predictions(low, topo, modelled)
         result, predicted = _per_call(result, predicted, calls)
         nccl, nccl_note = nccl_cell(meta["nccl_op"] if world > 1 else None, found, size, world, bench_problem,
                                     none="no NCCL collective" if meta.get("nccl", True) else "NCCL not measured")
@@ -878,8 +871,9 @@ def _validate_cupy(schedules, nbytes, out_dir, meta, topology, search) -> dict:
     return _finish(schedules, nbytes, results, out_dir, meta, topology, bench_binary, bench_problem, timeout)
 
 
-def _prepare_slurm(schedules, nbytes, out_dir, meta, topology, search, nodes, lowered=None, splits=None) -> dict:
+def _prepare_slurm(lowered: list[Lowered], nbytes, out_dir, meta, topology, search, nodes) -> dict:
     """Generate every program, write every job directory and the sbatch script; nothing runs here."""
+    schedules = [low.sched for low in lowered]
     if meta["backend"] == "cupy":
         raise ValidateError("--launcher slurm runs generated programs: use --backend nccl or nvshmem "
                             "(the cupy backend runs under clockworks run inside the allocation)")
@@ -892,14 +886,13 @@ def _prepare_slurm(schedules, nbytes, out_dir, meta, topology, search, nodes, lo
             raise ValidateError(f"--launcher slurm: {what} {path!r} holds spaces or shell syntax, which the sbatch "
                                 "script cannot carry safely: use a folder named with letters, digits and ._-/+ only")
     cells = []
-    for sched, size, low, split in zip(schedules, nbytes, lowered or [None] * len(schedules),
-                                       splits or [None] * len(schedules)):
+    for low, size in zip(lowered, nbytes):
+        sched = low.sched
         folder = os.path.join(out_dir, "build", str(size))
         job_dir = os.path.join(out_dir, "runs", str(size))
         os.makedirs(folder, exist_ok=True)
         os.makedirs(job_dir, exist_ok=True)
-        source = _generate(sched, meta["backend"], os.path.join(folder, f"{sched.name}.cu"), low, split,
-                           (meta.get("copy_engine") or {}).get("min_bytes", 0))
+        source = _generate(low, os.path.join(folder, f"{sched.name}.cu"))
         reference = reference_of(sched, search, meta["no_check"])
         prepare_job_dir(job_dir, sched, reference, meta["timeout"], meta["iters"], meta["backend"], size)
         cells.append({"bytes": size, "size": size_text(size), "source": source,

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 
 from ... import ir
 from ...errors import ClockworksError
+from ...lowering import Build, Lowered, lower
 from ...semantics.backends import Unsupported
 from .. import cuda
 from ..program import SUPPORT, Gen, _signal_words
@@ -94,10 +95,20 @@ class Entry:
     winner: Winner
     between: str
     calls: int
-    sched: ir.Schedule  # the K-call schedule (rewritten by the packets lowering when it won with packets)
-    starts: dict[int, list[int]]  # rank -> the first op of each call after the first
-    lowered: object | None  # packets.Lowered, or None
+    # the K calls lowered with a kernel per call (`lowering.lower`; with packets or copy-engine puts
+    # where the winner won with them)
+    program: Lowered
     said: dict[str, str] = field(default_factory=dict)  # separator -> what the checker said
+
+    @property
+    def sched(self) -> ir.Schedule:
+        """The K-call schedule that runs (rewritten by the packets lowering when it won with packets)."""
+        return self.program.sched
+
+    @property
+    def starts(self) -> dict[int, list[int]]:
+        """rank -> the first op of each call after the first."""
+        return self.program.kernel_starts or {}
 
 
 # ---------------------------------------------------------------------------------- checking
@@ -124,8 +135,7 @@ def plan_entries(defn, world: int, winners: list[Winner], calls: int = DEFAULT_R
     """Each winner as the kernels of `calls` calls, with the separator the checker verifies for the
     library (`library_check`): the one it was measured with first, then the cheapest."""
     from ...perf.predict import size_binding
-    from ...lowering.repeat import RepeatError, call_starts, repeat
-    from ...lowering import packets as packets_mod
+    from ...lowering.repeat import RepeatError
 
     if calls < 1:
         raise LibraryError(f"--reset-every {calls}: at least one call between resets")
@@ -142,20 +152,16 @@ def plan_entries(defn, world: int, winners: list[Winner], calls: int = DEFAULT_R
         said: dict[str, str] = {}
         chosen = None
         for between in order:
-            try:
-                rep = repeat(base, calls, between)
+            try:  # a kernel per call, as the library launches them
+                lowered = lower(base, Build("nvshmem", calls, between, packets=winner.packets,
+                                            copy_engine=winner.copy_engine))
             except RepeatError as exc:
                 said[between] = f"cannot repeat: {exc}"
                 continue
-            starts = call_starts(base, calls, between)
-            lowered = None
-            if winner.packets:
-                lowered = packets_mod.lower(rep, winner.packets)
-                rep, starts = lowered.sched, lowered.remap(starts)
-            problem = library_check(rep, starts, calls, timeout)
+            problem = library_check(lowered.sched, lowered.kernel_starts or {}, calls, timeout)
             said[between] = problem or "verified"
             if problem is None:
-                chosen = Entry(winner, between, calls, rep, starts, lowered, said)
+                chosen = Entry(winner, between, calls, lowered, said)
                 break
         if chosen is None:
             raise LibraryError(f"{_size_text(winner.nbytes)}: {winner.label or winner.variant}: no separator makes "
@@ -400,14 +406,9 @@ def _generate_entry(entry: Entry, k: int) -> tuple[list[str], dict]:
                 problems.append(str(exc))
     if problems:
         raise LibraryError(f"{_size_text(entry.winner.nbytes)}: the nvshmem backend cannot generate it: {problems[0]}")
-    gen = Gen(sched, TARGET)
+    gen = Gen(sched, TARGET, lowered=entry.program)
     state = gen.state.setdefault("nvshmem", {})
     state["library"] = True
-    state["splits"] = entry.starts
-    if entry.lowered is not None and entry.lowered.channels:
-        state["packets"] = entry.lowered
-    if entry.winner.copy_engine:
-        state["copy_engine"] = entry.winner.copy_engine
     text = [f"namespace cw_size{k} {{  // {_size_text(entry.winner.nbytes)}: {cuda.comment(entry.winner.label)}, "
             f"{entry.between} between calls"]
     for rank in range(sched.world):
