@@ -28,16 +28,19 @@ ROOT = Path(__file__).resolve().parent.parent
 # or package of clockworks_dist/ must be placed here (and in docs/layout.md). scripts/layers.py reads
 # this constant with ast.literal_eval: keep it a literal.
 LAYERS = (
-    (8, ("clockworks_dist", "__main__", "cli"), "the command line and the facade (the package's __init__)"),
-    (7, ("tune", "prediction"), "the two composite applications"),
-    (6, ("runtime",), "executors, mpirun harness, validate"),
-    (5, ("report",), "tables, plots, traces (renders results; runs nothing)"),
-    (4, ("codegen",), "CUDA emitters, the library, build"),
-    (3, ("perf",), "timed machine, costs, program models, prediction"),
-    (2, ("dsl", "check", "topology", "lowering", "calibrate"),
+    (11, ("__main__",), "`python -m clockworks_dist`: runs the command line"),
+    (10, ("cli",), "the command line: argparse, output, exit codes (no engine imports it)"),
+    (9, ("clockworks_dist",), "the package's facade (its __init__: check, predict, the DSL for `import clockworks_dist`)"),
+    (8, ("tune", "prediction"), "the two composite applications"),
+    (7, ("runtime",), "executors, mpirun harness, validate"),
+    (6, ("report",), "tables, plots, traces (renders results; runs nothing)"),
+    (5, ("codegen",), "CUDA emitters, the library, build"),
+    (4, ("perf",), "timed machine, costs, program models, prediction"),
+    (3, ("dsl", "check", "topology", "lowering", "calibrate"),
      "tracing | search | machines | schedule->program | microbenchmarks"),
-    (1, ("semantics",), "the one operational semantics"),
-    (0, ("ir", "errors", "hygiene"), "frozen data, errors, process hygiene"),
+    (2, ("semantics",), "the one operational semantics"),
+    (1, ("ir", "hygiene"), "frozen data | process hygiene (signals, process groups, output folders)"),
+    (0, ("errors",), "the error types and exit codes every layer raises"),
 )
 
 
@@ -110,7 +113,7 @@ def test_the_checker_reports_an_upward_import(tmp_path):
     })
     a = _analysis(package)
     assert [a.describe(imp) for imp in a.upward()] == [
-        "clockworks_dist/ir.py:5 imports clockworks_dist.perf.simulate (unit ir, layer 0 -> unit perf, layer 3)"
+        "clockworks_dist/ir.py:5 imports clockworks_dist.perf.simulate (unit ir, layer 1 -> unit perf, layer 4)"
         " [inside a function]"]
     assert not a.cycles     # the function-level import closes no cycle
 
@@ -124,7 +127,7 @@ def test_the_checker_reports_a_sideways_import_and_an_unplaced_unit(tmp_path):
     })
     a = _analysis(package)
     assert [a.describe(imp) for imp in a.upward()] == [
-        "clockworks_dist/tune.py:1 imports clockworks_dist.prediction (unit tune, layer 7 -> unit prediction, layer 7)"]
+        "clockworks_dist/tune.py:1 imports clockworks_dist.prediction (unit tune, layer 8 -> unit prediction, layer 8)"]
     assert a.unplaced() == {"shiny": ["clockworks_dist.shiny"]}
 
 
