@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS = (
     (11, ("__main__",), "`python -m clockworks_dist`: runs the command line"),
     (10, ("cli",), "the command line: argparse, output, exit codes (no engine imports it)"),
-    (9, ("clockworks_dist",), "the package's facade (its __init__: check, predict, the DSL for `import clockworks_dist`)"),
+    (9, ("clockworks_dist",),
+     "the package's facade (its __init__: check, predict, the DSL for `import clockworks_dist`)"),
     (8, ("tune", "prediction"), "the two composite applications"),
     (7, ("runtime",), "executors, mpirun harness, validate"),
     (6, ("report",), "tables, plots, traces (renders results; runs nothing)"),
