@@ -65,6 +65,7 @@ from ..semantics.machine import Model
 from ..semantics.match import match
 from ..semantics.rules import Sync, describe
 from . import nccl
+from .programs import program_model
 from .costs import (
     COSTS, RunConditions, compute_dtype, fixed_us, host_cost, launch_us, launches_kernel, reduce_traffic,
     reducing_recvs, warn_no_cost,
@@ -164,31 +165,24 @@ class Simulator:
         # A generated program's run (`conditions.program`) also has its own costs: before its first
         # op (`start_us`), before each op (a host-driven program's progress word, `mark_us`, which
         # the host issues too) and after its last (`end_us`).
-        # The program's lowering (`conditions.program`, a `lowering.Lowered`) decides, for an NVSHMEM
-        # program, which ops begin a call's kernel, which put_signals send packets and which puts the
-        # copy engine moves; the simulator reads those decisions and never makes them.
+        # The program's model (`programs`: the schedule alone, the NCCL backend's host-driven program,
+        # the NVSHMEM backend's kernels) reads its lowering (`conditions.program`, a `lowering.Lowered`):
+        # which ops begin a call's kernel, which put_signals send packets, which puts the copy engine
+        # moves, the block plan. The simulator reads those decisions and never makes them.
         lowered = conditions.program
         if lowered is not None and lowered.sched is not sched:
             raise ValueError("Simulator(sched, conditions=RunConditions(program=lowered)) runs lowered.sched")
-        self.lowered = lowered
-        self.program = lowered.build.backend if lowered is not None else None
-        nvshmem = self.program == "nvshmem"
-        self.host_progress = nvshmem and lowered.build.host_progress
-        self._planned: list[dict[int, str]] | None = None
-        self._blocks: list[int] = []  # per rank: the grid of its NVSHMEM program's kernels (the plan's)
-        # (rank, op) of the puts on the copy engine, of the ops that begin a kernel of their own (a
-        # call each), and of the put_signals sent as packets
-        self.engine_ops = {(rank, m) for rank, ms in lowered.engine_ops.items() for m in ms} if nvshmem else set()
-        self.call_kernels = {(rank, m) for rank, ms in (lowered.kernel_starts or {}).items() for m in ms} \
-            if nvshmem else set()
-        self.packet_sends = set(lowered.packets.sends) if nvshmem and lowered.packets is not None else set()
-        self.start_us, self.mark_us, self.end_us, mark_host = self._program_costs()
+        self.prog = program_model(sched, consts, mode, lowered)
+        self.program = self.prog.backend
+        self.engine_ops, self.call_kernels = self.prog.engine_ops, self.prog.call_kernels
+        self.packet_sends = self.prog.packet_sends
+        self.start_us, self.mark_us, self.end_us, mark_host = self.prog.costs()
         self.host_ready = [[0.0] * len(p.ops) for p in sched.programs]
         if mode == "eager" and host_clock:
             for rank, prog in enumerate(sched.programs):
                 # a program's host may be ahead when its timed span starts (the GPU still aligns)
                 issued = -consts.program_host_lead_us if self.program is not None else 0.0
-                issued += consts.local_host_us if self.program == "nvshmem" else 0.0  # its one kernel
+                issued += consts.local_host_us if self.prog.in_kernel else 0.0  # its one kernel
                 for i, op in enumerate(prog.ops):
                     issued += self._host_cost(rank, op) + (mark_host if launches_kernel(op) else 0.0)
                     if (rank, i) in self.engine_ops:  # the host issues the copy, then the next kernel
@@ -202,25 +196,6 @@ class Simulator:
         """The simulated time, us."""
         return self.engine.now
 
-    def _program_costs(self) -> tuple[float, float, float, float]:
-        """(before the first op, before each op, after the last, the host's issue of a progress
-        word) of a generated program's run; zeros for the schedule alone."""
-        c = self.c
-        if self.program is None:
-            return 0.0, 0.0, 0.0, 0.0
-        run = c.program_eager_us if self.mode == "eager" else c.program_graph_us
-        if self.program == "nvshmem":  # one kernel per rank, a step per op; it ends with a quiet and a barrier
-            closing = all(p.ops and p.ops[-1].kind == "barrier_all" for p in self.sched.programs)
-            rounds = max(1, (self.world - 1).bit_length())
-            end = 0.0 if closing else c.barrier_us * rounds
-            ops = [p.ops[0] for p in self.sched.programs if p.ops]
-            spread = any(op.kind not in _ONE_THREAD for op in ops)  # the first op's, as in `_gap`
-            first = c.program_step_us + (c.program_host_progress_us if self.host_progress and spread
-                                         else 0.0)
-            return run + launch_us(c, self.mode, "local") + first, c.program_step_us, end, 0.0
-        # host-driven: a progress word before every op and one after the last
-        return run + c.program_mark_us, c.program_mark_us, c.program_mark_us, c.program_mark_host_us
-
     def _host_cost(self, rank: int, op) -> float:
         """The host's time to issue `op` eagerly: `costs.host_cost`, except for what launches no
         kernel here: an op inside an NVSHMEM program's kernel, and an in-place collective on a
@@ -233,75 +208,19 @@ class Simulator:
         return host_cost(op, self.c)
 
     def _gap(self, rank: int, index: int) -> float:
-        """What a generated program runs before op `index` of `rank`: a host-driven program's
-        progress word before each launch; in an NVSHMEM program's kernel, a step before each op that
-        spreads its work over blocks (data moving, local work; one thread signals, waits and fences:
-        no step), and the handoff between blocks the code generator plans before the op, if any
-        (a grid-wide sync or an arrival counter: `codegen.nvshmem.plan_rank`)."""
-        op = self.sched.programs[rank].ops[index]
-        if self.program == "nvshmem":
-            if (rank, index) in self.engine_ops:  # the host's, between two kernels
-                return 0.0
-            step = 0.0 if op.kind in _ONE_THREAD else self.mark_us
-            planned = self._handoffs()[rank].get(index)
-            if (rank, index) in self.call_kernels:  # a kernel of its own: it starts once the one before has ended
-                step += self._launch("local") + (self.c.cooperative_launch_us if self.mode == "graph"
-                                                 and self._cooperative(rank, index) else 0.0)
-            elif planned is not None and planned.pre in ("grid", "last"):
-                step += self.c.program_sync_us
-            if self._planned_fence(rank, index):  # its blocks fence first (`_post` waits for the acknowledgements)
-                step += self.c.nvshmem_fence_us
-            if self.host_progress and op.kind not in _ONE_THREAD:
-                # host-mapped progress words: the op's blocks fence after writing theirs, and wait
-                # for it to cross PCIe. Measured A/B, the same binaries (results/h200x2/progress):
-                # 1.7 us more per call of the one-shot all-reduce with a sync between calls (a put
-                # and a reduce over the blocks a call), 2.3 to 2.7 us of the two-shot (two puts and a
-                # reduce), at 8 KiB and 1 MiB alike: about 0.85 us per such op, not per byte
-                step += self.c.program_host_progress_us
-            return step
-        return self.mark_us if launches_kernel(op) else 0.0
-
-    def _handoffs(self) -> list[dict]:
-        """Per rank, op index -> its step as the NVSHMEM code generator plans the rank's kernel
-        (`codegen.nvshmem.plan_rank`: the handoff before it, "grid", "last", "block" or "", whether
-        its blocks fence first, whether it is idle); computed once, for an NVSHMEM program's run."""
-        if self._planned is None:
-            self._planned, self._blocks = [{} for _ in range(self.world)], [1] * self.world
-            if self.program == "nvshmem":
-                for rank in range(self.world):
-                    plan = self.lowered.plan(rank)  # the generated program's own plan
-                    self._planned[rank] = {step.index: step for step in plan.steps}
-                    self._blocks[rank] = plan.blocks
-        return self._planned
-
-    def _cooperative(self, rank: int, index: int) -> bool:
-        """Whether the call's kernel that begins at op `index` of `rank` is launched cooperatively, as
-        the generated code decides at run time (`cw_nv_launch`): a grid of more than one block (every
-        kernel of the rank has the plan's grid), an NVSHMEM collective in it, or the last kernel."""
-        starts = sorted(m for r, m in self.call_kernels if r == rank)
-        later = [m for m in starts if m > index]
-        if not later or self._blocks[rank] > 1:
-            return True
-        ops = self.sched.programs[rank].ops[index:later[0]]
-        return any(op.kind in ("barrier_all", "sync_all") for op in ops)
+        """What a generated program runs before op `index` of `rank` (`programs`: a host-driven
+        program's progress word before each launch; in an NVSHMEM kernel, a step and the block plan's
+        handoff)."""
+        return self.prog.gap(self, rank, index, self.sched.programs[rank].ops[index])
 
     def _planned_fence(self, rank: int, index: int) -> bool:
-        """Whether the generated NVSHMEM program's blocks fence before op `index` of `rank` (a
-        publication, a fence's order; a call's kernel whose kernel before ends fenced), outside the
-        ops that fence themselves (quiet, barrier_all, sync_all) and the copy engine's (the stream
-        orders those)."""
-        if self.program != "nvshmem" or (rank, index) in self.engine_ops:
-            return False
-        step = self._handoffs()[rank].get(index)
-        op = self.sched.programs[rank].ops[index]
-        if step is None or op.kind in ("quiet", "barrier_all", "sync_all"):
-            return False
-        return step.fence or ((rank, index) in self.call_kernels and step.end_fence)
+        """Whether the generated NVSHMEM program's blocks fence before op `index` of `rank`."""
+        return self.prog.planned_fence(rank, index)
 
     def _in_kernel(self) -> bool:
         """Whether local ops and PE-wide barriers run inside an already running kernel (an NVSHMEM
         program's one kernel per rank), starting no kernel of their own."""
-        return self.program == "nvshmem"
+        return self.prog.in_kernel
 
     def run(self) -> Timeline:
         """Simulate to the end; PredictError if the schedule deadlocks."""
@@ -318,7 +237,7 @@ class Simulator:
                                f"(rank {rank} blocks in {describe(op)}; run `clockworks check` for the "
                                "counterexample)")
         last = max([r.end for r in self.records], default=0.0)
-        if self.program == "nvshmem" and self.end_us:  # the program's closing quiet: its stores acknowledged
+        if self.prog.closes_with_acks() and self.end_us:  # the program's closing quiet: its stores acknowledged
             last = max([last, *self.acked])
         total = last + self.end_us
         return Timeline(total_us=total, records=self.records, link_bytes=self.engine.link_bytes, network=self.net,
@@ -500,11 +419,9 @@ class Simulator:
         before the next delivery to that PE, `_planned_fence`) and neither does a quiet with nothing
         in flight (an idle step)."""
         rank, index = action[1], action[2]
-        if self.program == "nvshmem":
-            step = self._handoffs()[rank].get(index)
-            if op.kind == "fence" or (step is not None and step.idle):
-                self._step_done(action, rec)
-                return
+        if self.prog.emits_nothing(rank, index, op):
+            self._step_done(action, rec)
+            return
         def settled():  # its own cost runs from when the rank reached it (a quiet may be enabled later)
             self.engine.at(max(rec.start + self.c.nvshmem_fence_us, self.acked[rank], self.now),
                            lambda: self._step_done(action, rec))
@@ -522,8 +439,7 @@ class Simulator:
         launches, fixed_after, floor, ceiling = 1, 0.0, 0.0, None
         if op.kind == "compute":
             launches, nbytes, fixed_after, floor = self._compute_cost(op, rank, nbytes)
-            if self.program is not None:  # the program's stand-in hashes at its own rate
-                ceiling = self.c.program_compute_GBs
+            ceiling = self.prog.compute_ceiling_GBs  # a program's stand-in hashes at its own rate
         else:  # reduce, copy, fill: from L2 when what they touch fits there
             floor = self._block_floor(op, rank)
             nbytes = self.net.local_bytes(rank, nbytes, self.c.l2_GBs)
@@ -554,12 +470,7 @@ class Simulator:
         at 64 KiB), as its destination's bytes per block say and its moved bytes per block do not
         (results/h200/one_gpu/one_pe_local, scripts/results/fit_local_block_rate.md: 38 GB/s, residuals
         within 0.34 us). 0 (off) until measured. A host-driven program's local kernels: none."""
-        rate = self.c.nvshmem_local_block_GBs
-        if self.program != "nvshmem" or not rate:
-            return 0.0
-        dst = self._size(rank, op.dst)
-        moved = dst * (1 + len(op.srcs)) if op.kind == "reduce" else dst
-        return dst / lowering.nvshmem_blocks(moved) / (rate * 1e3)
+        return self.prog.block_floor_us(op, rank, self._size)
 
     def _compute_cost(self, op, rank: int, traffic: float) -> tuple[int, float, float, float]:
         """(kernel starts, HBM bytes, fixed us after them, least us for the arithmetic) of a compute
@@ -568,11 +479,9 @@ class Simulator:
         (plus `compute_us`) and a CostWarning says so, once per op site. In a generated program's
         run it is the program's stand-in: one kernel to start, one that hashes each read and one
         that writes each write, over its reads and writes, whatever cost it states."""
-        if self.program == "nccl":  # a kernel to start, one hash kernel per read, one writer per write
-            warps = sum(lowering.local_blocks(r.count) * lowering.LOCAL_THREADS // 32 for r in op.reads)
-            return 1 + len(op.reads) + len(op.writes), traffic, warps * self.c.program_atomic_us, 0.0
-        if self.program is not None:
-            return 1, traffic, 0.0, 0.0
+        programs = self.prog.compute(op, traffic)
+        if programs is not None:
+            return programs
         if op.us is not None:
             return 1, 0.0, op.us, 0.0
         if not op.states_cost:
@@ -608,7 +517,7 @@ class Simulator:
         NVSHMEM moves them with the issuing threads' own loads and stores; over a network a proxy
         does, and the rank goes on."""
         op = self.sched.programs[action[1]].ops[action[2]]
-        if op.kind not in ("put", "put_signal", "get_nbi"):
+        if not COSTS[op.kind].holds:
             return False
         if action[1:] in self.engine_ops:  # stream order: the next kernel starts after the copy
             return True
