@@ -303,7 +303,7 @@ def report(a: Analysis) -> list[str]:
     lines += [f"  {u}: {', '.join(m)}" for u, m in unplaced.items()]
     lines += ["", f"module cycles (module-level imports): {len(a.cycles)}"]
     lines += ["  " + a.describe_cycle(c).replace("\n", "\n  ") for c in a.cycles]
-    lines += ["", f"cycles that function-level imports hide (not a test failure): {len(a.hidden_cycles)}"]
+    lines += ["", f"cycles that function-level imports hide: {len(a.hidden_cycles)}"]
     lines += ["  " + a.describe_cycle(c, functions=True).replace("\n", "\n  ") for c in a.hidden_cycles]
     return lines
 
