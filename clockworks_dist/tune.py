@@ -427,11 +427,13 @@ def tune(path: str, topology: str, world: int, sizes: list[int], out_dir: str, s
     ranking = rank([t for t in tries if t["status"] != "rejected"], sizes)
     report = {"schedule": defn.name, "file": os.path.basename(path), "topology": topo.name,
               "topology_file": chosen.file, "calibrated": chosen.calibrated, "world": world,
-              "calls": calls, "mode": mode, "dry": dry, "noise": noise, "top": top, "variants": len(tries), "skipped": skipped,
+              "calls": calls, "mode": mode, "dry": dry, "noise": noise, "top": top, "variants": len(tries),
+              "skipped": skipped,
               "rejected": [{"variant": t["variant"], "packets": t.get("packets", 0),
                             "copy_engine": t.get("copy_engine", 0),
                             "label": candidate_label(t["variant"], t.get("packets", 0), t.get("copy_engine", 0)),
-                            "verdict": t["verdict"], "reason": t["reason"]} for t in tries if t["status"] == "rejected"],
+                            "verdict": t["verdict"], "reason": t["reason"]}
+                           for t in tries if t["status"] == "rejected"],
               "sizes": []}
     report["packets"] = lowerings[1:]
     report["copy_engine"] = engines

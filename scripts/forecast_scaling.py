@@ -106,7 +106,8 @@ def forecast_one(path: str, binding: dict, world: int, sizes: list[int], topolog
             op = validate.nccl_collective(sched)
             for label, topo in topologies.items():
                 for mode in MODES:
-                    row[f"{label}_{mode}_us"] = round(program_us(lower(sched, Build(backend)), topo, mode, topo.constants), 3)
+                    row[f"{label}_{mode}_us"] = round(
+                        program_us(lower(sched, Build(backend)), topo, mode, topo.constants), 3)
                     if op is not None and nbytes % (4 * world) == 0:
                         nccl = predict_sizes(MICROBENCHMARKS[op], topo, world, [nbytes], mode=mode)[0].time_us
                         row[f"{label}_nccl_{mode}_us"] = round(nccl, 3)

@@ -65,7 +65,8 @@ def _kernels(text: str, rank: int) -> list[str]:
                                                   ("oneshot", "sync", False), ("oneshot", "barrier", False)])
 def test_a_program_of_three_calls_has_a_kernel_per_call(algo, between, lowered):
     one = family(algo, 2)
-    text = program.generate(lower(one, Build("nvshmem", 3, between, packets=packets.DEFAULT_MAX_BYTES if lowered else 0)))
+    text = program.generate(lower(one, Build("nvshmem", 3, between,
+                                             packets=packets.DEFAULT_MAX_BYTES if lowered else 0)))
     # the steps by hand: three calls, where each begins, packets, the starts moved with the ops
     rep = repeat(one, 3, between)
     starts = call_starts(one, 3, between)

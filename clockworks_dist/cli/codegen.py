@@ -58,13 +58,14 @@ def add_parsers(sub, positive, size_arg, seconds) -> None:
                          help="nvshmem: send each put_signal of at most SIZE bytes whose word only its wait reads "
                               "as flag-in-data packets (e.g. 64KiB); the rewritten schedule is checked first")
         cmd.add_argument("--copy-engine", metavar="SIZE", type=_packet_limit, default=0,
-                         help="nvshmem: issue each put and put_signal of at least SIZE bytes (e.g. 16MiB) from the host on "
-                              "the copy engine between two kernels, instead of from the kernel's blocks (peers over "
-                              "NVLink only)")
+                         help="nvshmem: issue each put and put_signal of at least SIZE bytes (e.g. 16MiB) from the "
+                              "host on the copy engine between two kernels, instead of from the kernel's blocks "
+                              "(peers over NVLink only)")
         if name == "build":
             cmd.add_argument("--check", action="store_true",
                              help="only say what this machine has to build with (nvcc, NCCL, NVSHMEM, MPI)")
-            cmd.add_argument("--arch", metavar="SM", help="GPU architecture, e.g. sm_90 (default: the GPU's, else sm_90)")
+            cmd.add_argument("--arch", metavar="SM",
+                             help="GPU architecture, e.g. sm_90 (default: the GPU's, else sm_90)")
     val = sub.add_parser("validate", help="build, run under mpirun on GPUs, check bit for bit, time, predict, "
                                           "compare with NCCL",
                          description="Generate, build and run each schedule of FILE on GPUs under mpirun; check "

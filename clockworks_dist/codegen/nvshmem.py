@@ -516,9 +516,10 @@ class NvshmemTarget(Target):
         plans = _state(gen)["plans"]
         ranks = range(gen.sched.world)
         if all(plans[k].kernels == 1 for k in ranks):
-            table = [f"    static const void* kernels[] = {{{', '.join(f'(const void*)cw_nv_rank{k}' for k in ranks)}}};"]
-            query = ["    CW_NV(nvshmemx_collective_launch_query_gridsize(kernels[cw_rank], dim3(CW_NV_THREADS), none, 0, "
-                     "&resident));"]
+            table = [f"    static const void* kernels[] = {{"
+                     f"{', '.join(f'(const void*)cw_nv_rank{k}' for k in ranks)}}};"]
+            query = ["    CW_NV(nvshmemx_collective_launch_query_gridsize(kernels[cw_rank], dim3(CW_NV_THREADS), "
+                     "none, 0, &resident));"]
         else:  # a kernel per call: the grid is one that every kernel of the rank keeps resident
             names = [name for k in ranks for name in kernel_names(k, plans[k].kernels)]
             firsts = [sum(plans[j].kernels for j in range(k)) for k in ranks]
@@ -592,9 +593,9 @@ class NvshmemTarget(Target):
             program = gen.sched.programs[channel.sender]
             i = next(k for k, d in enumerate(program.buffers) if d.name == channel.area)
             lines += [f"  if (cw_rank == {channel.sender} && !nvshmem_ptr(bufs[{i}].ptr, {channel.receiver}))",
-                      f"    cw_abandon(\"error\", \"rank {channel.sender} sends packets to rank {channel.receiver}, which it "
-                      "cannot reach by loads and stores (nvshmem_ptr is null: not over NVLink); generate without "
-                      "--packets\", 2);"]
+                      f"    cw_abandon(\"error\", \"rank {channel.sender} sends packets to rank {channel.receiver}, "
+                      "which it cannot reach by loads and stores (nvshmem_ptr is null: not over NVLink); generate "
+                      "without --packets\", 2);"]
         return lines
 
     def _copy_engine_peers(self, gen: Gen) -> list[str]:
@@ -614,8 +615,9 @@ class NvshmemTarget(Target):
                     continue
                 seen.add((i, op.pe))
                 lines += [f"  if (cw_rank == {rank} && !nvshmem_ptr(bufs[{i}].ptr, {op.pe}))",
-                          f"    cw_abandon(\"error\", \"rank {rank} puts to PE {op.pe} on the copy engine, which it cannot "
-                          "reach over NVLink (nvshmem_ptr is null); generate without --copy-engine\", 2);"]
+                          f"    cw_abandon(\"error\", \"rank {rank} puts to PE {op.pe} "
+                          "on the copy engine, which it cannot reach over NVLink (nvshmem_ptr is null); "
+                          "generate without --copy-engine\", 2);"]
         return lines
 
     def read_at_end(self, gen: Gen, on: bool) -> list[str]:
@@ -904,12 +906,14 @@ def _read_at_end(program: ir.Program) -> list[str]:
     if not layout:
         return []
     return ["  // the caller reads this rank's outputs now, when its program ends: on the run that reads them so",
-            "  // (one untimed run), every block gets past its last op, then the outputs are copied as they are, before",
+            "  // (one untimed run), every block gets past its last op, "
+            "then the outputs are copied as they are, before",
             "  // the closing barrier below lets every delivery land. A delivery not ordered before this rank's end",
             "  // (the checker's unfinished_output) can then be missing from the copy",
             "  if (cw_nv_read_at_end) {",
             "    cw_nv_grid_barrier(grid);",
-            *[f"    cw_nv_copy_out({offset}, {cuda.ident('buffer', decl.name)}, {nbytes});  // {cuda.comment(decl.name)}"
+            *[f"    cw_nv_copy_out({offset}, {cuda.ident('buffer', decl.name)}, {nbytes});"
+              f"  // {cuda.comment(decl.name)}"
               for _i, decl, offset, nbytes in layout],
             "  }",
             ""]

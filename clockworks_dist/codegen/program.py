@@ -341,7 +341,8 @@ def locals_for(gen: Gen, rank: int) -> list[str]:
     lines = []
     for i, decl in enumerate(program.buffers):
         ctype = cuda.C_TYPE[decl.dtype]
-        lines.append(f"  [[maybe_unused]] {ctype}* {cuda.ident('buffer', decl.name)} = ({ctype}*)CW_BUFS_{rank}[{i}].ptr;"
+        lines.append(f"  [[maybe_unused]] {ctype}* {cuda.ident('buffer', decl.name)} "
+                     f"= ({ctype}*)CW_BUFS_{rank}[{i}].ptr;"
                      f"  // {decl.count} x {decl.dtype}")
     return lines
 
@@ -423,7 +424,8 @@ def _main(sched: ir.Schedule, tgt: Target, gen: Gen) -> str:
         f"    bufs[b].ptr = bufs[b].symmetric >= 0 ? sym[bufs[b].symmetric] : {tgt.alloc(gen, 'bytes', False)};",
         "  }",
         "  int max_words = 0;",
-        f"  for (int r = 0; r < CW_WORLD; ++r) {{ int n_, w_; cw_bufs(r, &n_, &w_); max_words = std::max(max_words, w_); }}",
+        f"  for (int r = 0; r < CW_WORLD; ++r) {{ int n_, w_; cw_bufs(r, &n_, &w_); "
+        f"max_words = std::max(max_words, w_); }}",
         f"  cw_signals = (uint64_t*){tgt.alloc(gen, 'std::max(max_words, 1) * sizeof(uint64_t)', True)};"
         "  // symmetric",
         *scratch,
@@ -453,7 +455,8 @@ def _main(sched: ir.Schedule, tgt: Target, gen: Gen) -> str:
         "      if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);",
         "      if (graph) cudaGraphDestroy(graph);",
         "      if (e != cudaSuccess) {",
-        "        graph_error = std::string(\"the ops could not be captured as a CUDA graph: \") + cudaGetErrorString(e);",
+        "        graph_error = std::string(\"the ops could not be captured as a CUDA graph: \") "
+        "+ cudaGetErrorString(e);",
         "        cudaGetLastError();",
         "        break;",
         "      }",
@@ -462,7 +465,8 @@ def _main(sched: ir.Schedule, tgt: Target, gen: Gen) -> str:
         "      int timed = mode == 1 || i >= cw_warmup, k = mode == 0 ? i - cw_warmup : i;",
         *([
             "      // the first warm-up run reads each output as the caller does, when the rank's program ends (before",
-            "      // the barrier that closes a run): a delivery into it still in flight then shows as a mismatch. Only",
+            "      // the barrier that closes a run): a delivery into it still in flight "
+            "then shows as a mismatch. Only",
             "      // an untimed run copies them (none with --warmup 0)",
             "      cw_reading_at_end = mode == 0 && i == 0 && !timed;",
             *["      if (cw_reading_at_end) " + line.strip() for line in tgt.read_at_end(gen, True)],
@@ -494,13 +498,17 @@ def _main(sched: ir.Schedule, tgt: Target, gen: Gen) -> str:
         "  const char* status = !cw_have_expect ? \"ran\" : (tally.mismatches || tally.post_failures) ? \"mismatch\" "
         ": \"match\";",
         "  std::string line = cw_line_head(status);",
-        "  line += \",\\\"seconds\\\":\" + cw_times_json(eager) + \",\\\"graph_seconds\\\":\" + cw_times_json(graphed);",
+        "  line += \",\\\"seconds\\\":\" + cw_times_json(eager) "
+        "+ \",\\\"graph_seconds\\\":\" + cw_times_json(graphed);",
         "  if (!graph_error.empty()) { line += \",\\\"graph_error\\\":\"; cw_json_str(line, graph_error.c_str()); }",
         "  if (cw_have_expect) {",
-        "    line += \",\\\"compare\\\":{\\\"checked\\\":\" + std::to_string(tally.checked) + \",\\\"mismatches\\\":\" +",
+        "    line += \",\\\"compare\\\":{\\\"checked\\\":\" + std::to_string(tally.checked) "
+        "+ \",\\\"mismatches\\\":\" +",
         "            std::to_string(tally.mismatches) + \",\\\"other_execution\\\":0,\\\"post_checked\\\":\" +",
-        "            std::to_string(tally.post_checked) + \",\\\"post_failures\\\":\" + std::to_string(tally.post_failures) +",
-        "            \",\\\"first\\\":[\" + tally.first + \"],\\\"dumped\\\":\" + (tally.dumps.empty() ? \"false\" : \"true\") +",
+        "            std::to_string(tally.post_checked) "
+        "+ \",\\\"post_failures\\\":\" + std::to_string(tally.post_failures) +",
+        "            \",\\\"first\\\":[\" + tally.first + \"],\\\"dumped\\\":\" "
+        "+ (tally.dumps.empty() ? \"false\" : \"true\") +",
         "            \",\\\"dumps\\\":[\" + tally.dumps + \"]}\";",
         "  }",
         "  line += \"}\";",

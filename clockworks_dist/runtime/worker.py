@@ -200,9 +200,10 @@ class Reporter:
     """Writes this rank's lines, and one at once when another rank dies.
 
     MPICH's mpiexec (even with -disable-auto-cleanup) sends SIGUSR1 to the other ranks when one
-    dies, and SIGKILLs them moments later (Open MPI's mpirun sends SIGTERM, then SIGKILL): the handler writes a `stopped` line with the op this
-    rank is in (its progress word) right away, and flags the failure, so a rank waiting on the
-    dead one stops too and writes a fuller line (what it waited for) if it still has the time.
+    dies, and SIGKILLs them moments later (Open MPI's mpirun sends SIGTERM, then SIGKILL): the
+    handler writes a `stopped` line with the op this rank is in (its progress word) right away,
+    and flags the failure, so a rank waiting on the dead one stops too and writes a fuller line
+    (what it waited for) if it still has the time.
     The launcher keeps the last line of each rank."""
 
     def __init__(self, rank: int, progress: Progress, emit):

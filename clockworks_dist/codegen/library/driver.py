@@ -47,7 +47,8 @@ def _expectations(entries: list[Entry], slots: dict[str, int]) -> tuple[list[str
                     raise LibraryError(f"{entry.sched.name}: a contribution of {c.region.count} elements to "
                                        f"{expect.region.count}")
                 contributions.append(f"  {{{c.rank}, {slots[c.region.buffer]}, {c.region.start}ULL}},")
-    return rows + ["};", "const CwtContribution CWT_CONTRIBUTIONS[] = {", *(contributions or ["  {0, 0, 0ULL},"])], len(rows)
+    return rows + ["};", "const CwtContribution CWT_CONTRIBUTIONS[] = {",
+                   *(contributions or ["  {0, 0, 0ULL},"])], len(rows)
 
 
 def driver_text(entries: list[Entry], provenance: dict) -> str:
@@ -64,7 +65,8 @@ def driver_text(entries: list[Entry], provenance: dict) -> str:
         f"// Build: nvcc -O2 -std=c++17 -arch=sm_90 -rdc=true -I$NVSHMEM/include -I$MPI/include {name}.cu "
         f"{name}_test.cu -L$NVSHMEM/lib -lnvshmem_host -lnvshmem_device -lmpi -o {name}_test",
         f"// Run:   mpirun -np {entries[0].sched.world} ./{name}_test [--rounds R] [--iters N] [--no-time]",
-        "//        with NVLink multicast off: NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1",
+        "//        with NVLink multicast off: NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 "
+        "TORCH_SYMM_MEM_DISABLE_MULTICAST=1",
         f'#include "{name}.h"',
         "#include <cstdint>",
         "#include <cstdio>",
@@ -89,8 +91,10 @@ def driver_text(entries: list[Entry], provenance: dict) -> str:
         "  MPI_Abort(MPI_COMM_WORLD, 2);",
         "  exit(2);",
         "}",
-        "#define CWT_CUDA(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) cwt_die(#x, cudaGetErrorString(e_), __LINE__); } while (0)",
-        f"#define CWT_LIB(x) do {{ int s_ = (x); if (s_ != {up}_OK) cwt_die(#x, {name}_last_error(), __LINE__); }} while (0)",
+        "#define CWT_CUDA(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) "
+        "cwt_die(#x, cudaGetErrorString(e_), __LINE__); } while (0)",
+        f"#define CWT_LIB(x) do {{ int s_ = (x); if (s_ != {up}_OK) "
+        f"cwt_die(#x, {name}_last_error(), __LINE__); }} while (0)",
         "",
         "// The caller's inputs before call `call`: numeric.py's levels (1, 2, 4) from a key of their own per",
         "// PE, buffer, call and size, so a call that read an earlier call's inputs shows in its outputs.",
@@ -107,7 +111,8 @@ def driver_text(entries: list[Entry], provenance: dict) -> str:
         "                                                          const CwtTerm* terms, int nterms,",
         "                                                          unsigned long long* bad) {",
         "  typedef typename CwArith<T>::acc A;",
-        "  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {",
+        "  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; "
+        "i < n; i += (size_t)gridDim.x * blockDim.x) {",
         "    T want = cw_from<T>(cw_level(terms[0].key + terms[0].start + i));",
         "    for (int t = 1; t < nterms; ++t) {",
         "      T x = cw_from<T>(cw_level(terms[t].key + terms[t].start + i));",
@@ -128,7 +133,8 @@ def driver_text(entries: list[Entry], provenance: dict) -> str:
         "};",
         f"const int CWT_NEXPECT = {nrows};",
         f"const int CWT_DTYPE[] = {{{', '.join(dtypes) or 'CW_F32'}}};  // per {up}_BUF_*",
-        f"const bool CWT_INPUT[] = {{{', '.join('true' if b.role in ('input', 'inout') else 'false' for b in caller) or 'false'}}};",
+        f"const bool CWT_INPUT[] = {{"
+        f"{', '.join('true' if b.role in ('input', 'inout') else 'false' for b in caller) or 'false'}}};",
         "",
         "template <typename T> static void cwt_fill_any(void* p, size_t n, uint64_t key, cudaStream_t s) {",
         "  if (n) cwt_fill<T><<<(unsigned)std::min<size_t>((n + 255) / 256, 1024), 256, 0, s>>>((T*)p, n, key);",
@@ -146,10 +152,13 @@ def driver_text(entries: list[Entry], provenance: dict) -> str:
         "  }",
         "}",
         "template <typename T, typename W> static void cwt_check_any(const void* p, size_t start, size_t n, int op,",
-        "                                                           const CwtTerm* terms, int nterms, unsigned long long* bad,",
+        "                                                           const CwtTerm* terms, int nterms, "
+        "unsigned long long* bad,",
         "                                                           cudaStream_t s) {",
-        "  if (n) cwt_check<T, W><<<(unsigned)std::min<size_t>((n + 255) / 256, 1024), 256, 0, s>>>((const T*)p, start, n, op,",
-        "                                                                                          terms, nterms, bad);",
+        "  if (n) cwt_check<T, W><<<(unsigned)std::min<size_t>((n + 255) / 256, 1024), 256, 0, s>>>("
+        "(const T*)p, start, n, op,",
+        "                                                                                          "
+        "terms, nterms, bad);",
         "}",
         "static void cwt_check_dtype(int dtype, const void* p, size_t start, size_t n, int op, const CwtTerm* terms,",
         "                            int nterms, unsigned long long* bad, cudaStream_t s) {",
@@ -218,7 +227,8 @@ def driver_text(entries: list[Entry], provenance: dict) -> str:
         "    if (a == \"--rounds\" && i + 1 < argc) rounds = atoi(argv[++i]);",
         "    else if (a == \"--iters\" && i + 1 < argc) iters = atoi(argv[++i]);",
         "    else if (a == \"--no-time\") timed = 0;",
-        "    else cwt_die(\"arguments\", (\"unknown: \" + a + \" (--rounds R --iters N --no-time)\").c_str(), __LINE__);",
+        "    else cwt_die(\"arguments\", "
+        "(\"unknown: \" + a + \" (--rounds R --iters N --no-time)\").c_str(), __LINE__);",
         "  }",
         "  if (rounds < 1 || iters < 1) cwt_die(\"arguments\", \"--rounds and --iters must be >= 1\", __LINE__);",
         "  MPI_Comm local;  // one GPU per rank of this node",
@@ -232,7 +242,8 @@ def driver_text(entries: list[Entry], provenance: dict) -> str:
         f"  snprintf(heap, sizeof heap, \"%llu\", (unsigned long long){up}_HEAP_BYTES);",
         "  setenv(\"NVSHMEM_SYMMETRIC_SIZE\", heap, 0);  // the library's buffers at the largest size, unless set",
         "  nvshmemx_uniqueid_t id = NVSHMEMX_UNIQUEID_INITIALIZER;  // rank 0's unique id reaches every rank over MPI",
-        "  if (cwt_rank == 0 && nvshmemx_get_uniqueid(&id) != 0) cwt_die(\"nvshmemx_get_uniqueid\", \"failed\", __LINE__);",
+        "  if (cwt_rank == 0 && nvshmemx_get_uniqueid(&id) != 0) "
+        "cwt_die(\"nvshmemx_get_uniqueid\", \"failed\", __LINE__);",
         "  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);",
         "  nvshmemx_init_attr_t attr = NVSHMEMX_INIT_ATTR_INITIALIZER;",
         "  if (nvshmemx_set_attr_uniqueid_args(cwt_rank, world, &id, &attr) != 0 ||",
@@ -321,8 +332,10 @@ def driver_text(entries: list[Entry], provenance: dict) -> str:
         "  unsigned long long mine = 0, all = 0;",
         "  for (int k = 0; k < nsizes; ++k) {",
         "    mine += bad[k];",
-        "    printf(\"{\\\"rank\\\":%d,\\\"bytes\\\":%zu,\\\"checked\\\":%llu,\\\"mismatches\\\":%llu,\\\"eager_us\\\":%.3f,\"",
-        "           \"\\\"graph_us\\\":%.3f,\\\"reset_every\\\":%d}\\n\", cwt_rank, sizes[k], checked[k], bad[k], eager_us[k],",
+        "    printf(\"{\\\"rank\\\":%d,\\\"bytes\\\":%zu,"
+        "\\\"checked\\\":%llu,\\\"mismatches\\\":%llu,\\\"eager_us\\\":%.3f,\"",
+        "           \"\\\"graph_us\\\":%.3f,\\\"reset_every\\\":%d}\\n\", "
+        "cwt_rank, sizes[k], checked[k], bad[k], eager_us[k],",
         f"           graph_us[k], {up}_RESET_EVERY);",
         "  }",
         "  fflush(stdout);",

@@ -507,13 +507,15 @@ def _host_support(up: str) -> list[str]:
         "// -------------------------------------------------------------------------------------- errors",
         "char cwl_message[512] = \"\";",
         "int cwl_fail(int code, const char* call, const char* why, int line) {",
-        "  snprintf(cwl_message, sizeof cwl_message, \"%s failed: %s (library line %d)\", call, why ? why : \"?\", line);",
+        "  snprintf(cwl_message, sizeof cwl_message, \"%s failed: %s (library line %d)\", "
+        "call, why ? why : \"?\", line);",
         "  return code;",
         "}",
         f"#define CWL_CUDA(x) do {{ cudaError_t e_ = (x); if (e_ != cudaSuccess) \\",
         f"  return cwl_fail({up}_ERR_CUDA, #x, cudaGetErrorString(e_), __LINE__); }} while (0)",
         f"#define CWL_NV(x) do {{ int r_ = (int)(x); if (r_ != 0) {{ char b_[48]; \\",
-        f"  snprintf(b_, sizeof b_, \"NVSHMEM status %d\", r_); return cwl_fail({up}_ERR_NVSHMEM, #x, b_, __LINE__); }} }} while (0)",
+        "  snprintf(b_, sizeof b_, \"NVSHMEM status %d\", r_); "
+        f"return cwl_fail({up}_ERR_NVSHMEM, #x, b_, __LINE__); }} }} while (0)",
         "#define CWL_TRY(x) do { int s_ = (x); if (s_ != 0) return s_; } while (0)",
         "",
         "uint32_t* cwl_marks = nullptr;  // progress words the kernels write (one per block, and word 0)",
@@ -653,14 +655,18 @@ def _entry_host(entry: Entry, k: int, info: dict, slot: dict[str, int]) -> list[
                                f"{entry.calls} calls")
         areas = [d for d in sched.programs[rank].buffers if d.role == "packets"]
         setup += [f"    case {rank}: {{",
-                  f"      static const void* const kernels[] = {{{', '.join(f'(const void*)cw_size{k}::{n}' for n in kernels)}}};",
-                  f"      z.counters = {plan.counters}; z.hashes = {plan.hash_slots}; z.want = {min(plan.blocks, MAX_BLOCKS)};",
+                  f"      static const void* const kernels[] = {{"
+                  f"{', '.join(f'(const void*)cw_size{k}::{n}' for n in kernels)}}};",
+                  f"      z.counters = {plan.counters}; z.hashes = {plan.hash_slots}; "
+                  f"z.want = {min(plan.blocks, MAX_BLOCKS)};",
                   f"      CWL_TRY(cwl_grid(kernels, {len(kernels)}, z.want, &z.grid));"]
         for i, item in enumerate(items):
             setup.append(f"      CWL_CUDA(cudaMalloc((void**)&z.scratch[{i}], {max(item.nbytes, 1)}));  "
                          f"// {cuda.comment(item.why)}")
         if areas:
-            setup += [f"      CwlArea host[] = {{{', '.join(f'{{cwl_buffers[{slot[d.name]}].ptr, {d.count * ir.DTYPE_BYTES[d.dtype]}ULL}}' for d in areas)}}};",
+            area_rows = ', '.join(f'{{cwl_buffers[{slot[d.name]}].ptr, {d.count * ir.DTYPE_BYTES[d.dtype]}ULL}}'
+                                  for d in areas)
+            setup += [f"      CwlArea host[] = {{{area_rows}}};",
                       "      CWL_CUDA(cudaMalloc((void**)&z.areas, sizeof host));",
                       "      CWL_CUDA(cudaMemcpy(z.areas, host, sizeof host, cudaMemcpyHostToDevice));",
                       f"      z.nareas = {len(areas)};"]
@@ -686,7 +692,8 @@ def _entry_host(entry: Entry, k: int, info: dict, slot: dict[str, int]) -> list[
         for i, sname in enumerate(scratch):
             fill.append(f"a.{sname} = z.scratch[{i}];")
         call += [f"    case {rank}: {{",
-                 f"      static const void* const kernels[] = {{{', '.join(f'(const void*)cw_size{k}::{n}' for n in kernels)}}};",
+                 f"      static const void* const kernels[] = {{"
+                 f"{', '.join(f'(const void*)cw_size{k}::{n}' for n in kernels)}}};",
                  f"      cw_size{k}::CwNvArgs{rank} a;",
                  *[f"      {line}" for line in fill],
                  "      a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;",
@@ -718,7 +725,8 @@ def _call_sequence(sequence: list, starts: list[int], calls: int) -> list[str]:
 
 # The dispatcher's decisions, plain C++ without CUDA: the library includes it, and tests compile and
 # run it alone (tests/test_dispatch.py).
-DISPATCH_LOGIC = r"""// ------------------------------------------------- the dispatcher's decisions (plain C++, no CUDA)
+DISPATCH_LOGIC = (
+    r"""// ------------------------------------------------- the dispatcher's decisions (plain C++, no CUDA)
 // The size whose kernels a call of `bytes` per PE runs: exactly a tuned one (-1: none; the kernels have
 // their sizes compiled in, so no other size's kernels may stand in).
 inline int cwl_find_in(const size_t* sizes, int n, size_t bytes) {
@@ -761,7 +769,7 @@ inline int cwl_step(CwlState& st, int k, bool capturing, unsigned long long id, 
   *call = st.calls++;
   return unknown ? CWL_RESET : (full ? CWL_RESET_AFTER_BLOCK : CWL_KEEP);
 }
-"""
+""")
 
 
 def _api(name: str, up: str, world: int, ncaller: int, nsizes: int) -> list[str]:
@@ -793,7 +801,8 @@ def _api(name: str, up: str, world: int, ncaller: int, nsizes: int) -> list[str]
         f'extern "C" const char* {name}_last_error(void) {{ return cwl_message; }}',
         "",
         f'extern "C" int {name}_init(void) {{',
-        f"  if (cwl_ready) return cwl_fail({up}_ERR_STATE, \"{name}_init\", \"called twice (finalize first)\", __LINE__);",
+        f"  if (cwl_ready) return cwl_fail({up}_ERR_STATE, "
+        f"\"{name}_init\", \"called twice (finalize first)\", __LINE__);",
         f"  if (nvshmemx_init_status() < NVSHMEM_STATUS_IS_INITIALIZED) return cwl_fail({up}_ERR_NVSHMEM, "
         f"\"{name}_init\", \"NVSHMEM is not initialised: initialise it first (nvshmemx_init_attr)\", __LINE__);",
         f"  if (nvshmem_n_pes() != {world}) {{",
@@ -807,15 +816,18 @@ def _api(name: str, up: str, world: int, ncaller: int, nsizes: int) -> list[str]
         "    cwl_buffers[i].ptr = nvshmem_malloc(std::max<size_t>(cwl_buffers[i].bytes, 16));",
         "    if (!cwl_buffers[i].ptr) {",
         "      char b[200];",
-        "      snprintf(b, sizeof b, \"nvshmem_malloc of %zu bytes for buffer %s: the symmetric heap is too small (set \"",
-        f"               \"NVSHMEM_SYMMETRIC_SIZE to at least %llu)\", cwl_buffers[i].bytes, cwl_buffers[i].name, {up}_HEAP_BYTES);",
+        "      snprintf(b, sizeof b, \"nvshmem_malloc of %zu bytes for buffer %s: "
+        "the symmetric heap is too small (set \"",
+        "               \"NVSHMEM_SYMMETRIC_SIZE to at least %llu)\", "
+        f"cwl_buffers[i].bytes, cwl_buffers[i].name, {up}_HEAP_BYTES);",
         f"      return cwl_fail({up}_ERR_NVSHMEM, \"nvshmem_malloc\", b, __LINE__);",
         "    }",
         "  }",
         "  for (int k = 0; k < CWL_NSIZES; ++k) {",
         "    cwl_sizes[k].sig = (uint64_t*)nvshmem_calloc(cwl_sizes[k].words, sizeof(uint64_t));",
         f"    if (!cwl_sizes[k].sig) return cwl_fail({up}_ERR_NVSHMEM, \"nvshmem_calloc\", \"no room for the signal \"",
-        "                                                 \"words in the symmetric heap (NVSHMEM_SYMMETRIC_SIZE)\", __LINE__);",
+        "                                                 "
+        "\"words in the symmetric heap (NVSHMEM_SYMMETRIC_SIZE)\", __LINE__);",
         "  }",
         "  CWL_TRY(cwl_setup_all(cwl_pe));",
         "  int most = 1;",
@@ -863,7 +875,8 @@ def _api(name: str, up: str, world: int, ncaller: int, nsizes: int) -> list[str]
         "  unsigned long long id = 0;",
         "  CWL_CUDA(cudaStreamGetCaptureInfo(s, &status, &id));",
         "  bool capturing = status == cudaStreamCaptureStatusActive;",
-        f"  if (status == cudaStreamCaptureStatusInvalidated) return cwl_fail({up}_ERR_CUDA, \"cudaStreamGetCaptureInfo\", "
+        "  if (status == cudaStreamCaptureStatusInvalidated) "
+        f"return cwl_fail({up}_ERR_CUDA, \"cudaStreamGetCaptureInfo\", "
         "\"the stream's capture was invalidated\", __LINE__);",
         "  if (cwl_have_stream && s != cwl_stream) {",
         f"    if (capturing) return cwl_fail({up}_ERR_STATE, \"{name}_run\", \"a capture on another stream than the \"",
@@ -892,7 +905,8 @@ def _api(name: str, up: str, world: int, ncaller: int, nsizes: int) -> list[str]
         "  if (status == 0) status = cwl_calls_of[k](cwl_pe, call, stream);",
         "  if (status == 0) {",
         "    cudaError_t e = cudaGetLastError();",
-        f"    if (e != cudaSuccess) status = cwl_fail({up}_ERR_CUDA, \"a kernel launch\", cudaGetErrorString(e), __LINE__);",
+        "    if (e != cudaSuccess) "
+        f"status = cwl_fail({up}_ERR_CUDA, \"a kernel launch\", cudaGetErrorString(e), __LINE__);",
         "  }",
         "  if (status != 0) cwl_state.current = -1;  // the state is unknown after a failure: the next call resets",
         "  return status;",
@@ -911,7 +925,8 @@ def _api(name: str, up: str, world: int, ncaller: int, nsizes: int) -> list[str]
         "    for (char* p : z.scratch) if (p) CWL_CUDA(cudaFree(p));",
         "    z = CwlSize{z.bytes, z.label, z.words, nullptr, nullptr, nullptr, 0, 0, 0, 1, nullptr, 0, {}};",
         "  }",
-        "  for (int i = CWL_NBUFFERS - 1; i >= 0; --i) { nvshmem_free(cwl_buffers[i].ptr); cwl_buffers[i].ptr = nullptr; }",
+        "  for (int i = CWL_NBUFFERS - 1; i >= 0; --i) "
+        "{ nvshmem_free(cwl_buffers[i].ptr); cwl_buffers[i].ptr = nullptr; }",
         "  CWL_CUDA(cudaFree(cwl_marks));",
         "  CWL_CUDA(cudaEventDestroy(cwl_done));",
         "  cwl_marks = nullptr;",
