@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import ir
-from ..semantics.arithmetic import signal_effect
-from ..semantics.rules import SIG, SIG_READS, Mode, When, rule
+from ..semantics.rules import SIG, SIG_READS, Mode, When, rule, signal_effect
 from .blocks import NVSHMEM_BLOCK_BYTES, NVSHMEM_MAX_BLOCKS, nvshmem_blocks
 
 THREADS = 512  # threads per block
@@ -339,7 +338,7 @@ def plan_rank(sched: ir.Schedule, rank: int, index: dict | None = None, monotone
                                         f"{item.op.loc.line}) {verb} it first", False))
         publishes = _publishes(op, rank)
         spread_signal = False
-        pes = [op.pe] if op.kind in ir.FENCED_KINDS else []
+        pes = [op.pe] if rule(op).fenced else []
         want = 1 if isinstance(op, (ir.WaitUntil, ir.WaitUntilAll, ir.WaitUntilAny)) else _want(
             _op_bytes(sched, rank, op))
         if (rank, m) in sends:

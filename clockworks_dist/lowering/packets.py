@@ -41,7 +41,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from .. import ir
-from ..semantics.arithmetic import signal_effect
+from ..semantics.rules import signal_effect
 
 DEFAULT_MAX_BYTES = 64 << 10  # payload per put_signal; every block of the receiver polls all of its packets
 FLAG_MAX = (1 << 32) - 1  # the flag is the set value, in 32 bits

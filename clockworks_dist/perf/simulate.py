@@ -60,10 +60,9 @@ import itertools
 from dataclasses import dataclass, field
 
 from .. import ir, lowering
-from ..semantics.arithmetic import signal_effect
 from ..semantics.machine import Model
 from ..semantics.match import match
-from ..semantics.rules import Sync, describe
+from ..semantics.rules import Sync, describe, signal_effect
 from . import nccl
 from .programs import program_model
 from .costs import (
