@@ -63,3 +63,14 @@ def test_bytes_come_from_the_data_flow_and_nccl_tests_conventions():
     gather = ir.AllGather(loc=loc, src=four, dst=eight)
     assert COSTS["all_gather"].nbytes(gather, 0, size) == 32  # nccl-tests: the gathered output
     assert COSTS["all_reduce"].nbytes(ir.AllReduce(loc=loc, src=four, dst=four), 0, size) == 16
+
+
+def test_one_thread_and_holds_derive_from_each_cost_rule():
+    """The op facts the NVSHMEM program model reads come from the cost rule (not from a kind list in
+    the simulator): one thread runs a one-sided op that moves no buffer's bytes, and a delivery that
+    carries a buffer's bytes keeps its rank until they have left. Pinned as they were when they were
+    kind lists (perf/simulate.py's _ONE_THREAD and _holds)."""
+    assert {k for k, c in COSTS.items() if c.one_thread} == {
+        "wait_until", "wait_until_all", "wait_until_any", "fence", "quiet", "signal_op", "atomic", "fetch_atomic",
+        "barrier_all", "sync_all"}
+    assert {k for k, c in COSTS.items() if c.holds} == {"put", "put_signal", "get_nbi"}

@@ -13,10 +13,9 @@
   kernel's HBM traffic and a transfer's payload come from the op's data flow in the semantics
   (`rules.flows`), a collective's follow nccl-tests' conventions;
 - `pulls`: its bytes flow from the peer (`op.pe`) to this rank, as a get's do;
-- `one_thread`: a generated NVSHMEM program runs it on one thread (waits, fences, quiet, signals,
-  atomics, PE-wide barriers): no step of the kernel's blocks before it (`programs.NvshmemKernels`);
-- `holds`: a put or non-blocking get whose issuing threads move the bytes themselves where they
-  reach the peer's memory; the rank goes on once they have left (`simulate.Simulator._holds`);
+- `one_thread` and `holds` (derived from the above, so an added op gets them right): a generated
+  NVSHMEM program runs the op on one thread (it moves no buffer's bytes), and a delivery that
+  carries a buffer's bytes keeps its rank until they have left (`programs`, `simulate`);
 - `timing`: which of the simulator's processes times it: `local` (a kernel over the GPU's HBM),
   `p2p` (NCCL send/recv, per matched pair), `collective` (an NCCL collective, `nccl.plan`),
   `barrier` (a PE-wide barrier: `issue` once per dissemination round), `delivery` (issued on the
@@ -74,11 +73,20 @@ class Cost:
     latency: tuple[str, ...] = ()
     nbytes: Callable[[object, int, Size], float] | None = None
     pulls: bool = False
-    # an NVSHMEM program runs the op on one thread of a block: no step of the kernel's blocks before it
-    one_thread: bool = False
-    # a put or non-blocking get whose issuing threads move its bytes themselves where they reach the
-    # peer's memory (NVLink, PCIe peer access, the PE itself): the rank goes on once the bytes have left
-    holds: bool = False
+
+    @property
+    def one_thread(self) -> bool:
+        """A generated NVSHMEM program runs the op on one thread of a block, with no step of the
+        kernel's blocks before it: a one-sided op that moves no buffer's bytes (a wait, fence, quiet,
+        signal, atomic or PE-wide barrier)."""
+        return self.timing not in ("local", "p2p", "collective") and self.nbytes in (None, _signal_bytes)
+
+    @property
+    def holds(self) -> bool:
+        """A delivery that carries a buffer's bytes (a put, put_signal, non-blocking get): where the
+        issuing threads reach the peer's memory (NVLink, PCIe peer access, the PE itself) they move
+        the bytes themselves, and the rank goes on once the bytes have left."""
+        return self.timing == "delivery" and self.nbytes is _payload
 
     @property
     def launches_kernel(self) -> bool:
@@ -124,8 +132,8 @@ _NCCL = dict(timing="collective", host="kernel_launch_us", launch="nccl")
 _PUT = dict(timing="delivery", issue=("nvshmem_put_latency_us",), latency=("nvshmem_signal_latency_us",))
 # A PE-wide barrier runs in the NVSHMEM kernel (no launch on the host), but its own start on the
 # GPU is timed as an NCCL kernel's (the calibration has no barrier of its own yet).
-_PE_BARRIER = dict(timing="barrier", launch="nccl", issue=("barrier_us",), one_thread=True)
-_WAIT = dict(timing="instant", one_thread=True)
+_PE_BARRIER = dict(timing="barrier", launch="nccl", issue=("barrier_us",))
+_WAIT = dict(timing="instant")
 
 COSTS: dict[str, Cost] = {
     "reduce": Cost(**_LOCAL, nbytes=_kernel_traffic),
@@ -147,20 +155,19 @@ COSTS: dict[str, Cost] = {
     "barrier": Cost(**_NCCL, nbytes=_no_bytes),
     "barrier_all": Cost(**_PE_BARRIER),
     "sync_all": Cost(**_PE_BARRIER),
-    "put": Cost(**_PUT, nbytes=_payload, holds=True),
-    "put_signal": Cost(**_PUT, nbytes=_payload, holds=True),
-    "signal_op": Cost(**_PUT, nbytes=_signal_bytes, one_thread=True),
-    "atomic": Cost(**_PUT, nbytes=_signal_bytes, one_thread=True),
+    "put": Cost(**_PUT, nbytes=_payload),
+    "put_signal": Cost(**_PUT, nbytes=_payload),
+    "signal_op": Cost(**_PUT, nbytes=_signal_bytes),
+    "atomic": Cost(**_PUT, nbytes=_signal_bytes),
     # A get's request crosses to the peer and its bytes come back, at the rate of the blocks that
     # issue it; a non-blocking get costs the same but the rank goes on once it is issued (its data
     # lands as a delivery).
     "get": Cost(timing="get", issue=("nvshmem_put_latency_us",), latency=("nvshmem_signal_latency_us",),
                 nbytes=_payload, pulls=True),
-    "get_nbi": Cost(**_PUT, nbytes=_payload, pulls=True, holds=True),
+    "get_nbi": Cost(**_PUT, nbytes=_payload, pulls=True),
     # A fetching atomic is a round trip to the target and back: the route's latency both ways (the
     # simulator adds it) and these.
-    "fetch_atomic": Cost(timing="fixed", latency=("nvshmem_signal_latency_us", "nvshmem_signal_latency_us"),
-                         one_thread=True),
+    "fetch_atomic": Cost(timing="fixed", latency=("nvshmem_signal_latency_us", "nvshmem_signal_latency_us")),
     "wait_until": Cost(**_WAIT),
     "wait_until_all": Cost(**_WAIT),
     "wait_until_any": Cost(**_WAIT),

@@ -35,12 +35,15 @@ Every file an added op needs; `tests/test_add_an_op.py` fails, naming the file, 
    docstring that states the semantics (`help(r.put_signal)`) [guarded];
    `dsl/validate_json.py`: `_REMOTE` / `_REMOTE_SIGNALS`, the fields that live on `pe` [guarded].
 4. `perf/costs.py`: its `COSTS` entry (launch or not, fixed latencies; bytes come from `flows`)
-   [guarded]; `perf/simulate.py`: `_ONE_THREAD` if one GPU thread issues it, and its timing
-   branches on kinds (fence and quiet, deliveries that carry data, put_signal's packets).
+   [guarded]; `Cost.one_thread` and `Cost.holds`, which the NVSHMEM program model
+   (`perf/programs.py`) and the simulator read, derive from that entry. Kind branches left in
+   `perf/simulate.py` and `perf/programs.py`: fence and quiet, put_signal's separate signal,
+   barrier_all's quiet, an in-place NCCL collective on one rank.
 5. Every backend table (`semantics.backends`): an implementation, or an `UNSUPPORTED` entry with
    its reason: `runtime/mpi_cpu.py`, `runtime/cupy_nccl.py`, `codegen/nccl.py`,
    `codegen/nvshmem.py` (its table, and the waits' `wait_until_all`/`_any` choice),
    `perf/simulate.py` [guarded by tests/test_semantics.py, test_runtime.py, test_runtime_cupy.py].
+   The NVSHMEM block plan (`lowering/nvshmem_plan.py`) reads `accesses`, `fenced` and `signal_effect`.
    `lowering/packets.py` (was `codegen/packets.py`) reads `signal_effect` (and names `fetch_atomic`).
 6. `lowering/repeat.py` (was `repeat.py`): `_updates` and `_shift`, the epochs of every signal
    word an op updates and the shifted values of sets and waits (or a `RepeatError` that refuses it) [guarded].
