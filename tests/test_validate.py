@@ -771,3 +771,24 @@ def test_the_prediction_is_the_generated_programs_run_where_the_model_covers_it(
                        for mode in ("eager", "graph")}
     # the program's own costs (its start, a progress word around every op) come on top of the ops
     assert program["graph_us"] > alone["graph_us"] + topo.constants.program_graph_us
+
+
+def test_every_build_knob_is_recorded_in_the_results_and_read_back():
+    """A run's results record how it was lowered (`build_meta`) and `build_of` reads the same `Build`
+    back (bench_predict_generated and `collect` predict from it): a knob added to `lowering.Build`
+    fails here until both handle it."""
+    import dataclasses
+
+    from clockworks_dist.lowering import Build, lower
+
+    one = cw.load_file(os.path.join(PROTOCOLS, "nvshmem_allreduce_family.py"))[0].trace(2, params={"ALGO": "oneshot"})
+    changed = {"backend": "nvshmem", "calls": 3, "between": "sync", "fuse_calls": True, "packets": 32768,
+               "copy_engine": 1 << 20, "host_progress": True}
+    assert set(changed) == {f.name for f in dataclasses.fields(Build)}, "a Build knob this test does not set"
+    for name in changed:  # each knob alone (the separator and the fusing matter in a run of calls)
+        base = {"backend": "nvshmem", "calls": 3 if name in ("between", "fuse_calls") else 1}
+        build = Build(**{**base, name: changed[name]})
+        meta = {"backend": build.backend, **validate.build_meta(build, [lower(one, build)])}
+        assert validate.build_of(meta) == build, name
+    build = Build(**changed)
+    assert validate.build_of({"backend": "nvshmem", **validate.build_meta(build, [lower(one, build)])}) == build

@@ -356,6 +356,22 @@ def program_model(meta: dict) -> str | None:
     return meta["backend"]
 
 
+def build_meta(build: Build, lowered: list[Lowered]) -> dict:
+    """How the run was lowered, as its results record it (`build_of` reads it back): calls and their
+    separator, a kernel per call or one, where the progress words are, packets (with each size's
+    lowered words) and copy-engine sizes."""
+    calls, nvshmem = build.calls, build.backend == "nvshmem"
+    return {"calls": calls, "between": build.between if calls > 1 else None,
+            "kernels": ("per call" if build.kernel_per_call else "one") if calls > 1 and nvshmem else None,
+            # where an NVSHMEM kernel writes its progress words: GPU memory, copied to the host beside the
+            # kernel (validate never passes --host-progress); runs from before this was recorded wrote
+            # them to host-mapped memory until 2026-11-23 08:27 UTC, which costs each op a PCIe round
+            "progress_words": ("host" if build.host_progress else "gpu") if nvshmem else None,
+            "packets": ({"max_bytes": build.packets, "channels": [len(low.packets.channels) for low in lowered],
+                         "refused": lowered[0].packets.refused[:8]} if build.packets else None),
+            "copy_engine": ({"min_bytes": build.copy_engine} if build.copy_engine else None)}
+
+
 def build_of(meta: dict) -> Build:
     """The `Build` of a validate run, read back from its results (`meta`, `results.json`'s top level):
     its backend, calls and separator, a kernel per call or one, packets and copy-engine sizes, and
@@ -711,13 +727,15 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
     """`clockworks validate FILE`: see the module docstring. Returns the report (`results.json`'s
     content: `verdict`, the worst over the sizes, and one cell per size); with `--launcher
     slurm`, what was written (`verdict` "written", `sbatch`). `nccl`: measure NCCL's collective.
-    `calls` > 1: each run is `calls` back-to-back calls (`repeat.repeat`, separated by `between`),
-    checked and generated as one schedule; times and predictions are then per call. `packets` > 0
-    (nvshmem): put_signals of at most that many bytes go as flag-in-data packets (`packets.lower`); the
-    rewritten schedule is the one checked, run and compared. With `calls` > 1 the NVSHMEM program
-    launches one kernel per call, as a library call would (`fuse_calls`: one kernel for them all).
-    `copy_engine` > 0 (nvshmem): puts and put_signals of at least that many bytes go on the copy engine
-    (`nvshmem.copy_engine_ops`); the schedule checked is the same (it only orders more)."""
+    Each schedule is lowered once, by `lowering.lower(sched, Build(backend, calls, between, fuse_calls,
+    packets, copy_engine))`. `calls` > 1: each run is `calls` back-to-back calls (`lowering.repeat`,
+    separated by `between`), checked and generated as one schedule; times and predictions are then per
+    call. `packets` > 0 (nvshmem): put_signals of at most that many bytes go as flag-in-data packets
+    (`lowering.packets`); the rewritten schedule is the one checked, run and compared. With `calls` > 1
+    the NVSHMEM program launches one kernel per call, as a library call would (`fuse_calls`: one kernel
+    for them all). `copy_engine` > 0 (nvshmem): puts and put_signals of at least that many bytes go on
+    the copy engine (`lowering.nvshmem_plan.copy_engine_ops`); the schedule checked is the same (it only
+    orders more)."""
     if backend not in BACKENDS:
         raise ValidateError(f"unknown backend {backend!r}; clockworks validate knows {', '.join(BACKENDS)}")
     if launcher not in LAUNCHERS:
@@ -742,15 +760,7 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
             "iters": iters, "warmup": warmup, "graph": graph and backend != "cupy", "timeout": timeout,
             "nccl_op": nccl_collective(schedules[0]) if nccl else None, "nccl": nccl, "no_check": no_check,
             "params": dict(schedules[0].params),  # the family's variant (cw.param, cw.choice), if any
-            "calls": calls, "between": between if calls > 1 else None,
-            "kernels": ("per call" if build.kernel_per_call else "one") if calls > 1 and backend == "nvshmem" else None,
-            # where an NVSHMEM kernel writes its progress words: GPU memory, copied to the host beside the
-            # kernel (validate never passes --host-progress); runs from before this was recorded wrote
-            # them to host-mapped memory until 2026-11-23 08:27 UTC, which costs each op a PCIe round
-            "progress_words": "gpu" if backend == "nvshmem" else None,
-            "packets": ({"max_bytes": packets, "channels": [len(low.packets.channels) for low in lowered],
-                         "refused": lowered[0].packets.refused[:8]} if packets else None),
-            "copy_engine": ({"min_bytes": copy_engine} if copy_engine else None)}
+            **build_meta(build, lowered)}
     if launcher == "slurm":
         return _prepare_slurm(lowered, nbytes, out_dir, meta, topology, search, nodes)
     launch.find_mpiexec()
