@@ -10,7 +10,7 @@ The pipeline, top to bottom (`tune`):
    and accept a variant only if it beats the best so far by more than the noise (`accept`).
 
 Lowerings (`packets`): each variant is also tried with its put_signals of at most N bytes sent as
-flag-in-data packets (`codegen.packets`), for each N given. Such a candidate is the rewritten
+flag-in-data packets (`lowering.packets`), for each N given. Such a candidate is the rewritten
 schedule: that is what is checked, predicted and measured. It takes part only at the sizes where
 the rewrite lowers at least one put_signal (above N it is the variant itself). The predictor does not
 model what packets save (the separate signal's round trip) or cost (twice the bytes on the wire): it
@@ -18,18 +18,19 @@ simulates the rewritten schedule's ops as they are. So each lowering is ranked o
 K measured; the measurements decide.
 
 Copy-engine puts (`copy_engine`): each variant is also tried with its puts and put_signals of at least N
-bytes issued by the host on the copy engine (`codegen.nvshmem.copy_engine_ops`), for each N given. The
-schedule is the variant itself (checked as it is: the lowering only adds order), so only the
+bytes issued by the host on the copy engine (`lowering.nvshmem_plan.copy_engine_ops`), for each N given.
+The schedule is the variant itself (checked as it is: the lowering only adds order), so only the
 generated code differs; it takes part at the sizes where at least one put is that large. It too is
 ranked on its own and its top K measured.
 
 What is predicted is what `validate` measures: the timed run of the generated NVSHMEM program
 (`perf.program`: the schedule's ops and the program's own costs, its copy-engine puts priced as such,
 a run of calls with a kernel per call or one kernel for all as built), per call; a packets candidate's
-is its rewritten schedule's run, its put_signals sent as packets (`RunConditions.packet_sends`: one
-crossing of twice the bytes, no fence, no separate signal; in no fit, 17% median error on the measured
-packets cells, scripts/results/bench_predict_generated.md). Each try records it (`predicted_as`); a try
-remembered with the schedule's own ops predicted (before this) is predicted again.
+is its rewritten schedule's run, its put_signals sent as packets (`Lowered.packets`, read from
+`RunConditions.program`: one crossing of twice the bytes, no fence, no separate signal; in no fit, 17%
+median error on the measured packets cells, scripts/results/bench_predict_generated.md). Each try
+records it (`predicted_as`); a try remembered with the schedule's own ops predicted (before this) is
+predicted again.
 
 The library (`--emit DIR`, `emit`): the winner at each size, measured (or predicted in a dry run,
 labelled so), as `cw_<name>.h` + `cw_<name>.cu` with a size dispatcher (`codegen.library`), from the
@@ -238,8 +239,9 @@ def check_calls(defn: ScheduleDef, binding: dict, world: int, calls: int, timeou
                 packets: int = 0) -> tuple:
     """For `calls` back-to-back calls: the cheapest separator the checker verifies, trying nothing,
     then two copies by call parity, then a sync_all, then a barrier_all between the calls
-    (`repeat.repeat`; the result rewritten by the `packets` lowering when given). (verdict, first
-    error, the separator or None, {separator: what the checker said})."""
+    (`lowering.lower` with a `Build` of `calls` calls: `lowering.repeat`, the result rewritten by the
+    `packets` lowering when given). (verdict, first error, the separator or None, {separator: what the
+    checker said})."""
     from .check import check
     from .lowering.repeat import BETWEEN, RepeatError
 

@@ -227,7 +227,7 @@ def test_every_op_class_has_a_cost(cls):
 # (test_the_cupy_table_decides_every_op_class) and tests/test_runtime.py; not repeated here.
 
 
-# ---------------------------------------------- 6. repeat.py: epochs of the words an op updates
+# ------------------------------------- 6. lowering/repeat.py: epochs of the words an op updates
 def _repeat():
     return _module("clockworks_dist.lowering.repeat", "clockworks_dist.repeat")
 

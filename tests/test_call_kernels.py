@@ -1,5 +1,5 @@
 """One kernel per call (`--calls K` on the NVSHMEM backend): where each call begins in the K-call
-schedule (`repeat.call_starts`), how the packets rewrite moves those places (`Lowered.remap`), the
+schedule (`lowering.repeat.call_starts`), how the packets rewrite moves those places (`Lowered.remap`), the
 plan's kernel boundaries (a fenced grid-wide sync: nothing one kernel's op waits for lies in the
 kernel before), the program's kernels and launches, and validate's default (a kernel per call) and
 `--fuse-calls`. Compiling needs nvcc and the NVSHMEM wheel (skipped, with the reason, where they are

@@ -1,4 +1,4 @@
-"""Puts on the copy engine (`--copy-engine SIZE`, `codegen.nvshmem.copy_engine_ops`): a put or
+"""Puts on the copy engine (`--copy-engine SIZE`, `lowering.nvshmem_plan.copy_engine_ops`): a put or
 put_signal of at least SIZE bytes is issued by the host on the rank's stream between two kernels
 (`nvshmemx_putmem[_signal]_on_stream`), never inside a kernel; the plan treats it as a kernel
 boundary (the kernel before ends fenced where the put publishes what came before); setup refuses a

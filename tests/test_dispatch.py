@@ -1,6 +1,6 @@
 """`clockworks tune --emit`: the winners of a tune as a library with a size dispatcher
 (`codegen.library`): which kernel each size runs, the sizes it refuses, when it resets, what the
-checker verifies for it (every prefix of K calls with the caller's accesses, `repeat.with_caller`),
+checker verifies for it (every prefix of K calls with the caller's accesses, `lowering.repeat.with_caller`),
 the names that reach C++, the emitted header and source compiled and linked with the NVSHMEM wheel
 (skipped, with the reason, where nvcc or the wheel is missing), and the CLI end to end in dry mode.
 Running the library needs 2 GPUs: scripts/gpu/dispatch_h200x2.sh."""

@@ -1,4 +1,4 @@
-"""Flag-in-data packets (`clockworks_dist.codegen.packets`, `--packets`): which put_signal + wait_until
+"""Flag-in-data packets (`clockworks_dist.lowering.packets`, `--packets`): which put_signal + wait_until
 pairs are lowered and why the others are not, the rewritten schedule the checker verifies, the code
 the NVSHMEM backend writes for it (packet stores over nvshmem_ptr, every block polling, the unpacking
 copy, the zeroed areas, the setup check), that a packet area is never compared as the model's values,

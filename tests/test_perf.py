@@ -591,9 +591,9 @@ def test_a_generated_program_fences_where_its_code_generator_plans():
 
 
 def test_a_kernel_per_call_starts_each_call_after_the_kernel_before():
-    """`RunConditions.kernel_starts`: in an NVSHMEM program with a kernel per call, a call's first op
-    starts a plain kernel's start after the kernel before has ended (and eagerly after the host has
-    issued it); with one kernel for the calls it follows at once."""
+    """`Lowered.kernel_starts` (`RunConditions.program`): in an NVSHMEM program with a kernel per call,
+    a call's first op starts a plain kernel's start after the kernel before has ended (and eagerly
+    after the host has issued it); with one kernel for the calls it follows at once."""
     from clockworks_dist.lowering.repeat import call_starts, repeat
 
     one = self_put_signal.trace(2, sizes={"N": 16})
@@ -617,10 +617,10 @@ def test_a_kernel_per_call_starts_each_call_after_the_kernel_before():
 
 
 def test_a_put_signal_sent_as_packets_crosses_once_with_twice_the_bytes():
-    """`RunConditions.packet_sends`: a put_signal the generated code sends as flag-in-data packets is one
-    stream of 16-byte stores, 8 bytes of payload and the flag in each: twice the bytes, no fence
-    between data and signal, so it lands one route latency after its last store left, where a
-    put_signal with a separate flag lands three."""
+    """`Lowered.packets` (`RunConditions.program`): a put_signal the generated code sends as
+    flag-in-data packets is one stream of 16-byte stores, 8 bytes of payload and the flag in each:
+    twice the bytes, no fence between data and signal, so it lands one route latency after its last
+    store left, where a put_signal with a separate flag lands three."""
     c, sched = consts(), one_put_signal.trace(2, sizes={"N": 1024})
     payload = 4096 / 40e3  # 4 KiB on one block at 40 GB/s
     for sends, flow, crossings in (((), payload, 3), (((0, 0),), 2 * payload, 1)):

@@ -366,7 +366,7 @@ def test_hostile_predict_options(capsys, no_simulation, argv, fragment):
 
 @pytest.mark.parametrize("option", ["--nodes", "--scale-nodes"])
 def test_hostile_node_counts_on_a_cluster(capsys, no_simulation, option):
-    """predict simulates at most 512 nodes (cli_perf.MAX_PREDICT_NODES); topology show loads up to what fits."""
+    """predict simulates at most 512 nodes (cli.perf.MAX_PREDICT_NODES); topology show loads up to what fits."""
     code, text = clockworks(capsys, "predict", RING, "-t", "dgx-h100-cluster", "--ranks", "2", option, "100000",
                             seconds=10)
     assert_bad_input(code, text, f"argument {option}: 100,000 nodes is more than predict simulates (at most 512)")

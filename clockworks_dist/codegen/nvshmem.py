@@ -25,9 +25,9 @@ resident), and every block writes its own progress word (`cw_marks_dev[1 + block
 names each block's op.
 
 Program order across blocks, only where the semantics needs it. Each block runs its part of the ops
-in program order, so one block's work is ordered by itself; across blocks the plan (`plan_rank`)
-derives, from the rules' accesses (`semantics.rules`) and the happens-before rules
-(`semantics.order`), what an op must wait for:
+in program order, so one block's work is ordered by itself; across blocks the plan
+(`lowering.nvshmem_plan.plan_rank`) derives, from the rules' accesses (`semantics.rules`) and the
+happens-before rules (`semantics.order`), what an op must wait for:
 - a hazard: the op touches (when issued, or in a delivery it performs now) memory that an earlier
   op touched when issued, one of them writing (program order; a delivery landing later is not
   ordered, `order.issue_to_delivery` only orders its issue);
@@ -84,20 +84,21 @@ stream). While the stream is being captured the kernel is launched with `cudaLau
 the cooperative launch attribute directly on it (same kernel and grid, checked resident with
 `nvshmemx_collective_launch_query_gridsize` at setup), so the graph is one cooperative kernel node.
 
-Packets (`--packets`, `packets.py`): a put_signal lowered to flag-in-data packets is a spread op of
+Packets (`--packets`, `lowering/packets.py`): a put_signal lowered to flag-in-data packets is a spread op of
 twice its bytes whose blocks store their packets straight into the peer's area (`nvshmem_ptr`), with
 no fence of its own and no signal; the ordering it needs before it (a publication) is the planner's,
 as for any signal. Its wait is polled by every block over every packet, then the word is set to
 the value locally; the copy after it unpacks. A rank whose every op then fits one block runs them
 all on block 0, so each follows what it depends on by a `__syncthreads`.
 
-Copy-engine puts (`--copy-engine SIZE`, `copy_engine_ops`): a put or put_signal of at least SIZE bytes
-is not run by the kernel's blocks: the host issues it on the rank's stream between two kernels
-(`nvshmemx_putmem_on_stream`, `nvshmemx_putmem_signal_on_stream`), in the rank's launch code. The plan
-treats it as a kernel boundary before it and after it (`plan_rank`): the kernel before ends fenced
-where the put publishes or a fence orders what came before; the copy starts once that kernel has
-finished and the next kernel once the copy (and its signal's write) has completed. Setup stops a run
-whose peer is not reached over NVLink, where NVSHMEM's on-stream put is a peer copy on that stream.
+Copy-engine puts (`--copy-engine SIZE`, `lowering.nvshmem_plan.copy_engine_ops`): a put or put_signal
+of at least SIZE bytes is not run by the kernel's blocks: the host issues it on the rank's stream
+between two kernels (`nvshmemx_putmem_on_stream`, `nvshmemx_putmem_signal_on_stream`), in the rank's
+launch code. The plan treats it as a kernel boundary before it and after it (`plan_rank`): the kernel
+before ends fenced where the put publishes or a fence orders what came before; the copy starts once
+that kernel has finished and the next kernel once the copy (and its signal's write) has completed.
+Setup stops a run whose peer is not reached over NVLink, where NVSHMEM's on-stream put is a peer copy
+on that stream.
 
 Send, recv, groups and the NCCL collectives are NCCL's (`--backend nccl`).
 """
@@ -194,7 +195,7 @@ def _signal(gen: Gen, ref: ir.SignalRef, owner: int) -> str:
 
 def _source(gen: Gen, op, src: ir.Region, lines: list[str]) -> str:
     """`src`'s pointer, or a scratch copy's (made by the running block) when it overlaps the destination
-    at another offset (`staged`)."""
+    at another offset (`nvshmem_plan.staged`)."""
     if staged(op, gen.rank) != src:
         return gen.ptr(src)
     scratch = gen.add_scratch(gen.nbytes(src), f"op {gen.index} of rank {gen.rank}: a source overlapping its "
@@ -224,7 +225,7 @@ def _packets(gen: Gen):
 def put_signal(gen: Gen, op: ir.PutSignal) -> list[str]:
     """One block: `nvshmemx_putmem_signal[_nbi]_block` (its data, its fence, then the signal). Spread:
     each block puts its share and fences it; the last block to arrive sends the signal. As packets
-    (`packets.py`): each block stores its share of packets straight into the peer's area."""
+    (`lowering/packets.py`): each block stores its share of packets straight into the peer's area."""
     step = _kernel(gen).step
     lowered = _packets(gen)
     if lowered is not None and (gen.rank, gen.index) in lowered.sends:
@@ -262,8 +263,8 @@ def _host_ptr(region: ir.Region) -> str:
 
 
 def copy_engine_put(gen: Gen, op) -> list[str]:
-    """A put or put_signal on the copy engine (`copy_engine_ops`): the host issues it on the rank's
-    stream between two kernels, in the rank's launch code (`rank<k>(s)`), not in a kernel."""
+    """A put or put_signal on the copy engine (`nvshmem_plan.copy_engine_ops`): the host issues it on
+    the rank's stream between two kernels, in the rank's launch code (`rank<k>(s)`), not in a kernel."""
     _remote(gen, op.dst, op.pe, op)  # a symmetric buffer of one dtype on both ranks, or Unsupported
     dst, src, nbytes = _host_ptr(op.dst), _host_ptr(op.src), gen.nbytes(op.src)
     lines = ["", op_comment(op).replace("  //", "  // on the copy engine:", 1),
@@ -753,8 +754,8 @@ class NvshmemTarget(Target):
             fill.append(f"  a.{name} = {name};")
         n = len(program.ops)
         names = kernel_names(rank, len(bodies))
-        # A library (`library.py`) launches one call's kernel at a time from its own host code: it
-        # takes the struct's fields (buffers in declaration order, then the scratch) from here.
+        # A library (`codegen.library`) launches one call's kernel at a time from its own host code:
+        # it takes the struct's fields (buffers in declaration order, then the scratch) from here.
         _state(gen).setdefault("fields", {})[rank] = ([decl.name for decl in program.buffers], list(scratch))
         hosts = puts_before(_state(gen)["sequence"][rank])
         kernels = []
@@ -865,8 +866,8 @@ def kernel_names(rank: int, kernels: int) -> list[str]:
 
 
 def _call_end(step: Step, host: bool = False) -> list[str]:
-    """The end of a kernel when what follows on the stream begins after it (`plan_rank`'s boundary):
-    the next call's kernel, or (`host`) a put on the copy engine, `step`."""
+    """The end of a kernel when what follows on the stream begins after it (`nvshmem_plan.plan_rank`'s
+    boundary): the next call's kernel, or (`host`) a put on the copy engine, `step`."""
     if host:
         what = f"the copy engine's put (op {step.index}) starts"
         if not step.end_fence:

@@ -72,7 +72,7 @@ def render_table(cells: list[dict], meta: dict, predicted_by: str, environment: 
     if packets:
         counts = ", ".join(str(n) for n in packets.get("channels") or ())
         how += (f"; every put_signal of at most {size_text(packets['max_bytes'])} whose signal word only its wait "
-                "reads sent as flag-in-data packets (`--packets`, codegen/packets.py; signal words lowered per size: "
+                "reads sent as flag-in-data packets (`--packets`, lowering/packets.py; signal words lowered per size: "
                 f"{counts}), the rewritten schedule being what the checker verified and the results are compared with")
     lines = [f"# `clockworks validate` {meta.get('schedule')} ({meta.get('file')}), {backend}", "",
              f"Measured with {how}; the slowest rank per run, median (min..max) over the runs. Size: bytes per "

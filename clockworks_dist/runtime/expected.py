@@ -293,7 +293,7 @@ def expect_rank(ref: Reference, rank: int) -> RankExpect:
         count, dtype = stop - start, ref.dtypes[rank][buffer]
         if ref.final is not None:
             into.expected[start:stop] = ev.at(ref.final[rank][atom], rank, atom)
-            # a packet area (codegen.packets) holds payload and flags, not the model's values: what it
+            # a packet area (lowering.packets) holds payload and flags, not the model's values: what it
             # carried is checked where it is unpacked
             into.checked[start:stop] = (ref.complete or atom in outputs) and ref.roles[rank][buffer] != "packets"
         if atom in outputs:

@@ -383,14 +383,14 @@ class Constants(_Frozen):
     # on measured runs.
     program_step_us: Latency = 0.0
     # What a handoff the code generator plans between an NVSHMEM kernel's blocks costs
-    # (`codegen.nvshmem.plan_rank`, the plan the generated code follows): a grid-wide sync, or an
+    # (`lowering.nvshmem_plan.plan_rank`, the plan the generated code follows): a grid-wide sync, or an
     # arrival counter whose last block goes on, before an op that needs other blocks' work. (Fitted
     # on the generated programs with a cost per block of the kernel and one for a fenced handoff as
     # well, both came out at their lower bound: neither is in the model.) 0 until fitted.
     program_sync_us: Latency = 0.0
     # What each op of an NVSHMEM program generated with host-mapped progress words adds (its
     # fences wait for the progress writes before them to cross PCIe; the words are in GPU memory
-    # now, `RunConditions.host_progress`): prices runs measured before the change. 0 until fitted.
+    # now, `lowering.Build.host_progress`): prices runs measured before the change. 0 until fitted.
     program_host_progress_us: Latency = 0.0
     # One thread block's rate for a reduce, copy or fill inside an NVSHMEM program's kernel, GB/s
     # of its destination's share per block (the code generator spreads the op over one block per

@@ -1,9 +1,9 @@
-"""`cw_<name>_test.cu`: a driver that runs an emitted library (`library.py`) on every PE and checks it.
+"""`cw_<name>_test.cu`: a driver that runs an emitted library (`codegen.library`) on every PE and checks it.
 
 Under `mpirun -np N` it initialises NVSHMEM over MPI (rank 0's unique id through `MPI_Bcast`, as the
 generated programs do), then, for every tuned size, makes more than 2 K calls (crossing at least two
 resets), with new inputs written before every call (a value of their own per PE, buffer, call and
-size: numeric.py's levels 1, 2 and 4, whose sums are exact in every dtype), and after every call
+size: semantics/numeric.py's levels 1, 2 and 4, whose sums are exact in every dtype), and after every call
 compares every element of every output with the schedule's postconditions, bit for bit. A second
 pass changes the size at every call (a reset each time). Then it times calls per size: eagerly,
 and as a CUDA graph of 4 K calls replayed (per call, the resets included: one every K calls and

@@ -11,17 +11,17 @@ What `clockworks tune --emit DIR` writes (`emit`):
   was not tuned is refused with the list of those that were (a kernel has its sizes compiled in:
   there is no silent fallback to another size's kernels). `cw_<name>_finalize()`. Every call returns
   a status (`CW_<NAME>_OK` or an error code) and `cw_<name>_last_error()` says what failed, where.
-- `cw_<name>.cu`: for each size, the K-call schedule of its winner (`repeat.repeat`, with the
-  separator named below, the packets rewrite when it won with packets), each call a kernel of its
-  own per rank (`nvshmem.py`'s plan with a kernel boundary at every call), inside a namespace of its
-  own; the host code that allocates, resets and launches them.
+- `cw_<name>.cu`: for each size, the K-call schedule of its winner (`lowering.lower`: K calls with
+  the separator named below, the packets rewrite when it won with packets), each call a kernel of its
+  own per rank (the NVSHMEM block plan, `lowering/nvshmem_plan.py`, with a kernel boundary at every
+  call), inside a namespace of its own; the host code that allocates, resets and launches them.
 - `cw_<name>_test.cu`: a driver (MPI, the unique-id bootstrap) that runs every size more than K
   times, new inputs before every call, and checks every output element bit for bit against the
   schedule's postconditions.
 
 Soundness: what runs is what the checker verified. The checker verifies, for each size, every
 prefix of 1 .. K calls of the K-call schedule, each with the caller's accesses between the calls
-(`repeat.library_schedules`: the inputs written anew before each call, the outputs read after each).
+(`lowering.repeat.library_schedules`: the inputs written anew before each call, the outputs read after each).
 The library never runs more than K calls, or a call of another size, without restoring the state
 those schedules start from: a reset (`cwl_reset_kernel`) completes every delivery and meets every
 PE, zeroes the size's signal words, arrival counters and packet areas, and meets every PE again.
@@ -31,7 +31,7 @@ model, else the cheapest it verifies (none, alternate, sync, barrier).
 
 What the caller may do between two calls: write new inputs into the input buffers and read the
 output buffers, by stream-ordered work on the library's stream (or after synchronising with it),
-never touch any other buffer. The checker models exactly this (`repeat.with_caller`: the caller's
+never touch any other buffer. The checker models exactly this (`lowering.repeat.with_caller`: the caller's
 writes and reads are ops of the rank between two calls, after every op of the call before and before
 every op of the next, with the peers' ops and in-flight deliveries running beside them), and the
 library matches it on the hardware: a call's kernel has finished on the stream before the caller's
@@ -115,7 +115,7 @@ class Entry:
 def library_check(sched: ir.Schedule, starts: dict[int, list[int]], calls: int,
                   timeout: float | None = CHECK_TIMEOUT_S) -> str | None:
     """None when the checker verifies every prefix of 1 .. `calls` calls of `sched` with its caller's
-    accesses (`repeat.library_schedules`); else the first failure, in words."""
+    accesses (`lowering.repeat.library_schedules`); else the first failure, in words."""
     from ...check import check
     from ...lowering.repeat import library_schedules
 
@@ -191,7 +191,7 @@ def _section(text: str, start: str, stop: str | None, what: str) -> str:
 
 def device_pieces() -> str:
     """What the kernels call, without any of a program's host code: support.cuh's dtype and reduce
-    codes and its arithmetic (numeric.py's), and nvshmem.cuh's device helpers."""
+    codes and its arithmetic (semantics/numeric.py's), and nvshmem.cuh's device helpers."""
     support = SUPPORT.read_text()
     nv = PRELUDE.read_text()
     return "\n".join([
