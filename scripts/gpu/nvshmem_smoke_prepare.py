@@ -21,7 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from clockworks_dist.codegen import program, validate  # noqa: E402
+from clockworks_dist.codegen import program  # noqa: E402
+from clockworks_dist.runtime import validate  # noqa: E402
 from clockworks_dist.dsl.load import load_file  # noqa: E402
 
 PROTOCOLS = ["nvshmem_alltoall_dispatch", "nvshmem_oneshot_allreduce", "nvshmem_twoshot_allreduce",
