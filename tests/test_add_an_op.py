@@ -229,7 +229,7 @@ def test_every_op_class_has_a_cost(cls):
 
 # ------------------------------------- 6. lowering/repeat.py: epochs of the words an op updates
 def _repeat():
-    return _module("clockworks_dist.lowering.repeat", "clockworks_dist.repeat")
+    return _module("clockworks_dist.lowering.repeat")
 
 
 def _one_op_schedule(op) -> ir.Schedule:
