@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import ir
-from ..semantics.rules import SIG, SIG_READS, Mode, When, rule, signal_effect
+from ..semantics.rules import SIG, SIG_READS, Mode, When, rule
+from ..semantics.words import only_grows
 from .blocks import NVSHMEM_BLOCK_BYTES, NVSHMEM_MAX_BLOCKS, nvshmem_blocks
 
 THREADS = 512  # threads per block
@@ -148,22 +149,9 @@ def _observable(t: Touch, rank: int, index: dict) -> bool:
 
 
 def monotone_words(sched: ir.Schedule) -> set[tuple[int, str, int]]:
-    """Signal words (owner, signal, index) that only ever grow in a run: every update of them is an add
-    and all the adds together stay below 2**64 (the word starts at 0), so a ge/gt comparison that
-    holds stays true."""
-    adds: dict[tuple[int, str, int], int] = {}
-    other: set[tuple[int, str, int]] = set()
-    for program in sched.programs:
-        for op in program.ops:
-            effect = signal_effect(op)
-            if effect is None or effect[1] == "read":
-                continue
-            word = (op.pe, effect[0].signal, effect[0].index)
-            if effect[1] == "add":
-                adds[word] = adds.get(word, 0) + effect[2]
-            else:
-                other.add(word)
-    return {word for word, total in adds.items() if word not in other and total < 1 << 64}
+    """Signal words (owner, signal, index) that only ever grow in a run (`semantics.words.only_grows`),
+    so a ge/gt comparison that holds stays true."""
+    return only_grows(sched)
 
 
 def _publishes(op, rank: int) -> bool:

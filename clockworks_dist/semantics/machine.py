@@ -44,6 +44,7 @@ from .rules import (MEM, SIG, WRITE_MODES, Access as RuleAccess, Mode, Move, Rul
 # re-exported: check/properties.py imports `conflicting` and check/por.py `dependent` from here
 from .rules import conflicting, dependent  # noqa: F401
 from .values import Values
+from .words import may_wrap
 
 SPAN_MEMO = 1 << 20  # (rank, region) spans kept by `Model.span`
 
@@ -398,33 +399,10 @@ class Model:
         return self.sig_offset[ref.signal] + ref.index
 
     def _may_wrap(self) -> frozenset[tuple[int, int]]:
-        """The (rank, word) signal words that adds might wrap around 2**64 in some execution.
-
-        Words are uint64 and arithmetic is modulo 2**64 (DESIGN.md), so an add of 2**64 - 1 is a
-        decrement. Every op of a traced program runs at most once, so a word's value never exceeds
-        the largest value any op can set it to (0 at the start) plus the sum of every add that can
-        reach it. When that bound fits in 64 bits no add wraps, and a `ge`/`gt` wait that holds
-        stays true under adds: only then may the reduction treat it as commuting with them. `and`
-        only clears bits and `fetch` writes nothing; `or`/`xor` can set any bit, so a word they
-        reach is never proven."""
-        sets: dict[tuple[int, int], int] = {}
-        adds: dict[tuple[int, int], int] = {}
-        unbounded: set[tuple[int, int]] = set()
-        for program in self.sched.programs:
-            for op in program.ops:
-                effect = rule(op).signal_effect(op)
-                if effect is None:
-                    continue
-                word = (op.pe, self.sig_word(effect[0]))
-                how, value = effect[1], effect[2]
-                if how == "add":
-                    adds[word] = adds.get(word, 0) + value
-                elif how == "set":
-                    sets[word] = max(sets.get(word, 0), value)
-                elif how == "any":
-                    unbounded.add(word)
-        over = {word for word in set(sets) | set(adds) if sets.get(word, 0) + adds.get(word, 0) > MASK64}
-        return frozenset(unbounded | over)
+        """The (rank, word) signal words that adds might wrap around 2**64 in some execution
+        (`words.may_wrap`): only elsewhere may the reduction treat a `ge`/`gt` wait that holds as
+        commuting with adds."""
+        return frozenset((owner, self.sig_offset[signal] + index) for owner, signal, index in may_wrap(self.sched))
 
     def _access(self, a: RuleAccess) -> Access:
         # The tracer shares region objects among ops and ranks: one compiled access per (owner,
