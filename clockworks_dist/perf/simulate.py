@@ -60,7 +60,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from .. import ir, lowering
-from ..semantics.machine import Model
+from ..semantics.machine import Action, Model
 from ..semantics.match import match
 from ..semantics.rules import Sync, describe, signal_effect
 from . import nccl
@@ -279,28 +279,28 @@ class Simulator:
             self.enabled_in, self.enabled_now = self.state, self.model.enabled(self.state)
         return self.enabled_now
 
-    def _ranks_of(self, action: tuple) -> list[int]:
+    def _ranks_of(self, action: Action) -> list[int]:
         """The ranks whose current op takes part in `action` (none for a delivery)."""
-        kind = action[0]
+        kind = action.kind
         if kind == "step":
-            return [action[1]]
+            return [action.rank]
         if kind == "p2p":
-            return [action[1], self.model.matches.recv_of[action[1:]][0]]
+            return [action.rank, self.model.matches.recv_of[action.key][0]]
         if kind == "coll":
-            return [rank for rank, _ in self.model.coll_members[action[1]]]
+            return [rank for rank, _ in self.model.coll_members[action.cid]]
         return []
 
-    def _ready(self, action: tuple) -> bool:
+    def _ready(self, action: Action) -> bool:
         """Whether every rank taking part has posted its op (a delivery in flight needs none)."""
         return all(self.posted[rank] for rank in self._ranks_of(action))
 
-    def _start(self, action: tuple) -> None:
+    def _start(self, action: Action) -> None:
         self.started.add(action)
         for rank in self._ranks_of(action):
             self.unstarted[rank] -= 1
             if not self.unstarted[rank]:
                 self.idle.discard(rank)
-        kind = action[0]
+        kind = action.kind
         if kind == "step":
             self._start_step(action)
         elif kind == "p2p":
@@ -311,7 +311,7 @@ class Simulator:
             self.flying += 1
             self._start_delivery(action)
 
-    def _apply(self, action: tuple) -> None:
+    def _apply(self, action: Action) -> None:
         """The action's timed process has ended: the machine takes the step. The landings it leaves
         (a recv, a collective member writing its output) are taken at once: the transfer's time
         already covers the write."""
@@ -380,7 +380,7 @@ class Simulator:
         return region.count * ir.DTYPE_BYTES[self.sched.programs[rank].buffer(region.buffer).dtype]
 
     # -- steps of one rank --------------------------------------------------------------------
-    def _start_step(self, action: tuple) -> None:
+    def _start_step(self, action: Action) -> None:
         _, rank, index = action
         op = self.sched.programs[rank].ops[index]
         rule = COSTS[op.kind]
@@ -410,14 +410,14 @@ class Simulator:
         else:
             self._step_done(action, rec)
 
-    def _fence(self, action: tuple, rec: OpRecord, op) -> None:
+    def _fence(self, action: Action, rec: OpRecord, op) -> None:
         """A fence or quiet: the thread's system-scope fence, `nvshmem_fence_us`, returning once every
         store of the rank's deliveries has landed and been acknowledged (the machine also holds later
         deliveries back behind a fence, and enables a quiet only once nothing is in flight). In a
         generated NVSHMEM program a fence op emits no code (its order is kept by the fence planned
         before the next delivery to that PE, `_planned_fence`) and neither does a quiet with nothing
         in flight (an idle step)."""
-        rank, index = action[1], action[2]
+        rank, index = action.rank, action.index
         if self.prog.emits_nothing(rank, index, op):
             self._step_done(action, rec)
             return
@@ -430,10 +430,10 @@ class Simulator:
         else:
             settled()
 
-    def _start_kernel(self, action: tuple, op, rec: OpRecord) -> None:
+    def _start_kernel(self, action: Action, op, rec: OpRecord) -> None:
         """A local kernel: its start, then its bytes over the rank's HBM (shared with whatever else
         uses it); a compute op takes the cost it states (`_compute_cost`)."""
-        rank = action[1]
+        rank = action.rank
         nbytes = COSTS[op.kind].nbytes(op, rank, self._size)
         launches, fixed_after, floor, ceiling = 1, 0.0, 0.0, None
         if op.kind == "compute":
@@ -492,35 +492,35 @@ class Simulator:
             floor = op.flops / (self.net.peak_flops(rank, dtype, op) * 1e6)
         return 1, float(op.bytes if op.bytes is not None else traffic), 0.0, floor
 
-    def _step_done(self, action: tuple, rec: OpRecord) -> None:
+    def _step_done(self, action: Action, rec: OpRecord) -> None:
         self._apply(action)
-        self._finish(action[1], rec)
+        self._finish(action.rank, rec)
         self._dispatch()
 
-    def _issued(self, action: tuple, rec: OpRecord) -> None:
-        self.issues[action[1:]] = rec
-        if self._stores(action[1], action[2]):
-            self.storing[action[1]] += 1
+    def _issued(self, action: Action, rec: OpRecord) -> None:
+        self.issues[action.key] = rec
+        if self._stores(action.rank, action.index):
+            self.storing[action.rank] += 1
         if not self._holds(action):
             self._step_done(action, rec)
             return
         # the issuing blocks store the bytes themselves: the rank goes on once the last has left
-        self.holding[action[1:]] = rec
+        self.holding[action.key] = rec
         self._apply(action)
-        self.posted[action[1]] = False
+        self.posted[action.rank] = False
         self._dispatch()
 
-    def _holds(self, action: tuple) -> bool:
+    def _holds(self, action: Action) -> bool:
         """Whether a put or non-blocking get keeps its rank until its bytes have moved: between
         GPUs that reach each other's memory (NVLink, PCIe peer to peer), and to the PE itself,
         NVSHMEM moves them with the issuing threads' own loads and stores; over a network a proxy
         does, and the rank goes on."""
-        op = self.sched.programs[action[1]].ops[action[2]]
+        op = self.sched.programs[action.rank].ops[action.index]
         if not COSTS[op.kind].holds:
             return False
-        if action[1:] in self.engine_ops:  # stream order: the next kernel starts after the copy
+        if action.key in self.engine_ops:  # stream order: the next kernel starts after the copy
             return True
-        return self._stores(action[1], action[2])
+        return self._stores(action.rank, action.index)
 
     def _stores(self, issuer: int, index: int) -> bool:
         """Whether the issuing threads perform this delivery themselves, by loads and stores (NVLink,
@@ -537,14 +537,14 @@ class Simulator:
             self._finish(key[0], rec)
             self._dispatch()
 
-    def _wait_ends(self, action: tuple, op) -> None:
+    def _wait_ends(self, action: Action, op) -> None:
         """A wait whose words compare true: it ends now, after the write that made them so (if that
         came after the rank's previous op)."""
-        rank = action[1]
-        words = self.model.code[rank][action[2]].awaits[0]
+        rank = action.rank
+        words = self.model.code[rank][action.index].awaits[0]
         writers = [w for w in (self.sig_writer.get((rank, word)) for word in words) if w is not None]
         writer = max(writers, key=lambda w: w.end, default=None)
-        rec = self._record(rank, action[2], None, op, self.now)
+        rec = self._record(rank, action.index, None, op, self.now)
         if writer is not None and writer.end >= (self.last[rank].end if self.last[rank] else 0.0):
             rec.cause, rec.cause_kind = writer, "signal"
         self._step_done(action, rec)
@@ -556,8 +556,8 @@ class Simulator:
             self.sig_writer[(op.pe, self.model.sig_word(effect[0]))] = rec
 
     # -- one-sided deliveries -----------------------------------------------------------------
-    def _start_delivery(self, action: tuple) -> None:
-        issuer, index = action[1], action[2]
+    def _start_delivery(self, action: Action) -> None:
+        issuer, index = action.issuer, action.index
         op = self.sched.programs[issuer].ops[index]
         rule = COSTS[op.kind]
         pe = self.model.deliveries[(issuer, index)].pe
@@ -607,20 +607,21 @@ class Simulator:
         self.engine.transfer(src, dst, nbytes, ceiling, latency, landed, detail=note,
                              reverse_share=self.c.nvshmem_reverse_share, left=left)
 
-    def _landed(self, action: tuple, op, issue: OpRecord, note: dict) -> None:
-        issuer = action[1]
-        delivery = OpRecord(rank=issuer, index=action[2], sub=None, kind="delivery", text=f"delivery of {issue.text}",
-                            loc=op.loc, start=issue.end, end=self.now, cause=issue, cause_kind="issue", detail=note)
+    def _landed(self, action: Action, op, issue: OpRecord, note: dict) -> None:
+        issuer = action.issuer
+        delivery = OpRecord(rank=issuer, index=action.index, sub=None, kind="delivery",
+                            text=f"delivery of {issue.text}", loc=op.loc, start=issue.end, end=self.now, cause=issue,
+                            cause_kind="issue", detail=note)
         self.records.append(delivery)
         self.flying -= 1
-        if self._stores(issuer, action[2]):  # its stores are acknowledged one route latency from now
+        if self._stores(issuer, action.index):  # its stores are acknowledged one route latency from now
             self.storing[issuer] -= 1
             back = 0.0 if COSTS[op.kind].pulls else self.net.route(op.pe, issuer)[1]
             self.acked[issuer] = max(self.acked[issuer], self.now + back)
         self._apply(action)
         self._wrote_signal(op, delivery)
-        if action[1:] in self.engine_ops:  # the next kernel starts after the copy (and its signal)
-            self.engine.at(self.now + self._launch("local"), lambda: self._release((issuer, action[2])))
+        if action.key in self.engine_ops:  # the next kernel starts after the copy (and its signal)
+            self.engine.at(self.now + self._launch("local"), lambda: self._release(action.key))
         waiter = self.current[issuer]
         code = self.model.code[issuer][self.state.pcs[issuer]] if self.posted[issuer] else None
         if code is not None and code.sync in (Sync.QUIET, Sync.BARRIER_ALL) \
@@ -638,8 +639,8 @@ class Simulator:
         return self.c.nvshmem_block_GBs * blocks
 
     # -- two-sided ----------------------------------------------------------------------------
-    def _start_p2p(self, action: tuple) -> None:
-        skey = action[1:]
+    def _start_p2p(self, action: Action) -> None:
+        skey = action.key
         rkey = self.model.matches.recv_of[skey]
         send_head, recv_head = self.current[skey[0]], self.current[rkey[0]]
         send = self.model.matches._op(skey)
@@ -670,9 +671,9 @@ class Simulator:
         group = self.sched.programs[rank].ops[index]
         return group.kind == "group" and len({m.peer for m in group.ops} - {rank}) >= self.world - 1 > 0
 
-    def _p2p_done(self, action: tuple, rec: OpRecord) -> None:
+    def _p2p_done(self, action: Action, rec: OpRecord) -> None:
         rec.end = self.now
-        sides = [action[1], self.model.matches.recv_of[action[1:]][0]]
+        sides = [action.rank, self.model.matches.recv_of[action.key][0]]
         before = self.state.pcs
         self._apply(action)
         for rank in dict.fromkeys(sides):  # each side's op (a group: its last member) is done
@@ -709,8 +710,8 @@ class Simulator:
                        lambda: self.engine.start_flow((self.net.hbm(rank),), nbytes, None, done))
 
     # -- collectives --------------------------------------------------------------------------
-    def _start_collective(self, action: tuple) -> None:
-        members = self.model.coll_members[action[1]]
+    def _start_collective(self, action: Action) -> None:
+        members = self.model.coll_members[action.cid]
         arrived = {rank: self.current[rank] for rank, _ in members}
         # the last member to arrive (the first of them to get there, on a tie) is what the others waited for
         last_rank = max(arrived, key=lambda r: (arrived[r].start, -self.arrival[r]))
@@ -765,7 +766,7 @@ class Simulator:
         return nccl.plan(kind, len(ranks), nbytes, self.c, link, self._view(tuple(ranks)), worst,
                          self.conditions.channel_cap, inplace)
 
-    def _collective_done(self, action: tuple, arrived: dict[int, OpRecord]) -> None:
+    def _collective_done(self, action: Action, arrived: dict[int, OpRecord]) -> None:
         self._apply(action)
         for rank, rec in arrived.items():
             self._finish(rank, rec)

@@ -82,6 +82,11 @@ class Step(NamedTuple):
     def of(cls, rank: int, index: int) -> "Step":
         return cls("step", rank, index)
 
+    @property
+    def key(self) -> tuple[int, int]:
+        """(rank, op index): the op, as the model's tables key it."""
+        return self[1:]
+
 
 class P2P(NamedTuple):
     kind: str
@@ -92,6 +97,11 @@ class P2P(NamedTuple):
     @classmethod
     def of(cls, rank: int, index: int, sub: int | None) -> "P2P":
         return cls("p2p", rank, index, sub)
+
+    @property
+    def key(self) -> tuple[int, int, int | None]:
+        """(rank, op index, group member): the send, as the matching keys it."""
+        return self[1:]
 
 
 class Coll(NamedTuple):
@@ -111,6 +121,11 @@ class Deliver(NamedTuple):
     @classmethod
     def of(cls, issuer: int, index: int) -> "Deliver":
         return cls("deliver", issuer, index)
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """(issuer, op index): the delivery, as the model's tables key it."""
+        return self[1:]
 
 
 Action = Step | P2P | Coll | Deliver
