@@ -208,8 +208,8 @@ def run_to_end(schedule: ir.Schedule) -> tuple[Model, list[tuple]]:
         actions.append(action)
         state = model.apply(state, action)
     if not model.done(state):
-        stuck = next(r for r in range(model.world) if state[0][r] < model.nops[r])
-        op = schedule.programs[stuck].ops[state[0][stuck]]
+        stuck = next(r for r in range(model.world) if state.pcs[r] < model.nops[r])
+        op = schedule.programs[stuck].ops[state.pcs[stuck]]
         raise ScheduleError("the schedule deadlocks", file=op.loc.file, line=op.loc.line, rank=stuck,
                             op=describe(op), hint="run `clockworks check` for the counterexample")
     return model, actions
@@ -233,8 +233,8 @@ def terminal_outcomes(schedule: ir.Schedule, *, reduction: bool = True, max_stat
                               "terminal states is not known")
     found = set()
     for state in outcome.terminals:
-        values = tuple(tuple(model.values.render(v) for v in row) for row in state[2])
-        found.add((model.done(state), state[0], values, state[3]))
+        values = tuple(tuple(model.values.render(v) for v in row) for row in state.memory)
+        found.add((model.done(state), state.pcs, values, state.signals))
     return frozenset(found)
 
 

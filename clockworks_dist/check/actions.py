@@ -92,12 +92,12 @@ def replay(model: Model, actions: list[tuple]) -> tuple[list[State], dict[tuple[
 
 def blocked_ops(model: Model, state: State, rank: int) -> list[OpRef]:
     """The op(s) a rank is stopped at (pending group members)."""
-    pc = state[0][rank]
+    pc = state.pcs[rank]
     if pc >= model.nops[rank]:
         return []
     c = model.code[rank][pc]
     if c.kind == "group":
-        return [op_ref(model.sched, (rank, pc, sub)) for sub, _ in c.members if not (state[1][rank] >> sub) & 1]
+        return [op_ref(model.sched, (rank, pc, sub)) for sub, _ in c.members if not (state.group_done[rank] >> sub) & 1]
     return [op_ref(model.sched, (rank, pc, None))]
 
 
@@ -105,9 +105,9 @@ def future_signal_writers(model: Model, state: State, owner: int, word: int) -> 
     """Ranks whose remaining ops (or in-flight deliveries) may still update a signal word."""
     found = set()
     for actor, index, _sub, lo, _hi, mode, _others in model.accessors[owner][SIG]:
-        if lo == word and mode in (SIG_ADD, SIG_SET) and index >= state[0][actor]:
+        if lo == word and mode in (SIG_ADD, SIG_SET) and index >= state.pcs[actor]:
             found.add(actor)
-    for i, j, _ in state[4]:
+    for i, j, _ in state.in_flight:
         if any(o == owner and s == SIG and lo == word for o, s, lo, _h, _m in model.deliveries[(i, j)].footprint):
             found.add(i)
     return sorted(found)

@@ -368,7 +368,7 @@ class _Search:
             state = compact(self.work.freeze(), self.pool)
             self.observer.terminal(state)
             self.ends.append(state)
-            if self.first_path is None and self.model.done(state) and not state[4]:
+            if self.first_path is None and self.model.done(state) and not state.in_flight:
                 self.first_path = list(self.path)
             return
         index, observer, state = self.index, self.observer, None

@@ -128,7 +128,7 @@ def explore(model: Model, frontier: Frontier, *, reduction: bool = True, max_sta
         if not model.enabled(state):
             terminals.append(state)
     seconds = time.perf_counter() - start
-    first = next((state for state in terminals if model.done(state) and not state[4]), None)
+    first = next((state for state in terminals if model.done(state) and not state.in_flight), None)
     return Outcome(states=len(parents), transitions=transitions, seconds=seconds,
                    complete=stopped_by is None, stopped_by=stopped_by, observer=observer, terminals=terminals,
                    first_path=path_to(parents, first) if first is not None else None, stored=len(parents))

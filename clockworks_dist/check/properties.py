@@ -209,18 +209,18 @@ class Observer:
 
     def _deadlock(self, state: State) -> None:
         model = self.model
-        blocked = {r: blocked_ops(model, state, r) for r in range(model.world) if state[0][r] < model.nops[r]}
+        blocked = {r: blocked_ops(model, state, r) for r in range(model.world) if state.pcs[r] < model.nops[r]}
         key = ("deadlock", frozenset((r, o.index, o.sub) for r, ops in blocked.items() for o in ops))
         self._add(key, "deadlock", lambda: self._deadlock_violation(state, blocked))
 
     def _waits_for(self, state: State, rank: int) -> tuple[list[int], str]:
         model = self.model
-        pc = state[0][rank]
+        pc = state.pcs[rank]
         c = model.code[rank][pc]
         if c.sync is Sync.P2P:
             peers = []
             for sub, m in (c.members if c.kind == "group" else [(None, c.op)]):
-                if sub is not None and (state[1][rank] >> sub) & 1:
+                if sub is not None and (state.group_done[rank] >> sub) & 1:
                     continue
                 key = (rank, pc, sub)
                 other = model.matches.recv_of.get(key) or model.matches.send_of.get(key)
@@ -228,12 +228,12 @@ class Observer:
                     peers.append(other[0])
             return sorted(set(peers)), f"its matching {'recv' if c.kind == 'send' else 'op'}"
         if c.cid is not None:
-            missing = [r for r, i in model.coll_members[c.cid] if state[0][r] != i]
+            missing = [r for r, i in model.coll_members[c.cid] if state.pcs[r] != i]
             return missing, "the other members to arrive"
         if c.sync is Sync.WAIT:
             words = c.awaits[0]
             writers = sorted({w for word in words for w in future_signal_writers(model, state, rank, word)})
-            shown = ", ".join(f"{signal_text(model, word)} is {state[3][rank][word]}" for word in words)
+            shown = ", ".join(f"{signal_text(model, word)} is {state.signals[rank][word]}" for word in words)
             return writers, shown + ("" if writers else ", and no rank can still change " +
                                      ("it" if len(words) == 1 else "them"))
         return [], "nothing"
@@ -261,7 +261,7 @@ class Observer:
     # -- final values -------------------------------------------------------------------------
     def _final(self, state: State) -> None:
         model, values = self.model, self.model.values
-        mem = state[2]
+        mem = state.memory
         for (rank, atom), (norm, number, exp) in self.expected.items():
             actual = mem[rank][atom]
             if values.normal_id(actual) != number:
@@ -297,7 +297,7 @@ class Observer:
 
     def _wrong(self, state, rank, atom, norm, exp) -> Violation:
         values = self.model.values
-        actual = state[2][rank][atom]
+        actual = state.memory[rank][atom]
         got = values.normal(actual)
         diff = _multiset_diff(got, norm, values)
         writer = self._writer(state, rank, atom)
@@ -311,7 +311,7 @@ class Observer:
 
     def _nondeterministic(self, state, rank, atom, first) -> Violation:
         values = self.model.values
-        actual = state[2][rank][atom]
+        actual = state.memory[rank][atom]
         writer = self._writer(state, rank, atom)
         return Violation(
             kind="nondeterministic_result", ranks=(rank,), ops=(writer,) if writer else (), trace=self._trace(state),
@@ -322,7 +322,7 @@ class Observer:
 
     def _run_to_run(self, state, rank, atom, first) -> Violation:
         values = self.model.values
-        actual = state[2][rank][atom]
+        actual = state.memory[rank][atom]
         writer = self._writer(state, rank, atom)
         return Violation(
             kind="not_bitwise_reproducible", ranks=(rank,), ops=(writer,) if writer else (), trace=self._trace(state),
@@ -339,7 +339,7 @@ class Observer:
         for number, places in groups.items():
             trees = {}
             for rank, atom in places:
-                actual = state[2][rank][atom]
+                actual = state.memory[rank][atom]
                 if values.normal_id(actual) == number:
                     trees.setdefault(actual, (rank, atom))
             if len(trees) > 1:
