@@ -54,13 +54,7 @@ def add_parsers(sub, positive, size_arg, seconds) -> None:
         cmd.add_argument("--timeout", metavar="S", type=seconds, default=None, help=argparse.SUPPRESS)
         cmd.add_argument("--json", action="store_true", help="print one JSON object on stdout")
         cmd.add_argument("--debug", action="store_true", help="print tracebacks of errors in the input")
-        cmd.add_argument("--packets", metavar="SIZE", type=_packet_limit, default=0,
-                         help="nvshmem: send each put_signal of at most SIZE bytes whose word only its wait reads "
-                              "as flag-in-data packets (e.g. 64KiB); the rewritten schedule is checked first")
-        cmd.add_argument("--copy-engine", metavar="SIZE", type=_packet_limit, default=0,
-                         help="nvshmem: issue each put and put_signal of at least SIZE bytes (e.g. 16MiB) from the "
-                              "host on the copy engine between two kernels, instead of from the kernel's blocks "
-                              "(peers over NVLink only)")
+        _lowering_flags(cmd, "the rewritten schedule is checked first")
         if name == "build":
             cmd.add_argument("--check", action="store_true",
                              help="only say what this machine has to build with (nvcc, NCCL, NVSHMEM, MPI)")
@@ -111,20 +105,25 @@ def add_parsers(sub, positive, size_arg, seconds) -> None:
     val.add_argument("--fuse-calls", action="store_true",
                      help="nvshmem, with --calls: run the K calls inside one kernel per rank (no launch between "
                           "calls) instead of one kernel per call, as a library call would launch")
-    val.add_argument("--packets", metavar="SIZE", type=_packet_limit, default=0,
-                     help="nvshmem: send each put_signal of at most SIZE bytes whose word only its wait reads as "
-                          "flag-in-data packets (e.g. 64KiB); the rewritten schedule is what is checked and run")
-    val.add_argument("--copy-engine", metavar="SIZE", type=_packet_limit, default=0,
-                     help="nvshmem: issue each put and put_signal of at least SIZE bytes (e.g. 16MiB) from the host on "
-                          "the copy engine between two kernels, instead of from the kernel's blocks (peers over NVLink "
-                          "only)")
+    _lowering_flags(val, "the rewritten schedule is what is checked and run")
     val.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     val.add_argument("--debug", action="store_true", help="print tracebacks of errors in the input")
 
 
+def _lowering_flags(cmd, packets_checked: str) -> None:
+    """--packets and --copy-engine, the NVSHMEM lowerings (`lowering.Build`) a command builds with."""
+    cmd.add_argument("--packets", metavar="SIZE", type=_packet_limit, default=0,
+                     help="nvshmem: send each put_signal of at most SIZE bytes whose word only its wait reads as "
+                          f"flag-in-data packets (e.g. 64KiB); {packets_checked}")
+    cmd.add_argument("--copy-engine", metavar="SIZE", type=_packet_limit, default=0,
+                     help="nvshmem: issue each put and put_signal of at least SIZE bytes (e.g. 16MiB) from the host on "
+                          "the copy engine between two kernels, instead of from the kernel's blocks (peers over NVLink "
+                          "only)")
+
+
 def _packet_limit(text: str) -> int:
     """--packets SIZE: bytes (1KiB, 65536, 0 = off)."""
-    from ..perf.predict import parse_size
+    from ..dsl.message import parse_size
 
     try:
         value = parse_size(text)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ..errors import ClockworksError, MissingDependency
+from ..errors import ClockworksError
 from ..perf.predict import Prediction, bound, link_utilisation
 from ..perf.simulate import Timeline
+from .plotting import pyplot
 
 CRITICAL_ROWS = 8  # the last steps of the critical path shown in text (JSON has them all)
 OP_WIDTH = 60  # widest op text on a critical-path line
@@ -107,20 +108,11 @@ def chrome_trace(timeline: Timeline) -> dict:
     return {"traceEvents": events, "displayTimeUnit": "ns"}
 
 
-def _pyplot():
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise MissingDependency("plotting needs matplotlib: pip install 'clockworks-dist[plot]'") from exc
-    return plt
 
 
 def check_plot_format(path: str) -> None:
     """matplotlib is there and can write the format the file name asks for."""
-    _pyplot()
+    pyplot("plotting")
     from matplotlib.backend_bases import FigureCanvasBase
 
     formats = FigureCanvasBase.get_supported_filetypes()
@@ -132,7 +124,7 @@ def check_plot_format(path: str) -> None:
 
 def plot(report: PredictionReport, path: str) -> None:
     """Time and busbw against size, side by side (OSError if `path` cannot be written)."""
-    plt = _pyplot()
+    plt = pyplot("plotting")
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     sizes = [p.nbytes for p in report.predictions]
     left.loglog(sizes, [p.time_us for p in report.predictions], marker="o")

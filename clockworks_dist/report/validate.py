@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 
 from ..dsl.message import size_text
-from ..errors import MissingDependency
+from .plotting import pyplot
 
 
 COLUMNS = ("size", "result", "eager us (median, min..max)", "graph us (median, min..max)",
@@ -99,21 +99,12 @@ def render_table(cells: list[dict], meta: dict, predicted_by: str, environment: 
     return "\n".join(lines) + "\n"
 
 
-def _pyplot():
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise MissingDependency("the plot needs matplotlib: pip install 'clockworks-dist[plot]'") from exc
-    return plt
 
 
 def plot_cells(cells: list[dict], path: str, title: str) -> None:
     """results.png: time against bytes per rank, log-log: measured eager and graph (median, min..max
     as error bars), predicted eager and graph, NCCL eager and graph."""
-    plt = _pyplot()
+    plt = pyplot("the plot")
     fig, axes = plt.subplots(figsize=(8, 5))
 
     def series(get):

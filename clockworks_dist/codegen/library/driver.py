@@ -14,20 +14,10 @@ per PE and size; the exit status is 1 on any mismatch, 2 on an error.
 from __future__ import annotations
 
 from .. import cuda
-from .text import SUPPORT, Entry, LibraryError, _buffers, _caller, _section, _upper, library_name
+from .text import Entry, LibraryError, _buffers, _caller, _upper, library_name, numbers
 
 _ITEM = {2: "uint16_t", 4: "uint32_t", 8: "uint64_t"}
 _REDUCE = cuda.REDUCE_CODE
-
-
-def _numbers() -> str:
-    support = SUPPORT.read_text()
-    return "\n".join([
-        _section(support, "enum CwDtype", "static const size_t CW_ITEMSIZE", "support.cuh"),
-        _section(support, "// ---------------------------------------------------------------------"
-                          "---- numbers (numeric.py)", "// --------------------------------------------------"
-                          "---------------------------------- kernels", "support.cuh"),
-    ])
 
 
 def _expectations(entries: list[Entry], slots: dict[str, int]) -> tuple[list[str], int]:
@@ -82,7 +72,7 @@ def driver_text(entries: list[Entry], provenance: dict) -> str:
         "#include <nvshmem.h>",
         "#include <nvshmemx.h>",
         "",
-        _numbers(),
+        numbers(),
         "",
         "static int cwt_rank = 0;",
         "[[noreturn]] static void cwt_die(const char* what, const char* why, int line) {",

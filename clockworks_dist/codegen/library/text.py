@@ -189,16 +189,23 @@ def _section(text: str, start: str, stop: str | None, what: str) -> str:
     return "\n".join(lines[i:j]).rstrip()
 
 
-def device_pieces() -> str:
-    """What the kernels call, without any of a program's host code: support.cuh's dtype and reduce
-    codes and its arithmetic (semantics/numeric.py's), and nvshmem.cuh's device helpers."""
+def numbers() -> str:
+    """support.cuh's dtype codes and its arithmetic (semantics/numeric.py's), without its kernels."""
     support = SUPPORT.read_text()
-    nv = PRELUDE.read_text()
     return "\n".join([
         _section(support, "enum CwDtype", "static const size_t CW_ITEMSIZE", "support.cuh"),
         _section(support, "// ---------------------------------------------------------------------"
                           "---- numbers (numeric.py)", "// --------------------------------------------------"
                           "---------------------------------- kernels", "support.cuh"),
+    ])
+
+
+def device_pieces() -> str:
+    """What the kernels call, without any of a program's host code: support.cuh's dtype and reduce
+    codes and its arithmetic (`numbers`), and nvshmem.cuh's device helpers."""
+    nv = PRELUDE.read_text()
+    return "\n".join([
+        numbers(),
         _section(nv, "namespace cg = cooperative_groups;", "#define CW_NV(x)", "nvshmem.cuh"),
         _section(nv, "static const int CW_NV_THREADS", "static int cw_nv_grid", "nvshmem.cuh"),
         _section(nv, "// This block's share", "static uint32_t* cw_nv_marks_gpu", "nvshmem.cuh"),
