@@ -25,6 +25,7 @@ import re
 import signal
 import sys
 import time
+from pathlib import Path
 import traceback
 from collections.abc import Callable, Sequence
 
@@ -261,6 +262,19 @@ def _topology_parser(sub) -> None:
     show.add_argument("--png", metavar="OUT.png", help="also draw a PNG (needs matplotlib: the [plot] extra)")
     show.add_argument("--json", action="store_true", help="print the (expanded) topology as JSON")
     show.add_argument("--debug", action="store_true", help="print tracebacks of errors in the input")
+    detect = actions.add_parser(
+        "detect", help="write this GPU node's topology file from what it reports (NVML, nvidia-smi)",
+        description="Read this node's GPUs, NVLinks (and whether they meet at an NVSwitch), PCIe tree and NICs "
+                    "from NVML and nvidia-smi, and write its topology file. The file has no fitted constants: "
+                    "predictions with it use the cross-machine library constants and say what error to expect; "
+                    "`clockworks calibrate` on the node fits its own.", epilog=EPILOG)
+    detect.add_argument("--out", metavar="FILE.yaml", help="write the file here (default: print it)")
+    detect.add_argument("--name", metavar="NAME", help="the topology's name (default: e.g. h200x4-nvswitch)")
+    detect.add_argument("--facts", metavar="FILE.json",
+                        help="read the node's facts from this file (as `--save-facts` wrote them) instead of "
+                             "asking this node: describe a node you measured earlier")
+    detect.add_argument("--save-facts", metavar="FILE.json", help="also write the facts read from the node here")
+    detect.add_argument("--debug", action="store_true", help="print tracebacks of errors in the input")
 
 
 # ------------------------------------------------------------------------------------- output
@@ -533,6 +547,8 @@ def cmd_topology(args: argparse.Namespace, out: Output) -> int:
         model = topology.ClusterTemplate if args.template else topology.Topology
         out.json(model.model_json_schema())
         return EXIT_VERIFIED
+    if args.topology_command == "detect":
+        return _detect(args, out)
     for option, value in (("--dot", args.dot), ("--png", args.png)):
         if value is not None and not value.strip():
             raise UsageError(f"{option} needs a file name, got {value!r}")
@@ -556,6 +572,38 @@ def cmd_topology(args: argparse.Namespace, out: Output) -> int:
         raise TopologyError(message if message.startswith(args.file) else f"{args.file}: {message}") from None
     heading, _, rest = text.partition("\n")
     out.text(f"{heading}\n  file: {chosen.describe()}\n{rest}")
+    return EXIT_VERIFIED
+
+
+def _detect(args: argparse.Namespace, out: Output) -> int:
+    """`topology detect`: the node's facts (or a saved record of them) -> a checked topology file."""
+    import yaml
+
+    from ..topology import detect, model
+
+    if args.facts:
+        try:
+            facts = json.loads(Path(args.facts).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read {args.facts}: {getattr(exc, 'strerror', None) or exc}") from None
+        except ValueError as exc:
+            raise UsageError(f"{args.facts}: not JSON ({exc}); give a file `topology detect --save-facts` "
+                             "wrote") from None
+        if not isinstance(facts, dict):
+            raise UsageError(f"{args.facts}: not a facts record (a JSON object with a gpus list)")
+    else:
+        facts = detect.probe_node()
+    if args.save_facts:
+        _write(args.save_facts, json.dumps(facts, indent=1) + "\n")
+    document = detect.document(facts, name=args.name)
+    where = Path(args.out or f"{document['name']}.yaml")
+    model.validate_document(document, where)  # the file it writes loads as a topology
+    text = (f"# Written by `clockworks topology detect` from what the node reported (NVML, nvidia-smi).\n"
+            + yaml.safe_dump(document, sort_keys=False, width=110))
+    if args.out:
+        _write(args.out, text)
+    else:
+        out.text(text.rstrip("\n"))
     return EXIT_VERIFIED
 
 

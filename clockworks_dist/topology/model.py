@@ -446,6 +446,14 @@ class Constants(_Frozen):
     # H200 with 16 channels: 13 GB/s a channel at one chunk, 19.4 at 32; with one channel the rate is
     # flat, so one channel takes the full rate. 1.0 (no ramp) until calibrated.
     nccl_exchange_ramp: Fraction = 1.0
+    # A ring collective's rank also moves its own chunk (nbytes / ranks) within its GPU: an
+    # all-gather copies it into its output, a reduce-scatter and an all-reduce reduce into it and
+    # write it out. That work runs on the channels beside the ring's steps and does not overlap them
+    # fully: the share it adds, in time, is its bytes over this rate (GB/s), by kind. It is why a
+    # ring's per-edge rate rises with the ranks (the own chunk shrinks): 2 x H200 runs an all-gather
+    # at 272 GB/s an edge, 4 x H200 at 325, the same links. Kinds left out (and every kind until
+    # calibrated) add nothing.
+    nccl_chunk_GBs: dict[NcclKind, Rate] = Field(default_factory=dict)
 
     def step_us(self, transport: str, protocol: str) -> float:
         """NCCL's latency per ring step of `protocol` over `transport` (nvlink, pcie or net)."""
@@ -841,6 +849,11 @@ def _read_yaml(path: Path) -> dict:
         raise TopologyError(f"{path}: expected a mapping with name, devices and links at the top, "
                             f"got {type(data).__name__}")
     return data
+
+
+def validate_document(data: dict, path: Path) -> Topology:
+    """A topology file's contents (a dict) as a Topology, or a TopologyError naming `path`."""
+    return _validate(Topology, data, path)
 
 
 def _validate(model: type[BaseModel], data: dict, path: Path) -> Any:
