@@ -144,3 +144,18 @@ def test_detect_on_this_node(tmp_path):
     assert done.returncode == 0, done.stderr
     topo = load_topology(str(tmp_path / "node.yaml"))
     assert len([d for d in topo.devices if d.kind == "gpu"]) == len(json.loads(facts.read_text())["gpus"])
+
+
+def test_recorded_two_gpu_node_is_a_switch_slice():
+    """The lent 2 x H200 kind: `nvidia-smi topo -m` shows NV18 between the two GPUs, as a direct
+    bundle would, but NVML puts an NVSwitch at the far end of every link: two GPUs of a switched node.
+    The model gives it the same per-GPU rate as the shipped h200x2-nv18 (direct) file; the route
+    crosses the switch (two 0.4 us hops against 0.77 us)."""
+    facts = json.loads((DATA / "h200x2-nvswitch.json").read_text())
+    assert "NV18" in facts["topo_matrix"]
+    topo = validate_document(detect.document(facts), Path("h200x2.yaml"))
+    assert topo.name == "h200x2-nvswitch" and any(d.kind == "nvswitch" for d in topo.devices)
+    route = route_table(topo, 2)[0, 1]
+    shipped = route_table(load_topology("h200x2-nv18.yaml"), 2)[0, 1]
+    assert route.bottleneck_GBs == shipped.bottleneck_GBs == pytest.approx(478.116)
+    assert route.latency_us == pytest.approx(0.8) and shipped.latency_us == pytest.approx(0.77)

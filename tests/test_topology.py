@@ -261,7 +261,7 @@ def test_dgx_h100_nvswitch_aggregate():
     assert r.transport == "nvlink" and link_kinds(topo, r) == {"nvlink"}
     assert r.stages == (("gpu0",), ("nvswitch0", "nvswitch1", "nvswitch2", "nvswitch3"), ("gpu7",))
     assert r.hops == 2
-    assert r.bottleneck_GBs == pytest.approx(450.0)
+    assert r.bottleneck_GBs == pytest.approx(478.116)  # 18 links at the 26.562 GB/s nvidia-smi reports
     assert r.latency_us == pytest.approx(0.8)
     # every GPU-switch link carries its share: 5/18 or 4/18 of the bytes, leaving gpu0 and entering gpu7
     assert sum(rl.share for rl in r.links if topo.links[rl.link].a == "gpu0") == pytest.approx(1.0)
@@ -399,9 +399,9 @@ def test_rank_order(tmp_path):
 def test_summary():
     text = summary(load_topology("dgx-h100"))
     assert "8 gpu (H100-SXM5-80GB: 132 SMs, 3,350.0 GB/s, 80 GB)" in text
-    assert "NVLink 450.0 GB/s (18 lanes), PCIe 55.0 GB/s (16 lanes), NIC 50.0 GB/s (its own)" in text
+    assert "NVLink 478.1 GB/s (18 lanes), PCIe 55.0 GB/s (16 lanes), NIC 50.0 GB/s (its own)" in text
     assert "gpu0 -> nvswitch0|nvswitch1|nvswitch2|nvswitch3 -> gpu7" in text
-    assert "nvlink, 2 hops, 0.80 us one way, bottleneck 450.0 GB/s per direction" in text
+    assert "nvlink, 2 hops, 0.80 us one way, bottleneck 478.1 GB/s per direction" in text
     cluster = summary(load_topology("dgx-h100-cluster", nodes=3))
     assert "nodes 0..2, each: 8 gpu" in cluster and "fabric: 8 ib_leaf (QM9700), 4 ib_spine (QM9700)" in cluster
 
@@ -410,7 +410,7 @@ def test_dot_is_graphviz_text():
     dot = to_dot(load_topology("dgx-h100-cluster"))
     assert dot.startswith('graph "dgx-h100-cluster" {') and dot.rstrip().endswith("}")
     assert 'subgraph "cluster_node1" {' in dot
-    assert '"n0.gpu0" -- "n0.nvswitch0" [label="nvlink x5\\n125 GB/s"' in dot
+    assert '"n0.gpu0" -- "n0.nvswitch0" [label="nvlink x5\\n132.81 GB/s"' in dot
     assert dot.count(" -- ") == len(load_topology("dgx-h100-cluster").links)
 
 

@@ -79,10 +79,18 @@ def add_parsers(sub, positive, size_arg, seconds) -> None:
                                            "on log-time, and write a calibrated topology file.")
     calibrate.add_argument("--topology", "-t", required=True, metavar="T",
                            help="the uncalibrated topology of this machine, whose links the output keeps (e.g. "
-                                "h200x2-nv18: here a name is the shipped file itself, never its calibrated one)")
+                                "h200x2-nv18: here a name is the shipped file itself, never its calibrated one); "
+                                "with --across, the machine to predict (e.g. the file `topology detect` wrote)")
     source = calibrate.add_mutually_exclusive_group(required=True)
     source.add_argument("--run", metavar="DIR", help="run the microbenchmarks here, writing results to DIR")
     source.add_argument("--raw", metavar="DIR", help="a directory with calibration_raw.jsonl (and run.log)")
+    source.add_argument("--across", nargs="+", metavar="DIR=TOPOLOGY",
+                        help="fit the library's constants across several machines at once: each DIR holds one "
+                             "machine's calibration_raw.jsonl, TOPOLOGY describes that machine (e.g. the file "
+                             "`topology detect` wrote there); the output is -t's machine with those constants. "
+                             "With --with-shipped, the machines measured here join the fit")
+    calibrate.add_argument("--with-shipped", action="store_true",
+                           help="with --across: also fit on the machines whose runs ship (measured/machines.yaml)")
     calibrate.add_argument("--out", required=True, metavar="FILE.yaml", help="the calibrated topology to write")
     calibrate.add_argument("--start", metavar="FILE.yaml", help="start the fit from this topology's constants "
                            "(e.g. an earlier calibration of the same machine; a shipped name means its calibrated "
@@ -195,6 +203,33 @@ def _predict(args: argparse.Namespace, out) -> int:
     return EXIT_OK
 
 
+def _calibrate_across(args: argparse.Namespace, out) -> int:
+    """`calibrate --across DIR=TOPOLOGY ...`: the library's constants fitted on several machines."""
+    from ..perf.calibration import calibrate_across
+    from ..perf.library import load_machine, shipped_machines
+
+    machines = []
+    for item in args.across:
+        folder, sep, topology = item.partition("=")
+        if not sep or not folder or not topology:
+            raise ClockworksError(f"--across {item!r}: give DIR=TOPOLOGY (a folder with calibration_raw.jsonl, the "
+                                  "machine's topology file or shipped name)")
+        raw = os.path.join(folder, "calibration_raw.jsonl")
+        if not os.path.exists(raw):
+            raise ClockworksError(f"{raw}: not found (--across {item}: run `clockworks calibrate --run DIR` on that "
+                                  "machine first)")
+        machines.append(load_machine(os.path.basename(os.path.normpath(folder)) or folder, raw, topology))
+    if args.with_shipped:
+        machines += shipped_machines()
+    summary = calibrate_across(machines, args.topology, args.out)
+    if args.json:
+        out.json({"out": args.out, "fit": summary})
+    else:
+        out.text(f"wrote {args.out}: the library's constants fitted across {', '.join(summary['machines'])} "
+                 f"({summary['cells']} cells)")
+    return EXIT_OK
+
+
 def cmd_calibrate(args: argparse.Namespace, out) -> int:
     import os
 
@@ -212,6 +247,10 @@ def cmd_calibrate(args: argparse.Namespace, out) -> int:
         raise ClockworksError(f"cannot write {args.out}: cannot create the folder {out_folder}: "
                               f"{exc.strerror or exc} (--out)") from None
     check_writable(args.out, "--out")
+    if args.across:
+        return _calibrate_across(args, out)
+    if args.with_shipped:
+        raise ClockworksError("--with-shipped goes with --across (a fit across machines)")
     topo = load_topology(args.topology)
     folder = args.raw or args.run
     raw = os.path.join(folder, "calibration_raw.jsonl")

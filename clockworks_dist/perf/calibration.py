@@ -12,7 +12,8 @@ from pathlib import Path
 import yaml
 
 from ..errors import ClockworksError
-from ..topology.calibrated import CALIBRATED_BY
+from ..topology import load_topology
+from ..topology.calibrated import ACROSS_BY, CALIBRATED_BY
 from ..topology.model import MAX_CHANNELS
 from .fit import channels_from_log, fit, load_cells
 
@@ -70,4 +71,33 @@ def calibrate(raw: str, base_topology, base_file: str, out_path: str, run_log: s
         Path(out_path).write_text(header + yaml.safe_dump(document, sort_keys=False, width=100))
     except OSError as exc:
         raise ClockworksError(f"cannot write {out_path}: {exc.strerror or exc}") from None
+    return summary
+
+
+def calibrate_across(machines, target: str, out_path: str) -> dict:
+    """Fit the library's constants across `machines` (`perf.library.fit_across`) and write the
+    topology `target` (a file or shipped name: its devices and links) with them."""
+    from ..topology.model import _resolve
+    from .library import fit_across, structured
+
+    base = load_topology(target)
+    consts, summary = fit_across(machines, structured(base.constants))
+    document = yaml.safe_load(_resolve(target).read_text())
+    document["constants"] = consts.model_dump()
+    listed = ", ".join(f"{m.name} ({m.gpu}, {m.ranks} ranks)" for m in machines)
+    document["provenance"] = {
+        **(document.get("provenance") or {}),
+        "date": datetime.date.today().isoformat(),
+        "method": f"{ACROSS_BY}: NCCL collective constants fitted across {listed}; the machine itself "
+                  "not measured",
+        "note": f"fit: {summary}",
+    }
+    header = ("# Written by `clockworks calibrate --across`: this machine's links, with the library's constants\n"
+              "# fitted on the machines named in `provenance` (not on this machine itself).\n")
+    try:
+        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(out_path).write_text(header + yaml.safe_dump(document, sort_keys=False, width=100))
+    except OSError as exc:
+        raise ClockworksError(f"cannot write {out_path}: {exc.strerror or exc}") from None
+    load_topology(out_path)
     return summary

@@ -78,10 +78,11 @@ class Cell:
     blocks: int = 1
     nccl_est_us: float | None = None
     max_channels: int | None = None  # NCCL_MAX_NCHANNELS of the run, if set
+    ranks: int = 2  # the run's world size (mpirun -np)
 
     @property
     def key(self) -> tuple:
-        return (self.op, self.nbytes, self.mode, self.blocks, self.max_channels)
+        return (self.op, self.nbytes, self.mode, self.blocks, self.max_channels, self.ranks)
 
 
 def load_cells(path: str) -> tuple[list[Cell], dict]:
@@ -123,7 +124,8 @@ def _cells_of(row: dict, provenance: dict) -> list[Cell]:
             if value:
                 found.append(Cell(row["op"], _count(row["bytes"], "bytes"), mode, _time(value, f"{mode}_us"),
                                   nccl_est_us=row.get("nccl_est_us"),
-                                  max_channels=_count(channels, "nchannels_env") if channels else None))
+                                  max_channels=_count(channels, "nchannels_env") if channels else None,
+                                  ranks=_count(row.get("ranks", 2), "ranks")))
         return found
     if bench == "kernel" and row.get("op") in KERNEL_OPS and row.get("correct") is not False:
         return [Cell(row["op"], _count(row["bytes"], "bytes"), mode, _time(row[f"{mode}_us"], f"{mode}_us"))
@@ -203,10 +205,10 @@ def with_constants(topo, consts: Constants):
     return topo.model_copy(update={"constants": consts})
 
 
-def predict_cell(cell: Cell, topo, consts: Constants, world: int = 2) -> float:
-    """The predicted time of one measured cell."""
+def predict_cell(cell: Cell, topo, consts: Constants) -> float:
+    """The predicted time of one measured cell, at the cell's world size."""
     defn = MICROBENCHMARKS[cell.op]
-    return predict_sizes(defn, with_constants(topo, consts), world, [cell.nbytes], consts, mode=cell.mode,
+    return predict_sizes(defn, with_constants(topo, consts), cell.ranks, [cell.nbytes], consts, mode=cell.mode,
                          conditions=conditions_of(cell))[0].time_us
 
 

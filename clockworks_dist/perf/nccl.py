@@ -126,6 +126,13 @@ def default_view(consts, n_nodes: int = 1) -> View:
     return View(channels=consts.nccl_max_channels, p2p_channels=consts.nccl_p2p_max_channels, nodes=n_nodes)
 
 
+def own_chunk_us(consts, kind: str, n: int, nbytes: float) -> float:
+    """The time a ring rank's work on its own chunk adds (`Constants.nccl_chunk_GBs`): the chunk is
+    nbytes / n for the all-reduce, all-gather (nbytes: its output) and reduce-scatter (its input)."""
+    rate = consts.nccl_chunk_GBs.get(kind)
+    return nbytes / n / (rate * 1e3) if rate else 0.0
+
+
 def plan(kind: str, n: int, nbytes: float, consts, link_GBs: float, view: View | None = None,
          transport: str = "nvlink", cap: int | None = None, inplace: bool = False) -> Plan:
     """The plan NCCL runs for one collective, timed with the calibrated constants.
@@ -160,8 +167,11 @@ def plan(kind: str, n: int, nbytes: float, consts, link_GBs: float, view: View |
     ch = nccl_tuning.collective_channels(kind, n, nbytes, algorithm, proto, view, cap)
     transfers, steps = ring_transfers(kind, n, nbytes) if algorithm == "ring" else tree_transfers(n, nbytes)
     ceiling = ceiling_for(consts, kind, proto, ch, link_GBs)
+    # a broadcast or reduce is one pipeline along the ring: its fill costs one step's latency, as in
+    # NCCL's own model (`nccl_tuning.tuning`); the rings of the other kinds wait at every step
+    latency_steps = 1 if kind in ("broadcast", "reduce_to") else steps
     fixed = (consts.nccl_base_latency_us[proto] + consts.nccl_kind_base_us[kind]
-             + steps * consts.step_us(transport, proto))
+             + latency_steps * consts.step_us(transport, proto) + own_chunk_us(consts, kind, n, nbytes))
     reduce_bytes = 3 * nbytes * (n - 1) / n if kind in ("all_reduce", "reduce_scatter", "reduce_to") else 0.0
     return Plan(algorithm, proto, ch, tuple(Transfer(t.src, t.dst, t.nbytes / EFFICIENCY[proto]) for t in transfers),
                 fixed, ceiling, reduce_bytes)

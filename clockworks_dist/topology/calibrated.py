@@ -19,16 +19,16 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .library import ACROSS_BY, CALIBRATED_BY
 from .model import DATA_DIR, Topology, _resolve, load_topology
 
 CALIBRATED_DIR = DATA_DIR / "measured"
-CALIBRATED_BY = "clockworks calibrate"  # how the provenance method of a calibrated file begins
 
 
 def is_calibrated(topo: Topology) -> bool:
     """Whether `clockworks calibrate` fitted the constants of `topo` (its provenance says so)."""
     method = topo.provenance.method if topo.provenance else None
-    return bool(method) and method.startswith(CALIBRATED_BY)
+    return bool(method) and method.startswith(CALIBRATED_BY) and not method.startswith(ACROSS_BY)
 
 
 def calibrated_file(name: str) -> Path | None:
@@ -65,8 +65,28 @@ class Chosen:
             fix = (f"to calibrate, run clockworks calibrate -t {self.asked} --run DIR --out FILE.yaml on the machine "
                    "and give FILE.yaml")
         of_file = f" of {self.file}" if self.file != self.asked else ""
-        return (f"{self.asked}: predicting with the uncalibrated constants{of_file} (not fitted by clockworks "
-                f"calibrate on the machine; they can be off by tens of percent); {fix}")
+        return (f"{self.asked}: predicting with the library's constants{of_file} (not fitted on this machine; "
+                f"{library_error_text(self.topology)}); {fix}")
+
+
+def library_error_text(topo: Topology) -> str:
+    """What error to expect from the library's constants on `topo`: the leave-one-machine-out figure
+    when its GPUs are of a kind the constants were fitted on, else that nobody measured such GPUs."""
+    from .library import expected_error, fitted_gpus
+
+    found = expected_error()
+    made_on = fitted_gpus()
+    models = {d.model for d in topo.devices if d.kind == "gpu" and d.model}
+    same_kind = bool(models) and all(any(m.upper().startswith(g.replace("NVIDIA", "").split()[0].upper())
+                                         for g in made_on if g.strip()) for m in models)
+    if not found.get("median_pct"):
+        return "they were fitted on no machine: expect errors of tens of percent"
+    if not same_kind:
+        return (f"fitted on {', '.join(sorted(made_on))} only, never on {', '.join(sorted(models))} GPUs: on an unseen "
+                f"machine of the fitted kind NCCL's collectives were off by a median of {found['median_pct']}% (at "
+                f"most {found['max_pct']}%); on another GPU generation or fabric expect more")
+    return (f"on a machine left out of their fit NCCL's collectives were off by a median of {found['median_pct']}%, "
+            f"at most {found['max_pct']}%")
 
 
 def choose_topology(path_or_name: str | os.PathLike, nodes: int | None = None) -> Chosen:

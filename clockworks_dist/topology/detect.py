@@ -18,7 +18,7 @@ What the file says, and how:
   a PCIe switch per group under one switch, a host bridge per NUMA group, UPI between bridges.
 - NICs: those `nvidia-smi topo -m` lists, under the GPU they share a switch with (PIX), with their
   rate; a NIC whose rate the node does not say is left out and named in the provenance note.
-- No constants: a detected file takes the cross-machine library constants (`perf.library`), and
+- No constants: a detected file takes the cross-machine library constants (`topology.library`), and
   says so in its provenance.
 
 Errors (`DetectError`, exit 2 from the CLI) name what is missing: no NVML, no GPU, a GPU with no
@@ -293,7 +293,7 @@ def document(facts: dict, name: str | None = None, today: datetime.date | None =
     what = {"switch": f"NVSwitch, {'/'.join(map(str, lanes))} NVLinks a GPU", "none": "no NVLink, PCIe only",
             "direct": f"NVLink GPU to GPU ({'/'.join(map(str, lanes))} links a pair)"}[fabric]
     note = ("detected from NVML and nvidia-smi; no constants: the cross-machine library constants apply "
-            "(perf/library.py), calibrate on this machine for the machine's own")
+            "(data/library/nccl.yaml), calibrate on this machine for the machine's own")
     if left:
         note += f"; NICs left out (no rate or no GPU beside them): {', '.join(left)}"
     return {

@@ -34,6 +34,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from ..errors import TopologyError
+from .library import with_library
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
@@ -679,6 +680,8 @@ def load_topology(path_or_name: str | os.PathLike, nodes: int | None = None) -> 
     """
     path = _resolve(path_or_name)
     data = _read_yaml(path)
+    if "fabric" not in data:
+        data = with_library(data)
     if "fabric" in data:
         template = _validate(ClusterTemplate, data, path)
         if nodes is not None and not 1 <= nodes <= MAX_NODES:
@@ -713,7 +716,7 @@ def _load_node(template: ClusterTemplate, path: Path) -> Topology:
     if node_path.resolve() == path.resolve():
         raise problem(f"{template.node!r} is this template itself; node names the one-node topology each node "
                       "repeats (e.g. node: dgx-h100)")
-    data = _read_yaml(node_path)
+    data = with_library(_read_yaml(node_path))
     if "fabric" in data:
         shown = template.node if str(node_path) == template.node else f"{template.node} ({node_path})"
         raise problem(f"{shown} is a cluster template too; node names a one-node topology (e.g. node: dgx-h100), "
