@@ -3,7 +3,7 @@
 
     python scripts/bench_transfer.py [--machines A B ...] [--out scripts/results] [--write-library]
 
-For every measured machine (topologies/measured/machines.yaml: its raw NCCL microbenchmarks and its
+For every measured machine (topologies/measured/machines/index.yaml: its raw NCCL microbenchmarks and its
 topology), the library's constants are fitted on the other machines alone (`perf.library.fit_across`)
 and the left-out machine's NCCL all-reduce, all-gather and reduce-scatter (CUDA graph, 8 KiB to
 1 GiB, every size) are predicted on its own topology, next to NCCL's own estimate
@@ -74,7 +74,7 @@ def main() -> int:
     md = ["# The predictor on a machine it was never fitted on (leave one machine out)", "",
           "Written by `python scripts/bench_transfer.py`. NCCL 2.28.9's all-reduce, all-gather and "
           "reduce-scatter, 8 KiB to 1 GiB, CUDA graph (nccl-tests conventions, median of the timed "
-          "replays), each machine's own measurements (topologies/measured/machines.yaml). "
+          "replays), each machine's own measurements (topologies/measured/machines/index.yaml). "
           "|error| = |predicted / measured - 1|. NCCL's estimate is `ncclGroupSimulateEnd` on the same "
           "cells.", ""]
     every = []

@@ -90,7 +90,7 @@ def add_parsers(sub, positive, size_arg, seconds) -> None:
                              "`topology detect` wrote there); the output is -t's machine with those constants. "
                              "With --with-shipped, the machines measured here join the fit")
     calibrate.add_argument("--with-shipped", action="store_true",
-                           help="with --across: also fit on the machines whose runs ship (measured/machines.yaml)")
+                           help="with --across: also fit on the machines whose runs ship (measured/machines/index.yaml)")
     calibrate.add_argument("--out", required=True, metavar="FILE.yaml", help="the calibrated topology to write")
     calibrate.add_argument("--start", metavar="FILE.yaml", help="start the fit from this topology's constants "
                            "(e.g. an earlier calibration of the same machine; a shipped name means its calibrated "

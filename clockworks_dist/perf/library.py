@@ -33,7 +33,7 @@ from ..topology import load_topology
 from ..topology.model import DATA_DIR, Constants, Topology
 from .fit import Cell, get_value, least_squares_fit, load_cells, predict_cell, with_values
 
-MACHINES_FILE = DATA_DIR / "measured" / "machines.yaml"
+MACHINES_FILE = DATA_DIR / "measured" / "machines" / "index.yaml"
 # The collectives the library's fit and score use (the NCCL microbenchmarks' graph runs, 8 KiB up),
 # and the point-to-point ones its second stage fits (sends, sends both ways, the grouped exchange).
 OPS = ("allreduce", "allgather", "reducescatter", "broadcast")
@@ -137,7 +137,7 @@ def _same_gpu(nvml_name: str, model: str) -> bool:
 
 
 def shipped_machines(names: list[str] | None = None) -> list[Machine]:
-    """The machines of data/measured/machines.yaml (all, or those named)."""
+    """The machines of data/measured/machines/index.yaml (all, or those named)."""
     entries = yaml.safe_load(MACHINES_FILE.read_text())["machines"]
     found = [load_machine(e["name"], MACHINES_FILE.parent / e["raw"], e["topology"], e.get("what", ""))
              for e in entries if names is None or e["name"] in names]

@@ -329,27 +329,17 @@ def pick_topology(topology: str | None, world: int, gpu_names: list[str]):
         made_on = topo.provenance.gpu if topo.provenance else None
         if made_on and names == [made_on] and len(gpus(topo)) >= world:
             return topo, f"{topo.name}, calibrated on {made_on} ({topo.provenance.date})"
+    from ..topology.calibrated import library_error_text
     from ..topology.model import DATA_DIR
 
     for path in sorted(DATA_DIR.glob("*.yaml")):  # a shipped description of these GPUs: the library's constants
         topo = load_topology(path)
         made_on = topo.provenance.gpu if topo.provenance else None
-        if made_on and names == [made_on] and len(gpus(topo)) >= world:
+        if made_on and names == [made_on] and topo.nodes == 1 and len(gpus(topo)) >= world:
             return topo, (f"{topo.name}, uncalibrated ({path.name}: {topo.provenance.method or 'described'}; the "
-                          f"library's constants, {_expected_error_text()})")
+                          f"library's constants: {library_error_text(topo)})")
     return None, (f"no prediction: no topology of {', '.join(names)} x {world} ships with clockworks "
                   "(run clockworks topology detect there and pass --topology FILE, or calibrate there)")
-
-
-def _expected_error_text() -> str:
-    """What error the library's constants give on a machine they were not fitted on."""
-    from ..topology.library import expected_error
-
-    found = expected_error()
-    if not found.get("median_pct"):
-        return "fitted on no machine"
-    return (f"on a machine they were not fitted on NCCL's collectives were off by a median of "
-            f"{found['median_pct']}%, at most {found['max_pct']}%")
 
 
 def predict_cell(sched: ir.Schedule, topo, mode: str) -> float:
