@@ -89,8 +89,12 @@ def add_parsers(sub, positive, size_arg, seconds) -> None:
                              "machine's calibration_raw.jsonl, TOPOLOGY describes that machine (e.g. the file "
                              "`topology detect` wrote there); the output is -t's machine with those constants. "
                              "With --with-shipped, the machines measured here join the fit")
+    calibrate.add_argument("--max-evaluations", type=int, default=60, metavar="N",
+                           help="with --across: at most N evaluations of the model per fitted constant set "
+                                "(default 60; fewer: a quicker, rougher fit)")
     calibrate.add_argument("--with-shipped", action="store_true",
-                           help="with --across: also fit on the machines whose runs ship (measured/machines/index.yaml)")
+                           help="with --across: also fit on the machines whose runs ship "
+                                "(measured/machines/index.yaml)")
     calibrate.add_argument("--out", required=True, metavar="FILE.yaml", help="the calibrated topology to write")
     calibrate.add_argument("--start", metavar="FILE.yaml", help="start the fit from this topology's constants "
                            "(e.g. an earlier calibration of the same machine; a shipped name means its calibrated "
@@ -221,7 +225,9 @@ def _calibrate_across(args: argparse.Namespace, out) -> int:
         machines.append(load_machine(os.path.basename(os.path.normpath(folder)) or folder, raw, topology))
     if args.with_shipped:
         machines += shipped_machines()
-    summary = calibrate_across(machines, args.topology, args.out)
+    if args.max_evaluations < 1:
+        raise ClockworksError(f"--max-evaluations {args.max_evaluations}: give at least 1")
+    summary = calibrate_across(machines, args.topology, args.out, args.max_evaluations)
     if args.json:
         out.json({"out": args.out, "fit": summary})
     else:

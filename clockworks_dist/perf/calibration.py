@@ -74,14 +74,14 @@ def calibrate(raw: str, base_topology, base_file: str, out_path: str, run_log: s
     return summary
 
 
-def calibrate_across(machines, target: str, out_path: str) -> dict:
+def calibrate_across(machines, target: str, out_path: str, max_nfev: int = 60) -> dict:
     """Fit the library's constants across `machines` (`perf.library.fit_across`) and write the
     topology `target` (a file or shipped name: its devices and links) with them."""
     from ..topology.model import _resolve
     from .library import fit_across, structured
 
     base = load_topology(target)
-    consts, summary = fit_across(machines, structured(base.constants))
+    consts, summary = fit_across(machines, structured(base.constants), max_nfev=max_nfev)
     document = yaml.safe_load(_resolve(target).read_text())
     document["constants"] = consts.model_dump()
     listed = ", ".join(f"{m.name} ({m.gpu}, {m.ranks} ranks)" for m in machines)

@@ -40,6 +40,7 @@ OPS = ("allreduce", "allgather", "reducescatter", "broadcast")
 P2P_OPS = ("sendrecv", "sendrecv_bidir", "alltoall")
 SCORED_OPS = ("allreduce", "allgather", "reducescatter")
 SMALLEST = 8 * 1024
+ONE_CHANNEL_FROM = 16 << 20  # the one-channel runs the fit reads: those a channel's rate bounds
 FITTED = [
     ("graph_launch_us", 0.5, 20.0),
     ("nccl_base_latency_us.LL", 0.01, 30.0),
@@ -115,8 +116,9 @@ def load_machine(name: str, raw: str | Path, topology: str | Path, what: str = "
     """A machine from its raw microbenchmarks and its topology; refused when the raw run's GPU is not
     the topology's (a raw file of another machine given by mistake)."""
     cells, provenance = load_cells(str(raw))
-    cells = [c for c in cells if c.op in OPS + P2P_OPS and c.mode == "graph" and not c.max_channels
-             and c.nbytes >= SMALLEST]
+    # the one-channel runs (NCCL_MAX_NCHANNELS=1) are kept for the fit: they measure a channel's own
+    # rate, which is what transfers to a machine whose NCCL runs another channel count per peer
+    cells = [c for c in cells if c.op in OPS + P2P_OPS and c.mode == "graph" and c.nbytes >= SMALLEST]
     if not cells:
         raise ClockworksError(f"{raw}: no NCCL collective measured in it (graph runs of {', '.join(OPS)})")
     topo = load_topology(topology)
@@ -177,10 +179,12 @@ def structured(start: Constants) -> Constants:
 
 
 def training_cells(machine: Machine) -> list[Cell]:
-    """The cells a fit reads from a machine: every other power of two (from 2 KiB up: 8, 32, 128 KiB,
-    ...), and 1 GiB, the largest."""
-    return [c for c in machine.cells if round(math.log2(c.nbytes)) % 2 == 1 or c.nbytes == max(x.nbytes for x in
-                                                                                                   machine.cells)]
+    """The cells a fit reads from a machine: of the default runs every other power of two (8, 32,
+    128 KiB, ...) and 1 GiB, the largest; the one-channel runs from 16 MiB (a channel's rate; the
+    scores never read those)."""
+    largest = max(x.nbytes for x in machine.cells)
+    return [c for c in machine.cells if (c.nbytes >= ONE_CHANNEL_FROM if c.max_channels else
+                                         round(math.log2(c.nbytes)) % 2 == 1 or c.nbytes == largest)]
 
 
 def fit_across(machines: list[Machine], start: Constants, workers: int | None = None,
@@ -224,8 +228,9 @@ class Scored:
 
 
 def score(machine: Machine, consts: Constants, ops=SCORED_OPS) -> list[Scored]:
+    """The machine's default runs (NCCL's own channel count) of `ops`, predicted with `consts`."""
     return [Scored(machine.name, c.op, c.nbytes, c.measured_us, predict_cell(c, machine.topology, consts),
-                   c.nccl_est_us) for c in machine.cells if c.op in ops]
+                   c.nccl_est_us) for c in machine.cells if c.op in ops and not c.max_channels]
 
 
 def leave_one_out(machines: list[Machine], start: Constants, workers: int | None = None,
