@@ -50,7 +50,7 @@ def test_uncalibrated_files_take_the_library_constants(tmp_path):
 
 
 def test_calibrated_files_keep_their_own_constants():
-    calibrated = load_topology("measured/h200x2-nv18.yaml")
+    calibrated = load_topology(DATA_DIR / "measured" / "h200x2-nv18.yaml")
     assert calibrated.constants.nccl_chunk_GBs == {}  # fitted before the chunk term: it keeps its model
     assert calibrated.constants.nccl_base_latency_us.Simple != library.constants()["nccl_base_latency_us"]["Simple"]
 

@@ -83,8 +83,8 @@ def test_a_name_without_a_calibrated_file_warns_and_says_how_to_calibrate(capsys
     doc, err = predict_json(capsys, RING, "-t", "dgx-h100", "--ranks", "2", "--sizes", "1KiB")
     assert (doc["topology_file"], doc["calibrated"]) == ("dgx-h100.yaml", False)
     [line] = [line for line in err.splitlines() if "warning" in line]
-    assert line.startswith("clockworks: warning: dgx-h100: predicting with the uncalibrated constants of "
-                           "dgx-h100.yaml")
+    assert line.startswith("clockworks: warning: dgx-h100: predicting with the library's constants of "
+                           "dgx-h100.yaml (not fitted on this machine; fitted on NVIDIA H200 only, never on H100")
     assert "clockworks calibrate -t dgx-h100 --run DIR --out FILE.yaml" in line
     code, out, err = run(capsys, "predict", RING, "-t", "dgx-h100", "--ranks", "2", "--sizes", "1KiB")
     assert code == 0 and "topology file: dgx-h100.yaml (uncalibrated" in out and "calibrate -t dgx-h100" in err
@@ -103,7 +103,8 @@ def test_an_explicit_path_loads_exactly_that_file(tmp_path, capsys):
     mine.write_text(text + "constants:\n  kernel_launch_us: 3.0\n  graph_launch_us: 9.0\n")
     doc, err = predict_json(capsys, RING, "-t", str(mine), "--ranks", "2", "--sizes", "1KiB")
     assert (doc["topology_file"], doc["calibrated"]) == (str(mine), False)
-    assert f"warning: {mine}: predicting with the uncalibrated constants" in err
+    assert f"warning: {mine}: predicting with the library's constants" in err
+    assert "off by a median of" in err  # the error to expect, as the library file states it
     shipped, _ = predict_json(capsys, RING, "-t", "h200x2-nv18.yaml", "--ranks", "2", "--sizes", "1KiB")
     assert times(doc)[0] > times(shipped)[0]  # its own graph_launch_us, 9 us instead of 1
     # a calibrated file anywhere counts as calibrated: its provenance says calibrate wrote it
@@ -132,8 +133,11 @@ def test_topology_show_tune_and_validate_follow_the_same_rule(tmp_path, capsys):
 
 def test_tune_predicts_again_what_it_remembers_from_other_constants(tmp_path):
     said = []
-    first = tune.tune(FAMILY, "h200x2-nv18.yaml", 2, [8192], str(tmp_path), dry=True, say=said.append)
-    assert any("uncalibrated constants" in line for line in said)
+    # the 2 x H200 description with constants of its own (a program step twice the fitted one)
+    other = tmp_path / "other.yaml"
+    other.write_text((DATA_DIR / "h200x2-nv18.yaml").read_text() + "constants:\n  program_step_us: 1.2\n")
+    first = tune.tune(FAMILY, str(other), 2, [8192], str(tmp_path), dry=True, say=said.append)
+    assert any("the library's constants" in line for line in said)
     again = tune.tune(FAMILY, "h200x2-nv18", 2, [8192], str(tmp_path / "fresh"), dry=True)
     reused = tune.tune(FAMILY, "h200x2-nv18", 2, [8192], str(tmp_path), dry=True)
 

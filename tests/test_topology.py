@@ -12,6 +12,8 @@ import pytest
 
 from clockworks_dist import cli
 from clockworks_dist.errors import MissingDependency, TopologyError
+from clockworks_dist.topology import library
+from clockworks_dist.topology.model import Constants
 from clockworks_dist.topology import (
     ClusterTemplate, Topology, gpus, load_topology, local_index, rail_nic, route, route_table, shipped_topologies,
     summary, to_dot,
@@ -88,10 +90,12 @@ def test_h200x2_provenance():
 
 
 def test_constants_defaults_and_override(tmp_path):
-    default = load_topology("dgx-h100").constants
-    assert default.nvshmem_put_latency_us == pytest.approx(0.04)  # measured on one H200
-    assert default.nvshmem_fence_us == pytest.approx(0.51)
-    assert default.nccl_base_latency_us.Simple == pytest.approx(8.4)
+    assert Constants().nvshmem_put_latency_us == pytest.approx(0.04)  # measured on one H200
+    assert Constants().nvshmem_fence_us == pytest.approx(0.51)
+    assert Constants().nccl_base_latency_us.Simple == pytest.approx(8.4)  # NCCL's own table
+    # an uncalibrated file takes the library's constants (topology/library.py) ...
+    shipped = load_topology("dgx-h100").constants
+    assert shipped.nccl_base_latency_us.Simple == library.constants()["nccl_base_latency_us"]["Simple"]
     path = write(tmp_path, GOOD + "constants: {kernel_launch_us: 2.5}\n")
     assert load_topology(path).constants.kernel_launch_us == 2.5
 
