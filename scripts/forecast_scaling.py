@@ -132,6 +132,14 @@ def main() -> int:
     own = choose_topology(args.topology)
     topologies = {"own": own.topology}
     files = {"own": {"file": own.file, "sha256": sha256(own), "calibrated": own.calibrated}}
+    if not own.calibrated:  # the library's constants: which file, and the error they gave on unseen machines
+        from clockworks_dist.topology.calibrated import library_error_text
+        from clockworks_dist.topology.library import LIBRARY_FILE
+
+        files["own"]["library"] = hashlib.sha256(LIBRARY_FILE.read_bytes()).hexdigest()[:12]
+        files["own"]["error_band"] = (library_error_text(own.topology) + "; leave one machine out, "
+                                      "scripts/results/bench_transfer.md; the generated programs at 4 ranks on a "
+                                      "4 x H200 node: median 15.9%, results/h200x4/scaling/scaling.md")
     if args.constants_from:
         source = choose_topology(args.constants_from)
         topologies["transfer"] = own.topology.model_copy(update={"constants": source.topology.constants})
@@ -165,6 +173,12 @@ def size_text(nbytes: int) -> str:
     return message.size_text(nbytes)
 
 
+def own_constants(own: dict) -> str:
+    if own["calibrated"]:
+        return "calibrated"
+    return f"not calibrated: datasheet links and the library constants, data/library/nccl.yaml sha256 {own['library']}"
+
+
 def markdown(report: dict) -> str:
     c = report["constants"]
     lines = [f"# Forecast: every protocol on {report['topology']} at {', '.join(map(str, report['ranks']))} ranks", "",
@@ -172,11 +186,12 @@ def markdown(report: dict) -> str:
              "any run on such a node: the timed run of each generated program (one call; what `clockworks "
              "validate` times) and NCCL's own collective for the same bytes, in microseconds, CUDA graph and "
              "eager. Sizes are bytes per rank of the main buffer.", "",
-             f"- own: {c['own']['file']} (sha256 {c['own']['sha256']}; "
-             f"{'calibrated' if c['own']['calibrated'] else 'not calibrated: datasheet rates, default constants'})"]
+             f"- own: {c['own']['file']} (sha256 {c['own']['sha256']}; {own_constants(c['own'])})"]
+    if not c["own"]["calibrated"]:
+        lines.append(f"- error band: {c['own']['error_band']}")
     if "transfer" in c:
         lines.append(f"- transfer: {c['transfer']['what']} (sha256 {c['transfer']['sha256']}): the same GPU, driver "
-                     "and NCCL, measured on two GPUs joined by NVLink without a switch")
+                     "and NCCL, measured on two GPUs of the lent 2 x H200 kind")
     lines.append("")
     labels = [k for k in ("own", "transfer") if k in c]
     for entry in report["schedules"]:
