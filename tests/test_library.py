@@ -108,6 +108,7 @@ def test_calibrate_across_writes_a_machine_with_the_fitted_constants(tmp_path):
     """Two machines' runs (the 2 x H200 box and two GPUs of the 4 x H200 node) fitted at once, written
     as the 8-GPU DGX H200's constants: a file that loads, says where its constants come from, and is
     not taken for a calibration of the DGX."""
+    pytest.importorskip("scipy", reason="the fit needs scipy: the [calibrate] extra")
     measured = DATA_DIR / "measured"
     out = tmp_path / "dgx.yaml"
     done = _cli("calibrate", "-t", "dgx-h200", "--out", str(out), "--json", "--max-evaluations", "4", "--across",
