@@ -64,14 +64,18 @@ def calibrate(raw: str, base_topology, base_file: str, out_path: str, run_log: s
                   "power-of-two size",
         "note": f"fit: {summary}",
     }
-    header = ("# Calibrated by `clockworks calibrate` on the machine named in `provenance`.\n"
-              "# Links and devices as in the uncalibrated file; `constants` fitted to measurements.\n")
+    _write(out_path, document, "# Calibrated by `clockworks calibrate` on the machine named in `provenance`.\n"
+                               "# Links and devices as in the uncalibrated file; `constants` fitted to measurements.\n")
+    return summary
+
+
+def _write(out_path: str, document: dict, header: str) -> None:
+    """A topology file: `header` (comment lines), then `document` as YAML."""
     try:
         Path(out_path).parent.mkdir(parents=True, exist_ok=True)
         Path(out_path).write_text(header + yaml.safe_dump(document, sort_keys=False, width=100))
     except OSError as exc:
         raise ClockworksError(f"cannot write {out_path}: {exc.strerror or exc}") from None
-    return summary
 
 
 def calibrate_across(machines, target: str, out_path: str, max_nfev: int = 60) -> dict:
@@ -92,12 +96,8 @@ def calibrate_across(machines, target: str, out_path: str, max_nfev: int = 60) -
                   "not measured",
         "note": f"fit: {summary}",
     }
-    header = ("# Written by `clockworks calibrate --across`: this machine's links, with the library's constants\n"
-              "# fitted on the machines named in `provenance` (not on this machine itself).\n")
-    try:
-        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(out_path).write_text(header + yaml.safe_dump(document, sort_keys=False, width=100))
-    except OSError as exc:
-        raise ClockworksError(f"cannot write {out_path}: {exc.strerror or exc}") from None
+    _write(out_path, document, "# Written by `clockworks calibrate --across`: this machine's links, with the library's "
+                               "constants\n# fitted on the machines named in `provenance` (not on this machine "
+                               "itself).\n")
     load_topology(out_path)
     return summary
