@@ -46,7 +46,7 @@ import time
 from typing import Callable
 
 from ..semantics.budget import RELEASE_S, Deadline
-from ..semantics.machine import MEM, Model, State, Work
+from ..semantics.machine import MEM, Coll, Deliver, Model, Post, State, Work, build
 from ..semantics.rules import Sync
 from .explore import Outcome, compact
 from .por import Reducer
@@ -164,7 +164,7 @@ class _Search:
         if entries is None:
             return ()
         done = work.done[rank]
-        return tuple(("post", rank, pc, sub) for sub, _ in entries
+        return tuple(build(Post, ("post", rank, pc, sub)) for sub, _ in entries
                      if not (done if sub is None else (done >> sub) & 1))
 
     def _accesses(self, tag: tuple) -> tuple:
@@ -238,7 +238,7 @@ class _Search:
         ready = self.arrived[cid] == len(self.model.coll_members[cid]) and not (
             self.barrier_all[cid] and self.work.flight)
         if ready and cid not in self.colls:
-            self.colls[cid] = action = ("coll", cid)
+            self.colls[cid] = action = build(Coll, ("coll", cid))
             self._enable(action)
         elif not ready and cid in self.colls:
             self._disable(self.colls.pop(cid))
@@ -254,7 +254,7 @@ class _Search:
         if d.fenced and d.epoch:
             blocked = min(self.lanes[(d.issuer, d.pe)].values()) < d.epoch
         if not blocked and key not in self.delivs:
-            self.delivs[key] = action = ("deliver", key[0], key[1])
+            self.delivs[key] = action = build(Deliver, ("deliver", *key))
             self._enable(action)
         elif blocked and key in self.delivs:
             self._disable(self.delivs.pop(key))

@@ -88,7 +88,7 @@ from __future__ import annotations
 import bisect
 
 from ..semantics.budget import UNBOUNDED, Deadline
-from ..semantics.machine import MEM, SIG, SIG_ADD, SIG_SET, Model, State, dependent
+from ..semantics.machine import MEM, SIG, SIG_ADD, SIG_SET, Coll, Deliver, Model, P2P, State, Step, dependent
 from .must import MustOrder
 from ..semantics.rules import Sync
 
@@ -347,10 +347,10 @@ class Reducer:
         if c.sync is Sync.P2P:
             op = c.op if sub is None else c.op.ops[sub]
             skey = key if op.kind == "send" else model.matches.send_of.get(key)
-            return ("p2p", *skey) if skey is not None and skey in model.matches.recv_of else None
+            return P2P("p2p", *skey) if skey is not None and skey in model.matches.recv_of else None
         if c.cid is not None:
-            return ("coll", c.cid)
-        return ("step", rank, index)
+            return Coll("coll", c.cid)
+        return Step("step", rank, index)
 
     def _current(self, state: State, rank: int) -> list[tuple]:
         """Every pending action of the rank's current op, enabled or not."""
@@ -383,17 +383,17 @@ class Reducer:
                 if state[0][r] != i:
                     out.append(("r", r))
             if model.coll_kind[cid] == "barrier_all":
-                out.extend(("a", ("deliver", i, j)) for i, j, _ in state[4])
+                out.extend(("a", Deliver("deliver", i, j)) for i, j, _ in state[4])
         elif kind == "deliver":
             d = model.deliveries[(action[1], action[2])]
             for i, j, _ in state[4]:
                 if i == action[1] and j != action[2] and model.orders_before(model.deliveries[(i, j)], d):
-                    out.append(("a", ("deliver", i, j)))
+                    out.append(("a", Deliver("deliver", i, j)))
         else:
             rank = action[1]
             c = model.code[rank][action[2]]
             if c.sync is Sync.QUIET:
-                out.extend(("a", ("deliver", i, j)) for i, j, _ in state[4] if i == rank)
+                out.extend(("a", Deliver("deliver", i, j)) for i, j, _ in state[4] if i == rank)
             elif c.sync is Sync.WAIT:
                 for word in c.awaits[0]:
                     self._word_enablers(state, rank, word, out)
@@ -405,7 +405,7 @@ class Reducer:
         for i, j, _ in state[4]:
             footprint = self.model.deliveries[(i, j)].footprint
             if any(o == rank and s == SIG and lo == word for o, s, lo, _h, _m in footprint):
-                out.append(("a", ("deliver", i, j)))
+                out.append(("a", Deliver("deliver", i, j)))
         for actor, entries in self.by_actor[rank][SIG].items():
             pc = state[0][actor]
             start = bisect.bisect_left(self._keys[(rank, SIG, actor)], pc)
@@ -589,8 +589,9 @@ class Reducer:
         if self._flight_state is not state:
             table: dict[tuple[int, int], list] = {}
             for i, j, _ in state[4]:
+                action = Deliver("deliver", i, j)
                 for owner, space, lo, hi, mode in self.model.deliveries[(i, j)].footprint:
-                    table.setdefault((owner, space), []).append((("deliver", i, j), lo, hi, mode))
+                    table.setdefault((owner, space), []).append((action, lo, hi, mode))
             self._flight_state, self._flight_table = state, table
         return self._flight_table
 

@@ -32,6 +32,7 @@ The checker's race detection and partial-order reduction both work on footprints
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import NamedTuple
 
 from .. import ir
@@ -52,6 +53,14 @@ SPAN_MEMO = 1 << 20  # (rank, region) spans kept by `Model.span`
 READ, WRITE, ATOMIC_ADD, ATOMIC_OTHER, ATOMIC_READ = (Mode.READ, Mode.WRITE, Mode.ATOMIC_ADD, Mode.ATOMIC_OTHER,
                                                       Mode.ATOMIC_READ)
 SIG_READ, SIG_READ_MONOTONE, SIG_ADD, SIG_SET = Mode.SIG_READ, Mode.SIG_READ_MONOTONE, Mode.SIG_ADD, Mode.SIG_SET
+
+# An action's fields after its kind, as a tuple: the `key` of Step, P2P, Deliver and Post. A getter in C,
+# not a Python function: the search reads keys per action, and `self[1:]` in a def costs it twice as much.
+_AFTER_KIND = itemgetter(slice(1, None))
+# `build(Step, ("step", rank, index))` is `Step("step", rank, index)` at half the cost: calling a NamedTuple
+# class runs its generated __new__, a Python function, and the search builds an action or a posted op's tag
+# per step (`rank_enabled`, check/dfs). The fields go in order, all of them: nothing checks their number.
+build = tuple.__new__
 
 
 class Access(NamedTuple):
@@ -82,10 +91,7 @@ class Step(NamedTuple):
     def of(cls, rank: int, index: int) -> "Step":
         return cls("step", rank, index)
 
-    @property
-    def key(self) -> tuple[int, int]:
-        """(rank, op index): the op, as the model's tables key it."""
-        return self[1:]
+    key = property(_AFTER_KIND, doc="(rank, op index): the op, as the model's tables key it.")
 
 
 class P2P(NamedTuple):
@@ -98,10 +104,7 @@ class P2P(NamedTuple):
     def of(cls, rank: int, index: int, sub: int | None) -> "P2P":
         return cls("p2p", rank, index, sub)
 
-    @property
-    def key(self) -> tuple[int, int, int | None]:
-        """(rank, op index, group member): the send, as the matching keys it."""
-        return self[1:]
+    key = property(_AFTER_KIND, doc="(rank, op index, group member): the send, as the matching keys it.")
 
 
 class Coll(NamedTuple):
@@ -122,14 +125,37 @@ class Deliver(NamedTuple):
     def of(cls, issuer: int, index: int) -> "Deliver":
         return cls("deliver", issuer, index)
 
-    @property
-    def key(self) -> tuple[int, int]:
-        """(issuer, op index): the delivery, as the model's tables key it."""
-        return self[1:]
+    key = property(_AFTER_KIND, doc="(issuer, op index): the delivery, as the model's tables key it.")
+
+
+class Post(NamedTuple):
+    """A posted op's pending accesses (`Model.posted_accesses`): not an action of the machine, but
+    the checker's race detection and its traces name it beside the actions."""
+
+    kind: str
+    rank: int
+    index: int
+    sub: int | None
+
+    @classmethod
+    def of(cls, rank: int, index: int, sub: int | None) -> "Post":
+        return cls("post", rank, index, sub)
+
+    key = property(_AFTER_KIND, doc="(rank, op index, group member): the posted op, as the matching keys it.")
 
 
 Action = Step | P2P | Coll | Deliver
 Span = tuple[int, int, int]  # (rank, first atom, end atom)
+
+
+class Awaits(NamedTuple):
+    """What a wait waits for: signal words of its own rank, each compared with `value` by `cmp`;
+    `every`: all of them must hold (else any one)."""
+
+    words: tuple[int, ...]
+    cmp: str
+    value: int
+    every: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +206,7 @@ class Code:
     delivery: Delivery | None = None
     partners: frozenset = frozenset()  # other ranks that must take part
     moves: tuple[AtomMove, ...] = ()  # the data an op of one rank moves when it executes
-    awaits: tuple[tuple[int, ...], str, int, bool] | None = None  # a wait: (words, cmp, value, all)
+    awaits: Awaits | None = None  # a wait
 
 
 def _sorted(infl: tuple) -> tuple:
@@ -195,23 +221,41 @@ class Work:
     `changes(mark)` lists what changed since (the search's incremental bookkeeping reads it).
 
     Memory rows and signal rows start as the state's tuples and become lists when first written.
-    Indexing (`work[0]` .. `work[4]`) reads like a `State`'s fields; `work[4]` iterates over the
-    in-flight deliveries in no particular order."""
+    A `State`'s field names read the same here (`pcs`, and the properties `group_done`, `memory`,
+    `signals`, `in_flight`), so code that reads a state reads a Work too; `in_flight` iterates over
+    the in-flight deliveries in no particular order. Indexing (`work[0]` .. `work[4]`) does too."""
 
     __slots__ = ("pcs", "done", "mem", "sigs", "flight", "journal")
 
     def __init__(self, state: State, journal: bool = True):
-        self.pcs = list(state[0])
-        self.done = list(state[1])
-        self.mem = list(state[2])
-        self.sigs = list(state[3])
-        self.flight = {(i, j): (i, j, p) for i, j, p in state[4]}  # (issuer, index) -> (issuer, index, payload)
+        self.pcs = list(state.pcs)
+        self.done = list(state.group_done)
+        self.mem = list(state.memory)
+        self.sigs = list(state.signals)
+        self.flight = {(i, j): (i, j, p) for i, j, p in state.in_flight}  # (issuer, index) -> (issuer, index, payload)
         self.journal: list | None = [] if journal else None
 
     def __getitem__(self, field: int):
         if field == 4:
             return self.flight.values()
         return (self.pcs, self.done, self.mem, self.sigs)[field]
+
+    @property
+    def group_done(self) -> list[int]:
+        return self.done
+
+    @property
+    def memory(self) -> list:
+        return self.mem
+
+    @property
+    def signals(self) -> list:
+        return self.sigs
+
+    @property
+    def in_flight(self):
+        """The in-flight deliveries (issuer, index, payload), in no particular order."""
+        return self.flight.values()
 
     def freeze(self) -> State:
         """The immutable, canonical `State` this holds."""
@@ -478,7 +522,7 @@ class Model:
         awaits = r.awaits(op, rank)
         if awaits is not None:
             words = tuple(self.sig_word(ref) for ref in awaits.words)
-            c.awaits = (words, awaits.cmp, awaits.value, awaits.all)
+            c.awaits = Awaits(words, awaits.cmp, awaits.value, awaits.all)
             if awaits.cmp in ("ge", "gt"):  # see `_may_wrap`: adds never make such a wait false again
                 fp = [a._replace(mode=SIG_READ_MONOTONE) if a.space == SIG and a.mode == SIG_READ
                       and (rank, a.lo) not in self.may_wrap else a for a in fp]
@@ -544,7 +588,7 @@ class Model:
         if at is None:
             return None
         if type(state) is Work:
-            return Deliver("deliver", *at) if at in state.flight else None
+            return build(Deliver, ("deliver", *at)) if at in state.flight else None
         for issuer, index, _ in state[4]:
             if issuer == at[0] and index == at[1]:
                 return Deliver("deliver", *at)
@@ -554,8 +598,8 @@ class Model:
         """The accesses of posted ops that have not completed: NCCL and MPI may read a send's `src`
         at any time from its post until it completes (not only when it meets its recv), and a
         collective member's `src` and `dst` from its arrival until the sources are read (its
-        landing holds them after that). Each comes as (("post", rank, index, sub), accesses): an
-        action of no one, which races with any enabled action it conflicts with, except its own."""
+        landing holds them after that). Each comes as (`Post`("post", rank, index, sub), accesses):
+        an action of no one, which races with any enabled action it conflicts with, except its own."""
         found = []
         pcs, done = state[0], state[1]
         for rank in range(self.world):
@@ -567,7 +611,7 @@ class Model:
                     continue
                 if sub is None and done[rank]:
                     continue  # a collective whose sources are read: its landing holds its accesses
-                found.append((("post", rank, pcs[rank], sub), accesses))
+                found.append((Post("post", rank, pcs[rank], sub), accesses))
         return found
 
     def own_action(self, post: tuple, action: tuple) -> bool:
@@ -724,17 +768,17 @@ class Model:
                     # posted: the recv's rank stands at it and it has not completed
                     if peer is not None and pcs[peer[0]] == peer[1] and (
                             peer[2] is None or not (dones[peer[0]] >> peer[2]) & 1):
-                        acts.append(P2P("p2p", rank, pc, sub))
+                        acts.append(build(P2P, ("p2p", rank, pc, sub)))
             return acts
         if c.cid is not None or sync in (Sync.COLLECTIVE, Sync.BARRIER_ALL, Sync.SYNC_ALL):
             if c.cid is None or not collectives or self.coll_members[c.cid][0][0] != rank:
                 return []
-            return [Coll("coll", c.cid)] if self.coll_ready(state, c.cid) else []
+            return [build(Coll, ("coll", c.cid))] if self.coll_ready(state, c.cid) else []
         if sync is Sync.WAIT:
-            return [Step("step", rank, pc)] if self.waiting_holds(state, c) else []
+            return [build(Step, ("step", rank, pc))] if self.waiting_holds(state, c) else []
         if sync is Sync.QUIET:
-            return [] if self.in_flight_from(state, rank) else [Step("step", rank, pc)]
-        return [Step("step", rank, pc)]
+            return [] if self.in_flight_from(state, rank) else [build(Step, ("step", rank, pc))]
+        return [build(Step, ("step", rank, pc))]
 
     def coll_ready(self, state: State, cid: int) -> bool:
         """Whether every member of collective `cid` has arrived (and, for barrier_all, nothing is in
