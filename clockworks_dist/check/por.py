@@ -88,7 +88,7 @@ from __future__ import annotations
 import bisect
 
 from ..semantics.budget import UNBOUNDED, Deadline
-from ..semantics.machine import MEM, SIG, SIG_ADD, SIG_SET, Coll, Deliver, Model, P2P, State, Step, dependent
+from ..semantics.machine import MEM, SIG, SIG_ADD, SIG_SET, Action, Coll, Deliver, Model, P2P, State, Step, dependent
 from .must import MustOrder
 from ..semantics.rules import Sync
 
@@ -147,7 +147,7 @@ class Reducer:
         """The state may have changed in place (a `Work`): drop what was cached for it."""
         self._flight_state = None
 
-    def choose(self, state: State, enabled: list[tuple]) -> list[tuple]:
+    def choose(self, state: State, enabled: list[Action]) -> list[Action]:
         """A stubborn subset of `enabled`, the enabled actions of `state`: the smallest closure
         from up to `MAX_SEEDS` seeds (steps first), in `enabled`'s order."""
         if len(enabled) <= 1:
@@ -155,7 +155,7 @@ class Reducer:
         self._index()
         best = enabled
         enabled_set = set(enabled)
-        for seed in sorted(enabled, key=lambda a: _ORDER[a[0]])[:MAX_SEEDS]:
+        for seed in sorted(enabled, key=lambda a: _ORDER[a.kind])[:MAX_SEEDS]:
             chosen = self._closure(state, enabled_set, enabled, seed)
             if len(chosen) < len(best):
                 best = chosen
@@ -164,7 +164,7 @@ class Reducer:
         return best
 
     # -- actions that are a stubborn set on their own ------------------------------------------
-    def alone(self, action: tuple) -> bool:
+    def alone(self, action: Action) -> bool:
         """Whether {action} is a stubborn set in every state where `action` is enabled: no access
         that any other action might make on a path avoiding it is dependent on it. Decided once per
         action, from the program text alone (see the module docstring)."""
@@ -173,11 +173,11 @@ class Reducer:
             found = self._alone[action] = self._decide_alone(action)
         return found
 
-    def _decide_alone(self, action: tuple) -> bool:
+    def _decide_alone(self, action: Action) -> bool:
         model = self.model
         if self._foreign is None:
             self._index_foreign()
-        kind = action[0]
+        kind = action.kind
         held = ranks = None  # built when first needed: most actions touch atoms no other rank does
         for owner, space, lo, hi, mode in model.footprint(action):
             foreign = self._foreign.get((owner, space))
@@ -194,15 +194,15 @@ class Reducer:
                             if dependent(space, mode, entry[3]) and not held(entry) and \
                                     not self._ordered(entry, action):
                                 return False
-            if kind == "p2p" or kind == "deliver" and action[2] < 0:
+            if kind == "p2p" or kind == "deliver" and action.index < 0:
                 # the other members of a group stay current and may run on their own
-                for key in _keys_held(model, action):
-                    if key[2] is None or key[0] != owner:
+                for rank, index, held_sub in _keys_held(model, action):
+                    if held_sub is None or rank != owner:
                         continue
-                    for sub, member in model.code[key[0]][key[1]].members:
-                        if sub == key[2]:
+                    for sub, member in model.code[rank][index].members:
+                        if sub == held_sub:
                             continue
-                        for o, sp, mlo, mhi, mmode in model._member_footprint(key[0], key[1], sub, member):
+                        for o, sp, mlo, mhi, mmode in model._member_footprint(rank, index, sub, member):
                             if o == owner and sp == space and mlo < hi and lo < mhi and dependent(space, mode, mmode):
                                 return False
         return True
@@ -215,7 +215,7 @@ class Reducer:
             self._order = MustOrder(self.model, self.deadline)
         return self._order
 
-    def _ordered(self, entry: tuple, action: tuple) -> bool:
+    def _ordered(self, entry: tuple, action: Action) -> bool:
         """Whether the access `entry` is over before `action` or starts only after it, in every
         execution prefix."""
         return self.order.ordered(entry, action)
@@ -236,7 +236,8 @@ class Reducer:
                     for sub, m in c.members:
                         entries += [(acc, sub, JOINT) for acc in model._member_footprint(c.rank, c.index, sub, m)]
                 elif c.cid is not None:
-                    entries += [(acc, None, JOINT) for acc in model.coll_member_footprint[c.cid] if acc[0] == c.rank]
+                    entries += [(acc, None, JOINT) for acc in model.coll_member_footprint[c.cid]
+                                if acc.owner == c.rank]
                 for (owner, space, lo, hi, mode), sub, phase in entries:
                     entry = (c.rank, c.index, sub, mode, phase)
                     if owner != c.rank or phase == DELIVERY:
@@ -258,16 +259,15 @@ class Reducer:
                     local.setdefault((owner, space), {}).setdefault(atom, []).append(entry)
         self._foreign, self._local = foreign, local
 
-    def _holder(self, action: tuple):
+    def _holder(self, action: Action):
         """A test of whether an access (rank, index, sub, mode, phase) cannot happen on a path that
         avoids `action` in a state where `action` is enabled: it is past (an op its rank has passed,
         other than a delivery, which may still be in flight), or held behind `action` (the op itself,
         its rank's later ops, and deliveries a fence orders after a delivery's)."""
         model = self.model
-        kind = action[0]
-        if kind == "deliver" and action[2] >= 0:
-            d = model.deliveries[(action[1], action[2])]
-            issuer, index = action[1], action[2]
+        if action.kind == "deliver" and action.index >= 0:
+            d = model.deliveries[action.key]
+            issuer, index = action.issuer, action.index
 
             def held(entry) -> bool:
                 rank, at, _sub, _mode, phase = entry
@@ -295,7 +295,7 @@ class Reducer:
         return held
 
     # -- closure ------------------------------------------------------------------------------
-    def _closure(self, state: State, enabled_set: set, enabled: list[tuple], seed: tuple) -> list[tuple]:
+    def _closure(self, state: State, enabled_set: set, enabled: list[Action], seed: Action) -> list[Action]:
         frozen: set[int] = set()
         actions: set[tuple] = set()
         work: list[tuple] = [("a", seed)]
@@ -311,7 +311,7 @@ class Reducer:
             if item in actions:
                 continue
             actions.add(item)
-            if item[0] == "deliver":
+            if item.kind == "deliver":
                 self._hold(item)
             if item in enabled_set:
                 work.extend(self._dependents(state, item, frozen, actions))
@@ -319,10 +319,10 @@ class Reducer:
                 work.extend(self._enablers(state, item))
         return [a for a in enabled if a in actions]
 
-    def _hold(self, action: tuple) -> None:
+    def _hold(self, action: Deliver) -> None:
         """A delivery in flight joins T: note the epoch from which its issuer's deliveries to the
         same PE are held back by a fence (`_fenced_out`)."""
-        d = self.model.deliveries[(action[1], action[2])]
+        d = self.model.deliveries[action.key]
         if d.fenced:
             key = (d.issuer, d.pe)
             if d.epoch < self._held.get(key, d.epoch + 1):
@@ -339,7 +339,7 @@ class Reducer:
         d = self.model.deliveries.get((issuer, index))
         return d is not None and d.fenced and held.get((d.issuer, d.pe), d.epoch) < d.epoch
 
-    def action_of(self, key: tuple) -> tuple | None:
+    def action_of(self, key: tuple) -> Action | None:
         """The action that executes op `key` = (rank, index, sub) when it is current."""
         model = self.model
         rank, index, sub = key
@@ -352,62 +352,65 @@ class Reducer:
             return Coll("coll", c.cid)
         return Step("step", rank, index)
 
-    def _current(self, state: State, rank: int) -> list[tuple]:
+    def _current(self, state: State, rank: int) -> list[Action]:
         """Every pending action of the rank's current op, enabled or not."""
         model = self.model
-        pc = state[0][rank]
+        pc = state.pcs[rank]
         if pc >= model.nops[rank]:
             return []
         c = model.code[rank][pc]
-        subs = [sub for sub, _ in c.members if not (state[1][rank] >> sub) & 1] if c.kind == "group" else [None]
+        subs = [sub for sub, _ in c.members if not (state.group_done[rank] >> sub) & 1] if c.kind == "group" else [None]
         found = (self.action_at(state, (rank, pc, sub)) for sub in subs)
         return [a for a in found if a is not None]
 
-    def action_at(self, state: State, key: tuple) -> tuple | None:
+    def action_at(self, state: State, key: tuple) -> Action | None:
         """The action that moves op `key` on in `state`: its landing once that is in flight (a recv,
         a collective member), else `action_of`."""
         return self.model.landing(state, key) or self.action_of(key)
 
-    def _enablers(self, state: State, action: tuple) -> list[tuple]:
+    def _enablers(self, state: State, action: Action) -> list[tuple]:
         model = self.model
-        kind = action[0]
+        kind = action.kind
         out: list[tuple] = []
         if kind == "p2p":
-            skey = (action[1], action[2], action[3])
+            skey = action.key
             for key in (skey, model.matches.recv_of[skey]):
                 if not model.posted(state, key):
                     out.append(("r", key[0]))
         elif kind == "coll":
-            cid = action[1]
+            cid = action.cid
+            pcs = state.pcs
             for r, i in model.coll_members[cid]:
-                if state[0][r] != i:
+                if pcs[r] != i:
                     out.append(("r", r))
             if model.coll_kind[cid] == "barrier_all":
-                out.extend(("a", Deliver("deliver", i, j)) for i, j, _ in state[4])
+                out.extend(("a", Deliver("deliver", i, j)) for i, j, _ in state.in_flight)
         elif kind == "deliver":
-            d = model.deliveries[(action[1], action[2])]
-            for i, j, _ in state[4]:
-                if i == action[1] and j != action[2] and model.orders_before(model.deliveries[(i, j)], d):
+            issuer, index = action.issuer, action.index
+            d = model.deliveries[(issuer, index)]
+            for i, j, _ in state.in_flight:
+                if i == issuer and j != index and model.orders_before(model.deliveries[(i, j)], d):
                     out.append(("a", Deliver("deliver", i, j)))
         else:
-            rank = action[1]
-            c = model.code[rank][action[2]]
+            rank = action.rank
+            c = model.code[rank][action.index]
             if c.sync is Sync.QUIET:
-                out.extend(("a", Deliver("deliver", i, j)) for i, j, _ in state[4] if i == rank)
+                out.extend(("a", Deliver("deliver", i, j)) for i, j, _ in state.in_flight if i == rank)
             elif c.sync is Sync.WAIT:
-                for word in c.awaits[0]:
+                for word in c.awaits.words:
                     self._word_enablers(state, rank, word, out)
         return out
 
     def _word_enablers(self, state: State, rank: int, word: int, out: list) -> None:
         """What may still change signal word `word` of `rank`: in-flight deliveries, and the next
         update op of each rank that has one (or the rank, when that op is not current)."""
-        for i, j, _ in state[4]:
+        for i, j, _ in state.in_flight:
             footprint = self.model.deliveries[(i, j)].footprint
             if any(o == rank and s == SIG and lo == word for o, s, lo, _h, _m in footprint):
                 out.append(("a", Deliver("deliver", i, j)))
+        pcs = state.pcs
         for actor, entries in self.by_actor[rank][SIG].items():
-            pc = state[0][actor]
+            pc = pcs[actor]
             start = bisect.bisect_left(self._keys[(rank, SIG, actor)], pc)
             for index, sub, lo, _hi, mode, _others in entries[start:]:
                 if lo == word and mode in (SIG_ADD, SIG_SET):
@@ -420,7 +423,7 @@ class Reducer:
         """The last op index the actor may still execute on a path that avoids T (cheap bound:
         its current op if one of its actions is in T, else its first op that needs a frozen rank)."""
         model = self.model
-        pc = state[0][actor]
+        pc = state.pcs[actor]
         for action in self._current(state, actor):
             if action in actions or self._needs(action, frozen, actor):
                 return pc
@@ -437,14 +440,14 @@ class Reducer:
         side of it, a wait once its condition holds or an update of the word may still happen
         (an in-flight delivery outside T, or an update op before its issuer's limit)."""
         model = self.model
-        pcs = state[0]
+        pcs = state.pcs
         limit = list(pcs)
         # in-flight deliveries outside T, by the signal word they update; and which ranks have an
         # in-flight delivery inside T (their quiet cannot complete)
         updates: set[tuple[int, int]] = set()
         held: set[int] = set()
-        for i, j, _ in state[4]:
-            if ("deliver", i, j) in actions:
+        for i, j, _ in state.in_flight:
+            if ("deliver", i, j) in actions:  # a plain tuple equals the `Deliver`: no action built to look it up
                 held.add(i)
                 continue
             if self._fenced_out(i, j):
@@ -469,7 +472,7 @@ class Reducer:
                    actions: set[tuple], context: tuple[set, set]) -> bool:
         updates, held = context
         model = self.model
-        pcs = state[0]
+        pcs = state.pcs
         c = model.code[rank][index]
         if index == pcs[rank]:
             for action in self._current(state, rank):
@@ -479,7 +482,7 @@ class Reducer:
             subs = [sub for sub, _ in c.members] if c.kind == "group" else [None]
             for sub in subs:
                 key = (rank, index, sub)
-                if index == pcs[rank] and ((sub is not None and (state[1][rank] >> sub) & 1)
+                if index == pcs[rank] and ((sub is not None and (state.group_done[rank] >> sub) & 1)
                                            or model.landing(state, key)):
                     continue  # complete, or only its landing is left: it needs no other rank
                 other = model.matches.recv_of.get(key) or model.matches.send_of.get(key)
@@ -498,7 +501,7 @@ class Reducer:
         if c.sync is Sync.WAIT:
             # conservative for several words: a word that may still change lets the wait complete
             return model.waiting_holds(state, c) or any(
-                self._may_update(state, rank, word, limit, frozen, actions, updates) for word in c.awaits[0])
+                self._may_update(state, rank, word, limit, frozen, actions, updates) for word in c.awaits.words)
         return True
 
     def _may_update(self, state: State, rank: int, word: int, limit: list[int], frozen: set[int],
@@ -506,7 +509,7 @@ class Reducer:
         """Whether signal word `word` of `rank` may still be updated on a path that avoids T."""
         if (rank, word) in updates:
             return True
-        pcs = state[0]
+        pcs = state.pcs
         for actor, entries in self.by_actor[rank][SIG].items():
             if actor in frozen:
                 continue
@@ -521,17 +524,17 @@ class Reducer:
                     return True
         return False
 
-    def _needs(self, action: tuple, frozen: set[int], actor: int) -> bool:
-        if action[0] == "p2p":
-            skey = (action[1], action[2], action[3])
-            return skey[0] in frozen or self.model.matches.recv_of[skey][0] in frozen
-        if action[0] == "coll":
-            return any(r in frozen for r, _ in self.model.coll_members[action[1]])
+    def _needs(self, action: Action, frozen: set[int], actor: int) -> bool:
+        kind = action.kind
+        if kind == "p2p":
+            return action.rank in frozen or self.model.matches.recv_of[action.key][0] in frozen
+        if kind == "coll":
+            return any(r in frozen for r, _ in self.model.coll_members[action.cid])
         return False
 
-    def _dependents(self, state: State, action: tuple, frozen: set[int], actions: set[tuple]) -> list[tuple]:
+    def _dependents(self, state: State, action: Action, frozen: set[int], actions: set[tuple]) -> list[tuple]:
         model = self.model
-        pcs, done = state[0], state[1]
+        pcs, done = state.pcs, state.group_done
         out: list[tuple] = []
         limits = None
         for owner, space, lo, hi, mode in model.footprint(action):
@@ -580,7 +583,7 @@ class Reducer:
                         break
             for action_d, dlo, dhi, dmode in self._in_flight_on(state).get((owner, space), ()):
                 if action_d not in actions and dlo < hi and lo < dhi and dependent(space, mode, dmode) \
-                        and not self._fenced_out(action_d[1], action_d[2]):
+                        and not self._fenced_out(action_d.issuer, action_d.index):
                     out.append(("a", action_d))
         return out
 
@@ -588,7 +591,7 @@ class Reducer:
         """In-flight deliveries by the (rank, space) they touch; built once per state."""
         if self._flight_state is not state:
             table: dict[tuple[int, int], list] = {}
-            for i, j, _ in state[4]:
+            for i, j, _ in state.in_flight:
                 action = Deliver("deliver", i, j)
                 for owner, space, lo, hi, mode in self.model.deliveries[(i, j)].footprint:
                     table.setdefault((owner, space), []).append((action, lo, hi, mode))
@@ -596,22 +599,22 @@ class Reducer:
         return self._flight_table
 
 
-def _keys_held(model: Model, action: tuple) -> list[tuple]:
+def _keys_held(model: Model, action: Action) -> list[tuple]:
     """The ops (rank, index, sub) whose ranks `action` holds at that op: a step's op, a joint
     step's participants, a landing's recv or member (sub None: the whole op)."""
-    kind = action[0]
+    kind = action.kind
     if kind == "step":
-        return [(action[1], action[2], None)]
+        return [(action.rank, action.index, None)]
     if kind == "p2p":
-        skey = (action[1], action[2], action[3])
+        skey = action.key
         return [skey, model.matches.recv_of[skey]]
     if kind == "coll":
-        return [(r, i, None) for r, i in model.coll_members[action[1]]]
-    return [model.deliveries[(action[1], action[2])].completes]
+        return [(r, i, None) for r, i in model.coll_members[action.cid]]
+    return [model.deliveries[action.key].completes]
 
 
-def _ranks_of(model: Model, action: tuple) -> set[int]:
+def _ranks_of(model: Model, action: Action) -> set[int]:
     """The ranks an action holds at their current op (none for a one-sided delivery)."""
-    if action[0] == "deliver" and action[2] >= 0:
+    if action.kind == "deliver" and action.index >= 0:
         return set()
-    return {key[0] for key in _keys_held(model, action)}
+    return {rank for rank, _index, _sub in _keys_held(model, action)}

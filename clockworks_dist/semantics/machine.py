@@ -582,16 +582,17 @@ class Model:
                                        spans=self._interned(tuple((rank, a.lo, a.hi) for a in writes)),
                                        combine=op.reduce if op.kind == "recv" else None)
 
-    def landing(self, state: State, key: Key) -> tuple | None:
+    def landing(self, state: State, key: Key) -> Deliver | None:
         """The pending landing action of the recv or collective member `key`, if it is in flight."""
         at = self.landing_of.get(key)
         if at is None:
             return None
         if type(state) is Work:
             return build(Deliver, ("deliver", *at)) if at in state.flight else None
-        for issuer, index, _ in state[4]:
-            if issuer == at[0] and index == at[1]:
-                return Deliver("deliver", *at)
+        at_issuer, at_index = at
+        for issuer, index, _ in state.in_flight:
+            if issuer == at_issuer and index == at_index:
+                return Deliver("deliver", at_issuer, at_index)
         return None
 
     def posted_accesses(self, state: State) -> list[tuple[tuple, tuple[Access, ...]]]:
@@ -601,7 +602,7 @@ class Model:
         landing holds them after that). Each comes as (`Post`("post", rank, index, sub), accesses):
         an action of no one, which races with any enabled action it conflicts with, except its own."""
         found = []
-        pcs, done = state[0], state[1]
+        pcs, done = state.pcs, state.group_done
         for rank in range(self.world):
             entries = self.posted_fp.get((rank, pcs[rank]))
             if entries is None:
@@ -614,22 +615,23 @@ class Model:
                 found.append((Post("post", rank, pcs[rank], sub), accesses))
         return found
 
-    def own_action(self, post: tuple, action: tuple) -> bool:
+    def own_action(self, post: Post, action: Action) -> bool:
         """Whether `action` is the meeting or joint step of the posted op `post` itself."""
-        _, rank, index, sub = post
+        rank, index, sub = post.key
         if index >= self.nops[rank]:
             return False  # the caller's read at the rank's end belongs to no action
-        if action[0] == "p2p":
-            return action[1:] == (rank, index, sub)
-        if action[0] == "coll":
-            return self.code[rank][index].cid == action[1]
+        kind = action.kind
+        if kind == "p2p":
+            return action.key == (rank, index, sub)
+        if kind == "coll":
+            return self.code[rank][index].cid == action.cid
         return False
 
     def land_all(self, state: State) -> State:
         """`state` after every pending landing (the simulator lands each at once: a recv's or a
         collective member's completion costs no time of its own there)."""
         while True:
-            pending = [(i, j) for i, j, _ in state[4] if j < 0]
+            pending = [(i, j) for i, j, _ in state.in_flight if j < 0]
             if not pending:
                 return state
             for i, j in pending:
@@ -667,7 +669,7 @@ class Model:
                             entries.append((acc, sub, others))
                 elif c.cid is not None:
                     for acc in self.coll_member_footprint[c.cid]:
-                        if acc[0] == c.rank:
+                        if acc.owner == c.rank:
                             entries.append((acc, None, c.partners))
                 for acc in c.footprint:
                     entries.append((acc, None, frozenset()))
@@ -689,7 +691,7 @@ class Model:
         found = self._member_fp.get(key)
         if found is None:
             skey = key if op.kind == "send" else self.matches.send_of.get(key)
-            found = tuple(a for a in self.p2p_member_footprint.get(skey, ()) if a[0] == rank) if skey else ()
+            found = tuple(a for a in self.p2p_member_footprint.get(skey, ()) if a.owner == rank) if skey else ()
             self._member_fp[key] = found
         return found
 
@@ -704,13 +706,13 @@ class Model:
     def posted(self, state: State, key: Key) -> bool:
         """Whether the send or recv at `key` = (rank, index, sub) is posted and not yet complete."""
         rank, index, sub = key
-        if state[0][rank] != index:
+        if state.pcs[rank] != index:
             return False
-        return sub is None or not (state[1][rank] >> sub) & 1
+        return sub is None or not (state.group_done[rank] >> sub) & 1
 
     def in_flight_from(self, state: State, rank: int) -> bool:
         """Whether a delivery `rank` issued has yet to land."""
-        return any(d[0] == rank for d in state[4])
+        return any(issuer == rank for issuer, _, _ in state.in_flight)
 
     def orders_before(self, first: Delivery, then: Delivery) -> bool:
         """Whether a fence makes `first` land before `then`: same issuer and PE, an earlier epoch."""
@@ -722,7 +724,7 @@ class Model:
         d = self.deliveries[(issuer, index)]
         if d.epoch == 0 or not d.fenced:  # no fence before it: nothing can be ordered ahead of it
             return False
-        for other_issuer, other_index, _ in state[4]:
+        for other_issuer, other_index, _ in state.in_flight:
             if other_issuer == issuer and other_index != index:
                 if self.orders_before(self.deliveries[(other_issuer, other_index)], d):
                     return True
@@ -731,7 +733,7 @@ class Model:
     def waiting_holds(self, state: State, c: Code) -> bool:
         """Whether the comparison of the wait `c` holds in `state`."""
         words, cmp, value, every = c.awaits
-        row, test = state[3][c.rank], COMPARE[cmp]
+        row, test = state.signals[c.rank], COMPARE[cmp]
         if every:
             return all(test(row[w], value) for w in words)
         return any(test(row[w], value) for w in words)
@@ -741,8 +743,9 @@ class Model:
         acts: list[Action] = []
         for rank in range(self.world):
             acts += self.rank_enabled(state, rank)
-        floors = self.fence_floors(state[4])
-        for issuer, index, _ in state[4]:
+        in_flight = state.in_flight
+        floors = self.fence_floors(in_flight)
+        for issuer, index, _ in in_flight:
             if not self.fenced_behind(floors, issuer, index):
                 acts.append(Deliver("deliver", issuer, index))
         return acts
@@ -751,10 +754,10 @@ class Model:
         """The enabled actions of `rank`'s current op: its step, the sends of its group whose recv
         is posted, or (`collectives`, and `rank` its first member) its collective, once every
         member has arrived."""
-        if type(state) is Work:  # the in-place search asks this after every action
+        if type(state) is Work:  # the in-place search asks this after every action: `done`, its slot, costs less
             pcs, dones = state.pcs, state.done
         else:
-            pcs, dones = state[0], state[1]
+            pcs, dones = state.pcs, state.group_done
         pc = pcs[rank]
         if pc >= self.nops[rank]:
             return []
@@ -783,10 +786,10 @@ class Model:
     def coll_ready(self, state: State, cid: int) -> bool:
         """Whether every member of collective `cid` has arrived (and, for barrier_all, nothing is in
         flight)."""
-        pcs, done = state[0], state[1]
+        pcs, done = state.pcs, state.group_done
         if not all(pcs[r] == i and not done[r] for r, i in self.coll_members[cid]):  # done: landing pending
             return False
-        return not (self.coll_sync[cid] is Sync.BARRIER_ALL and state[4])
+        return not (self.coll_sync[cid] is Sync.BARRIER_ALL and state.in_flight)
 
     def fence_floors(self, in_flight) -> dict[tuple[int, int], int]:
         """(issuer, PE) -> the earliest fence epoch among the issuer's fenced deliveries to that PE
@@ -809,14 +812,14 @@ class Model:
 
     def footprint(self, action: Action) -> tuple[Access, ...]:
         """The atoms and signal words `action` touches, with their modes."""
-        kind = action[0]
+        kind = action.kind
         if kind == "step":
-            return self.code[action[1]][action[2]].footprint
+            return self.code[action.rank][action.index].footprint
         if kind == "p2p":
-            return self.p2p_footprint[(action[1], action[2], action[3])]
+            return self.p2p_footprint[action.key]
         if kind == "coll":
-            return self.coll_footprint[action[1]]
-        return self.deliveries[(action[1], action[2])].footprint
+            return self.coll_footprint[action.cid]
+        return self.deliveries[action.key].footprint
 
     # -- effects ------------------------------------------------------------------------------
     def apply(self, state: State, action: Action) -> State:
@@ -828,13 +831,13 @@ class Model:
     def execute(self, work: "Work", action: Action) -> None:
         """Apply `action` (enabled in the state `work` holds) to `work`, in place. Every source is
         read in the state before the action, so an action's writes never feed its own reads."""
-        kind = action[0]
+        kind = action.kind
         if kind == "step":
-            rank, index = action[1], action[2]
-            self._step(work, rank, self.code[rank][index])
+            rank = action.rank
+            self._step(work, rank, self.code[rank][action.index])
             work.set_pc(rank, work.pcs[rank] + 1)
         elif kind == "p2p":
-            skey = (action[1], action[2], action[3])
+            skey = action.key
             rkey = self.matches.recv_of[skey]
             at = self.landing_of.get(rkey)
             if at is None:
@@ -846,9 +849,9 @@ class Model:
             if at is None:
                 self._complete(work, rkey)
         elif kind == "coll":
-            self._collect(work, action[1])
+            self._collect(work, action.cid)
         else:
-            key = (action[1], action[2])
+            key = action.key
             payload = work.land(key)
             d = self.deliveries[key]
             if d.completes is None:
@@ -989,4 +992,4 @@ class Model:
 
     def done(self, state: State) -> bool:
         """Whether every rank has executed its whole program (deliveries may still be in flight)."""
-        return all(pc >= n for pc, n in zip(state[0], self.nops))
+        return all(pc >= n for pc, n in zip(state.pcs, self.nops))
