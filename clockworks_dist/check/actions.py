@@ -4,39 +4,40 @@ from __future__ import annotations
 
 from .. import ir
 from ..semantics.match import Key, op_ref
-from ..semantics.machine import MEM, SIG, WRITE, ATOMIC_ADD, ATOMIC_OTHER, SIG_ADD, SIG_SET, Model, State
+from ..semantics.machine import (MEM, SIG, WRITE, ATOMIC_ADD, ATOMIC_OTHER, SIG_ADD, SIG_SET, Action, Model, Post,
+                                 State)
 from .result import OpRef, Step
 
 
-def action_keys(model: Model, action: tuple) -> list[Key]:
+def action_keys(model: Model, action: Action | Post) -> list[Key]:
     """The op keys an action executes, issuer first."""
-    kind = action[0]
+    kind = action.kind
     if kind == "step":
-        return [(action[1], action[2], None)]
+        return [(action.rank, action.index, None)]
     if kind == "p2p":
-        skey = (action[1], action[2], action[3])
+        skey = action.key
         return [skey, model.matches.recv_of[skey]]
     if kind == "coll":
-        return [(r, i, None) for r, i in model.coll_members[action[1]]]
+        return [(r, i, None) for r, i in model.coll_members[action.cid]]
     if kind == "post":  # a posted op's pending accesses (`properties`): not an action of the machine
-        return [(action[1], action[2], action[3])]
-    landing = model.deliveries[(action[1], action[2])].completes
-    return [landing] if landing is not None else [(action[1], action[2], None)]
+        return [action.key]
+    landing = model.deliveries[action.key].completes
+    return [landing] if landing is not None else [(action.issuer, action.index, None)]
 
 
-def key_on(model: Model, action: tuple, owner: int) -> Key:
+def key_on(model: Model, action: Action | Post, owner: int) -> Key:
     """The op of `action` that accesses `owner`'s memory (deliveries: the issuing op)."""
     keys = action_keys(model, action)
-    if action[0] in ("p2p", "coll"):
+    if action.kind in ("p2p", "coll"):
         for key in keys:
             if key[0] == owner:
                 return key
     return keys[0]
 
 
-def describe_action(model: Model, action: tuple) -> str:
+def describe_action(model: Model, action: Action | Post) -> str:
     sched = model.sched
-    kind = action[0]
+    kind = action.kind
     refs = [op_ref(sched, k) for k in action_keys(model, action)]
     if kind == "step":
         return f"rank {refs[0].rank}: {refs[0].text}"
@@ -46,7 +47,7 @@ def describe_action(model: Model, action: tuple) -> str:
         return f"ranks {', '.join(str(r.rank) for r in refs)}: {refs[0].text}"
     if kind == "post":
         return f"rank {refs[0].rank}: {refs[0].text}, posted and not complete"
-    d = model.deliveries[(action[1], action[2])]
+    d = model.deliveries[action.key]
     if d.completes is not None:
         return f"rank {refs[0].rank}: {refs[0].text} completing"
     if d.target == d.issuer:  # a non-blocking get lands in the issuer's own memory
@@ -54,9 +55,9 @@ def describe_action(model: Model, action: tuple) -> str:
     return f"delivery to rank {d.target} of rank {refs[0].rank}'s {refs[0].text}"
 
 
-def make_step(model: Model, action: tuple) -> Step:
+def make_step(model: Model, action: Action | Post) -> Step:
     refs = tuple(op_ref(model.sched, k) for k in action_keys(model, action))
-    at = model.deliveries[(action[1], action[2])].target if action[0] == "deliver" else None
+    at = model.deliveries[action.key].target if action.kind == "deliver" else None
     return Step(action=action, label=describe_action(model, action), ops=refs, at=at)
 
 
@@ -72,7 +73,7 @@ class ReplayError(Exception):
     """A recorded action is not enabled on replay: the model is not deterministic."""
 
 
-def replay(model: Model, actions: list[tuple]) -> tuple[list[State], dict[tuple[int, int], Key]]:
+def replay(model: Model, actions: list[Action]) -> tuple[list[State], dict[tuple[int, int], Key]]:
     """Re-execute a path from the initial state, tracking the op that last wrote each atom."""
     state = model.initial()
     states = [state]

@@ -19,7 +19,7 @@ it which accesses may be concurrent.
 from __future__ import annotations
 
 from ..semantics.budget import UNBOUNDED, Deadline
-from ..semantics.machine import Model
+from ..semantics.machine import Action, Model
 from ..semantics.match import Key
 from ..semantics.order import (Word, delivery_event, edges, has_landing, landing_event, op_event, signal_reads,
                                signal_writes)
@@ -30,7 +30,7 @@ from .must import Order
 class HappensBefore:
     """The order of one execution's events, asked about ops by key `(rank, index, sub)`."""
 
-    def __init__(self, model: Model, order: Order, actions: list[tuple]):
+    def __init__(self, model: Model, order: Order, actions: list[Action]):
         self.model = model
         self.order = order
         self.actions = list(actions)
@@ -71,7 +71,7 @@ class HappensBefore:
             not self.ordered(b, a, b_at_delivery, a_at_delivery)
 
 
-def happens_before(model: Model, actions: list[tuple], deadline: Deadline = UNBOUNDED) -> HappensBefore:
+def happens_before(model: Model, actions: list[Action], deadline: Deadline = UNBOUNDED) -> HappensBefore:
     """The order of the execution `actions` (a path from the initial state to the end)."""
     order = Order(model.world, deadline)
     for earlier, later in edges(model.sched, model.matches):
@@ -90,16 +90,16 @@ def happens_before(model: Model, actions: list[tuple], deadline: Deadline = UNBO
     for number, action in enumerate(actions):
         if number & 255 == 0:
             deadline.check("the happens-before order")
-        kind = action[0]
+        kind = action.kind
         if kind == "step":
-            rank, index = action[1], action[2]
+            rank, index = action.rank, action.index
             op = programs[rank].ops[index]
             for word in signal_reads(rank, op):
                 if word in latest:
                     order.edge(latest[word], op_event(rank, index))
             updated(signal_writes(rank, op, When.ISSUE), op_event(rank, index))
-        elif kind == "deliver" and action[2] >= 0:
-            issuer, index = action[1], action[2]
+        elif kind == "deliver" and action.index >= 0:
+            issuer, index = action.issuer, action.index
             updated(signal_writes(issuer, programs[issuer].ops[index], When.DELIVERY), delivery_event(issuer, index))
     order.finish()
     return HappensBefore(model, order, actions)

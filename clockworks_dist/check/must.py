@@ -36,7 +36,7 @@ import numpy as np
 
 from ..semantics.arithmetic import COMPARE, MASK64
 from ..semantics.budget import UNBOUNDED, Deadline
-from ..semantics.machine import Model
+from ..semantics.machine import Action, Model
 from ..semantics.order import delivery_event, edges, has_landing, landing_event, op_event
 from ..semantics.rules import Sync, rule
 
@@ -214,6 +214,7 @@ class MustOrder(Order):
         for wait, cmp, value, updates in waits:
             if self.dead[wait]:
                 continue
+            # u[0] is the update's landing event: plain tuples, as a NamedTuple's field read costs this fixpoint
             able = [u for u in updates if not self.dead[u[0]] and not self.before(wait, u[0])]
             for u in able:
                 if not self.before(u[0], wait) and _cannot_satisfy(cmp, value, [o for o in able if o is not u]):
@@ -253,21 +254,21 @@ class MustOrder(Order):
             return ("never", key)
         return landing_event(key) if has_landing(model.matches, key) else ("p2p", send)
 
-    def action_event(self, action: tuple) -> int | None:
+    def action_event(self, action: Action) -> int | None:
         """The event an action of the machine is."""
-        kind = action[0]
+        kind = action.kind
         if kind == "step":
-            return self.ids.get(op_event(action[1], action[2]))
+            return self.ids.get(op_event(action.rank, action.index))
         if kind == "p2p":
-            return self.ids.get(("p2p", (action[1], action[2], action[3])))
+            return self.ids.get(("p2p", action.key))
         if kind == "coll":
-            return self.ids.get(("coll", action[1]))
-        d = self.model.deliveries[(action[1], action[2])]
+            return self.ids.get(("coll", action.cid))
+        d = self.model.deliveries[action.key]
         if d.completes is not None:
             return self.ids.get(landing_event(d.completes))
-        return self.ids.get(delivery_event(action[1], action[2]))
+        return self.ids.get(delivery_event(action.issuer, action.index))
 
-    def ordered(self, entry: tuple, action: tuple) -> bool:
+    def ordered(self, entry: tuple, action: Action) -> bool:
         """Whether the access `entry` = (rank, index, sub, mode, phase) is ordered with `action`:
         over before it starts, or starting only after it."""
         rank, index, sub, _mode, phase = entry
