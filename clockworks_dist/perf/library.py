@@ -31,7 +31,7 @@ import yaml
 from ..errors import ClockworksError
 from ..topology import load_topology
 from ..topology.model import DATA_DIR, Constants, Topology
-from .fit import Cell, get_value, least_squares_fit, load_cells, predict_cell, with_values
+from .fit import PARAMETERS, Cell, get_value, least_squares_fit, load_cells, predict_cell, with_values
 
 MACHINES_FILE = DATA_DIR / "measured" / "machines" / "index.yaml"
 # The collectives the library's fit and score use (the NCCL microbenchmarks' graph runs, 8 KiB up),
@@ -41,15 +41,18 @@ P2P_OPS = ("sendrecv", "sendrecv_bidir", "alltoall")
 SCORED_OPS = ("allreduce", "allgather", "reducescatter")
 SMALLEST = 8 * 1024
 ONE_CHANNEL_FROM = 16 << 20  # the one-channel runs the fit reads: those a channel's rate bounds
-FITTED = [
-    ("graph_launch_us", 0.5, 20.0),
-    ("nccl_base_latency_us.LL", 0.01, 30.0),
-    ("nccl_base_latency_us.Simple", 0.01, 40.0),
-    ("nccl_step_latency_us.nvlink.LL", 0.01, 10.0),
-    ("nccl_step_latency_us.nvlink.Simple", 0.01, 10.0),
-    ("nccl_channel_GBs.LL", 0.5, 60.0),
-    ("nccl_channel_GBs.Simple", 0.5, 60.0),
-    ("nccl_protocol_link_efficiency.LL", 0.05, 1.0),
+# A machine's own calibration (`perf.fit.PARAMETERS`) fits these too, within the same bounds.
+_CALIBRATED = {entry[0]: entry for entry in PARAMETERS}
+
+
+def _as_calibrated(*paths: str) -> list[tuple[str, float, float]]:
+    return [_CALIBRATED[path] for path in paths]
+
+
+FITTED = _as_calibrated(
+    "graph_launch_us", "nccl_base_latency_us.LL", "nccl_base_latency_us.Simple", "nccl_step_latency_us.nvlink.LL",
+    "nccl_step_latency_us.nvlink.Simple", "nccl_channel_GBs.LL", "nccl_channel_GBs.Simple",
+    "nccl_protocol_link_efficiency.LL") + [
     ("nccl_protocol_link_efficiency.Simple", 0.2, 1.0),
     ("nccl_chunk_GBs.all_gather", 50.0, 20000.0),
     ("nccl_chunk_GBs.all_reduce", 50.0, 20000.0),
@@ -59,17 +62,11 @@ FITTED = [
 # exchange reach of a channel and of the link, an exchange's ramp and own copy), with the collective
 # constants it shares (a protocol's channel rate and link efficiency) held as the first stage fitted
 # them. The generated programs of the NCCL backend are sends and receives: these price them.
-P2P_FITTED = [
-    ("nccl_p2p_base_latency_us.LL", 0.01, 30.0),
-    ("nccl_p2p_base_latency_us.Simple", 0.01, 30.0),
-    ("nccl_kind_efficiency.p2p", 0.2, 3.0),
+P2P_FITTED = _as_calibrated("nccl_p2p_base_latency_us.LL", "nccl_p2p_base_latency_us.Simple") + [
+    ("nccl_kind_efficiency.p2p", 0.2, 3.0),  # a wider bound than one machine's calibration (1.5)
     ("nccl_kind_efficiency.all_to_all", 0.2, 3.0),
-    ("nccl_kind_link_efficiency.p2p", 0.2, 1.0),
-    ("nccl_kind_link_efficiency.all_to_all", 0.2, 1.0),
-    ("nccl_kind_base_us.all_to_all", 0.01, 15.0),
-    ("nccl_exchange_ramp", 0.2, 1.0),
-    ("nvlink_reverse_share", 0.001, 1.0),
-]
+] + _as_calibrated("nccl_kind_link_efficiency.p2p", "nccl_kind_link_efficiency.all_to_all",
+                   "nccl_kind_base_us.all_to_all", "nccl_exchange_ramp", "nvlink_reverse_share")
 # (constant, the constant it follows, factor): NCCL's tuning tables (`perf.nccl_tuning`): LL128's
 # base latency 14.0 against Simple's 8.4, its NVLink step 1.9 against 3.4, its bandwidth 0.92 of
 # Simple's, and its lines carry 120 data bytes in 128.
