@@ -30,6 +30,7 @@ import yaml
 
 from ..errors import ClockworksError
 from ..topology import load_topology
+from ..topology.library import same_gpu
 from ..topology.model import DATA_DIR, Constants, Topology
 from .fit import PARAMETERS, Cell, get_value, least_squares_fit, load_cells, predict_cell, with_values
 
@@ -121,18 +122,12 @@ def load_machine(name: str, raw: str | Path, topology: str | Path, what: str = "
     topo = load_topology(topology)
     gpu = str(provenance.get("gpu") or "")
     models = {d.model for d in topo.devices if d.kind == "gpu" and d.model}
-    if gpu and models and not any(_same_gpu(gpu, model) for model in models):
+    if gpu and models and not any(same_gpu(gpu, model) for model in models):
         raise ClockworksError(f"{raw}: measured on {gpu}, but its topology {topology} has {', '.join(sorted(models))} "
                               "GPUs: give the topology of the machine that ran it")
     if max(c.ranks for c in cells) > len([d for d in topo.devices if d.kind == "gpu"]):
         raise ClockworksError(f"{raw}: ran on {max(c.ranks for c in cells)} ranks, more than the GPUs of {topology}")
     return Machine(name, topo, cells, provenance, what)
-
-
-def _same_gpu(nvml_name: str, model: str) -> bool:
-    """`NVIDIA H200` against `H200-141GB` or `H200`: the product name's first word."""
-    product = nvml_name.replace("NVIDIA", "").split()
-    return bool(product) and model.upper().startswith(product[0].upper())
 
 
 def shipped_machines(names: list[str] | None = None) -> list[Machine]:

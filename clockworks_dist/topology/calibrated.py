@@ -72,13 +72,12 @@ class Chosen:
 def library_error_text(topo: Topology) -> str:
     """What error to expect from the library's constants on `topo`: the leave-one-machine-out figure
     when its GPUs are of a kind the constants were fitted on, else that nobody measured such GPUs."""
-    from .library import expected_error, fitted_gpus
+    from .library import expected_error, fitted_gpus, same_gpu
 
     found = expected_error()
     made_on = fitted_gpus()
     models = {d.model for d in topo.devices if d.kind == "gpu" and d.model}
-    same_kind = bool(models) and all(any(m.upper().startswith(g.replace("NVIDIA", "").split()[0].upper())
-                                         for g in made_on if g.strip()) for m in models)
+    same_kind = bool(models) and all(any(same_gpu(g, m) for g in made_on) for m in models)
     if not found.get("median_pct"):
         return "they were fitted on no machine: expect errors of tens of percent"
     if not same_kind:

@@ -70,6 +70,13 @@ def fitted_gpus() -> set[str]:
     return {m.get("gpu") for m in library().get("fitted_on") or [] if isinstance(m, dict) and m.get("gpu")}
 
 
+def same_gpu(nvml_name: str, model: str) -> bool:
+    """Whether a GPU as NVML names it (`NVIDIA H200`) is a topology's GPU model (`H200-141GB`, `H200`):
+    the product name's first word."""
+    product = nvml_name.replace("NVIDIA", "").split()
+    return bool(product) and model.upper().startswith(product[0].upper())
+
+
 def _merge(base: dict, own: dict) -> dict:
     out = dict(base)
     for key, value in own.items():
