@@ -4,7 +4,8 @@
     python scripts/bench_scaling.py [--results results/h200x4/scaling] [--out results/h200x4/scaling]
 
 Reads what `clockworks validate` measured on the 4 x H200 NVSwitch node at 4 ranks (np4/) and on two of
-its GPUs (np2/) (scripts/gpu/machine_h200x4.sh: every output checked bit for bit, CUDA graph, median
+its GPUs (np2/) (scripts/gpu/machine_h200x4.sh; four protocols' 2-rank cells on a 2 x H200 kind,
+scripts/gpu/scaling_np2.sh: every output checked bit for bit, CUDA graph, median
 of the timed replays of the slowest rank) and predicts every cell the way validate predicts it
 (`perf.program.program_us`: the generated program's model, lowered as validate built it), before
 renting: the machine's topology is the one `topology detect` wrote there (h200x4-nvswitch.yaml),
@@ -116,7 +117,9 @@ def main() -> int:
           "Written by `python scripts/bench_scaling.py`. Measured: `clockworks validate` on the node "
           "(scripts/gpu/machine_h200x4.sh, 2026-11-28): the generated program, every output checked bit for bit "
           "against the checker, CUDA graph, median of 10 timed replays, slowest rank; 2 ranks on GPUs 0-1 of the "
-          "same node. Predicted: validate's own prediction of the generated program, with the topology "
+          "same node, except ring_allgather, ring_reduce_scatter, hierarchical_allreduce and "
+          "halving_doubling_allreduce, measured at 2 ranks on a lent 2 x H200 kind (two GPUs of an NVSwitch node "
+          "as NVML reports it; scripts/gpu/scaling_np2.sh). Predicted: validate's own prediction of the generated program, with the topology "
           "`topology detect` wrote on the node and the library's constants fitted with this machine left out "
           "(`left out`; the NVSHMEM and generated-program constants come from 2 x H200 alone), and fitted on "
           "every machine (`library`). NCCL: NCCL's own collective of the same size in the same run.", "",
