@@ -225,7 +225,7 @@ def happens_before(schedule: ir.Schedule) -> HappensBefore:
 def terminal_outcomes(schedule: ir.Schedule, *, reduction: bool = True, max_states: int | None = 200_000,
                       strategy: str = "dfs") -> frozenset[tuple]:
     """Every terminal state the search reaches, as (finished, positions, final values rendered as
-    exact trees, signals): the reduced and the unreduced search must give the same set."""
+    exact trees (`Values.render_tree`), signals): the reduced and the unreduced search must give the same set."""
     model = compile_schedule(schedule)
     outcome = _search(model, strategy, reduction=reduction, max_states=max_states)
     if not outcome.complete:
@@ -233,7 +233,7 @@ def terminal_outcomes(schedule: ir.Schedule, *, reduction: bool = True, max_stat
                               "terminal states is not known")
     found = set()
     for state in outcome.terminals:
-        values = tuple(tuple(model.values.render(v) for v in row) for row in state.memory)
+        values = tuple(tuple(model.values.render_tree(v) for v in row) for row in state.memory)
         found.add((model.done(state), state.pcs, values, state.signals))
     return frozenset(found)
 

@@ -99,6 +99,18 @@ class Values:
     def render_normal(self, norm: tuple) -> str:
         return render_term(norm, self.render_normal, normal=True)
 
+    def render_tree(self, vid: int) -> str:
+        """The exact tree (association kept, as bitwise reproducibility compares it), with the two
+        operands of each commutative node in the order of their renderings rather than of their ids:
+        ids follow the order a search happened to create values in, so two searches of one schedule
+        can put `a + b` and `b + a` (equal in IEEE arithmetic) the two ways round."""
+        term = self.terms[vid]
+        if term[0] == "op" and term[1] in COMMUTATIVE:
+            parts = sorted(self.render_tree(c) for c in term[2])
+            sym = _SYMBOL.get(term[1])
+            return f"({sym.join(parts)})" if sym else f"{term[1]}({', '.join(parts)})"
+        return render_term(term, self.render_tree)
+
 
 _SYMBOL = {"sum": " + ", "prod": " * "}
 
