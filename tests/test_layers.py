@@ -33,7 +33,7 @@ LAYERS = (
     (9, ("clockworks_dist",),
      "the package's facade (its __init__: check, predict, the DSL for `import clockworks_dist`)"),
     (8, ("tune", "prediction"), "the two composite applications"),
-    (7, ("runtime",), "executors, mpirun harness, validate"),
+    (7, ("runtime", "torch"), "executors, mpirun harness, validate | the generated library from PyTorch"),
     (6, ("report",), "tables, plots, traces (renders results; runs nothing)"),
     (5, ("codegen",), "CUDA emitters, the library, build"),
     (4, ("perf",), "timed machine, costs, program models, prediction"),
