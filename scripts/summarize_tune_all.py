@@ -37,9 +37,14 @@ def rows(folder: Path) -> dict[str, list[dict]]:
 def markdown(found: dict[str, list[dict]]) -> str:
     lines = ["# clockworks tune on 2 x H200: the measured winner per size against NCCL", "",
              "CUDA graph, median of the timed runs, time per call; bit-exact against the checker's values. Up to",
-             "1 MiB each run is 20 back-to-back calls (the cheapest separator the checker verifies), from 16 MiB",
-             "one call per run. NCCL's own collective was measured in the same validate call.", "",
-             "| collective | size | winner | us | NCCL us | NCCL / ours |", "|---|---:|---|---:|---:|---:|"]
+             "1 MiB each run is 20 back-to-back calls **fused into one kernel per rank** (no launch between",
+             "calls; the cheapest separator the checker verifies), from 16 MiB one call per run. These are",
+             "tune's kernel figures, not a library call: no user call runs 20 calls in one kernel, and the",
+             "library a user calls (`tune --emit`) launches a kernel per call (`scripts/gpu/dispatch_h200x2.sh`",
+             "times it per call). NCCL's own collective was measured in the same validate call,",
+             "one library call per launch.", "",
+             "| collective | size | winner | us per call (fused up to 1 MiB) | NCCL us (library call) | NCCL / ours |",
+             "|---|---:|---|---:|---:|---:|"]
     for name, items in found.items():
         for item in sorted(items, key=lambda r: r["bytes"]):
             ratio = (f"{item['nccl_us'] / item['time_us']:.2f}x" if item["time_us"] and item["nccl_us"] else "-")
