@@ -181,13 +181,13 @@ class Library:
             buf = ctypes.create_string_buffer(size)
             if self._so.cwt_get_uniqueid(buf, size) != 0:
                 raise TorchLibraryError(f"rank 0: no NVSHMEM unique id: {self._shim_error()}")
-            store.set(f"{key}/uid", buf.raw)
+            store.set(f"{key}/uid", buf.raw.hex())
         try:
             store.wait([f"{key}/uid"], timeout)
         except Exception as exc:  # noqa: BLE001 (the store's timeout type varies between torch versions)
             raise TorchLibraryError(f"rank {rank}: rank 0 gave no NVSHMEM unique id within {timeout} "
                                     f"({type(exc).__name__}): did every rank call init()?") from None
-        uid = bytes(store.get(f"{key}/uid"))
+        uid = bytes.fromhex(bytes(store.get(f"{key}/uid")).decode("ascii"))
         if len(uid) != size:
             raise TorchLibraryError(f"rank {rank}: the unique id in the store has {len(uid)} bytes, not {size}: "
                                     "the ranks were built against different NVSHMEM versions")
