@@ -238,16 +238,28 @@ def test_on_two_gpus_every_way_of_calling_is_bit_exact(gpu_cache):
         assert "init() was called twice" in errors["twice"]
 
 
-def test_a_world_of_one_is_refused_naming_the_two_the_library_needs(gpu_cache):
-    rc, lines, tail = _torchrun(1, "world", gpu_cache, timeout=180)
+@pytest.fixture(scope="session")
+def one_gpu_cache(built):
+    if _gpus() < 1:
+        pytest.skip("needs torch with a CUDA GPU")
+    return built[2]
+
+
+def test_a_world_of_one_is_refused_naming_the_two_the_library_needs(one_gpu_cache):
+    rc, lines, tail = _torchrun(1, "world", one_gpu_cache, timeout=180)
     assert rc == 0 and len(lines) == 1, tail
     assert ("was made for 2 PEs, but the process group has 1 ranks: start 2 ranks (torchrun --nproc_per_node=2)"
             in lines[0]["error"])
+    # NVSHMEM itself started from inside the shared object in a torch process (one PE), and the
+    # library's own check reads it: the kernels' device state is the object's
+    assert "NVSHMEM has 1 PEs; these kernels were made for 2" in lines[0]["library"], lines[0]
 
 
 # ------------------------------------------------------------------------------ the worker (torchrun)
 
 def _worker(mode: str, library: str, cache: str) -> int:
+    from datetime import timedelta
+
     import torch
     import torch.distributed as dist
 
@@ -265,7 +277,15 @@ def _worker(mode: str, library: str, cache: str) -> int:
             error = "init() accepted the wrong world"
         except TorchLibraryError as exc:
             error = str(exc)
-        print(json.dumps({"rank": rank, "error": error}), flush=True)
+        # past the module's check: NVSHMEM at one PE, then the library's own init
+        uid = lib._exchange_uniqueid(dist, dist.group.WORLD, rank, world, timedelta(seconds=60))
+        failed = lib._so.cwt_init(rank, world, uid, len(uid), lib.info.heap_bytes, local)
+        said = lib._shim_error() if failed else ""
+        if not failed:
+            status = lib._api["init"]()
+            said = f"status {status}: " + (lib._api["last_error"]() or b"").decode()
+            lib._so.cwt_finalize()
+        print(json.dumps({"rank": rank, "error": error, "library": said}), flush=True)
         dist.destroy_process_group()
         return 0
     lib.init()
