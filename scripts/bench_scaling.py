@@ -113,6 +113,7 @@ def main() -> int:
     labels = {"left_out": left_out_constants(topo), "library": topo.constants}
     rows = rows_of(Path(args.results), topo, labels)
     out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     md = ["# Predicted against measured scaling, 2 to 4 GPUs (4 x H200 NVSwitch node)", "",
           "Written by `python scripts/bench_scaling.py`. Measured: `clockworks validate` on the node "
           "(scripts/gpu/machine_h200x4.sh, 2026-11-28): the generated program, every output checked bit for bit "

@@ -427,6 +427,41 @@ def test_a_local_op_in_an_nvshmem_kernel_goes_at_its_blocks_rate():
     assert bare_h200().constants.nvshmem_local_block_GBs == 0.0
 
 
+@cw.schedule
+def puts_to_every_peer(r):
+    x = r.symmetric("x", count=N, role="input")
+    slots = r.symmetric("slots", count=N * r.world, role="scratch")
+    ready = r.signal("ready", count=r.world)
+    peers = [(r.rank + k) % r.world for k in range(1, r.world)]
+    for pe in peers:
+        r.put_signal(pe, slots.chunk(r.rank, r.world), x, ready[r.rank], value=1, op="set")
+    for pe in peers:
+        r.wait_until(ready[pe], "ge", 1)
+
+
+def test_puts_on_blocks_of_their_own_run_side_by_side():
+    # the block plan gives each put to a peer a block of its own with nothing between them, so the
+    # generated kernel's blocks 0, 1 and 2 store their bytes at once; the model runs them so: each
+    # put starts before the one before it has finished storing, where the schedule alone (one
+    # stream) runs them one after another
+    sched = puts_to_every_peer.trace(4, sizes={"N": 4 * KiB})
+    topo = load_topology("h200x4-nvswitch")
+    lowered = lower(sched, Build("nvshmem"))
+    steps = lowered.plan(0).steps
+    assert [(str(s.who), s.pre) for s in steps[:3]] == [("block 0", ""), ("block 1", ""), ("block 2", "")]
+
+    def puts(conditions):
+        tl = Simulator(sched, from_topology(topo, 4), topo.constants, "graph", conditions=conditions).run()
+        return tl, sorted((r for r in tl.records if r.rank == 0 and r.kind == "put_signal"), key=lambda r: r.start)
+
+    program, beside = puts(RunConditions(program=lowered))
+    assert all(b.start < a.end for a, b in zip(beside, beside[1:]))
+    waits = [r for r in program.records if r.rank == 0 and r.kind == "wait_until"]
+    assert min(w.start for w in waits) >= max(p.end for p in beside)  # the waits run on every block: after all
+    alone, one_by_one = puts(RunConditions())
+    assert all(b.start >= a.end for a, b in zip(one_by_one, one_by_one[1:]))
+
+
 def test_host_mapped_progress_words_cost_each_op_of_an_nvshmem_program():
     # programs built with host-mapped progress words fence on PCIe writes: program_host_progress_us
     # per op the kernel's blocks run (fill, put_signal, copy; not the wait one thread polls), and

@@ -53,7 +53,7 @@ def _as_calibrated(*paths: str) -> list[tuple[str, float, float]]:
 FITTED = _as_calibrated(
     "graph_launch_us", "nccl_base_latency_us.LL", "nccl_base_latency_us.Simple", "nccl_step_latency_us.nvlink.LL",
     "nccl_step_latency_us.nvlink.Simple", "nccl_channel_GBs.LL", "nccl_channel_GBs.Simple",
-    "nccl_protocol_link_efficiency.LL") + [
+    "nccl_protocol_link_efficiency.LL", "nvlink_reverse_share") + [
     ("nccl_protocol_link_efficiency.Simple", 0.2, 1.0),
     ("nccl_chunk_GBs.all_gather", 50.0, 20000.0),
     ("nccl_chunk_GBs.all_reduce", 50.0, 20000.0),
@@ -61,13 +61,14 @@ FITTED = _as_calibrated(
 ]
 # The second stage: point-to-point's own constants (its base latency per protocol, what a send and an
 # exchange reach of a channel and of the link, an exchange's ramp and own copy), with the collective
-# constants it shares (a protocol's channel rate and link efficiency) held as the first stage fitted
-# them. The generated programs of the NCCL backend are sends and receives: these price them.
+# constants it shares (a protocol's channel rate and link efficiency, and the load data one way puts on
+# the other way of an NVLink, `nvlink_reverse_share`, which every ring's both-way traffic also reads)
+# held as the first stage fitted them: a constant the collectives read is fitted where they are scored. The generated programs of the NCCL backend are sends and receives: these price them.
 P2P_FITTED = _as_calibrated("nccl_p2p_base_latency_us.LL", "nccl_p2p_base_latency_us.Simple") + [
     ("nccl_kind_efficiency.p2p", 0.2, 3.0),  # a wider bound than one machine's calibration (1.5)
     ("nccl_kind_efficiency.all_to_all", 0.2, 3.0),
 ] + _as_calibrated("nccl_kind_link_efficiency.p2p", "nccl_kind_link_efficiency.all_to_all",
-                   "nccl_kind_base_us.all_to_all", "nccl_exchange_ramp", "nvlink_reverse_share")
+                   "nccl_kind_base_us.all_to_all", "nccl_exchange_ramp")
 # (constant, the constant it follows, factor): NCCL's tuning tables (`perf.nccl_tuning`): LL128's
 # base latency 14.0 against Simple's 8.4, its NVLink step 1.9 against 3.4, its bandwidth 0.92 of
 # Simple's, and its lines carry 120 data bytes in 128.

@@ -56,13 +56,14 @@ def sendrecv_op(r):
 
 @schedule
 def sendrecv_bidir_op(r):
-    """Ranks 0 and 1 send to each other at once (both directions of the link)."""
+    """Every rank sends to the next and receives from the previous at once, in one group (a ring
+    step; at 2 ranks an exchange over both directions of the link), as bench_nccl.cu's
+    sendrecv_bidir does at any rank count."""
     x = r.buffer("x", count=ELEMS, role="input")
     y = r.buffer("y", count=ELEMS, role="output")
-    if r.rank < 2:
-        with r.group():
-            r.send(1 - r.rank, x)
-            r.recv(1 - r.rank, y)
+    with r.group():
+        r.send((r.rank + 1) % r.world, x)
+        r.recv((r.rank - 1) % r.world, y)
 
 
 @schedule

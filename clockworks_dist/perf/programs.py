@@ -66,6 +66,12 @@ class ScheduleOps:
         """Whether the run ends once the rank's stores are acknowledged (a closing quiet)."""
         return False
 
+    def runs_beside(self, rank: int, index: int, held: list[int]) -> bool:
+        """Whether op `index` of `rank` may start while the puts `held` (ops of the rank whose
+        issuing threads still store their bytes) hold their blocks: only where the program runs it
+        on another block with nothing between (the schedule alone: one stream, never)."""
+        return False
+
     def block_floor_us(self, op, rank: int, size) -> float:
         """The least time of a local op spread over the program's blocks (`size(rank, region)`: bytes)."""
         return 0.0
@@ -210,6 +216,22 @@ class NvshmemKernels(ScheduleOps):
 
     def closes_with_acks(self) -> bool:
         return True
+
+    def runs_beside(self, rank: int, index: int, held: list[int]) -> bool:
+        """The block plan runs an op on one block with no handoff before it (`Step.pre` ""), so that
+        block starts it as soon as its own earlier work is done: beside puts whose blocks (others,
+        each one block) still store their bytes. The generated code's blocks each walk the op list
+        and skip what is not theirs (`cw_nv_mine`): the puts of a one-shot to three peers run on
+        blocks 0, 1 and 2 at once. An op spread over blocks, after a handoff, or fenced first waits
+        for every held put, as before."""
+        if (rank, index) in self.engine_ops or (rank, index) in self.call_kernels:
+            return False
+        steps = self.handoffs()[rank]
+        step = steps.get(index)
+        if step is None or step.pre or step.fence or step.who.kind != "one" or self.planned_fence(rank, index):
+            return False
+        others = [steps.get(m) for m in held]
+        return all(o is not None and o.who.kind == "one" and not o.who.same_block(step.who) for o in others)
 
     def block_floor_us(self, op, rank: int, size) -> float:
         """The generated code spreads a reduce, copy or fill over one block per

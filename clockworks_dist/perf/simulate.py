@@ -152,6 +152,10 @@ class Simulator:
         self.arrivals = itertools.count()
         self.issues: dict[tuple[int, int], OpRecord] = {}  # the issue of each delivery in flight
         self.holding: dict[tuple[int, int], OpRecord] = {}  # puts whose rank waits for their bytes to leave
+        # Held puts whose rank went on beside them (`programs.runs_beside`: another block of the
+        # generated kernel runs its next op), and per rank whether its next op waits for them.
+        self.beside: set[tuple[int, int]] = set()
+        self.waits_held = [False] * self.world
         self.sig_writer: dict[tuple[int, int], OpRecord] = {}  # (rank, word) -> the last write's record
         # The load/store path's acknowledgements: per rank, its deliveries in flight that its threads
         # store (a fence waits for them to land), when the last of its landed stores is acknowledged,
@@ -333,6 +337,10 @@ class Simulator:
             if self.now < self.acked[rank] - 1e-9:
                 self.engine.at(self.acked[rank], lambda: self._post(rank))
                 return
+        held = [m for r, m in self.beside if r == rank]
+        if held and not self.prog.runs_beside(rank, pc, held):  # its block(s) still store a put's bytes
+            self.waits_held[rank] = True
+            return
         self.posted[rank] = True
         self.arrival[rank] = next(self.arrivals)
         code = self.model.code[rank][pc]
@@ -505,9 +513,17 @@ class Simulator:
             self._step_done(action, rec)
             return
         # the issuing blocks store the bytes themselves: the rank goes on once the last has left
+        # (or at once, where its next op runs on another block: `programs.runs_beside`)
         self.holding[action.key] = rec
         self._apply(action)
-        self.posted[action.rank] = False
+        rank = action.rank
+        pc = self.state.pcs[rank]
+        held = [m for r, m in self.beside if r == rank] + [action.index]
+        if pc < self.model.nops[rank] and self.prog.runs_beside(rank, pc, held):
+            self.beside.add(action.key)
+            self._finish(rank, rec)
+        else:
+            self.posted[rank] = False
         self._dispatch()
 
     def _holds(self, action: Action) -> bool:
@@ -531,11 +547,21 @@ class Simulator:
         return self.net.transport(issuer, op.pe) in ("nvlink", "pcie", "local")
 
     def _release(self, key: tuple) -> None:
-        """A held put's bytes have left its rank: the rank goes on."""
+        """A held put's bytes have left its rank: the rank goes on (a put its rank went on beside:
+        its record ends, and a next op that waits for its block posts now)."""
         rec = self.holding.pop(key, None)
-        if rec is not None:
-            self._finish(key[0], rec)
-            self._dispatch()
+        if rec is None:
+            return
+        rank = key[0]
+        if key in self.beside:
+            self.beside.discard(key)
+            rec.end = self.now
+            if self.waits_held[rank]:
+                self.waits_held[rank] = False
+                self._post(rank)
+        else:
+            self._finish(rank, rec)
+        self._dispatch()
 
     def _wait_ends(self, action: Action, op) -> None:
         """A wait whose words compare true: it ends now, after the write that made them so (if that
@@ -667,9 +693,14 @@ class Simulator:
                              detail=rec.detail)
 
     def _exchange(self, rank: int, index: int) -> bool:
-        """Whether the op is a group that exchanges with every other rank: NCCL's all-to-all pattern."""
+        """Whether the op is a group that both sends to and receives from other ranks in one NCCL
+        launch (an all-to-all, a ring step, an exchange with one peer): NCCL pairs each round's send
+        and recv in one work item (`addP2pToPlan`), so the two directions share the channels' warps."""
         group = self.sched.programs[rank].ops[index]
-        return group.kind == "group" and len({m.peer for m in group.ops} - {rank}) >= self.world - 1 > 0
+        if group.kind != "group":
+            return False
+        others = [m for m in group.ops if m.peer != rank]
+        return any(m.kind == "send" for m in others) and any(m.kind == "recv" for m in others)
 
     def _p2p_done(self, action: Action, rec: OpRecord) -> None:
         rec.end = self.now
