@@ -8,6 +8,7 @@
 # the logs.
 #   WHEELS=DIR  install the wheels in DIR first (what the machine's Python lacks)
 #   DEADLINE_S  the whole script's time (default 540 s): each step gets at most what is left
+#   BENCH_ARGS  more options for scripts/bench_torch.py (--reps, --budget-ms, --sizes)
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 set -uo pipefail
 START=$(date +%s)
@@ -67,7 +68,7 @@ pack
 
 # 3. the benchmark, in one torchrun (both ranks in this one step)
 timeout $(( $(left) < 300 ? $(left) : 300 )) python3 -m torch.distributed.run --standalone --nproc_per_node=2 \
-    scripts/bench_torch.py --library $LIB --driver $R/dispatch.jsonl --out $R > $R/bench.log 2>&1
+    scripts/bench_torch.py --library $LIB --driver $R/dispatch.jsonl --out $R ${BENCH_ARGS:-} > $R/bench.log 2>&1
 echo "bench rc=$? $(( $(date +%s) - START )) s" | tee -a $R/log.txt
 tail -n 40 $R/bench.log
 pack
