@@ -137,9 +137,12 @@ def main() -> int:
         from clockworks_dist.topology.library import LIBRARY_FILE
 
         files["own"]["library"] = hashlib.sha256(LIBRARY_FILE.read_bytes()).hexdigest()[:12]
+        with open(os.path.join(ROOT, "results", "h200x4", "scaling", "scaling.json")) as f:
+            scaled = json.load(f)["summary"]
         files["own"]["error_band"] = (library_error_text(own.topology) + "; leave one machine out, "
                                       "scripts/results/bench_transfer.md; the generated programs at 4 ranks on a "
-                                      "4 x H200 node: median 15.9%, results/h200x4/scaling/scaling.md")
+                                      f"4 x H200 node left out: median {scaled['left_out_4']['median_pct']}%, max "
+                                      f"{scaled['left_out_4']['max_pct']}%, results/h200x4/scaling/scaling.md")
     if args.constants_from:
         source = choose_topology(args.constants_from)
         topologies["transfer"] = own.topology.model_copy(update={"constants": source.topology.constants})
