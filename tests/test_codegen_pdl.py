@@ -123,14 +123,20 @@ def test_only_a_plain_launch_carries_programmatic_stream_serialization():
                         ("cw_nv_rank0_call2", "false"), ("cw_nv_rank0_call3", "true")]
 
 
-def test_the_committed_library_launches_cooperatively_without_pdl_and_its_kernels_wait():
+def test_the_committed_library_launches_without_pdl_and_its_kernels_wait():
     text = DISPATCH.read_text()
     found = kernels(text)
-    assert len(found) == 8 * 2 * 8  # sizes x ranks x calls
+    assert len(found) == 8 * 2 * 32  # sizes x ranks x calls
     assert all(first_statement(body) == WAIT for _, body in found)
     assert "cudaLaunchAttributeProgrammaticStreamSerialization" not in code(text)
     launch = code(function(text, "int cwl_launch("))
+    # a one-block kernel that calls no NVSHMEM collective is launched plainly, any other cooperatively
+    assert "if (grid == 1 && !collective) {" in launch and "cudaLaunchKernel(kernel, dim3(1)" in launch
     assert "cooperative.id = cudaLaunchAttributeCooperative;" in launch and "config.numAttrs = 1;" in launch
+    # the all-reduce family's calls call no NVSHMEM collective; the reset kernel meets every PE
+    flags = re.findall(r"static const bool collective\[\] = \{([^}]*)\};", text)
+    assert len(flags) == 8 * 2 and all(set(f.split(", ")) == {"false"} for f in flags)
+    assert "cwl_launch((const void*)cwl_reset_kernel, &r, 1, s, true);" in code(text)
 
 
 # ---------------------------------------------------------------------------- compiling

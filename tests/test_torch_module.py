@@ -43,7 +43,7 @@ SMALL = (1024, 8192, 65536, 262144, 1048576)
 
 def test_the_committed_librarys_header_is_read_exactly():
     info = read_library(COMMITTED)
-    assert info.name == NAME and info.world == 2 and info.reset_every == 8
+    assert info.name == NAME and info.world == 2 and info.reset_every == 32
     assert info.sizes == (1024, 8192, 65536, 262144, 1048576, 16777216, 268435456, 1073741824)
     assert info.heap_bytes == 3292528640
     assert [(b.index, b.name, b.role, b.dtype) for b in info.buffers] == [(0, "out", "output", "float32"),

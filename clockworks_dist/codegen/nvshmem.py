@@ -693,7 +693,8 @@ class NvshmemTarget(Target):
             bodies.append(body)
             collective.append(coll)
         scratch = [item.name for item in gen.scratch[scratch_before:]]
-        collective[-1] = True  # the last kernel ends the run with every PE meeting (nvshmem_barrier_all)
+        if not state.get("library"):  # a library's last kernel is a call like the others: no closing barrier
+            collective[-1] = True  # the last kernel ends the run with every PE meeting (nvshmem_barrier_all)
         state.setdefault("collective", {})[rank] = collective
         state.setdefault("sequence", {})[rank] = sequence
         return self._kernel_text(gen, rank, plan, kernel, bodies, scratch)

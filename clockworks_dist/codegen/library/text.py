@@ -62,7 +62,7 @@ from ..program import SUPPORT, Gen, _signal_words
 from ...lowering.nvshmem_plan import MAX_BLOCKS
 from ..nvshmem import PRELUDE, TARGET, kernel_names
 
-DEFAULT_RESET_EVERY = 8  # K: calls between two resets (every prefix of K calls is checked)
+DEFAULT_RESET_EVERY = 32  # K: calls between two resets (every prefix of K calls is checked)
 SEPARATORS = ("none", "alternate", "sync", "barrier")  # cheapest first
 CHECK_TIMEOUT_S = 60.0
 CHECK_MAX_STATES = 1_000_000
@@ -423,7 +423,7 @@ def _generate_entry(entry: Entry, k: int) -> tuple[list[str], dict]:
         text += TARGET.rank_function(gen, rank)
     text.append(f"}}  // namespace cw_size{k}")
     return text, {"plans": state["plans"], "fields": state["fields"], "scratch": list(gen.scratch),
-                  "sequence": state.get("sequence", {})}
+                  "sequence": state.get("sequence", {}), "collective": state["collective"]}
 
 
 def source(entries: list[Entry], provenance: dict) -> str:
@@ -527,14 +527,21 @@ def _host_support(up: str) -> list[str]:
         "",
         "uint32_t* cwl_marks = nullptr;  // progress words the kernels write (one per block, and word 0)",
         "",
-        "// One call's kernel: cooperative (every block resident: the kernels sync their grid), through",
-        "// NVSHMEM's collective launch; while `s` is captured into a CUDA graph, the same kernel and grid",
-        "// directly on `s` with the cooperative attribute (as the generated programs do: nvshmem.cuh).",
-        "// No launch here carries programmatic dependent launch: the generated programs give it only to plain",
-        "// (non-cooperative) launches, and every launch here is cooperative, so each kernel's first statement",
+        "// One call's kernel. A grid of one block whose kernel calls no NVSHMEM collective is launched",
+        "// plainly (`collective` false): it needs no co-resident blocks (its grid-wide syncs are its block's",
+        "// barrier, cw_nv_grid_barrier) and no collective launch, and a plain launch starts sooner; stream",
+        "// order still runs it after the kernel before it has ended, as the checked schedule's call boundary",
+        "// assumes. Any other kernel is cooperative (every block resident: the kernels sync their grid),",
+        "// through NVSHMEM's collective launch; while `s` is captured into a CUDA graph, the same kernel and",
+        "// grid directly on `s` with the cooperative attribute (as the generated programs do: nvshmem.cuh).",
+        "// No launch here carries programmatic dependent launch, so each kernel's first statement",
         "// (cw_nv_after_previous_kernel) returns at once and the kernel starts in plain stream order.",
-        "int cwl_launch(const void* kernel, void* args, int grid, cudaStream_t s) {",
+        "int cwl_launch(const void* kernel, void* args, int grid, cudaStream_t s, bool collective) {",
         "  void* params[] = {args};",
+        "  if (grid == 1 && !collective) {",
+        "    CWL_CUDA(cudaLaunchKernel(kernel, dim3(1), dim3(CW_NV_THREADS), params, 0, s));",
+        "    return 0;",
+        "  }",
         "  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;",
         "  CWL_CUDA(cudaStreamIsCapturing(s, &capture));",
         "  if (capture == cudaStreamCaptureStatusActive) {",
@@ -655,6 +662,7 @@ def _entry_host(entry: Entry, k: int, info: dict, slot: dict[str, int]) -> list[
             raise LibraryError(f"{_size_text(entry.winner.nbytes)}: rank {rank} needs {len(items)} scratch copies; "
                                "the library keeps at most 8")
         kernels = kernel_names(rank, plan.kernels)
+        colls = info["collective"][rank]
         sequence = info.get("sequence", {}).get(rank, [])
         engine = any(kind == "host" for kind, _what, _op in sequence)
         if plan.kernels != entry.calls and not engine:
@@ -701,11 +709,13 @@ def _entry_host(entry: Entry, k: int, info: dict, slot: dict[str, int]) -> list[
         call += [f"    case {rank}: {{",
                  f"      static const void* const kernels[] = {{"
                  f"{', '.join(f'(const void*)cw_size{k}::{n}' for n in kernels)}}};",
+                 f"      static const bool collective[] = {{{', '.join('true' if c else 'false' for c in colls)}}};"
+                 "  // the kernels that call an NVSHMEM collective",
                  f"      cw_size{k}::CwNvArgs{rank} a;",
                  *[f"      {line}" for line in fill],
                  "      a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;",
                  *(_call_sequence(sequence, entry.starts.get(rank, []), entry.calls) if engine else
-                   ["      return cwl_launch(kernels[call], &a, z.grid, s);"]),
+                   ["      return cwl_launch(kernels[call], &a, z.grid, s, collective[call]);"]),
                  "    }"]
     setup += ["  }", "  return 0;", "}", ""]
     call += ["  }", "  return 0;", "}", ""]
@@ -720,7 +730,7 @@ def _call_sequence(sequence: list, starts: list[int], calls: int) -> list[str]:
     for kind, what, m in sequence:
         call = calls - 1 if m is None else sum(1 for start in starts if start <= m)
         if kind == "kernel":
-            per_call[call].append(f"          CWL_TRY(cwl_launch(kernels[{what}], &a, z.grid, s));")
+            per_call[call].append(f"          CWL_TRY(cwl_launch(kernels[{what}], &a, z.grid, s, collective[{what}]));")
         else:
             per_call[call] += ["        " + line for line in what if line.strip()]
             per_call[call].append("          CWL_CUDA(cudaGetLastError());  // the put's copy and signal were issued")
@@ -899,7 +909,7 @@ def _api(name: str, up: str, world: int, ncaller: int, nsizes: int) -> list[str]
         "  if (how == CWL_KEEP) return 0;",
         "  CwlSize& z = cwl_sizes[k];",
         "  CwlReset r = {z.sig, z.words, z.arrive, std::max(z.counters, 1), z.areas, z.nareas, how == CWL_RESET};",
-        "  return cwl_launch((const void*)cwl_reset_kernel, &r, 1, s);",
+        "  return cwl_launch((const void*)cwl_reset_kernel, &r, 1, s, true);  // it calls nvshmem_barrier_all",
         "}",
         f"}}  // namespace {name}_impl",
         "",

@@ -23,7 +23,7 @@
 //   cw_nvshmem_allreduce_family_finalize();                before nvshmem_finalize
 // Between two calls the caller may write new inputs into the input buffers and read the output
 // buffers, by work ordered on the same stream (or after synchronising with it), and nothing else.
-// Every 8 calls of one size, and whenever the size changes, the library restores the start
+// Every 32 calls of one size, and whenever the size changes, the library restores the start
 // state its checked schedules begin from (a reset: every PE meets, the signal words are zeroed, every
 // PE meets again). A call captured into a CUDA graph: the capture's first call begins with a reset,
 // and after any capture every call made outside one begins with a reset (a replay may have run).
@@ -53,7 +53,7 @@ typedef enum {
 } cw_nvshmem_allreduce_family_buffer_t;
 
 #define CW_NVSHMEM_ALLREDUCE_FAMILY_WORLD 2
-#define CW_NVSHMEM_ALLREDUCE_FAMILY_RESET_EVERY 8
+#define CW_NVSHMEM_ALLREDUCE_FAMILY_RESET_EVERY 32
 #define CW_NVSHMEM_ALLREDUCE_FAMILY_NSIZES 8
 #define CW_NVSHMEM_ALLREDUCE_FAMILY_SIZES {1024ULL, 8192ULL, 65536ULL, 262144ULL, 1048576ULL, 16777216ULL, 268435456ULL, 1073741824ULL}
 #define CW_NVSHMEM_ALLREDUCE_FAMILY_HEAP_BYTES 3292528640ULL  /* symmetric heap it needs, with room for NVSHMEM's own */
