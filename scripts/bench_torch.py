@@ -103,8 +103,9 @@ def time_runs(launch, per_run: int, reps: int) -> float:
     return statistics.median(times)
 
 
-def graph_of(calls, count: int):
-    """A CUDA graph of `count` calls of `calls()`, warmed up on a side stream first (torch's advice)."""
+def graph_of(calls, count: int, stream=None):
+    """A CUDA graph of `count` calls of `calls()`, warmed up on a side stream first (torch's advice),
+    captured on `stream` (default: torch's own capture stream)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -112,7 +113,7 @@ def graph_of(calls, count: int):
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
+    with torch.cuda.graph(g, stream=stream):
         for _ in range(count):
             calls()
     g.replay()
@@ -120,8 +121,8 @@ def graph_of(calls, count: int):
     return g
 
 
-def timed_graph(calls, per_graph: int, replays: int, reps: int):
-    g = graph_of(calls, per_graph)
+def timed_graph(calls, per_graph: int, replays: int, reps: int, stream=None):
+    g = graph_of(calls, per_graph, stream)
 
     def launch():
         for _ in range(replays):
@@ -163,6 +164,12 @@ def bench_size(nbytes: int, lib, world: int, rank: int, device, args, checks: Ch
     x.copy_(values(n, rank, 100, device))
     _g, row["ours_graph_us"] = timed_graph(lambda: lib.all_reduce(x, out=out), per_graph, replays, args.reps)
     checks.compare(nbytes, "ours, library buffers, graph", out, expected(n, world, 100, device))
+    del _g
+    # ours, zero-copy, graph captured on the library's own stream: no fork and join of streams in it
+    x.copy_(values(n, rank, 106, device))
+    _g, row["ours_graph_own_stream_us"] = timed_graph(lambda: lib.all_reduce(x, out=out), per_graph, replays,
+                                                      args.reps, stream=lib.stream)
+    checks.compare(nbytes, "ours, library buffers, graph captured on lib.stream", out, expected(n, world, 106, device))
     del _g
     # ours, zero-copy, eager (on the current stream: the library's stream is joined by events)
     x.copy_(values(n, rank, 101, device))
@@ -282,10 +289,11 @@ def table(result: dict) -> str:
         "symm_mem = `torch.ops.symm_mem.one_shot_all_reduce_out` / `two_shot_all_reduce_` (CUDA backend, "
         "multicast off). In-place ways are timed on zeros and checked in separate graphs and eager calls.",
         "",
-        "| bytes per rank | ours graph (lib bufs) | C driver graph | ours / C | ours graph (in place) | "
+        "| bytes per rank | ours graph (lib bufs) | ours graph (captured on lib.stream) | C driver graph | "
+        "ours / C | ours graph (in place) | "
         "NCCL graph | symm one-shot graph | symm two-shot graph | ours eager | ours eager (lib.stream) | "
         "C driver eager | NCCL eager | symm one-shot eager | symm two-shot eager |",
-        "|---:" * 14 + "|",
+        "|---:" * 15 + "|",
     ]
     for row in result["sizes"]:
         n = row["bytes"]
@@ -293,7 +301,8 @@ def table(result: dict) -> str:
         ratio = (f"{row['ours_graph_us'] / c['graph_us']:.3f}" if c.get("graph_us") and row.get("ours_graph_us")
                  else "-")
         lines.append("| " + " | ".join([
-            size_text(n), fmt(row.get("ours_graph_us")), fmt(c.get("graph_us")), ratio,
+            size_text(n), fmt(row.get("ours_graph_us")), fmt(row.get("ours_graph_own_stream_us")),
+            fmt(c.get("graph_us")), ratio,
             fmt(row.get("ours_inplace_graph_us")), fmt(row.get("nccl_graph_us")),
             fmt(row.get("symm_one_shot_graph_us")), fmt(row.get("symm_two_shot_graph_us")),
             fmt(row.get("ours_eager_us")), fmt(row.get("ours_eager_own_stream_us")), fmt(c.get("eager_us")),
