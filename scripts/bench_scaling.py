@@ -120,7 +120,8 @@ def main() -> int:
           "against the checker, CUDA graph, median of 10 timed replays, slowest rank; 2 ranks on GPUs 0-1 of the "
           "same node, except ring_allgather, ring_reduce_scatter, hierarchical_allreduce and "
           "halving_doubling_allreduce, measured at 2 ranks on a lent 2 x H200 kind (two GPUs of an NVSwitch node "
-          "as NVML reports it; scripts/gpu/scaling_np2.sh). Predicted: validate's own prediction of the generated program, with the topology "
+          "as NVML reports it; scripts/gpu/scaling_np2.sh). Predicted: validate's own prediction of the "
+          "generated program, with the topology "
           "`topology detect` wrote on the node and the library's constants fitted with this machine left out "
           "(`left out`; the NVSHMEM and generated-program constants come from 2 x H200 alone), and fitted on "
           "every machine (`library`). NCCL: NCCL's own collective of the same size in the same run.", "",

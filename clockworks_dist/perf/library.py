@@ -63,7 +63,8 @@ FITTED = _as_calibrated(
 # exchange reach of a channel and of the link, an exchange's ramp and own copy), with the collective
 # constants it shares (a protocol's channel rate and link efficiency, and the load data one way puts on
 # the other way of an NVLink, `nvlink_reverse_share`, which every ring's both-way traffic also reads)
-# held as the first stage fitted them: a constant the collectives read is fitted where they are scored. The generated programs of the NCCL backend are sends and receives: these price them.
+# held as the first stage fitted them: a constant the collectives read is fitted where they are
+# scored. The generated programs of the NCCL backend are sends and receives: these price them.
 P2P_FITTED = _as_calibrated("nccl_p2p_base_latency_us.LL", "nccl_p2p_base_latency_us.Simple") + [
     ("nccl_kind_efficiency.p2p", 0.2, 3.0),  # a wider bound than one machine's calibration (1.5)
     ("nccl_kind_efficiency.all_to_all", 0.2, 3.0),
