@@ -439,6 +439,20 @@ def puts_to_every_peer(r):
         r.wait_until(ready[pe], "ge", 1)
 
 
+@cw.schedule
+def puts_then_sum(r):
+    x = r.symmetric("x", count=N, role="input")
+    slots = r.symmetric("slots", count=N * r.world, role="scratch")
+    out = r.buffer("out", count=N, role="output")
+    ready = r.signal("ready", count=r.world)
+    peers = [(r.rank + k) % r.world for k in range(1, r.world)]
+    for pe in peers:
+        r.put_signal(pe, slots.chunk(r.rank, r.world), x, ready[r.rank], value=1, op="set")
+    for pe in peers:
+        r.wait_until(ready[pe], "ge", 1)
+    r.reduce(out, *[x if q == r.rank else slots.chunk(q, r.world) for q in range(r.world)])
+
+
 def test_puts_on_blocks_of_their_own_run_side_by_side():
     # the block plan gives each put to a peer a block of its own with nothing between them, so the
     # generated kernel's blocks 0, 1 and 2 store their bytes at once; the model runs them so: each
@@ -460,6 +474,18 @@ def test_puts_on_blocks_of_their_own_run_side_by_side():
     assert min(w.start for w in waits) >= max(p.end for p in beside)  # the waits run on every block: after all
     alone, one_by_one = puts(RunConditions())
     assert all(b.start >= a.end for a, b in zip(one_by_one, one_by_one[1:]))
+    # 1 MiB a put: each spread over 16 blocks (0-15, 16-31, 32-47 mod the grid). With the reduce the
+    # kernel has 80 blocks and the three sets are apart: side by side; without it the grid is 16, every
+    # put takes all of it, and they run one after another
+    for defn, grid, beside_expected in ((puts_then_sum, 80, True), (puts_to_every_peer, 16, False)):
+        sched = defn.trace(4, sizes={"N": 256 * KiB})
+        lowered = lower(sched, Build("nvshmem"))
+        plan = lowered.plan(0)
+        assert plan.blocks == grid
+        assert [(s.who.kind, s.who.base, s.who.want) for s in plan.steps[:3]] == [("all", 0, 16), ("all", 16, 16),
+                                                                                 ("all", 32, 16)]
+        _, spread = puts(RunConditions(program=lowered))
+        assert all((b.start < a.end) == beside_expected for a, b in zip(spread, spread[1:]))
 
 
 def test_host_mapped_progress_words_cost_each_op_of_an_nvshmem_program():

@@ -218,20 +218,29 @@ class NvshmemKernels(ScheduleOps):
         return True
 
     def runs_beside(self, rank: int, index: int, held: list[int]) -> bool:
-        """The block plan runs an op on one block with no handoff before it (`Step.pre` ""), so that
-        block starts it as soon as its own earlier work is done: beside puts whose blocks (others,
-        each one block) still store their bytes. The generated code's blocks each walk the op list
-        and skip what is not theirs (`cw_nv_mine`): the puts of a one-shot to three peers run on
-        blocks 0, 1 and 2 at once. An op spread over blocks, after a handoff, or fenced first waits
-        for every held put, as before."""
+        """The block plan runs an op on blocks of its own with no handoff before it (`Step.pre` ""),
+        so those blocks start it as soon as their own earlier work is done: beside puts whose blocks
+        (none of its own) still store their bytes. The generated code's blocks each walk the op list
+        and skip what is not theirs (`cw_nv_mine`, `cw_nv_share`): the puts of a one-shot to three
+        peers run on blocks 0, 1 and 2 at once, or on blocks 0-15, 16-31 and 32-47 when each is
+        spread over 16. An op whose blocks overlap a held put's, after a handoff, or fenced first
+        waits for every held put, as before."""
         if (rank, index) in self.engine_ops or (rank, index) in self.call_kernels:
             return False
         steps = self.handoffs()[rank]
         step = steps.get(index)
-        if step is None or step.pre or step.fence or step.who.kind != "one" or self.planned_fence(rank, index):
+        if step is None or step.pre or step.fence or self.planned_fence(rank, index):
             return False
-        others = [steps.get(m) for m in held]
-        return all(o is not None and o.who.kind == "one" and not o.who.same_block(step.who) for o in others)
+        grid = self._blocks[rank]
+        mine = blocks_of(step.who, grid)
+        if mine is None:
+            return False
+        for m in held:
+            other = steps.get(m)
+            theirs = blocks_of(other.who, grid) if other is not None else None
+            if theirs is None or mine & theirs:
+                return False
+        return True
 
     def block_floor_us(self, op, rank: int, size) -> float:
         """The generated code spreads a reduce, copy or fill over one block per
@@ -251,6 +260,18 @@ class NvshmemKernels(ScheduleOps):
     @property
     def compute_ceiling_GBs(self) -> float:  # the program's stand-in hashes at its own rate
         return self.c.program_compute_GBs
+
+
+def blocks_of(who, grid: int) -> frozenset[int] | None:
+    """The blocks of a kernel of `grid` blocks that run an op planned on `who` (`nvshmem_plan.Who`):
+    one block, or the `want` blocks from `base` (mod the grid) an op spread over blocks takes
+    (`cw_nv_share`); None where the plan does not name them (the last block to arrive, the host)."""
+    grid = max(1, grid)
+    if who.kind == "one":
+        return frozenset({who.base % grid})
+    if who.kind == "all":
+        return frozenset((who.base + i) % grid for i in range(min(who.want, grid)))
+    return None
 
 
 MODELS = {None: ScheduleOps, "nccl": HostDriven, "nvshmem": NvshmemKernels}
