@@ -57,6 +57,13 @@ def _table() -> dict[int, tuple[int, bytes]]:
     return found
 
 
+def _signals_at_default() -> None:
+    """In a child a test signals: SIGINT, SIGHUP and SIGTERM at their default disposition, whatever
+    the suite's own launcher left it (a background job of a shell ignores SIGINT, nohup SIGHUP)."""
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _descendants(root: int) -> set[int]:
     table = _table()
     children: dict[int, list[int]] = {}
@@ -87,7 +94,7 @@ def test_a_signal_ends_the_whole_run_and_removes_its_job_folder(tmp_path, sig):
     proc = subprocess.Popen([sys.executable, "-m", "clockworks_dist.cli", "run", str(RING), "--np", "2",
                              "--iters", "100000", "--timeout", "300"], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            start_new_session=True, text=True)
+                            start_new_session=True, text=True, preexec_fn=_signals_at_default)
     try:
         deadline = time.monotonic() + 90
         seen: set[int] = set()
@@ -474,7 +481,8 @@ def test_ctrl_c_while_the_command_loads_the_package_ends_quietly(tmp_path):
                "os.kill(os.getpid(), signal.SIGINT)\n"
                "time.sleep(10)\n")
     done = subprocess.run([sys.executable, "-c", loading], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, stdin=subprocess.DEVNULL)
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, stdin=subprocess.DEVNULL,
+                          preexec_fn=_signals_at_default)
     assert done.returncode == 130
     assert "Traceback" not in done.stderr and "interrupted while starting" in done.stderr
 
