@@ -20,21 +20,7 @@ W=/tmp/cw-dispatch-work; rm -rf $W; mkdir -p $W
 cp "$LIB"/$NAME.h "$LIB"/$NAME.cu "$LIB"/${NAME}_test.cu $W/ || exit 2
 
 # 1. build: the library and its driver in one nvcc line (relocatable device code, NVSHMEM's wheel, MPI)
-timeout ${BUILD_MAX:-900} python3 - "$W" "$NAME" > $W/build.log 2>&1 <<'EOF'
-import subprocess, sys
-from pathlib import Path
-from clockworks_dist.codegen import build
-work, name = Path(sys.argv[1]), sys.argv[2]
-tc = build.find_toolchain("nvshmem")
-tc.require("nvshmem")
-binary = work / f"{name}_test"
-link = build.link_dir_for(binary)
-build.prepare_link_dir("nvshmem", tc, link)
-cmd = build.compile_command(work / f"{name}.cu", "nvshmem", tc, binary, link)
-cmd.insert(cmd.index(str(work / f"{name}.cu")) + 1, str(work / f"{name}_test.cu"))
-print(" ".join(cmd), flush=True)
-sys.exit(subprocess.run(cmd).returncode)
-EOF
+timeout ${BUILD_MAX:-900} python3 scripts/gpu/build_library_driver.py "$W" "$NAME" > $W/build.log 2>&1
 echo "build rc=$? $(( $(date +%s) - START )) s"; tail -n 3 $W/build.log; cp $W/build.log "$OUT/"
 [ -x $W/${NAME}_test ] || exit 2
 

@@ -19,20 +19,7 @@ W=/tmp/cw-library-launch-work; rm -rf $W; mkdir -p $W
 declare -A SRC=([cooperative]=$EXP/old [plain]=results/h200x2/tune_all/dispatch [plain_k32]=$EXP/k32)
 for v in cooperative plain plain_k32; do
   mkdir -p $W/$v && cp "${SRC[$v]}"/$NAME.h "${SRC[$v]}"/$NAME.cu "${SRC[$v]}"/${NAME}_test.cu $W/$v/ || exit 2
-  timeout ${BUILD_MAX:-420} python3 - "$W/$v" "$NAME" > $W/$v/build.log 2>&1 <<'PY' &
-import subprocess, sys
-from pathlib import Path
-from clockworks_dist.codegen import build
-work, name = Path(sys.argv[1]), sys.argv[2]
-tc = build.find_toolchain("nvshmem")
-tc.require("nvshmem")
-binary = work / f"{name}_test"
-link = build.link_dir_for(binary)
-build.prepare_link_dir("nvshmem", tc, link)
-cmd = build.compile_command(work / f"{name}.cu", "nvshmem", tc, binary, link)
-cmd.insert(cmd.index(str(work / f"{name}.cu")) + 1, str(work / f"{name}_test.cu"))
-sys.exit(subprocess.run(cmd).returncode)
-PY
+  timeout ${BUILD_MAX:-420} python3 scripts/gpu/build_library_driver.py "$W/$v" "$NAME" > $W/$v/build.log 2>&1 &
 done
 wait
 echo "builds done $(( $(date +%s) - START )) s"

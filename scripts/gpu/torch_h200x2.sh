@@ -27,20 +27,7 @@ nvidia-smi -L > $R/gpus.txt 2>&1
 python3 -c "import torch; print('torch', torch.__version__, 'nccl', torch.cuda.nccl.version())" >> $R/gpus.txt 2>&1
 
 # 1. build, both at once: the C driver (library + driver, one nvcc line) and the module's shared object
-timeout $(left) python3 - "$W" "$NAME" > $R/build_driver.log 2>&1 <<'PY' &
-import subprocess, sys
-from pathlib import Path
-from clockworks_dist.codegen import build
-work, name = Path(sys.argv[1]), sys.argv[2]
-tc = build.find_toolchain("nvshmem")
-tc.require("nvshmem")
-binary = work / f"{name}_test"
-link = build.link_dir_for(binary)
-build.prepare_link_dir("nvshmem", tc, link)
-cmd = build.compile_command(work / f"{name}.cu", "nvshmem", tc, binary, link)
-cmd.insert(cmd.index(str(work / f"{name}.cu")) + 1, str(work / f"{name}_test.cu"))
-sys.exit(subprocess.run(cmd).returncode)
-PY
+timeout $(left) python3 scripts/gpu/build_library_driver.py "$W" "$NAME" > $R/build_driver.log 2>&1 &
 DRIVER_PID=$!
 T0=$(date +%s)
 timeout $(left) python3 -c "

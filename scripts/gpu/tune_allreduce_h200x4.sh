@@ -36,20 +36,7 @@ if [ "${STEP:-all}" != tune ]; then
         --reset-every ${RESET_EVERY:-8} > $W/emit.log 2>&1; echo "emit rc=$? $(( $(date +%s) - START )) s"
   fi
   mkdir -p $W/drv && cp $LIB/$NAME.h $LIB/$NAME.cu $LIB/${NAME}_test.cu $W/drv/ || { pack; exit 2; }
-  timeout 300 python3 - "$W/drv" "$NAME" > $W/build.log 2>&1 <<'PY'
-import subprocess, sys
-from pathlib import Path
-from clockworks_dist.codegen import build
-work, name = Path(sys.argv[1]), sys.argv[2]
-tc = build.find_toolchain("nvshmem")
-tc.require("nvshmem")
-binary = work / f"{name}_test"
-link = build.link_dir_for(binary)
-build.prepare_link_dir("nvshmem", tc, link)
-cmd = build.compile_command(work / f"{name}.cu", "nvshmem", tc, binary, link)
-cmd.insert(cmd.index(str(work / f"{name}.cu")) + 1, str(work / f"{name}_test.cu"))
-sys.exit(subprocess.run(cmd).returncode)
-PY
+  timeout 300 python3 scripts/gpu/build_library_driver.py "$W/drv" "$NAME" > $W/build.log 2>&1
   echo "build rc=$? $(( $(date +%s) - START )) s"
   timeout 150 mpirun --allow-run-as-root -np 4 -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS \
       -x TORCH_SYMM_MEM_DISABLE_MULTICAST $W/drv/${NAME}_test --iters 20 > $W/driver.log 2>&1
