@@ -59,6 +59,22 @@ def test_the_caller_model_writes_inputs_between_calls_and_reads_outputs_after_ea
         assert any(d.name == "x_saved" and d.role == "scratch" for d in p_mod.buffers)
 
 
+def test_the_callers_regions_of_part_of_a_buffer_keep_the_ops_symbolic_bounds():
+    # A reduce-scatter's postcondition names half of its input, x[0:CHUNK], in traced numbers. The
+    # caller's copies of that half must carry CHUNK as the ops do, or the symbolic size check reads
+    # x[0:131072] as out of bounds for every CHUNK below 65536 and no library of the family can be made.
+    path = ROOT / "protocols" / "nvshmem_reduce_scatter_family.py"
+    defn = load_file(str(path))[0]
+    sched = defn.trace(2, defn.ranks_per_node, sizes={"CHUNK": 8})
+    starts = call_starts(sched, 2, "alternate")
+    for modelled in library_schedules(repeat(sched, 2, "alternate"), starts, 2):
+        result = check(modelled)
+        assert result.verdict == "verified", [e.message for e in result.errors]
+    copies = [op for op in with_caller(repeat(sched, 2, "alternate"), starts, 2).programs[0].ops
+              if op.kind == "copy" and op.src.buffer == "x"]
+    assert copies and all(op.src.stop_sym is not None for op in copies)
+
+
 def test_a_prefix_ends_before_the_next_calls_first_op_and_its_separator():
     one = family("twoshot", 2)
     rep = repeat(one, 3, "barrier")

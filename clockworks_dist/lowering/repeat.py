@@ -262,11 +262,19 @@ def caller_regions(sched: ir.Schedule) -> tuple[dict[int, list[ir.Region]], dict
 
 
 def _sized(sched: ir.Schedule, rank: int, region: ir.Region) -> ir.Region:
-    """A postcondition's region as the ops name it: a whole buffer of a symbolic size with that size
-    (a postcondition holds the traced numbers only, which the symbolic size check would refuse)."""
+    """A postcondition's region as the ops name it: a whole buffer of a symbolic size with that size,
+    part of one with the bounds of an op's region of the same elements (a postcondition holds the
+    traced numbers only, which the symbolic size check would refuse)."""
     decl = sched.programs[rank].buffer(region.buffer)
     if region.start_sym is None and decl.count_sym is not None and (region.start, region.stop) == (0, decl.count):
         return region.model_copy(update={"start_sym": ir.Affine(const=0), "stop_sym": decl.count_sym})
+    if region.start_sym is None and decl.count_sym is not None:  # part of a buffer: as an op names it
+        for program in sched.programs:
+            for op in program.ops:
+                for _role, named in ir.op_regions(op):
+                    if (named.buffer, named.start, named.stop) == (region.buffer, region.start, region.stop) \
+                            and (named.start_sym is not None or named.stop_sym is not None):
+                        return named
     return region
 
 
