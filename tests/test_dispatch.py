@@ -153,13 +153,31 @@ def test_winners_become_sizes_sorted_with_the_separator_the_checker_verifies():
                W(1024, {"ALGO": "oneshot"}, 32768, "alternate", 2.89, label="ALGO=oneshot, packets <= 32 KiB"),
                # measured with nothing between the calls, which the library model does not verify
                W(8192, {"ALGO": "oneshot"}, 0, "none", 5.0, label="ALGO=oneshot")]
-    entries = library.plan_entries(_defn(), 2, winners, calls=3)
+    entries = library.plan_entries(_defn(), 2, winners, calls=3, endless=False)
     assert [e.winner.nbytes for e in entries] == [1024, 8192, 16 << 20]
     assert [e.between for e in entries] == ["alternate", "alternate", "none"]
     assert entries[1].said["none"].startswith("2 call(s)") and "deadlock" in entries[1].said["none"]
     assert entries[0].program.packets is not None and entries[0].program.packets.channels  # the packets rewrite runs
     for e in entries:
         assert all(len(ms) == 2 for ms in e.starts.values())
+
+
+def test_a_winner_proven_for_any_number_of_calls_runs_one_kernel_for_every_call(tmp_path):
+    entries, out = _emit(tmp_path, calls=3, endless=True)
+    assert [(e.between, e.endless) for e in entries] == [("alternate", 2), ("none", 1)]
+    assert all(e.proof.verified and e.said[f"{e.between}, calls without end"].startswith("verified") for e in entries)
+    text = (out / "cw_nvshmem_allreduce_family.cu").read_text()
+    for k in range(2):
+        body = text[text.index(f"namespace cw_size{k} {{"):text.index(f"}}  // namespace cw_size{k}")]
+        for rank in range(2):
+            assert f"cw_nv_rank{rank}_every_call(" in body and f"cw_nv_rank{rank}_call0(" not in body
+        assert body.count("cw_nv_call_number(a.calls, a.calls_arrive)") == 2
+    # 1 KiB: two copies by call parity, the packet flags moved on by the call's epoch (M = 2 a copy):
+    # the kernel is call 2's (flag 3), so call 0 (epoch -1) sends flag 1, call 2 flag 3, call 4 flag 5
+    assert "cw_call % 2 == 1" in text and "(uint32_t)(3ULL + cw_epoch * 2ULL)" in text
+    assert text.count(", nullptr, 0},") == 2  # no size resets after a number of calls
+    described = json.loads((out / "cw_nvshmem_allreduce_family.json").read_text())
+    assert [s["calls_without_end"] for s in described["sizes"]] == [True, True]
 
 
 def test_two_winners_for_one_size_and_no_winner_are_errors():
@@ -171,11 +189,11 @@ def test_two_winners_for_one_size_and_no_winner_are_errors():
         library.plan_entries(_defn(), 2, [W(1024, {"ALGO": "oneshot"})], calls=0)
 
 
-def _emit(tmp_path, calls=2, winners=None):
+def _emit(tmp_path, calls=2, winners=None, endless=False):
     winners = winners or [W(1024, {"ALGO": "oneshot"}, 32768, "alternate", 2.89, 5.84, True,
                             "ALGO=oneshot, packets <= 32 KiB"),
                           W(16 << 20, {"ALGO": "twoshot"}, 0, None, 72.9, 75.6, True, "ALGO=twoshot")]
-    entries = library.plan_entries(_defn(), 2, winners, calls=calls)
+    entries = library.plan_entries(_defn(), 2, winners, calls=calls, endless=endless)
     out = tmp_path / "lib"
     library.emit(entries, {"source": "test", "topology": "h200x2-nv18", "file": "f.py", "hash": "0" * 64}, out)
     return entries, out
@@ -193,7 +211,7 @@ def test_the_source_has_a_namespace_and_a_kernel_per_call_for_each_size(tmp_path
     # the dispatcher's table: the sizes in order, and a call of size k launches size k's kernels
     assert "const size_t CWL_SIZE_BYTES[] = {1024ULL, 16777216ULL};" in text
     assert "const CwlFn cwl_calls_of[] = {cwl_call_0, cwl_call_1};" in text
-    assert "const int CWL_RESET_EVERY = 3;" in text
+    assert text.count(", nullptr, 3},") == 2  # each size's row: a reset every 3 calls
     # the caller's buffers and how many elements each size uses on each PE
     header = (out / "cw_nvshmem_allreduce_family.h").read_text()
     assert "CW_NVSHMEM_ALLREDUCE_FAMILY_BUF_OUT = 0,  /* output, float32 */" in header
@@ -340,8 +358,9 @@ def test_emit_in_a_dry_run_labels_the_winners_predicted(tmp_path, capsys):
         (row["bytes"], row["predicted_winner"]["label"].split(" (")[0]) for row in report["sizes"]]
     assert described["sizes"][0]["label"] == "ALGO=oneshot" and described["sizes"][0]["between"] == "alternate"
     assert {s["between"] for s in described["sizes"]} <= {"alternate", "none"}
-    assert "PREDICTED, not measured" in stdout and "| 8 KiB | ALGO=oneshot | alternate |" in stdout
-    assert "every prefix of 3 calls verified" in err
+    assert "PREDICTED, not measured" in stdout
+    assert "| 8 KiB | ALGO=oneshot | alternate | any number (proven), no reset |" in stdout
+    assert "any number of calls verified" in err
 
 
 def test_emit_from_the_committed_all_reduce_results(tmp_path, capsys):
@@ -360,7 +379,7 @@ def test_emit_from_the_committed_all_reduce_results(tmp_path, capsys):
     # measured as 20 calls fused into one kernel (small), or one call per run (large): said per size
     assert described["sizes"][0]["timing"].startswith("20 calls per timed run, fused")
     assert described["sizes"][-1]["timing"] == "one call per timed run"
-    assert "| 1 GiB | ALGO=twoshot | none | 3673.30 |" in stdout
+    assert "| 1 GiB | ALGO=twoshot | none | any number (proven), no reset | 3673.30 |" in stdout
 
 
 def test_emit_refuses_an_edited_schedule_file_and_bad_options(tmp_path, capsys):
@@ -414,7 +433,7 @@ def compile_library(out: Path, tc, name: str = "cw_nvshmem_allreduce_family") ->
 
 def test_the_library_and_its_driver_compile_and_link(tmp_path, nvshmem_toolchain):
     tc = nvshmem_toolchain
-    _entries, out = _emit(tmp_path, calls=2)
+    _entries, out = _emit(tmp_path, calls=2, endless=True)
     name = "cw_nvshmem_allreduce_family"
     assert compile_library(out, tc, name).is_file()
     # the header stands alone in a caller's C or C++ translation unit

@@ -155,12 +155,13 @@ def _said_emit(found: dict, args: argparse.Namespace, out) -> None:
         out.json(found)
         return
     kind = "measured" if found["measured"] else "PREDICTED, not measured (a --dry run)"
-    lines = [f"# {found['library']}: {len(found['sizes'])} size(s), {kind} winners, reset every "
-             f"{found['reset_every']} calls", "", "| bytes per rank | kernel | between calls | us per call |",
-             "|---:|---|---|---:|"]
+    lines = [f"# {found['library']}: {len(found['sizes'])} size(s), {kind} winners", "",
+             "| bytes per rank | kernel | between calls | calls | us per call |", "|---:|---|---|---|---:|"]
     for row in found["sizes"]:
         time = f"{row['time_us']:.2f}" if row["time_us"] is not None else "-"
-        lines.append(f"| {_size(row['bytes'])} | {row['label']} | {row['between']} | {time} |")
+        calls = ("any number (proven), no reset" if row.get("calls_without_end") else
+                 f"a reset every {found['reset_every']}")
+        lines.append(f"| {_size(row['bytes'])} | {row['label']} | {row['between']} | {calls} | {time} |")
     if found["not_tuned"]:
         lines += ["", "No kernel (the library refuses these sizes): " + ", ".join(found["not_tuned"])]
     lines += ["", "wrote " + ", ".join(found["written"])]

@@ -144,6 +144,25 @@ __device__ inline bool cw_nv_last(unsigned* counter, bool fence) {
   return last != 0;
 }
 
+// A library's kernel for every call (calls without end, codegen/library): this PE's number of the call,
+// counted on the device in stream order, so a CUDA graph replayed any number of times counts on too.
+// Every block reads the count, then arrives; the last block to arrive has seen every other block's read
+// (each fenced its read before its arrival) and moves the count on for the next call's kernel, which
+// starts after this one has ended (stream order). It leaves the arrival counter at 0.
+__device__ inline unsigned long long cw_nv_call_number(unsigned long long* count, unsigned* arrive) {
+  __shared__ unsigned long long number;
+  if (threadIdx.x == 0) {
+    number = *(volatile unsigned long long*)count;
+    __threadfence();  // the read is done before this block counts itself in
+    if (atomicAdd(arrive, 1u) == gridDim.x - 1) {
+      *arrive = 0u;
+      *count = number + 1ULL;
+    }
+  }
+  __syncthreads();
+  return number;
+}
+
 // Every block completes its own deliveries (quiet), then every block waits for every other.
 __device__ inline void cw_nv_quiet_all(cg::grid_group& grid) {
   __syncthreads();

@@ -147,6 +147,27 @@ def _state(gen: Gen) -> dict:
     return gen.state.setdefault("nvshmem", {})
 
 
+def _value(gen: Gen, op) -> str:
+    """The signal value an op sets, adds or waits for, as C. In a library's kernel for every call
+    (`codegen.library`, calls without end) a value that moves on with the calls is this call's: the
+    value of the call the kernel was made from plus `cw_epoch` (this call's epoch less that call's, modulo
+    2**64) times what it moves by per epoch (`lowering.repeat.epochs`)."""
+    step = _state(gen).get("epoch_steps", {}).get((gen.rank, gen.index), 0)
+    if not step:
+        return cuda.u64(op.value)
+    return f"({cuda.u64(op.value)} + cw_epoch * {cuda.u64(step)})"
+
+
+def _flag(gen: Gen, op) -> str:
+    """A packet flag (32 bits, `lowering.packets`): the set value, or this call's (`_value`) modulo 2**32.
+    Modulo 2**32 a flag never matches one left in the area by an earlier call: each call's wait sees its
+    own flag before the sender's next call overwrites it (else the checker's wait, which compares whole
+    numbers, would miss it: a deadlock), so the area holds a flag of this call's epoch or the one
+    before, less than 2**32 apart."""
+    step = _state(gen).get("epoch_steps", {}).get((gen.rank, gen.index), 0)
+    return f"{op.value}u" if not step else f"(uint32_t){_value(gen, op)}"
+
+
 def _kernel(gen: Gen) -> _Kernel:
     return _state(gen)["kernel"]
 
@@ -234,11 +255,11 @@ def put_signal(gen: Gen, op: ir.PutSignal) -> list[str]:
         return _guarded(gen, [
             f"  // packets: the data and the flag {op.value} in every 16-byte store, straight into PE {op.pe}'s packet "
             "area (no fence, no separate signal)",
-            f"  cw_nv_pk_send(nvshmem_ptr({area}, {op.pe}), {gen.ptr(op.src)}, {gen.nbytes(op.src)}, {op.value}u, "
+            f"  cw_nv_pk_send(nvshmem_ptr({area}, {op.pe}), {gen.ptr(op.src)}, {gen.nbytes(op.src)}, {_flag(gen, op)}, "
             f"{_share(step)});  // to PE {op.pe}"])
     dst = _remote(gen, op.dst, op.pe, op)
     sig = _signal(gen, op.signal, op.pe)
-    how = f"{cuda.u64(op.value)}, {SIGNAL_OP[op.sig_op]}"
+    how = f"{_value(gen, op)}, {SIGNAL_OP[op.sig_op]}"
     if step.who.kind != "all":
         body: list[str] = []
         src = _source(gen, op, op.src, body)
@@ -287,7 +308,7 @@ def copy_engine_put(gen: Gen, op) -> list[str]:
 
 def signal_op(gen: Gen, op: ir.SignalUpdate) -> list[str]:
     sig = _signal(gen, op.signal, op.pe)
-    return _guarded(gen, [f"  if (threadIdx.x == 0) nvshmemx_signal_op({sig}, {cuda.u64(op.value)}, "
+    return _guarded(gen, [f"  if (threadIdx.x == 0) nvshmemx_signal_op({sig}, {_value(gen, op)}, "
                           f"{SIGNAL_OP[op.sig_op]}, {op.pe});"])
 
 
@@ -310,7 +331,7 @@ def _word(gen: Gen, target, pe: int, op) -> tuple[str, str, str]:
 def atomic(gen: Gen, op: ir.Atomic) -> list[str]:
     """`nvshmem_<type>_atomic_<op>` by one thread (inc takes no operand)."""
     addr, ctype, name = _word(gen, op.target, op.pe, op)
-    operand = "" if op.op == "inc" else f"({ctype}){cuda.u64(op.value)}, "
+    operand = "" if op.op == "inc" else f"({ctype}){_value(gen, op)}, "
     return _guarded(gen, [f"  if (threadIdx.x == 0) nvshmem_{name}_atomic_{op.op}({addr}, {operand}{op.pe});"])
 
 
@@ -356,11 +377,11 @@ def wait(gen: Gen, op) -> list[str]:
         return ["  // packets: every block polls every packet of the area until each shows the flag "
                 f"{op.value} (rank {channel.sender}'s",
                 "  // put_signal landed whole): its later work follows the last packet, as it would the signal",
-                f"  cw_nv_pk_wait({area}, {channel.nbytes}, {op.value}u);",
+                f"  cw_nv_pk_wait({area}, {channel.nbytes}, {_flag(gen, op)});",
                 "  // the word then holds what the signal would have set (nobody else reads it: packets.py)",
-                f"  if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[{word}] = {cuda.u64(op.value)};"]
+                f"  if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[{word}] = {_value(gen, op)};"]
     if isinstance(op, ir.WaitUntil):
-        return [why, f"  cw_nv_wait({_signal(gen, op.signal, gen.rank)}, {CMP[op.cmp]}, {cuda.u64(op.value)});"]
+        return [why, f"  cw_nv_wait({_signal(gen, op.signal, gen.rank)}, {CMP[op.cmp]}, {_value(gen, op)});"]
     lo, n, status = _span(gen, op.signals)
     name = f"CW_NV_STATUS_{gen.rank}_{gen.index}"
     _kernel(gen).statics.append(f"static __device__ const int {name}[] = {{{', '.join(map(str, status))}}};  "
@@ -371,7 +392,7 @@ def wait(gen: Gen, op) -> list[str]:
                 " saw)")
     return [*why.split("\n"),
             f"  if (threadIdx.x == 0) nvshmem_uint64_{call}(cw_sig + {lo}, {n}, {name}, {CMP[op.cmp]}, "
-            f"{cuda.u64(op.value)});",
+            f"{_value(gen, op)});",
             "  __syncthreads();"]
 
 
@@ -760,7 +781,35 @@ class NvshmemTarget(Target):
         _state(gen).setdefault("fields", {})[rank] = ([decl.name for decl in program.buffers], list(scratch))
         hosts = puts_before(_state(gen)["sequence"][rank])
         kernels = []
-        for k, (name, body) in enumerate(zip(names, bodies)):
+        endless = _state(gen).get("endless")
+        if endless is not None:  # a library's one kernel for every call (codegen/library): calls without end
+            period, first = endless
+            names = [f"cw_nv_rank{rank}_every_call"]
+            cases = []
+            for j in range(period):
+                said = f"  // calls {j}, {j + period}, ... (the copies of call parity {j})" if period > 1 else ""
+                cases += [f"  {'if' if j == 0 else '} else if'} (cw_call % {period} == {j}) {{{said}",
+                          *["  " + line if line else line for line in bodies[first + j]]]
+            kernels = [
+                f"// every call: the kernel of call {first} (to {first + period - 1}) of the checked calls, its",
+                "// signal values moved on by the epochs between that call and this one (lowering/repeat.py's",
+                "// epochs; check/unbounded.py proves the calls safe however many run)",
+                f"__global__ void __launch_bounds__(CW_NV_THREADS) {names[0]}(CwNvArgs{rank} a) {{",
+                *PDL_WAIT,
+                *locals_,
+                "  [[maybe_unused]] uint64_t* cw_sig = a.sig;",
+                "  [[maybe_unused]] unsigned* cw_arrive = a.arrive;",
+                "  [[maybe_unused]] unsigned long long* cw_hash = a.hash;",
+                "  [[maybe_unused]] cg::grid_group grid = cg::this_grid();",
+                "  const unsigned long long cw_call = cw_nv_call_number(a.calls, a.calls_arrive);",
+                f"  // this call's epoch less the epoch of call {first}'s copy (modulo 2**64: the first calls' is -1)",
+                f"  [[maybe_unused]] const unsigned long long cw_epoch = cw_call / {period} - {first // period}ULL;",
+                *cases,
+                "  }",
+                "}",
+                "",
+            ]
+        for k, (name, body) in enumerate(zip(names, bodies) if endless is None else []):
             last = k == len(bodies) - 1
             if hosts:
                 head = [f"// kernel {k + 1} of {len(bodies)}, launched after what comes before it on the stream"
@@ -796,6 +845,8 @@ class NvshmemTarget(Target):
             "  uint32_t* marks;  // progress words (host-mapped)",
             "  unsigned* arrive;",
             "  unsigned long long* hash;",
+            *(["  unsigned long long* calls;  // this PE's calls so far (device memory)",
+               "  unsigned* calls_arrive;  // the blocks that have read it"] if endless is not None else []),
             "};",
             "",
             *kernels,

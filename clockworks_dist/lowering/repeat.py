@@ -30,6 +30,7 @@ The transformed ops keep the user's file:line, so a counterexample names the use
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 from .. import ir
 from ..errors import ClockworksError
@@ -343,3 +344,109 @@ def library_schedules(sched: ir.Schedule, starts: dict[int, list[int]], calls: i
     and hold its results) and go on with new inputs (the next prefix)."""
     return [with_caller(prefix(sched, starts, j), {r: ms[:j - 1] for r, ms in starts.items()}, j)
             for j in range(1, calls + 1)]
+
+
+# --------------------------------------------------------------------- any number of calls
+# `library_schedules` checks K calls; a library that never resets runs any number. The proof for any
+# number (`check.unbounded`) explores a few calls of a *periodic* model of the library's use and shows
+# that what a state can do next depends only on where each rank is within its call, on the values
+# relative to the calls in progress, and on the signal words relative to their epochs: every state of
+# call n + P (P = the period: 2 with two copies by call parity, else 1) is then one of call n's, shifted.
+# For that the caller's inputs must be told apart per call (a buffer of inputs per call, copied in
+# before the call) and every call's outputs checked when the caller reads them, not only the last one's.
+@dataclass(frozen=True)
+class Periodic:
+    """The periodic model of a library's calls (`periodic_caller`): `sched` runs `calls` calls, each
+    rank's call j its ops [blocks[rank][j], blocks[rank][j + 1]): the caller's copy of call j's inputs,
+    the call, the caller's read of its outputs (op `reads[rank][j]`, None where the rank has no output).
+    `inputs[buffer][j]` is the caller's buffer that holds call j's inputs for `buffer`; `period` calls
+    shift the signal words by one epoch (`steps`: per word (pe, name, index), ("set", M) or ("add", T)
+    per epoch, the second copies of "alternate" included)."""
+
+    sched: ir.Schedule
+    calls: int
+    period: int
+    blocks: dict[int, list[int]]
+    reads: dict[int, list[int | None]]
+    inputs: dict[str, list[str]]
+    steps: dict[tuple[int, str, int], tuple[str, int]]
+
+
+def periodic_caller(sched: ir.Schedule, starts: dict[int, list[int]], calls: int, source: ir.Schedule,
+                    between: str) -> Periodic:
+    """The periodic model of `calls` library calls of `source` (one call, as the user wrote it): `sched`
+    is `calls` calls of it as lowered (`repeat`, then packets), call k > 0 of each rank beginning at op
+    `starts[rank][k - 1]`. With "barrier" or "sync" between calls, the first call begins with it too
+    (the library's first call does). Raises `RepeatError` when the lowered calls are not periodic: call k + P the
+    same ops as call k with every signal value one epoch on (the shift the proof relies on)."""
+    period = 2 if between == "alternate" else 1
+    steps = dict(epochs(source))
+    if between == "alternate":
+        names = _alt_names(source)
+        steps.update({(pe, names[name], index): step for (pe, name, index), step in list(steps.items())
+                      if name in names})
+    inputs, outputs = caller_regions(sched)
+    taken = {d.name for p in sched.programs for d in (*p.buffers, *p.signals)}
+    per_call: dict[str, list[str]] = {}
+    for regions in inputs.values():
+        for region in regions:
+            if region.buffer in per_call:
+                continue
+            names = []
+            for j in range(calls):
+                name = f"{region.buffer}_call{j}"
+                while name in taken:
+                    name += "_"
+                taken.add(name)
+                names.append(name)
+            per_call[region.buffer] = names
+    programs, blocks, reads = [], {}, {}
+    loc = sched.loc
+    for program in sched.programs:
+        rank = program.rank
+        ms = starts.get(rank, [])
+        if len(ms) != calls - 1:
+            raise RepeatError(f"rank {rank}: {len(ms) + 1} call starts for {calls} calls")
+        bounds = [0, *ms, len(program.ops)]
+        ops_of = [program.ops[bounds[j]:bounds[j + 1]] for j in range(calls)]
+        if between in ("barrier", "sync") and calls > 1:
+            # every call begins with the separator, the first too: the library's calls are one kernel
+            # each, the same for every call (its epoch a parameter), so its first call meets the peers too
+            sep = ops_of[1][0] if ops_of[1] else None
+            if not isinstance(sep, (ir.BarrierAll, ir.SyncAll)):
+                raise RepeatError(f"rank {rank}: call 1 does not begin with its {between}")
+            ops_of[0] = (sep, *ops_of[0])
+        for j in range(period, calls):  # the shift the proof relies on, checked op by op
+            if len(ops_of[j]) != len(ops_of[j - period]):
+                raise RepeatError(f"rank {rank}: call {j} has {len(ops_of[j])} ops, call {j - period} "
+                                  f"{len(ops_of[j - period])}: the calls are not periodic")
+            for before, op in zip(ops_of[j - period], ops_of[j]):
+                if _shift(before, rank, 1, steps) != op:
+                    raise RepeatError(f"{op.loc}: rank {rank}'s op in call {j} is not its op of call {j - period} "
+                                      "one epoch on: the calls are not periodic")
+        mine_in, mine_out = inputs.get(rank, []), outputs.get(rank, [])
+        ops: list = []
+        starts_r, reads_r = [], []
+        for j in range(calls):
+            starts_r.append(len(ops))
+            ops += [ir.Copy(loc=loc, dst=r, src=r.model_copy(update={"buffer": per_call[r.buffer][j]}))
+                    for r in mine_in]
+            ops += list(ops_of[j])
+            reads_r.append(len(ops) if mine_out else None)
+            if mine_out:
+                ops.append(ir.Compute(loc=loc, name=CALLER, reads=tuple(mine_out)))
+        starts_r.append(len(ops))
+        buffers = list(program.buffers)
+        for buffer, names in per_call.items():
+            if any(r.buffer == buffer for r in mine_in):
+                decl = program.buffer(buffer)
+                buffers += [decl.model_copy(update={"name": name, "role": "scratch", "symmetric": False})
+                            for name in names]
+        programs.append(program.model_copy(update={"ops": tuple(ops), "buffers": tuple(buffers)}))
+        blocks[rank], reads[rank] = starts_r, reads_r
+    last = {buffer: names[-1] for buffer, names in per_call.items()}
+    expect = tuple(exp.model_copy(update={"contributions": tuple(
+        c.model_copy(update={"region": c.region.model_copy(update={"buffer": last[c.region.buffer]})})
+        if c.region.buffer in last else c for c in exp.contributions)}) for exp in sched.expect)
+    modelled = sched.model_copy(update={"programs": tuple(programs), "expect": expect})
+    return Periodic(modelled, calls, period, blocks, reads, per_call, steps)

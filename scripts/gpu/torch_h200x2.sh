@@ -9,6 +9,8 @@
 #   WHEELS=DIR  install the wheels in DIR first (what the machine's Python lacks)
 #   DEADLINE_S  the whole script's time (default 540 s): each step gets at most what is left
 #   BENCH_ARGS  more options for scripts/bench_torch.py (--reps, --budget-ms, --sizes)
+#   LIB=DIR  the emitted library (default: the committed dispatcher); DRIVER_ARGS  the C driver's options
+#   (default --iters 20; e.g. --rounds 1000 --iters 20), DRIVER_MAX its time (default 120 s)
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 set -uo pipefail
 START=$(date +%s)
@@ -19,7 +21,7 @@ R=/tmp/cw-torch; rm -rf $R; mkdir -p $R "$OUT"
 pack() { tar czf "$OUT/torch.tgz" -C $R --exclude='*.so' --exclude=cache --exclude=work . ; }
 . scripts/gpu/env.sh  # multicast off, the wheels, PYTHONPATH
 export CLOCKWORKS_CACHE=$R/cache
-LIB=results/h200x2/tune_all/dispatch
+LIB=${LIB:-results/h200x2/tune_all/dispatch}
 NAME=cw_nvshmem_allreduce_family
 W=$R/work; mkdir -p $W
 cp $LIB/$NAME.h $LIB/$NAME.cu $LIB/${NAME}_test.cu $W/ || exit 2
@@ -47,8 +49,8 @@ if [ "$GPUS" -lt 2 ]; then   # a 1-GPU machine: the build, and the tests that ne
 fi
 
 # 2. the C driver: every size checked, then timed (eager, CUDA graph of 4 K calls)
-timeout $(( $(left) < 120 ? $(left) : 120 )) mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS \
-    -x TORCH_SYMM_MEM_DISABLE_MULTICAST $W/${NAME}_test --iters 20 > $R/driver.log 2>&1
+timeout $(( $(left) < ${DRIVER_MAX:-120} ? $(left) : ${DRIVER_MAX:-120} )) mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS \
+    -x TORCH_SYMM_MEM_DISABLE_MULTICAST $W/${NAME}_test ${DRIVER_ARGS:---iters 20} > $R/driver.log 2>&1
 echo "driver rc=$? $(( $(date +%s) - START )) s" | tee -a $R/log.txt
 grep '^{' $R/driver.log > $R/dispatch.jsonl; tail -n 3 $R/driver.log
 pack

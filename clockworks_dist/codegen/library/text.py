@@ -66,6 +66,10 @@ DEFAULT_RESET_EVERY = 32  # K: calls between two resets (every prefix of K calls
 SEPARATORS = ("none", "alternate", "sync", "barrier")  # cheapest first
 CHECK_TIMEOUT_S = 60.0
 CHECK_MAX_STATES = 1_000_000
+# the proof for calls without end visits every state of a few calls (no reduction): past these it says
+# incomplete and the size keeps a reset every K calls
+ENDLESS_TIMEOUT_S = 30.0
+ENDLESS_MAX_STATES = 200_000
 
 
 class LibraryError(ClockworksError):
@@ -99,6 +103,11 @@ class Entry:
     # where the winner won with them)
     program: Lowered
     said: dict[str, str] = field(default_factory=dict)  # separator -> what the checker said
+    # calls without end (`check.unbounded` proved every number of calls safe): the period (1, or 2 with
+    # two copies by call parity), and `program` is then 3 periods of calls, of which the middle period's
+    # kernels become the one kernel of every call, its signal values moved on by the call's epoch
+    endless: int = 0
+    proof: object | None = None  # the `check.unbounded.Unbounded` that proved it
 
     @property
     def sched(self) -> ir.Schedule:
@@ -109,6 +118,28 @@ class Entry:
     def starts(self) -> dict[int, list[int]]:
         """rank -> the first op of each call after the first."""
         return self.program.kernel_starts or {}
+
+    def epoch_steps(self) -> dict[tuple[int, int], int]:
+        """(rank, op) -> what the op's signal value moves by per epoch, for the ops of the middle period
+        of an endless entry's calls (the value of the same op one period on, less its own)."""
+        steps = {}
+        p = self.endless
+        for program in self.sched.programs:
+            bounds = [0, *self.starts.get(program.rank, []), len(program.ops)]
+            lo, mid, hi = bounds[p], bounds[2 * p], bounds[3 * p]
+            if hi - mid != mid - lo:
+                raise LibraryError(f"{_size_text(self.winner.nbytes)}: rank {program.rank}'s calls are not periodic")
+            for m in range(lo, mid):
+                op, later = program.ops[m], program.ops[m + mid - lo]
+                if _SIGNAL_VALUED(op) and later.value != op.value:
+                    steps[(program.rank, m)] = later.value - op.value
+        return steps
+
+
+def _SIGNAL_VALUED(op) -> bool:
+    """An op whose `value` is a signal word's (set, added, waited for)."""
+    return (isinstance(op, (ir.PutSignal, ir.SignalUpdate, ir.WaitUntil, ir.WaitUntilAll, ir.WaitUntilAny))
+            or (isinstance(op, ir.Atomic) and isinstance(op.target, ir.SignalRef)))
 
 
 # ---------------------------------------------------------------------------------- checking
@@ -131,9 +162,11 @@ def library_check(sched: ir.Schedule, starts: dict[int, list[int]], calls: int,
 
 
 def plan_entries(defn, world: int, winners: list[Winner], calls: int = DEFAULT_RESET_EVERY,
-                 timeout: float | None = CHECK_TIMEOUT_S, say=lambda _text: None) -> list[Entry]:
-    """Each winner as the kernels of `calls` calls, with the separator the checker verifies for the
-    library (`library_check`): the one it was measured with first, then the cheapest."""
+                 timeout: float | None = CHECK_TIMEOUT_S, say=lambda _text: None, endless: bool = True) -> list[Entry]:
+    """Each winner as the kernels of its calls, with the separator the checker verifies for the library:
+    the one it was measured with first, then the cheapest. With `endless`, calls without end (one kernel
+    for every call, no reset) where `check.unbounded` proves any number of calls safe with that
+    separator; else `calls` calls between resets (`library_check`: every prefix of them verified)."""
     from ...perf.predict import size_binding
     from ...lowering.repeat import RepeatError
 
@@ -151,7 +184,13 @@ def plan_entries(defn, world: int, winners: list[Winner], calls: int = DEFAULT_R
         order += [b for b in SEPARATORS if b not in order]
         said: dict[str, str] = {}
         chosen = None
+        tried = endless
         for between in order:
+            chosen = _endless_entry(base, winner, between, calls, timeout, said) if tried else None
+            if tried and said[f"{between}, calls without end"].startswith("incomplete"):
+                tried = False  # too many states for the proof: the other separators' are no fewer
+            if chosen is not None:
+                break
             try:  # a kernel per call, as the library launches them
                 lowered = lower(base, Build("nvshmem", calls, between, packets=winner.packets,
                                             copy_engine=winner.copy_engine))
@@ -167,12 +206,52 @@ def plan_entries(defn, world: int, winners: list[Winner], calls: int = DEFAULT_R
             raise LibraryError(f"{_size_text(winner.nbytes)}: {winner.label or winner.variant}: no separator makes "
                                f"{calls} calls with the caller's accesses between them safe: "
                                + "; ".join(f"{b}: {w}" for b, w in said.items()))
-        say(f"{_size_text(winner.nbytes)}: {winner.label}: {chosen.between} between calls, every prefix of "
-            f"{calls} calls verified")
+        say(f"{_size_text(winner.nbytes)}: {winner.label}: {chosen.between} between calls, "
+            + (f"any number of calls verified ({chosen.proof.calls} calls explored, {chosen.proof.states} states): "
+               "no reset" if chosen.endless else f"every prefix of {calls} calls verified"))
         entries.append(chosen)
     if not entries:
         raise LibraryError("no winner to emit: tune found no verified variant at any size")
     return entries
+
+
+def _endless_entry(base: ir.Schedule, winner: Winner, between: str, calls: int, timeout: float | None,
+                   said: dict[str, str]) -> Entry | None:
+    """The entry of calls without end (no reset), when `check.unbounded` proves any number of calls
+    with `between` safe; else None, with the reason in `said`. Copy-engine puts (their signal values are
+    the host's, which a CUDA graph cannot move on) and compute ops (their outputs' hash seeds name the
+    op's place in the calls) keep a reset every `calls` calls."""
+    from ...check.unbounded import check_unbounded
+    from ...lowering.repeat import RepeatError, periodic_caller
+
+    key = f"{between}, calls without end"
+    if winner.copy_engine:
+        said[key] = "not tried: puts on the copy engine take their signal values from the host"
+        return None
+    if any(isinstance(op, ir.Compute) for p in base.programs for op in p.ops):
+        said[key] = "not tried: a compute op's output depends on its place in the calls"
+        return None
+    period = 2 if between == "alternate" else 1
+
+    def make(k: int):
+        lowered = lower(base, Build("nvshmem", k, between, packets=winner.packets))
+        return periodic_caller(lowered.sched, lowered.kernel_starts or {}, k, base, between)
+
+    try:
+        proof = check_unbounded(make, period, timeout=min(timeout or ENDLESS_TIMEOUT_S, ENDLESS_TIMEOUT_S),
+                                max_states=ENDLESS_MAX_STATES)
+        lowered = lower(base, Build("nvshmem", 3 * period, between, packets=winner.packets))
+    except RepeatError as exc:
+        said[key] = f"cannot repeat: {exc}"
+        return None
+    if not proof.verified:
+        said[key] = (proof.reason if proof.reason.startswith("incomplete") else
+                     f"not proven ({proof.calls} calls explored): {proof.reason}")
+        return None
+    said[key] = f"verified for any number of calls ({proof.calls} calls, {proof.states} states explored)"
+    entry = Entry(winner, between, calls, lowered, said, endless=period, proof=proof)
+    entry.epoch_steps()  # periodic, or LibraryError
+    return entry
 
 
 # ------------------------------------------------------------------------------- the C++ text
@@ -273,6 +352,7 @@ def describe(entries: list[Entry], provenance: dict) -> dict:
                        "label": e.winner.label, "between": e.between, "measured_between": e.winner.between,
                        "time_us": e.winner.time_us, "nccl_us": e.winner.nccl_us, "measured": e.winner.measured,
                        "timing": e.winner.timing,
+                       "calls_without_end": bool(e.endless),
                        "checker": e.said} for e in entries]}
 
 
@@ -416,6 +496,9 @@ def _generate_entry(entry: Entry, k: int) -> tuple[list[str], dict]:
     gen = Gen(sched, TARGET, lowered=entry.program)
     state = gen.state.setdefault("nvshmem", {})
     state["library"] = True
+    if entry.endless:
+        state["endless"] = (entry.endless, entry.endless)  # (period, the first call of the middle period)
+        state["epoch_steps"] = entry.epoch_steps()
     text = [f"namespace cw_size{k} {{  // {_size_text(entry.winner.nbytes)}: {cuda.comment(entry.winner.label)}, "
             f"{entry.between} between calls"]
     for rank in range(sched.world):
@@ -491,7 +574,6 @@ def source(entries: list[Entry], provenance: dict) -> str:
         *tables,
         "};",
         f"const int CWL_NSIZES = {len(entries)};",
-        f"const int CWL_RESET_EVERY = {entries[0].calls};",
         f"const size_t CWL_SIZE_BYTES[] = {{{', '.join(f'{e.winner.nbytes}ULL' for e in entries)}}};",
         "",
         DISPATCH_LOGIC.rstrip(),
@@ -588,6 +670,7 @@ def _reset_kernel() -> list[str]:
         "struct CwlReset {",
         "  uint64_t* sig; int words; unsigned* arrive; int counters; CwlArea* areas; int nareas;",
         "  int meet_first;  // 0 only right after a size's K-th call (cwl_step's CWL_RESET_AFTER_BLOCK)",
+        "  unsigned long long* calls;  // calls without end: the call count and arrivals (else null)",
         "};",
         "// The state every checked schedule starts from, restored before a size's first call, after K of its",
         "// calls, and where a graph may have replayed (cwl_prepare says when). One block.",
@@ -605,6 +688,7 @@ def _reset_kernel() -> list[str]:
         "  //    any values in them.",
         "  for (int i = threadIdx.x; i < r.words; i += blockDim.x) r.sig[i] = 0;",
         "  for (int i = threadIdx.x; i < r.counters; i += blockDim.x) r.arrive[i] = 0;",
+        "  if (r.calls && threadIdx.x < 2) r.calls[threadIdx.x] = 0;  // calls without end count from 0 again",
         "  for (int a = 0; a < r.nareas; ++a) {",
         "    uint4* p = (uint4*)r.areas[a].ptr;",
         "    for (size_t i = threadIdx.x; i < r.areas[a].bytes / 16; i += blockDim.x) p[i] = make_uint4(0, 0, 0, 0);",
@@ -634,6 +718,8 @@ def _entry_struct() -> list[str]:
         "  CwlArea* areas;            // device: the packet areas a reset zeroes",
         "  int nareas;",
         "  char* scratch[8];          // this PE's scratch (staged sources)",
+        "  unsigned long long* calls; // calls without end: this PE's calls so far, then the blocks' arrivals",
+        "  int every;                 // the calls between two resets (0: calls without end, no reset)",
         "};",
     ]
 
@@ -641,7 +727,7 @@ def _entry_struct() -> list[str]:
 def _entry_row(entry: Entry, k: int, info: dict) -> str:
     label = f"{entry.winner.label or entry.winner.variant}, {entry.between} between calls"
     return (f"  {{{entry.winner.nbytes}ULL, {cuda.literal(label)}, {_words(entry)}, nullptr, nullptr, nullptr, "
-            "0, 0, 0, 1, nullptr, 0, {}},")
+            f"0, 0, 0, 1, nullptr, 0, {{}}, nullptr, {0 if entry.endless else entry.calls}}},")
 
 
 def _entry_host(entry: Entry, k: int, info: dict, slot: dict[str, int]) -> list[str]:
@@ -661,11 +747,13 @@ def _entry_host(entry: Entry, k: int, info: dict, slot: dict[str, int]) -> list[
         if len(items) > 8:
             raise LibraryError(f"{_size_text(entry.winner.nbytes)}: rank {rank} needs {len(items)} scratch copies; "
                                "the library keeps at most 8")
-        kernels = kernel_names(rank, plan.kernels)
+        kernels = kernel_names(rank, plan.kernels) if not entry.endless else [f"cw_nv_rank{rank}_every_call"]
         colls = info["collective"][rank]
+        if entry.endless:  # the one kernel runs the middle period's calls: a collective if any of them is
+            colls = [any(colls[entry.endless:2 * entry.endless])]
         sequence = info.get("sequence", {}).get(rank, [])
         engine = any(kind == "host" for kind, _what, _op in sequence)
-        if plan.kernels != entry.calls and not engine:
+        if plan.kernels != (3 * entry.endless or entry.calls) and not engine:
             raise LibraryError(f"{_size_text(entry.winner.nbytes)}: rank {rank} has {plan.kernels} kernels for "
                                f"{entry.calls} calls")
         areas = [d for d in sched.programs[rank].buffers if d.role == "packets"]
@@ -714,8 +802,11 @@ def _entry_host(entry: Entry, k: int, info: dict, slot: dict[str, int]) -> list[
                  f"      cw_size{k}::CwNvArgs{rank} a;",
                  *[f"      {line}" for line in fill],
                  "      a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;",
-                 *(_call_sequence(sequence, entry.starts.get(rank, []), entry.calls) if engine else
-                   ["      return cwl_launch(kernels[call], &a, z.grid, s, collective[call]);"]),
+                 *(["      a.calls = z.calls; a.calls_arrive = (unsigned*)(z.calls + 1);",
+                    "      (void)call;  // the kernel counts its calls itself (device memory, in stream order)",
+                    "      return cwl_launch(kernels[0], &a, z.grid, s, collective[0]);"] if entry.endless else []),
+                 *([] if entry.endless else _call_sequence(sequence, entry.starts.get(rank, []), entry.calls)
+                   if engine else ["      return cwl_launch(kernels[call], &a, z.grid, s, collective[call]);"]),
                  "    }"]
     setup += ["  }", "  return 0;", "}", ""]
     call += ["  }", "  return 0;", "}", ""]
@@ -770,20 +861,21 @@ struct CwlState {
 // verified every prefix of `every` calls of one size from the start state, so a reset is due before a
 // size's first call, after `every` of its calls, at a capture's first call (a graph may replay after
 // anything), and outside a capture once any call was captured (a replay may have run since the last
-// call, and the host cannot see it). Returns CWL_KEEP (no reset), CWL_RESET (a reset from a state not
+// call, and the host cannot see it); with `every` 0 (calls without end, proven for any number), never
+// for the number of calls. Returns CWL_KEEP (no reset), CWL_RESET (a reset from a state not
 // known here: the PEs meet first) or CWL_RESET_AFTER_BLOCK (right after the `every`-th call of this
 // size, whose kernel ended with every block's quiet and every PE meeting: that meeting is not repeated).
 enum { CWL_KEEP = 0, CWL_RESET = 1, CWL_RESET_AFTER_BLOCK = 2 };
 inline int cwl_step(CwlState& st, int k, bool capturing, unsigned long long id, int every, int* call) {
   bool unknown = st.current != k || (capturing && id != st.capture) || (!capturing && st.captured);
-  bool full = !unknown && st.calls >= every;
+  bool full = !unknown && every > 0 && st.calls >= every;  // every 0: calls without end, never full
   st.capture = capturing ? id : 0;
   if (capturing) st.captured = true;
   if (unknown || full) {
     st.current = k;
     st.calls = 0;
   }
-  *call = st.calls++;
+  *call = every > 0 ? st.calls++ : 0;
   return unknown ? CWL_RESET : (full ? CWL_RESET_AFTER_BLOCK : CWL_KEEP);
 }
 """)
@@ -853,6 +945,10 @@ def _api(name: str, up: str, world: int, ncaller: int, nsizes: int) -> list[str]
         "    CWL_CUDA(cudaMalloc((void**)&z.arrive, std::max(z.counters, 1) * sizeof(unsigned)));",
         "    CWL_CUDA(cudaMemset(z.arrive, 0, std::max(z.counters, 1) * sizeof(unsigned)));",
         "    CWL_CUDA(cudaMalloc((void**)&z.hash, std::max(z.hashes * z.grid, 1) * sizeof(unsigned long long)));",
+        "    if (z.every == 0) {  // calls without end: the call count (word 0) and the blocks' arrivals (word 1)",
+        "      CWL_CUDA(cudaMalloc((void**)&z.calls, 2 * sizeof(unsigned long long)));",
+        "      CWL_CUDA(cudaMemset(z.calls, 0, 2 * sizeof(unsigned long long)));",
+        "    }",
         "    most = std::max(most, z.grid);",
         "  }",
         "  CWL_CUDA(cudaMalloc((void**)&cwl_marks, (1 + most) * sizeof(uint32_t)));",
@@ -905,10 +1001,11 @@ def _api(name: str, up: str, world: int, ncaller: int, nsizes: int) -> list[str]
         "  }",
         "  cwl_stream = s;",
         "  cwl_have_stream = true;",
-        "  int how = cwl_step(cwl_state, k, capturing, id, CWL_RESET_EVERY, call);",
+        "  int how = cwl_step(cwl_state, k, capturing, id, cwl_sizes[k].every, call);",
         "  if (how == CWL_KEEP) return 0;",
         "  CwlSize& z = cwl_sizes[k];",
-        "  CwlReset r = {z.sig, z.words, z.arrive, std::max(z.counters, 1), z.areas, z.nareas, how == CWL_RESET};",
+        "  CwlReset r = {z.sig, z.words, z.arrive, std::max(z.counters, 1), z.areas, z.nareas, how == CWL_RESET, "
+        "z.calls};",
         "  return cwl_launch((const void*)cwl_reset_kernel, &r, 1, s, true);  // it calls nvshmem_barrier_all",
         "}",
         f"}}  // namespace {name}_impl",
@@ -940,7 +1037,9 @@ def _api(name: str, up: str, world: int, ncaller: int, nsizes: int) -> list[str]
         "    CWL_CUDA(cudaFree(z.hash));",
         "    if (z.areas) CWL_CUDA(cudaFree(z.areas));",
         "    for (char* p : z.scratch) if (p) CWL_CUDA(cudaFree(p));",
-        "    z = CwlSize{z.bytes, z.label, z.words, nullptr, nullptr, nullptr, 0, 0, 0, 1, nullptr, 0, {}};",
+        "    if (z.calls) CWL_CUDA(cudaFree(z.calls));",
+        "    z = CwlSize{z.bytes, z.label, z.words, nullptr, nullptr, nullptr, 0, 0, 0, 1, nullptr, 0, {}, nullptr, "
+        "z.every};",
         "  }",
         "  for (int i = CWL_NBUFFERS - 1; i >= 0; --i) "
         "{ nvshmem_free(cwl_buffers[i].ptr); cwl_buffers[i].ptr = nullptr; }",
