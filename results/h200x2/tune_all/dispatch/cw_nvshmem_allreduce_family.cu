@@ -187,21 +187,16 @@ __device__ inline bool cw_nv_last(unsigned* counter, bool fence) {
 
 // A library's kernel for every call (calls without end, codegen/library): this PE's number of the call,
 // counted on the device in stream order, so a CUDA graph replayed any number of times counts on too.
-// Every block reads the count, then arrives; the last block to arrive has seen every other block's read
-// (each fenced its read before its arrival) and moves the count on for the next call's kernel, which
-// starts after this one has ended (stream order). It leaves the arrival counter at 0.
-__device__ inline unsigned long long cw_nv_call_number(unsigned long long* count, unsigned* arrive) {
-  __shared__ unsigned long long number;
-  if (threadIdx.x == 0) {
-    number = *(volatile unsigned long long*)count;
-    __threadfence();  // the read is done before this block counts itself in
-    if (atomicAdd(arrive, 1u) == gridDim.x - 1) {
-      *arrive = 0u;
-      *count = number + 1ULL;
-    }
-  }
-  __syncthreads();
-  return number;
+// Each block keeps its own count (word blockIdx.x: the grid is the same for every call of a size), read
+// by its threads as the kernel starts and moved on by its thread 0 once every thread of the block is
+// past its read (`cw_nv_next_call`); the next call's kernel starts after this one has ended (stream
+// order), so its blocks read the new counts. No atomic and no fence on the way to the first put.
+__device__ inline unsigned long long cw_nv_call_number(const unsigned long long* count) {
+  return count[blockIdx.x];
+}
+__device__ inline void cw_nv_next_call(unsigned long long* count, unsigned long long number) {
+  __syncthreads();  // every thread of the block read the count before it moves on
+  if (threadIdx.x == 0) count[blockIdx.x] = number + 1ULL;
 }
 
 // Every block completes its own deliveries (quiet), then every block waits for every other.
@@ -492,8 +487,7 @@ struct CwNvArgs0 {
   uint32_t* marks;  // progress words (host-mapped)
   unsigned* arrive;
   unsigned long long* hash;
-  unsigned long long* calls;  // this PE's calls so far (device memory)
-  unsigned* calls_arrive;  // the blocks that have read it
+  unsigned long long* calls;  // this PE's calls so far, one count per block (device memory)
 };
 
 // every call: the kernel of call 2 (to 3) of the checked calls, its
@@ -518,7 +512,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_every_call(CwNvArgs
   [[maybe_unused]] unsigned* cw_arrive = a.arrive;
   [[maybe_unused]] unsigned long long* cw_hash = a.hash;
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
-  const unsigned long long cw_call = cw_nv_call_number(a.calls, a.calls_arrive);
+  const unsigned long long cw_call = cw_nv_call_number(a.calls);
   // this call's epoch less the epoch of call 2's copy (modulo 2**64: the first calls' is -1)
   [[maybe_unused]] const unsigned long long cw_epoch = cw_call / 2 - 1ULL;
   if (cw_call % 2 == 0) {  // calls 0, 2, ... (the copies of call parity 0)
@@ -600,6 +594,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_every_call(CwNvArgs
     __syncthreads();
     if (threadIdx.x == 0) nvshmem_fence();
   }
+  cw_nv_next_call(a.calls, cw_call);  // the count of this block for the next call's kernel
 }
 
 // ---------------------------------------------------------------------------------- rank 1
@@ -617,8 +612,7 @@ struct CwNvArgs1 {
   uint32_t* marks;  // progress words (host-mapped)
   unsigned* arrive;
   unsigned long long* hash;
-  unsigned long long* calls;  // this PE's calls so far (device memory)
-  unsigned* calls_arrive;  // the blocks that have read it
+  unsigned long long* calls;  // this PE's calls so far, one count per block (device memory)
 };
 
 // every call: the kernel of call 2 (to 3) of the checked calls, its
@@ -643,7 +637,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_every_call(CwNvArgs
   [[maybe_unused]] unsigned* cw_arrive = a.arrive;
   [[maybe_unused]] unsigned long long* cw_hash = a.hash;
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
-  const unsigned long long cw_call = cw_nv_call_number(a.calls, a.calls_arrive);
+  const unsigned long long cw_call = cw_nv_call_number(a.calls);
   // this call's epoch less the epoch of call 2's copy (modulo 2**64: the first calls' is -1)
   [[maybe_unused]] const unsigned long long cw_epoch = cw_call / 2 - 1ULL;
   if (cw_call % 2 == 0) {  // calls 0, 2, ... (the copies of call parity 0)
@@ -725,6 +719,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_every_call(CwNvArgs
     __syncthreads();
     if (threadIdx.x == 0) nvshmem_fence();
   }
+  cw_nv_next_call(a.calls, cw_call);  // the count of this block for the next call's kernel
 }
 
 }  // namespace cw_size0
@@ -745,8 +740,7 @@ struct CwNvArgs0 {
   uint32_t* marks;  // progress words (host-mapped)
   unsigned* arrive;
   unsigned long long* hash;
-  unsigned long long* calls;  // this PE's calls so far (device memory)
-  unsigned* calls_arrive;  // the blocks that have read it
+  unsigned long long* calls;  // this PE's calls so far, one count per block (device memory)
 };
 
 // every call: the kernel of call 2 (to 3) of the checked calls, its
@@ -771,7 +765,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_every_call(CwNvArgs
   [[maybe_unused]] unsigned* cw_arrive = a.arrive;
   [[maybe_unused]] unsigned long long* cw_hash = a.hash;
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
-  const unsigned long long cw_call = cw_nv_call_number(a.calls, a.calls_arrive);
+  const unsigned long long cw_call = cw_nv_call_number(a.calls);
   // this call's epoch less the epoch of call 2's copy (modulo 2**64: the first calls' is -1)
   [[maybe_unused]] const unsigned long long cw_epoch = cw_call / 2 - 1ULL;
   if (cw_call % 2 == 0) {  // calls 0, 2, ... (the copies of call parity 0)
@@ -853,6 +847,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_every_call(CwNvArgs
     __syncthreads();
     if (threadIdx.x == 0) nvshmem_fence();
   }
+  cw_nv_next_call(a.calls, cw_call);  // the count of this block for the next call's kernel
 }
 
 // ---------------------------------------------------------------------------------- rank 1
@@ -870,8 +865,7 @@ struct CwNvArgs1 {
   uint32_t* marks;  // progress words (host-mapped)
   unsigned* arrive;
   unsigned long long* hash;
-  unsigned long long* calls;  // this PE's calls so far (device memory)
-  unsigned* calls_arrive;  // the blocks that have read it
+  unsigned long long* calls;  // this PE's calls so far, one count per block (device memory)
 };
 
 // every call: the kernel of call 2 (to 3) of the checked calls, its
@@ -896,7 +890,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_every_call(CwNvArgs
   [[maybe_unused]] unsigned* cw_arrive = a.arrive;
   [[maybe_unused]] unsigned long long* cw_hash = a.hash;
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
-  const unsigned long long cw_call = cw_nv_call_number(a.calls, a.calls_arrive);
+  const unsigned long long cw_call = cw_nv_call_number(a.calls);
   // this call's epoch less the epoch of call 2's copy (modulo 2**64: the first calls' is -1)
   [[maybe_unused]] const unsigned long long cw_epoch = cw_call / 2 - 1ULL;
   if (cw_call % 2 == 0) {  // calls 0, 2, ... (the copies of call parity 0)
@@ -978,6 +972,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_every_call(CwNvArgs
     __syncthreads();
     if (threadIdx.x == 0) nvshmem_fence();
   }
+  cw_nv_next_call(a.calls, cw_call);  // the count of this block for the next call's kernel
 }
 
 }  // namespace cw_size1
@@ -994,8 +989,7 @@ struct CwNvArgs0 {
   uint32_t* marks;  // progress words (host-mapped)
   unsigned* arrive;
   unsigned long long* hash;
-  unsigned long long* calls;  // this PE's calls so far (device memory)
-  unsigned* calls_arrive;  // the blocks that have read it
+  unsigned long long* calls;  // this PE's calls so far, one count per block (device memory)
 };
 
 // every call: the kernel of call 2 (to 3) of the checked calls, its
@@ -1016,7 +1010,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_every_call(CwNvArgs
   [[maybe_unused]] unsigned* cw_arrive = a.arrive;
   [[maybe_unused]] unsigned long long* cw_hash = a.hash;
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
-  const unsigned long long cw_call = cw_nv_call_number(a.calls, a.calls_arrive);
+  const unsigned long long cw_call = cw_nv_call_number(a.calls);
   // this call's epoch less the epoch of call 2's copy (modulo 2**64: the first calls' is -1)
   [[maybe_unused]] const unsigned long long cw_epoch = cw_call / 2 - 1ULL;
   if (cw_call % 2 == 0) {  // calls 0, 2, ... (the copies of call parity 0)
@@ -1066,6 +1060,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_every_call(CwNvArgs
     __syncthreads();
     if (threadIdx.x == 0) nvshmem_fence();
   }
+  cw_nv_next_call(a.calls, cw_call);  // the count of this block for the next call's kernel
 }
 
 // ---------------------------------------------------------------------------------- rank 1
@@ -1079,8 +1074,7 @@ struct CwNvArgs1 {
   uint32_t* marks;  // progress words (host-mapped)
   unsigned* arrive;
   unsigned long long* hash;
-  unsigned long long* calls;  // this PE's calls so far (device memory)
-  unsigned* calls_arrive;  // the blocks that have read it
+  unsigned long long* calls;  // this PE's calls so far, one count per block (device memory)
 };
 
 // every call: the kernel of call 2 (to 3) of the checked calls, its
@@ -1101,7 +1095,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_every_call(CwNvArgs
   [[maybe_unused]] unsigned* cw_arrive = a.arrive;
   [[maybe_unused]] unsigned long long* cw_hash = a.hash;
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
-  const unsigned long long cw_call = cw_nv_call_number(a.calls, a.calls_arrive);
+  const unsigned long long cw_call = cw_nv_call_number(a.calls);
   // this call's epoch less the epoch of call 2's copy (modulo 2**64: the first calls' is -1)
   [[maybe_unused]] const unsigned long long cw_epoch = cw_call / 2 - 1ULL;
   if (cw_call % 2 == 0) {  // calls 0, 2, ... (the copies of call parity 0)
@@ -1151,6 +1145,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_every_call(CwNvArgs
     __syncthreads();
     if (threadIdx.x == 0) nvshmem_fence();
   }
+  cw_nv_next_call(a.calls, cw_call);  // the count of this block for the next call's kernel
 }
 
 }  // namespace cw_size2
@@ -1167,8 +1162,7 @@ struct CwNvArgs0 {
   uint32_t* marks;  // progress words (host-mapped)
   unsigned* arrive;
   unsigned long long* hash;
-  unsigned long long* calls;  // this PE's calls so far (device memory)
-  unsigned* calls_arrive;  // the blocks that have read it
+  unsigned long long* calls;  // this PE's calls so far, one count per block (device memory)
 };
 
 // every call: the kernel of call 2 (to 3) of the checked calls, its
@@ -1189,7 +1183,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_every_call(CwNvArgs
   [[maybe_unused]] unsigned* cw_arrive = a.arrive;
   [[maybe_unused]] unsigned long long* cw_hash = a.hash;
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
-  const unsigned long long cw_call = cw_nv_call_number(a.calls, a.calls_arrive);
+  const unsigned long long cw_call = cw_nv_call_number(a.calls);
   // this call's epoch less the epoch of call 2's copy (modulo 2**64: the first calls' is -1)
   [[maybe_unused]] const unsigned long long cw_epoch = cw_call / 2 - 1ULL;
   if (cw_call % 2 == 0) {  // calls 0, 2, ... (the copies of call parity 0)
@@ -1247,6 +1241,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_every_call(CwNvArgs
     __syncthreads();
     if (threadIdx.x == 0) nvshmem_fence();
   }
+  cw_nv_next_call(a.calls, cw_call);  // the count of this block for the next call's kernel
 }
 
 // ---------------------------------------------------------------------------------- rank 1
@@ -1260,8 +1255,7 @@ struct CwNvArgs1 {
   uint32_t* marks;  // progress words (host-mapped)
   unsigned* arrive;
   unsigned long long* hash;
-  unsigned long long* calls;  // this PE's calls so far (device memory)
-  unsigned* calls_arrive;  // the blocks that have read it
+  unsigned long long* calls;  // this PE's calls so far, one count per block (device memory)
 };
 
 // every call: the kernel of call 2 (to 3) of the checked calls, its
@@ -1282,7 +1276,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_every_call(CwNvArgs
   [[maybe_unused]] unsigned* cw_arrive = a.arrive;
   [[maybe_unused]] unsigned long long* cw_hash = a.hash;
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
-  const unsigned long long cw_call = cw_nv_call_number(a.calls, a.calls_arrive);
+  const unsigned long long cw_call = cw_nv_call_number(a.calls);
   // this call's epoch less the epoch of call 2's copy (modulo 2**64: the first calls' is -1)
   [[maybe_unused]] const unsigned long long cw_epoch = cw_call / 2 - 1ULL;
   if (cw_call % 2 == 0) {  // calls 0, 2, ... (the copies of call parity 0)
@@ -1340,6 +1334,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_every_call(CwNvArgs
     __syncthreads();
     if (threadIdx.x == 0) nvshmem_fence();
   }
+  cw_nv_next_call(a.calls, cw_call);  // the count of this block for the next call's kernel
 }
 
 }  // namespace cw_size3
@@ -1356,8 +1351,7 @@ struct CwNvArgs0 {
   uint32_t* marks;  // progress words (host-mapped)
   unsigned* arrive;
   unsigned long long* hash;
-  unsigned long long* calls;  // this PE's calls so far (device memory)
-  unsigned* calls_arrive;  // the blocks that have read it
+  unsigned long long* calls;  // this PE's calls so far, one count per block (device memory)
 };
 
 // every call: the kernel of call 2 (to 3) of the checked calls, its
@@ -1378,7 +1372,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_every_call(CwNvArgs
   [[maybe_unused]] unsigned* cw_arrive = a.arrive;
   [[maybe_unused]] unsigned long long* cw_hash = a.hash;
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
-  const unsigned long long cw_call = cw_nv_call_number(a.calls, a.calls_arrive);
+  const unsigned long long cw_call = cw_nv_call_number(a.calls);
   // this call's epoch less the epoch of call 2's copy (modulo 2**64: the first calls' is -1)
   [[maybe_unused]] const unsigned long long cw_epoch = cw_call / 2 - 1ULL;
   if (cw_call % 2 == 0) {  // calls 0, 2, ... (the copies of call parity 0)
@@ -1436,6 +1430,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_every_call(CwNvArgs
     __syncthreads();
     if (threadIdx.x == 0) nvshmem_fence();
   }
+  cw_nv_next_call(a.calls, cw_call);  // the count of this block for the next call's kernel
 }
 
 // ---------------------------------------------------------------------------------- rank 1
@@ -1449,8 +1444,7 @@ struct CwNvArgs1 {
   uint32_t* marks;  // progress words (host-mapped)
   unsigned* arrive;
   unsigned long long* hash;
-  unsigned long long* calls;  // this PE's calls so far (device memory)
-  unsigned* calls_arrive;  // the blocks that have read it
+  unsigned long long* calls;  // this PE's calls so far, one count per block (device memory)
 };
 
 // every call: the kernel of call 2 (to 3) of the checked calls, its
@@ -1471,7 +1465,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_every_call(CwNvArgs
   [[maybe_unused]] unsigned* cw_arrive = a.arrive;
   [[maybe_unused]] unsigned long long* cw_hash = a.hash;
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
-  const unsigned long long cw_call = cw_nv_call_number(a.calls, a.calls_arrive);
+  const unsigned long long cw_call = cw_nv_call_number(a.calls);
   // this call's epoch less the epoch of call 2's copy (modulo 2**64: the first calls' is -1)
   [[maybe_unused]] const unsigned long long cw_epoch = cw_call / 2 - 1ULL;
   if (cw_call % 2 == 0) {  // calls 0, 2, ... (the copies of call parity 0)
@@ -1529,6 +1523,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_every_call(CwNvArgs
     __syncthreads();
     if (threadIdx.x == 0) nvshmem_fence();
   }
+  cw_nv_next_call(a.calls, cw_call);  // the count of this block for the next call's kernel
 }
 
 }  // namespace cw_size4
@@ -1544,8 +1539,7 @@ struct CwNvArgs0 {
   uint32_t* marks;  // progress words (host-mapped)
   unsigned* arrive;
   unsigned long long* hash;
-  unsigned long long* calls;  // this PE's calls so far (device memory)
-  unsigned* calls_arrive;  // the blocks that have read it
+  unsigned long long* calls;  // this PE's calls so far, one count per block (device memory)
 };
 
 // every call: the kernel of call 1 (to 1) of the checked calls, its
@@ -1565,7 +1559,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_every_call(CwNvArgs
   [[maybe_unused]] unsigned* cw_arrive = a.arrive;
   [[maybe_unused]] unsigned long long* cw_hash = a.hash;
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
-  const unsigned long long cw_call = cw_nv_call_number(a.calls, a.calls_arrive);
+  const unsigned long long cw_call = cw_nv_call_number(a.calls);
   // this call's epoch less the epoch of call 1's copy (modulo 2**64: the first calls' is -1)
   [[maybe_unused]] const unsigned long long cw_epoch = cw_call / 1 - 1ULL;
   if (cw_call % 1 == 0) {
@@ -1614,6 +1608,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_every_call(CwNvArgs
     __syncthreads();
     if (threadIdx.x == 0) nvshmem_fence();
   }
+  cw_nv_next_call(a.calls, cw_call);  // the count of this block for the next call's kernel
 }
 
 // ---------------------------------------------------------------------------------- rank 1
@@ -1626,8 +1621,7 @@ struct CwNvArgs1 {
   uint32_t* marks;  // progress words (host-mapped)
   unsigned* arrive;
   unsigned long long* hash;
-  unsigned long long* calls;  // this PE's calls so far (device memory)
-  unsigned* calls_arrive;  // the blocks that have read it
+  unsigned long long* calls;  // this PE's calls so far, one count per block (device memory)
 };
 
 // every call: the kernel of call 1 (to 1) of the checked calls, its
@@ -1647,7 +1641,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_every_call(CwNvArgs
   [[maybe_unused]] unsigned* cw_arrive = a.arrive;
   [[maybe_unused]] unsigned long long* cw_hash = a.hash;
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
-  const unsigned long long cw_call = cw_nv_call_number(a.calls, a.calls_arrive);
+  const unsigned long long cw_call = cw_nv_call_number(a.calls);
   // this call's epoch less the epoch of call 1's copy (modulo 2**64: the first calls' is -1)
   [[maybe_unused]] const unsigned long long cw_epoch = cw_call / 1 - 1ULL;
   if (cw_call % 1 == 0) {
@@ -1696,6 +1690,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_every_call(CwNvArgs
     __syncthreads();
     if (threadIdx.x == 0) nvshmem_fence();
   }
+  cw_nv_next_call(a.calls, cw_call);  // the count of this block for the next call's kernel
 }
 
 }  // namespace cw_size5
@@ -1711,8 +1706,7 @@ struct CwNvArgs0 {
   uint32_t* marks;  // progress words (host-mapped)
   unsigned* arrive;
   unsigned long long* hash;
-  unsigned long long* calls;  // this PE's calls so far (device memory)
-  unsigned* calls_arrive;  // the blocks that have read it
+  unsigned long long* calls;  // this PE's calls so far, one count per block (device memory)
 };
 
 // every call: the kernel of call 1 (to 1) of the checked calls, its
@@ -1732,7 +1726,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_every_call(CwNvArgs
   [[maybe_unused]] unsigned* cw_arrive = a.arrive;
   [[maybe_unused]] unsigned long long* cw_hash = a.hash;
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
-  const unsigned long long cw_call = cw_nv_call_number(a.calls, a.calls_arrive);
+  const unsigned long long cw_call = cw_nv_call_number(a.calls);
   // this call's epoch less the epoch of call 1's copy (modulo 2**64: the first calls' is -1)
   [[maybe_unused]] const unsigned long long cw_epoch = cw_call / 1 - 1ULL;
   if (cw_call % 1 == 0) {
@@ -1781,6 +1775,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_every_call(CwNvArgs
     __syncthreads();
     if (threadIdx.x == 0) nvshmem_fence();
   }
+  cw_nv_next_call(a.calls, cw_call);  // the count of this block for the next call's kernel
 }
 
 // ---------------------------------------------------------------------------------- rank 1
@@ -1793,8 +1788,7 @@ struct CwNvArgs1 {
   uint32_t* marks;  // progress words (host-mapped)
   unsigned* arrive;
   unsigned long long* hash;
-  unsigned long long* calls;  // this PE's calls so far (device memory)
-  unsigned* calls_arrive;  // the blocks that have read it
+  unsigned long long* calls;  // this PE's calls so far, one count per block (device memory)
 };
 
 // every call: the kernel of call 1 (to 1) of the checked calls, its
@@ -1814,7 +1808,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_every_call(CwNvArgs
   [[maybe_unused]] unsigned* cw_arrive = a.arrive;
   [[maybe_unused]] unsigned long long* cw_hash = a.hash;
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
-  const unsigned long long cw_call = cw_nv_call_number(a.calls, a.calls_arrive);
+  const unsigned long long cw_call = cw_nv_call_number(a.calls);
   // this call's epoch less the epoch of call 1's copy (modulo 2**64: the first calls' is -1)
   [[maybe_unused]] const unsigned long long cw_epoch = cw_call / 1 - 1ULL;
   if (cw_call % 1 == 0) {
@@ -1863,6 +1857,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_every_call(CwNvArgs
     __syncthreads();
     if (threadIdx.x == 0) nvshmem_fence();
   }
+  cw_nv_next_call(a.calls, cw_call);  // the count of this block for the next call's kernel
 }
 
 }  // namespace cw_size6
@@ -1878,8 +1873,7 @@ struct CwNvArgs0 {
   uint32_t* marks;  // progress words (host-mapped)
   unsigned* arrive;
   unsigned long long* hash;
-  unsigned long long* calls;  // this PE's calls so far (device memory)
-  unsigned* calls_arrive;  // the blocks that have read it
+  unsigned long long* calls;  // this PE's calls so far, one count per block (device memory)
 };
 
 // every call: the kernel of call 1 (to 1) of the checked calls, its
@@ -1899,7 +1893,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_every_call(CwNvArgs
   [[maybe_unused]] unsigned* cw_arrive = a.arrive;
   [[maybe_unused]] unsigned long long* cw_hash = a.hash;
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
-  const unsigned long long cw_call = cw_nv_call_number(a.calls, a.calls_arrive);
+  const unsigned long long cw_call = cw_nv_call_number(a.calls);
   // this call's epoch less the epoch of call 1's copy (modulo 2**64: the first calls' is -1)
   [[maybe_unused]] const unsigned long long cw_epoch = cw_call / 1 - 1ULL;
   if (cw_call % 1 == 0) {
@@ -1948,6 +1942,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_every_call(CwNvArgs
     __syncthreads();
     if (threadIdx.x == 0) nvshmem_fence();
   }
+  cw_nv_next_call(a.calls, cw_call);  // the count of this block for the next call's kernel
 }
 
 // ---------------------------------------------------------------------------------- rank 1
@@ -1960,8 +1955,7 @@ struct CwNvArgs1 {
   uint32_t* marks;  // progress words (host-mapped)
   unsigned* arrive;
   unsigned long long* hash;
-  unsigned long long* calls;  // this PE's calls so far (device memory)
-  unsigned* calls_arrive;  // the blocks that have read it
+  unsigned long long* calls;  // this PE's calls so far, one count per block (device memory)
 };
 
 // every call: the kernel of call 1 (to 1) of the checked calls, its
@@ -1981,7 +1975,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_every_call(CwNvArgs
   [[maybe_unused]] unsigned* cw_arrive = a.arrive;
   [[maybe_unused]] unsigned long long* cw_hash = a.hash;
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
-  const unsigned long long cw_call = cw_nv_call_number(a.calls, a.calls_arrive);
+  const unsigned long long cw_call = cw_nv_call_number(a.calls);
   // this call's epoch less the epoch of call 1's copy (modulo 2**64: the first calls' is -1)
   [[maybe_unused]] const unsigned long long cw_epoch = cw_call / 1 - 1ULL;
   if (cw_call % 1 == 0) {
@@ -2030,6 +2024,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_every_call(CwNvArgs
     __syncthreads();
     if (threadIdx.x == 0) nvshmem_fence();
   }
+  cw_nv_next_call(a.calls, cw_call);  // the count of this block for the next call's kernel
 }
 
 }  // namespace cw_size7
@@ -2039,7 +2034,7 @@ struct CwlArea { void* ptr; size_t bytes; };
 struct CwlReset {
   uint64_t* sig; int words; unsigned* arrive; int counters; CwlArea* areas; int nareas;
   int meet_first;  // 0 only right after a size's K-th call (cwl_step's CWL_RESET_AFTER_BLOCK)
-  unsigned long long* calls;  // calls without end: the call count and arrivals (else null)
+  unsigned long long* calls; int grid;  // calls without end: a call count per block (else null)
 };
 // The state every checked schedule starts from, restored before a size's first call, after K of its
 // calls, and where a graph may have replayed (cwl_prepare says when). One block.
@@ -2057,7 +2052,7 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cwl_reset_kernel(CwlReset r) {
   //    any values in them.
   for (int i = threadIdx.x; i < r.words; i += blockDim.x) r.sig[i] = 0;
   for (int i = threadIdx.x; i < r.counters; i += blockDim.x) r.arrive[i] = 0;
-  if (r.calls && threadIdx.x < 2) r.calls[threadIdx.x] = 0;  // calls without end count from 0 again
+  if (r.calls) for (int i = threadIdx.x; i < r.grid; i += blockDim.x) r.calls[i] = 0;  // count from 0 again
   for (int a = 0; a < r.nareas; ++a) {
     uint4* p = (uint4*)r.areas[a].ptr;
     for (size_t i = threadIdx.x; i < r.areas[a].bytes / 16; i += blockDim.x) p[i] = make_uint4(0, 0, 0, 0);
@@ -2099,7 +2094,7 @@ struct CwlSize {
   CwlArea* areas;            // device: the packet areas a reset zeroes
   int nareas;
   char* scratch[8];          // this PE's scratch (staged sources)
-  unsigned long long* calls; // calls without end: this PE's calls so far, then the blocks' arrivals
+  unsigned long long* calls; // calls without end: this PE's calls so far, one count per block
   int every;                 // the calls between two resets (0: calls without end, no reset)
 };
 CwlSize cwl_sizes[] = {  // sorted by bytes
@@ -2227,7 +2222,7 @@ int cwl_call_0(int pe, int call, cudaStream_t s) {
       a.b_packets_ready_0 = (float*)cwl_buffers[1].ptr;
       a.b_packets_ready_alt_0 = (float*)cwl_buffers[3].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      a.calls = z.calls; a.calls_arrive = (unsigned*)(z.calls + 1);
+      a.calls = z.calls;
       (void)call;  // the kernel counts its calls itself (device memory, in stream order)
       return cwl_launch(kernels[0], &a, z.grid, s, collective[0]);
     }
@@ -2244,7 +2239,7 @@ int cwl_call_0(int pe, int call, cudaStream_t s) {
       a.b_packets_ready_0 = (float*)cwl_buffers[1].ptr;
       a.b_packets_ready_alt_0 = (float*)cwl_buffers[3].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      a.calls = z.calls; a.calls_arrive = (unsigned*)(z.calls + 1);
+      a.calls = z.calls;
       (void)call;  // the kernel counts its calls itself (device memory, in stream order)
       return cwl_launch(kernels[0], &a, z.grid, s, collective[0]);
     }
@@ -2319,7 +2314,7 @@ int cwl_call_1(int pe, int call, cudaStream_t s) {
       a.b_packets_ready_0 = (float*)cwl_buffers[1].ptr;
       a.b_packets_ready_alt_0 = (float*)cwl_buffers[3].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      a.calls = z.calls; a.calls_arrive = (unsigned*)(z.calls + 1);
+      a.calls = z.calls;
       (void)call;  // the kernel counts its calls itself (device memory, in stream order)
       return cwl_launch(kernels[0], &a, z.grid, s, collective[0]);
     }
@@ -2336,7 +2331,7 @@ int cwl_call_1(int pe, int call, cudaStream_t s) {
       a.b_packets_ready_0 = (float*)cwl_buffers[1].ptr;
       a.b_packets_ready_alt_0 = (float*)cwl_buffers[3].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      a.calls = z.calls; a.calls_arrive = (unsigned*)(z.calls + 1);
+      a.calls = z.calls;
       (void)call;  // the kernel counts its calls itself (device memory, in stream order)
       return cwl_launch(kernels[0], &a, z.grid, s, collective[0]);
     }
@@ -2375,7 +2370,7 @@ int cwl_call_2(int pe, int call, cudaStream_t s) {
       a.b_slots = (float*)cwl_buffers[5].ptr;
       a.b_slots_alt = (float*)cwl_buffers[6].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      a.calls = z.calls; a.calls_arrive = (unsigned*)(z.calls + 1);
+      a.calls = z.calls;
       (void)call;  // the kernel counts its calls itself (device memory, in stream order)
       return cwl_launch(kernels[0], &a, z.grid, s, collective[0]);
     }
@@ -2388,7 +2383,7 @@ int cwl_call_2(int pe, int call, cudaStream_t s) {
       a.b_slots = (float*)cwl_buffers[5].ptr;
       a.b_slots_alt = (float*)cwl_buffers[6].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      a.calls = z.calls; a.calls_arrive = (unsigned*)(z.calls + 1);
+      a.calls = z.calls;
       (void)call;  // the kernel counts its calls itself (device memory, in stream order)
       return cwl_launch(kernels[0], &a, z.grid, s, collective[0]);
     }
@@ -2427,7 +2422,7 @@ int cwl_call_3(int pe, int call, cudaStream_t s) {
       a.b_slots = (float*)cwl_buffers[5].ptr;
       a.b_slots_alt = (float*)cwl_buffers[6].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      a.calls = z.calls; a.calls_arrive = (unsigned*)(z.calls + 1);
+      a.calls = z.calls;
       (void)call;  // the kernel counts its calls itself (device memory, in stream order)
       return cwl_launch(kernels[0], &a, z.grid, s, collective[0]);
     }
@@ -2440,7 +2435,7 @@ int cwl_call_3(int pe, int call, cudaStream_t s) {
       a.b_slots = (float*)cwl_buffers[5].ptr;
       a.b_slots_alt = (float*)cwl_buffers[6].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      a.calls = z.calls; a.calls_arrive = (unsigned*)(z.calls + 1);
+      a.calls = z.calls;
       (void)call;  // the kernel counts its calls itself (device memory, in stream order)
       return cwl_launch(kernels[0], &a, z.grid, s, collective[0]);
     }
@@ -2479,7 +2474,7 @@ int cwl_call_4(int pe, int call, cudaStream_t s) {
       a.b_slots = (float*)cwl_buffers[5].ptr;
       a.b_slots_alt = (float*)cwl_buffers[6].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      a.calls = z.calls; a.calls_arrive = (unsigned*)(z.calls + 1);
+      a.calls = z.calls;
       (void)call;  // the kernel counts its calls itself (device memory, in stream order)
       return cwl_launch(kernels[0], &a, z.grid, s, collective[0]);
     }
@@ -2492,7 +2487,7 @@ int cwl_call_4(int pe, int call, cudaStream_t s) {
       a.b_slots = (float*)cwl_buffers[5].ptr;
       a.b_slots_alt = (float*)cwl_buffers[6].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      a.calls = z.calls; a.calls_arrive = (unsigned*)(z.calls + 1);
+      a.calls = z.calls;
       (void)call;  // the kernel counts its calls itself (device memory, in stream order)
       return cwl_launch(kernels[0], &a, z.grid, s, collective[0]);
     }
@@ -2530,7 +2525,7 @@ int cwl_call_5(int pe, int call, cudaStream_t s) {
       a.b_out = (float*)cwl_buffers[0].ptr;
       a.b_slots = (float*)cwl_buffers[5].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      a.calls = z.calls; a.calls_arrive = (unsigned*)(z.calls + 1);
+      a.calls = z.calls;
       (void)call;  // the kernel counts its calls itself (device memory, in stream order)
       return cwl_launch(kernels[0], &a, z.grid, s, collective[0]);
     }
@@ -2542,7 +2537,7 @@ int cwl_call_5(int pe, int call, cudaStream_t s) {
       a.b_out = (float*)cwl_buffers[0].ptr;
       a.b_slots = (float*)cwl_buffers[5].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      a.calls = z.calls; a.calls_arrive = (unsigned*)(z.calls + 1);
+      a.calls = z.calls;
       (void)call;  // the kernel counts its calls itself (device memory, in stream order)
       return cwl_launch(kernels[0], &a, z.grid, s, collective[0]);
     }
@@ -2580,7 +2575,7 @@ int cwl_call_6(int pe, int call, cudaStream_t s) {
       a.b_out = (float*)cwl_buffers[0].ptr;
       a.b_slots = (float*)cwl_buffers[5].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      a.calls = z.calls; a.calls_arrive = (unsigned*)(z.calls + 1);
+      a.calls = z.calls;
       (void)call;  // the kernel counts its calls itself (device memory, in stream order)
       return cwl_launch(kernels[0], &a, z.grid, s, collective[0]);
     }
@@ -2592,7 +2587,7 @@ int cwl_call_6(int pe, int call, cudaStream_t s) {
       a.b_out = (float*)cwl_buffers[0].ptr;
       a.b_slots = (float*)cwl_buffers[5].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      a.calls = z.calls; a.calls_arrive = (unsigned*)(z.calls + 1);
+      a.calls = z.calls;
       (void)call;  // the kernel counts its calls itself (device memory, in stream order)
       return cwl_launch(kernels[0], &a, z.grid, s, collective[0]);
     }
@@ -2630,7 +2625,7 @@ int cwl_call_7(int pe, int call, cudaStream_t s) {
       a.b_out = (float*)cwl_buffers[0].ptr;
       a.b_slots = (float*)cwl_buffers[5].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      a.calls = z.calls; a.calls_arrive = (unsigned*)(z.calls + 1);
+      a.calls = z.calls;
       (void)call;  // the kernel counts its calls itself (device memory, in stream order)
       return cwl_launch(kernels[0], &a, z.grid, s, collective[0]);
     }
@@ -2642,7 +2637,7 @@ int cwl_call_7(int pe, int call, cudaStream_t s) {
       a.b_out = (float*)cwl_buffers[0].ptr;
       a.b_slots = (float*)cwl_buffers[5].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      a.calls = z.calls; a.calls_arrive = (unsigned*)(z.calls + 1);
+      a.calls = z.calls;
       (void)call;  // the kernel counts its calls itself (device memory, in stream order)
       return cwl_launch(kernels[0], &a, z.grid, s, collective[0]);
     }
@@ -2714,9 +2709,9 @@ extern "C" int cw_nvshmem_allreduce_family_init(void) {
     CWL_CUDA(cudaMalloc((void**)&z.arrive, std::max(z.counters, 1) * sizeof(unsigned)));
     CWL_CUDA(cudaMemset(z.arrive, 0, std::max(z.counters, 1) * sizeof(unsigned)));
     CWL_CUDA(cudaMalloc((void**)&z.hash, std::max(z.hashes * z.grid, 1) * sizeof(unsigned long long)));
-    if (z.every == 0) {  // calls without end: the call count (word 0) and the blocks' arrivals (word 1)
-      CWL_CUDA(cudaMalloc((void**)&z.calls, 2 * sizeof(unsigned long long)));
-      CWL_CUDA(cudaMemset(z.calls, 0, 2 * sizeof(unsigned long long)));
+    if (z.every == 0) {  // calls without end: the call count of each block of the size's grid
+      CWL_CUDA(cudaMalloc((void**)&z.calls, z.grid * sizeof(unsigned long long)));
+      CWL_CUDA(cudaMemset(z.calls, 0, z.grid * sizeof(unsigned long long)));
     }
     most = std::max(most, z.grid);
   }
@@ -2769,7 +2764,7 @@ int cwl_prepare(int k, cudaStream_t s, int* call) {
   int how = cwl_step(cwl_state, k, capturing, id, cwl_sizes[k].every, call);
   if (how == CWL_KEEP) return 0;
   CwlSize& z = cwl_sizes[k];
-  CwlReset r = {z.sig, z.words, z.arrive, std::max(z.counters, 1), z.areas, z.nareas, how == CWL_RESET, z.calls};
+  CwlReset r = {z.sig, z.words, z.arrive, std::max(z.counters, 1), z.areas, z.nareas, how == CWL_RESET, z.calls, z.grid};
   return cwl_launch((const void*)cwl_reset_kernel, &r, 1, s, true);  // it calls nvshmem_barrier_all
 }
 }  // namespace cw_nvshmem_allreduce_family_impl
