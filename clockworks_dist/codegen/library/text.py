@@ -19,8 +19,16 @@ What `clockworks tune --emit DIR` writes (`emit`):
   times, new inputs before every call, and checks every output element bit for bit against the
   schedule's postconditions.
 
-Soundness: what runs is what the checker verified. The checker verifies, for each size, every
-prefix of 1 .. K calls of the K-call schedule, each with the caller's accesses between the calls
+Soundness: what runs is what the checker verified. Where it can, the checker proves a size's calls
+safe however many run (`check.unbounded`: K calls of the periodic model of the library's use explored
+state by state, every state of a later call a state of the first period's, shifted back; each call's
+outputs checked when its caller reads them). Such a size has calls without end: one kernel for every
+call, made from a middle call of the checked ones, which counts its calls on the device (a count per
+block, in stream order: a CUDA graph replayed any number of times counts on) and moves its signal values
+and packet flags on by the call's epoch; it never resets after a number of calls (it still does where the
+host cannot know the state: before its first call, when another size ran in between, around a capture).
+For every other size (puts on the copy engine, compute ops, or more states than the proof's bound), the
+checker verifies every prefix of 1 .. K calls of the K-call schedule, each with the caller's accesses between the calls
 (`lowering.repeat.library_schedules`: the inputs written anew before each call, the outputs read after each).
 The library never runs more than K calls, or a call of another size, without restoring the state
 those schedules start from: a reset (`cwl_reset_kernel`) completes every delivery and meets every
@@ -533,10 +541,11 @@ def source(entries: list[Entry], provenance: dict) -> str:
     lines = [
         *_provenance_lines(entries, provenance),
         "//",
-        "// Soundness (clockworks_dist/codegen/library/text.py): for each size, the checker verified every prefix of",
+        "// Soundness (clockworks_dist/codegen/library/text.py): for each size, the checker proved any number of",
+        "// calls safe (calls without end: one kernel for every call, no reset), or verified every prefix of",
         f"// 1 .. {entries[0].calls} calls of the schedule below, each with the caller's accesses between the calls",
-        "// (new inputs written before each, outputs read after each). The library never runs a call beyond",
-        "// those without a reset to the state they start from (cwl_reset_kernel).",
+        "// (new inputs written before each, outputs read after each), and the library never runs a call beyond",
+        "// those without a reset to the state they start from (cwl_reset_kernel). The table says which.",
         f'#include "{name}.h"',
         "#include <cstdint>",
         "#include <cstdio>",
