@@ -824,6 +824,20 @@ __device__ inline bool cw_nv_last(unsigned* counter, bool fence) {
   return last != 0;
 }
 
+// A library's kernel for every call (calls without end, codegen/library): this PE's number of the call,
+// counted on the device in stream order, so a CUDA graph replayed any number of times counts on too.
+// Each block keeps its own count (word blockIdx.x: the grid is the same for every call of a size), read
+// by its threads as the kernel starts and moved on by its thread 0 once every thread of the block is
+// past its read (`cw_nv_next_call`); the next call's kernel starts after this one has ended (stream
+// order), so its blocks read the new counts. No atomic and no fence on the way to the first put.
+__device__ inline unsigned long long cw_nv_call_number(const unsigned long long* count) {
+  return count[blockIdx.x];
+}
+__device__ inline void cw_nv_next_call(unsigned long long* count, unsigned long long number) {
+  __syncthreads();  // every thread of the block read the count before it moves on
+  if (threadIdx.x == 0) count[blockIdx.x] = number + 1ULL;
+}
+
 // Every block completes its own deliveries (quiet), then every block waits for every other.
 __device__ inline void cw_nv_quiet_all(cg::grid_group& grid) {
   __syncthreads();
