@@ -685,12 +685,14 @@ def _read_results(folder: str) -> tuple[dict, list[dict]]:
 
 def emit(path: str, out_dir: str, results: list[str] | None = None, reports: list[tuple[dict, list[dict], str]]
          | None = None, reset_every: int | None = None, schedule_name: str | None = None,
-         say: Callable[[str], None] = lambda _text: None, check_timeout: float | None = CHECK_TIMEOUT_S) -> dict:
+         say: Callable[[str], None] = lambda _text: None, check_timeout: float | None = CHECK_TIMEOUT_S,
+         endless: bool = False) -> dict:
     """`clockworks tune --emit DIR`: the library of the winners (`codegen.library`) from tune results
     folders (`results`, e.g. a tune's `--out`) or from reports just made (`reports`: (report, its
     memory's tries, where)). The schedule file must be the one tuned (its sha256 is in the memory).
     `check_timeout`: each of the library's checks (every prefix of K calls, per size) stops after it.
-    Returns `cw_<name>.json`'s content, with `written`: the files."""
+    `endless`: calls without end (no reset) for each size whose calls `check.unbounded` proves safe for
+    any number (`--calls-without-end`). Returns `cw_<name>.json`'s content, with `written`: the files."""
     from .codegen import library
 
     reports = list(reports or [])
@@ -727,7 +729,8 @@ def emit(path: str, out_dir: str, results: list[str] | None = None, reports: lis
         say(f"no kernel at {text}: the library refuses that size")
     calls = reset_every or library.DEFAULT_RESET_EVERY
     try:
-        entries = library.plan_entries(defn, first["world"], winners, calls, timeout=check_timeout, say=say)
+        entries = library.plan_entries(defn, first["world"], winners, calls, timeout=check_timeout, say=say,
+                                       endless=endless)
         provenance = {"source": ", ".join(where for _r, _t, where in reports), "topology": first["topology"],
                       "file": os.path.basename(path), "hash": digest,
                       "measured": all(w.measured for w in winners)}

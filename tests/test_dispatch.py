@@ -171,7 +171,7 @@ def test_a_winner_proven_for_any_number_of_calls_runs_one_kernel_for_every_call(
         body = text[text.index(f"namespace cw_size{k} {{"):text.index(f"}}  // namespace cw_size{k}")]
         for rank in range(2):
             assert f"cw_nv_rank{rank}_every_call(" in body and f"cw_nv_rank{rank}_call0(" not in body
-        assert body.count("cw_nv_call_number(a.calls)") == 2
+        assert body.count("cw_nv_call_number(a.calls, a.calls_arrive)") == 2
     # 1 KiB: two copies by call parity, the packet flags moved on by the call's epoch (M = 2 a copy):
     # the kernel is call 2's (flag 3), so call 0 (epoch -1) sends flag 1, call 2 flag 3, call 4 flag 5
     assert "cw_call % 2 == 1" in text and "(uint32_t)(3ULL + cw_epoch * 2ULL)" in text
@@ -359,8 +359,8 @@ def test_emit_in_a_dry_run_labels_the_winners_predicted(tmp_path, capsys):
     assert described["sizes"][0]["label"] == "ALGO=oneshot" and described["sizes"][0]["between"] == "alternate"
     assert {s["between"] for s in described["sizes"]} <= {"alternate", "none"}
     assert "PREDICTED, not measured" in stdout
-    assert "| 8 KiB | ALGO=oneshot | alternate | any number (proven), no reset |" in stdout
-    assert "any number of calls verified" in err
+    assert "| 8 KiB | ALGO=oneshot | alternate | a reset every 3 |" in stdout
+    assert "every prefix of 3 calls verified" in err
 
 
 def test_emit_from_the_committed_all_reduce_results(tmp_path, capsys):
@@ -379,7 +379,12 @@ def test_emit_from_the_committed_all_reduce_results(tmp_path, capsys):
     # measured as 20 calls fused into one kernel (small), or one call per run (large): said per size
     assert described["sizes"][0]["timing"].startswith("20 calls per timed run, fused")
     assert described["sizes"][-1]["timing"] == "one call per timed run"
-    assert "| 1 GiB | ALGO=twoshot | none | any number (proven), no reset | 3673.30 |" in stdout
+    assert "| 1 GiB | ALGO=twoshot | none | a reset every 32 | 3673.30 |" in stdout
+    # with --calls-without-end, every size of the 2-rank family is proven for any number of calls
+    code, stdout, err = _cli(["tune", str(FAMILY), "--emit", str(tmp_path / "endless"), "--calls-without-end",
+                              "--from", str(COMMITTED / "small"), "--from", str(COMMITTED / "large")], capsys)
+    assert code == 0, err
+    assert stdout.count("any number (proven), no reset") == 8 and "any number of calls verified" in err
 
 
 def test_emit_refuses_an_edited_schedule_file_and_bad_options(tmp_path, capsys):
@@ -431,9 +436,10 @@ def compile_library(out: Path, tc, name: str = "cw_nvshmem_allreduce_family") ->
     return binary
 
 
-def test_the_library_and_its_driver_compile_and_link(tmp_path, nvshmem_toolchain):
+@pytest.mark.parametrize("endless", [False, True], ids=["reset every K", "calls without end"])
+def test_the_library_and_its_driver_compile_and_link(tmp_path, nvshmem_toolchain, endless):
     tc = nvshmem_toolchain
-    _entries, out = _emit(tmp_path, calls=2, endless=True)
+    _entries, out = _emit(tmp_path, calls=2, endless=endless)
     name = "cw_nvshmem_allreduce_family"
     assert compile_library(out, tc, name).is_file()
     # the header stands alone in a caller's C or C++ translation unit

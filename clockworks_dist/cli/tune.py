@@ -79,7 +79,11 @@ def add_parser(sub, positive, seconds) -> None:
                           "size range)")
     cmd.add_argument("--reset-every", metavar="K", type=positive, default=None,
                      help="with --emit: the library restores its start state every K calls of one size (default "
-                          "8); every prefix of K calls is checked with the caller's accesses between calls")
+                          "32); every prefix of K calls is checked with the caller's accesses between calls")
+    cmd.add_argument("--calls-without-end", action="store_true",
+                     help="with --emit: no reset after a number of calls for each size whose calls the checker "
+                          "proves safe however many run (one kernel for every call, the call counted on the "
+                          "device); the other sizes reset every K calls")
     cmd.add_argument("--json", action="store_true", help="print tune.json on stdout")
     cmd.add_argument("--debug", action="store_true", help="print tracebacks of errors in the input")
 
@@ -115,14 +119,15 @@ def cmd_tune(args: argparse.Namespace, out) -> int:
 
     if args.emit is not None:
         hygiene.check_out_dir(args.emit, "--emit")
-    if args.reset_every is not None and not args.emit:
-        raise ClockworksError("--reset-every K is the emitted library's: add --emit DIR")
+    if (args.reset_every is not None or args.calls_without_end) and not args.emit:
+        raise ClockworksError("--reset-every and --calls-without-end are the emitted library's: add --emit DIR")
     if args.from_dirs:
         if not args.emit:
             raise ClockworksError("--from RESULTS: add --emit DIR (it emits the library of those results)")
         hygiene.prepare_out_dir(args.emit, "--emit")
         found = tune.emit(args.file, args.emit, results=args.from_dirs, reset_every=args.reset_every,
-                          schedule_name=args.schedule, say=say, check_timeout=args.timeout)
+                          schedule_name=args.schedule, say=say, check_timeout=args.timeout,
+                          endless=args.calls_without_end)
         _said_emit(found, args, out)
         return 0
     if args.topology is None or args.np is None:
@@ -145,7 +150,8 @@ def cmd_tune(args: argparse.Namespace, out) -> int:
     if args.emit:
         hygiene.prepare_out_dir(args.emit, "--emit")
         _said_emit(tune.emit(args.file, args.emit, results=[args.out], reset_every=args.reset_every,
-                             schedule_name=args.schedule, say=say, check_timeout=args.timeout), args, out)
+                             schedule_name=args.schedule, say=say, check_timeout=args.timeout,
+                             endless=args.calls_without_end), args, out)
     return 0
 
 

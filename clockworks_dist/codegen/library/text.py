@@ -170,7 +170,7 @@ def library_check(sched: ir.Schedule, starts: dict[int, list[int]], calls: int,
 
 
 def plan_entries(defn, world: int, winners: list[Winner], calls: int = DEFAULT_RESET_EVERY,
-                 timeout: float | None = CHECK_TIMEOUT_S, say=lambda _text: None, endless: bool = True) -> list[Entry]:
+                 timeout: float | None = CHECK_TIMEOUT_S, say=lambda _text: None, endless: bool = False) -> list[Entry]:
     """Each winner as the kernels of its calls, with the separator the checker verifies for the library:
     the one it was measured with first, then the cheapest. With `endless`, calls without end (one kernel
     for every call, no reset) where `check.unbounded` proves any number of calls safe with that
@@ -679,7 +679,7 @@ def _reset_kernel() -> list[str]:
         "struct CwlReset {",
         "  uint64_t* sig; int words; unsigned* arrive; int counters; CwlArea* areas; int nareas;",
         "  int meet_first;  // 0 only right after a size's K-th call (cwl_step's CWL_RESET_AFTER_BLOCK)",
-        "  unsigned long long* calls; int grid;  // calls without end: a call count per block (else null)",
+        "  unsigned long long* calls;  // calls without end: the call count and arrivals (else null)",
         "};",
         "// The state every checked schedule starts from, restored before a size's first call, after K of its",
         "// calls, and where a graph may have replayed (cwl_prepare says when). One block.",
@@ -697,7 +697,7 @@ def _reset_kernel() -> list[str]:
         "  //    any values in them.",
         "  for (int i = threadIdx.x; i < r.words; i += blockDim.x) r.sig[i] = 0;",
         "  for (int i = threadIdx.x; i < r.counters; i += blockDim.x) r.arrive[i] = 0;",
-        "  if (r.calls) for (int i = threadIdx.x; i < r.grid; i += blockDim.x) r.calls[i] = 0;  // count from 0 again",
+        "  if (r.calls && threadIdx.x < 2) r.calls[threadIdx.x] = 0;  // calls without end count from 0 again",
         "  for (int a = 0; a < r.nareas; ++a) {",
         "    uint4* p = (uint4*)r.areas[a].ptr;",
         "    for (size_t i = threadIdx.x; i < r.areas[a].bytes / 16; i += blockDim.x) p[i] = make_uint4(0, 0, 0, 0);",
@@ -727,7 +727,7 @@ def _entry_struct() -> list[str]:
         "  CwlArea* areas;            // device: the packet areas a reset zeroes",
         "  int nareas;",
         "  char* scratch[8];          // this PE's scratch (staged sources)",
-        "  unsigned long long* calls; // calls without end: this PE's calls so far, one count per block",
+        "  unsigned long long* calls; // calls without end: this PE's calls so far, then the blocks' arrivals",
         "  int every;                 // the calls between two resets (0: calls without end, no reset)",
         "};",
     ]
@@ -811,7 +811,7 @@ def _entry_host(entry: Entry, k: int, info: dict, slot: dict[str, int]) -> list[
                  f"      cw_size{k}::CwNvArgs{rank} a;",
                  *[f"      {line}" for line in fill],
                  "      a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;",
-                 *(["      a.calls = z.calls;",
+                 *(["      a.calls = z.calls; a.calls_arrive = (unsigned*)(z.calls + 1);",
                     "      (void)call;  // the kernel counts its calls itself (device memory, in stream order)",
                     "      return cwl_launch(kernels[0], &a, z.grid, s, collective[0]);"] if entry.endless else []),
                  *([] if entry.endless else _call_sequence(sequence, entry.starts.get(rank, []), entry.calls)
@@ -954,9 +954,9 @@ def _api(name: str, up: str, world: int, ncaller: int, nsizes: int) -> list[str]
         "    CWL_CUDA(cudaMalloc((void**)&z.arrive, std::max(z.counters, 1) * sizeof(unsigned)));",
         "    CWL_CUDA(cudaMemset(z.arrive, 0, std::max(z.counters, 1) * sizeof(unsigned)));",
         "    CWL_CUDA(cudaMalloc((void**)&z.hash, std::max(z.hashes * z.grid, 1) * sizeof(unsigned long long)));",
-        "    if (z.every == 0) {  // calls without end: the call count of each block of the size's grid",
-        "      CWL_CUDA(cudaMalloc((void**)&z.calls, z.grid * sizeof(unsigned long long)));",
-        "      CWL_CUDA(cudaMemset(z.calls, 0, z.grid * sizeof(unsigned long long)));",
+        "    if (z.every == 0) {  // calls without end: the call count (word 0) and the blocks' arrivals (word 1)",
+        "      CWL_CUDA(cudaMalloc((void**)&z.calls, 2 * sizeof(unsigned long long)));",
+        "      CWL_CUDA(cudaMemset(z.calls, 0, 2 * sizeof(unsigned long long)));",
         "    }",
         "    most = std::max(most, z.grid);",
         "  }",
@@ -1014,7 +1014,7 @@ def _api(name: str, up: str, world: int, ncaller: int, nsizes: int) -> list[str]
         "  if (how == CWL_KEEP) return 0;",
         "  CwlSize& z = cwl_sizes[k];",
         "  CwlReset r = {z.sig, z.words, z.arrive, std::max(z.counters, 1), z.areas, z.nareas, how == CWL_RESET, "
-        "z.calls, z.grid};",
+        "z.calls};",
         "  return cwl_launch((const void*)cwl_reset_kernel, &r, 1, s, true);  // it calls nvshmem_barrier_all",
         "}",
         f"}}  // namespace {name}_impl",

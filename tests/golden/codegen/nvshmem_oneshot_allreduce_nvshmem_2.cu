@@ -826,16 +826,21 @@ __device__ inline bool cw_nv_last(unsigned* counter, bool fence) {
 
 // A library's kernel for every call (calls without end, codegen/library): this PE's number of the call,
 // counted on the device in stream order, so a CUDA graph replayed any number of times counts on too.
-// Each block keeps its own count (word blockIdx.x: the grid is the same for every call of a size), read
-// by its threads as the kernel starts and moved on by its thread 0 once every thread of the block is
-// past its read (`cw_nv_next_call`); the next call's kernel starts after this one has ended (stream
-// order), so its blocks read the new counts. No atomic and no fence on the way to the first put.
-__device__ inline unsigned long long cw_nv_call_number(const unsigned long long* count) {
-  return count[blockIdx.x];
-}
-__device__ inline void cw_nv_next_call(unsigned long long* count, unsigned long long number) {
-  __syncthreads();  // every thread of the block read the count before it moves on
-  if (threadIdx.x == 0) count[blockIdx.x] = number + 1ULL;
+// Every block reads the count, then arrives; the last block to arrive has seen every other block's read
+// (each fenced its read before its arrival) and moves the count on for the next call's kernel, which
+// starts after this one has ended (stream order). It leaves the arrival counter at 0.
+__device__ inline unsigned long long cw_nv_call_number(unsigned long long* count, unsigned* arrive) {
+  __shared__ unsigned long long number;
+  if (threadIdx.x == 0) {
+    number = *(volatile unsigned long long*)count;
+    __threadfence();  // the read is done before this block counts itself in
+    if (atomicAdd(arrive, 1u) == gridDim.x - 1) {
+      *arrive = 0u;
+      *count = number + 1ULL;
+    }
+  }
+  __syncthreads();
+  return number;
 }
 
 // Every block completes its own deliveries (quiet), then every block waits for every other.
