@@ -1,12 +1,16 @@
 #!/bin/bash
-# The emitted all-reduce library with calls without end (no reset: check/unbounded.py's proof) beside
+# The emitted all-reduce library with calls without end (no reset: check/unbounded.py's proof; carry
+# build/endless_dispatch) beside
 # the same winners with a reset every 32 calls, on 2 GPUs in one call: both built at once, each
 # library's MPI driver run under mpirun one after the other (every size checked bit for bit over many
 # calls in a row, then timed per call, eagerly and in a CUDA graph of 128 calls), twice each, in the
 # order k32, endless, k32, endless. Results under $OUT: <variant>.<n>.jsonl, the logs.
 #   WHEELS=DIR  the wheels the machine's Python lacks (env.sh)
-#   K32=DIR     the library with resets (default build/k32_dispatch); ROUNDS the endless driver's checked
-#               calls in a row per size (default 1000)
+#   K32=DIR     the library with resets (default: the committed one, results/h200x2/tune_all/dispatch)
+#   ENDLESS=DIR the library of calls without end (default build/endless_dispatch: make it here with
+#               clockworks tune protocols/nvshmem_allreduce_family.py --emit build/endless_dispatch
+#               --calls-without-end --from results/h200x2/tune_all/allreduce_family/{small,large})
+#   ROUNDS      the endless driver's checked calls in a row per size (default 1000)
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 set -uo pipefail
 START=$(date +%s)
@@ -15,7 +19,7 @@ mkdir -p "$OUT"
 . scripts/gpu/env.sh
 NAME=cw_nvshmem_allreduce_family
 W=/tmp/cw-library-endless-work; rm -rf $W; mkdir -p $W
-declare -A SRC=([k32]=${K32:-build/k32_dispatch} [endless]=results/h200x2/tune_all/dispatch)
+declare -A SRC=([k32]=${K32:-results/h200x2/tune_all/dispatch} [endless]=${ENDLESS:-build/endless_dispatch})
 declare -A ARGS=([k32]="--iters 20" [endless]="--rounds ${ROUNDS:-1000} --iters 20")
 for v in k32 endless; do
   mkdir -p $W/$v && cp "${SRC[$v]}"/$NAME.h "${SRC[$v]}"/$NAME.cu "${SRC[$v]}"/${NAME}_test.cu $W/$v/ || exit 2
