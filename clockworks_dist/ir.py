@@ -255,19 +255,35 @@ class OpBase(Frozen):
     loc: SourceLoc
 
 
+# A connection's FIFO holds at most this many messages, and a pair of ranks at most this many
+# channels (NCCL's and MSCCL's connections have a few slots and a few dozen channels).
+MAX_SLOTS = 1024
+MAX_CHANNEL = 1023
+
+
 class Send(OpBase):
+    """`channel` names one of several connections between the same two ranks (MSCCL's channels);
+    `slots` > 0 makes the connection a FIFO of that many messages: the send completes without its
+    recv while fewer than `slots` of the connection's messages wait to be received (0: rendezvous)."""
+
     kind: Literal["send"] = "send"
     peer: int
     src: Region
     comm: CommName = "world"
+    channel: Annotated[int, Field(ge=0, le=MAX_CHANNEL)] = 0
+    slots: Annotated[int, Field(ge=0, le=MAX_SLOTS)] = 0
 
 
 class Recv(OpBase):
+    """`channel` and `slots` as the matching send's (`Send`)."""
+
     kind: Literal["recv"] = "recv"
     peer: int
     dst: Region
     reduce: ReduceOp | None = None
     comm: CommName = "world"
+    channel: Annotated[int, Field(ge=0, le=MAX_CHANNEL)] = 0
+    slots: Annotated[int, Field(ge=0, le=MAX_SLOTS)] = 0
 
 
 class Group(OpBase):
@@ -536,11 +552,45 @@ FENCED_KINDS = DELIVERY_KINDS - {"get_nbi"}
 WAIT_KINDS = frozenset({"wait_until", "wait_until_all", "wait_until_any"})
 
 
+class Thread(Frozen):
+    """One of a rank's concurrent programs: a thread block of its kernel (`kind="block"`) or a stream
+    of its host (`"stream"`). The threads of a rank start together, run their ops in order each, share
+    the rank's memory and signal words, and the rank ends when all of them have ended."""
+
+    name: Name
+    kind: Literal["block", "stream"] = "block"
+    ops: tuple[Op, ...] = ()
+    loc: SourceLoc
+
+
+# At most this many threads per rank (MSCCL's algorithms run up to a few hundred thread blocks).
+MAX_THREADS = 1024
+
+
 class Program(Frozen):
+    """A rank's program: its `ops`, run in order; or, when `threads` is given, those threads run
+    concurrently (`ops` is then empty)."""
+
     rank: int
     buffers: tuple[BufferDecl, ...] = ()
     signals: tuple[SignalDecl, ...] = ()
     ops: tuple[Op, ...] = ()
+    threads: Annotated[tuple[Thread, ...], Field(max_length=MAX_THREADS)] = ()
+
+    @model_validator(mode="after")
+    def _ops_or_threads(self) -> "Program":
+        if self.threads and self.ops:
+            raise ValueError(f"rank {self.rank} has both ops and threads: a rank with threads runs only its threads")
+        names = [t.name for t in self.threads]
+        if len(set(names)) != len(names):
+            raise ValueError(f"rank {self.rank} names a thread twice: {sorted(n for n in names if names.count(n) > 1)}")
+        return self
+
+    def all_ops(self):
+        """Every op of the rank: its ops, or its threads' ops, thread after thread."""
+        if not self.threads:
+            return self.ops
+        return tuple(op for thread in self.threads for op in thread.ops)
 
     def buffer(self, name: str) -> BufferDecl:
         for decl in self.buffers:

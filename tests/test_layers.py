@@ -39,7 +39,7 @@ LAYERS = (
     (4, ("perf",), "timed machine, costs, program models, prediction"),
     (3, ("dsl", "check", "topology", "lowering", "calibrate"),
      "tracing | search | machines | schedule->program | microbenchmarks"),
-    (2, ("semantics",), "the one operational semantics"),
+    (2, ("semantics", "importers"), "the one operational semantics | other tools' algorithm files, read into the IR"),
     (1, ("ir", "hygiene"), "frozen data | process hygiene (signals, process groups, output folders)"),
     (0, ("errors",), "the error types and exit codes every layer raises"),
 )

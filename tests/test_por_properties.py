@@ -23,6 +23,7 @@ import clockworks_dist as cw
 from clockworks_dist import ir
 from clockworks_dist.check import check, dfs, terminal_outcomes
 from clockworks_dist.semantics.match import match
+from clockworks_dist.semantics.threads import expand
 from clockworks_dist.check.properties import MAX_PER_KIND
 from clockworks_dist.report.text import render_listing
 
@@ -113,10 +114,10 @@ def one_sided(draw, count: int, pe: int, what: str):
 
 
 @st.composite
-def events(draw, world: int, count: int):
-    """One event: a list of (rank, op descriptor) to append, in order."""
-    kind = draw(st.sampled_from(["local", "p2p", "one_sided", "group", "contention", "crossed", "one_sided", "local",
-                                 "contention", "collective", "counter", "fenced", "epochs"]))
+def events(draw, world: int, count: int, kind: str | None = None):
+    """One event: a list of (rank, op descriptor) to append, in order (of `kind`, else any)."""
+    kind = kind or draw(st.sampled_from(["local", "p2p", "one_sided", "group", "contention", "crossed", "one_sided",
+                                         "local", "contention", "collective", "counter", "fenced", "epochs", "fifo"]))
     rank = draw(st.integers(0, world - 1))
     if kind == "local":
         what = draw(st.sampled_from(["fill", "copy", "reduce", "compute"]))
@@ -153,6 +154,19 @@ def events(draw, world: int, count: int):
                 out.append((who, ("group", tuple(members[who]))))
             else:  # ungrouped, in any order (the pairs have one length, so FIFO still matches)
                 out.extend((who, m) for m in draw(st.permutations(members[who])))
+        return out
+    if kind == "fifo":  # a connection with slots (and a channel): k messages, all sent before any is
+        # received; both ways at once deadlocks when k > slots, else the sends complete alone
+        peer = _other(draw, world, rank)
+        length = draw(st.integers(1, count))
+        slots, k, channel = draw(st.integers(1, 2)), draw(st.integers(1, 3)), draw(st.integers(0, 1))
+        ways = ((rank, peer), (peer, rank)) if draw(st.booleans()) else ((rank, peer),)
+        out = []
+        for me, other in ways:
+            out += [(me, ("send", other, draw(regions(count, length)), slots, channel)) for _ in range(k)]
+        for me, other in ways:
+            out += [(other, ("recv", me, draw(regions(count, length)), draw(st.sampled_from([None, "sum"])), slots,
+                             channel)) for _ in range(k)]
         return out
     if kind == "crossed":  # two ranks exchange, ungrouped: deadlocks if both send or both recv first
         peer = _other(draw, world, rank)
@@ -250,12 +264,15 @@ def _reachable(updates: list[tuple[str, int]]) -> list[int]:
 
 
 @st.composite
-def plans(draw, max_events: int = 10):
-    """(world, count, per-rank op descriptors, postcondition?)."""
+def plans(draw, max_events: int = 10, required: str | None = None):
+    """(world, count, per-rank op descriptors, postcondition?); `required`: at least one event of that
+    kind, somewhere among the others."""
     world = draw(st.sampled_from([2, 3]))
     count = draw(st.integers(2, 4))
     programs: list[list] = [[] for _ in range(world)]
     drawn = draw(st.lists(events(world, count), min_size=3, max_size=max_events))
+    if required is not None:
+        drawn.insert(draw(st.integers(0, len(drawn))), draw(events(world, count, required)))
     if draw(st.integers(0, 9).map(lambda x: x == 7)):  # now and then, a schedule the matcher rejects
         drawn.insert(draw(st.integers(0, len(drawn))), draw(lone(world, count)))
     for event in drawn:
@@ -303,9 +320,9 @@ def _emit(r, bufs: dict, sig, d) -> None:
     elif k == "compute":
         r.compute("kernel", reads=[reg(spec) for spec in d[2]], writes=reg(d[1]), **dict(d[3]))
     elif k == "send":
-        r.send(d[1], reg(d[2]))
+        r.send(d[1], reg(d[2]), **(dict(slots=d[3], channel=d[4]) if len(d) > 3 else {}))
     elif k == "recv":
-        r.recv(d[1], reg(d[2]), reduce=d[3])
+        r.recv(d[1], reg(d[2]), reduce=d[3], **(dict(slots=d[4], channel=d[5]) if len(d) > 4 else {}))
     elif k == "group":
         with r.group():
             for member in d[1]:
@@ -361,7 +378,8 @@ def _emit(r, bufs: dict, sig, d) -> None:
 
 
 def build(plan) -> ir.Schedule:
-    world, count, programs, with_post = plan
+    world, count, programs, with_post = plan[:4]
+    split = plan[4] if len(plan) > 4 else None  # per rank, the thread of each op (`threaded_plans`)
 
     def random_schedule(r):
         bufs = {
@@ -372,8 +390,12 @@ def build(plan) -> ir.Schedule:
             "tick": r.buffer("tick", count=1, dtype="uint64", role="scratch"),
         }
         sig = r.signal("sig", count=SIGNAL_WORDS)
-        for d in programs[r.rank]:
-            _emit(r, bufs, sig, d)
+        for n, d in enumerate(programs[r.rank]):
+            if split is None or split[r.rank] is None:
+                _emit(r, bufs, sig, d)
+            else:
+                with r.thread(f"t{split[r.rank][n]}"):
+                    _emit(r, bufs, sig, d)
 
     expect = cw.allreduce("a") if with_post else None
     sched = cw.schedule(random_schedule, expect=expect).trace(world)
@@ -383,11 +405,30 @@ def build(plan) -> ir.Schedule:
 
 
 def matched(sched: ir.Schedule) -> bool:
-    return not match(sched)[1]
+    actors, problems = expand(sched)
+    return not problems and not match(actors.sched)[1]
 
 
 def race_pairs(result) -> set[frozenset]:
-    return {frozenset((o.rank, o.index, o.sub) for o in v.ops) for v in result.violations if v.kind == "data_race"}
+    return {frozenset((o.rank, o.thread, o.index, o.sub) for o in v.ops) for v in result.violations
+            if v.kind == "data_race"}
+
+
+@st.composite
+def threaded_plans(draw, max_events: int = 5):
+    """A plan whose ranks run their ops on two or three threads each (some ranks on none): each op
+    goes to a drawn thread, in program order within it."""
+    plan = draw(plans(max_events=max_events))
+    world, _count, programs, _post = plan
+    split = []
+    for rank in range(world):
+        if not programs[rank] or draw(st.integers(0, 3)) == 0:
+            split.append(None)
+            continue
+        threads = draw(st.integers(2, 3))
+        split.append(tuple(draw(st.integers(0, threads - 1)) for _ in programs[rank]))
+    assume(any(s is not None for s in split))
+    return (*plan, tuple(split))
 
 
 def unfinished_outputs(result) -> set[tuple]:
@@ -464,6 +505,41 @@ def test_reduction_finds_the_same_violations(plan):
     note(f"reduced: {reduced.verdict} {sorted(reduced.kinds())} races {race_pairs(reduced)}")
     note(f"full:    {full.verdict} {sorted(full.kinds())} races {race_pairs(full)}")
     assert_same_findings(reduced, full)
+
+
+@settings(max_examples=200, **SETTINGS)
+@given(plans(max_events=7, required="fifo"))
+def test_reduction_is_exact_with_fifo_connections(plan):
+    """Connections with slots (a send that completes alone while its FIFO has room, a recv that takes
+    its message once posted): the reduced search and the in-place bookkeeping agree with every
+    interleaving, and depth first with breadth first."""
+    sched = build(plan)
+    assert any(getattr(m, "slots", 0) for p in sched.programs for op in p.ops
+               for m in (op.ops if op.kind == "group" else (op,)))
+    reduced, full = check(sched, reduction=True), check(sched, reduction=False)
+    note(f"reduced: {reduced.verdict} {sorted(reduced.kinds())}; full: {full.verdict} {sorted(full.kinds())}")
+    assert_same_findings(reduced, full)
+    bfs = check(sched, strategy="bfs")
+    assert (bfs.verdict, bfs.kinds()) == (reduced.verdict, reduced.kinds())
+    if matched(sched):
+        assert terminal_outcomes(sched, reduction=True) == terminal_outcomes(sched, reduction=False)
+
+
+@settings(max_examples=200, **SETTINGS)
+@given(threaded_plans())
+def test_reduction_is_exact_with_threads(plan):
+    """Ranks that run threads (actors sharing their rank's memory, `semantics.threads`): the reduced
+    search finds what every interleaving shows, and depth first agrees with breadth first."""
+    sched = build(plan)
+    full = check(sched, reduction=False, max_states=100_000, timeout=None)
+    assume(full.complete)  # threads multiply the interleavings: the unreduced search must finish
+    reduced = check(sched, reduction=True)
+    note(f"reduced: {reduced.verdict} {sorted(reduced.kinds())}; full: {full.verdict} {sorted(full.kinds())}")
+    assert_same_findings(reduced, full)
+    bfs = check(sched, strategy="bfs")
+    assert (bfs.verdict, bfs.kinds()) == (reduced.verdict, reduced.kinds())
+    if matched(sched):
+        assert terminal_outcomes(sched, reduction=True) == terminal_outcomes(sched, reduction=False)
 
 
 @settings(max_examples=300, **SETTINGS)

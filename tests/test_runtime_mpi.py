@@ -239,6 +239,17 @@ def test_a_hang_ends_within_the_timeout_naming_each_ranks_op(no_process_left):
            "waiting for its matching recv on rank 1; rank 1 is in send(peer=2, x[2:4])" in out
 
 
+def test_a_full_fifo_hang_names_the_connection(no_process_left):
+    """A send blocked by a full connection (protocols/buggy/fifo_full_deadlock.py) ends at the timeout,
+    each rank named at the send the checker reports, waiting for room on its connection."""
+    code, out, err, seconds = _cli(os.path.join(PROTOCOLS, "buggy", "fifo_full_deadlock.py"), "--np", "3",
+                                   "--timeout", "5")
+    assert code == 1, err
+    assert seconds < 5 + 3
+    assert "hang (the deadline passed): rank 0 is in send(peer=1, x[4:8], slots=1) at fifo_full_deadlock.py:25, " \
+           "waiting for room in its connection to rank 1 (1 message(s) not yet received)" in out
+
+
 def test_a_one_sided_hang_shows_the_signal_word(no_process_left):
     code, out, _err, _ = _cli(os.path.join(PROTOCOLS, "runtime", "signal_to_wrong_pe.py"), "--timeout", "4")
     assert code == 1

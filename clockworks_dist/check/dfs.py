@@ -106,7 +106,19 @@ class _Search:
         for (rank, index, _sub), send in model.matches.send_of.items():
             found = self.senders.get((rank, index), ()) + (send[0],)
             self.senders[(rank, index)] = shared.setdefault(found, found)
+        # connections with slots: a send wakes when the recv `slots` messages back completes (its rank
+        # leaves that op, or the member completes), and a message's landing when its recv is posted
+        self.fifo_landings: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}  # (rank, index) -> landings
+        for skey, room in model.gate.items():
+            if room is not None:
+                self.senders[room[:2]] = self.senders.get(room[:2], ()) + (skey[0],)
+        for at, (rank, index, _sub) in model.gated.items():
+            self.fifo_landings[(rank, index)] = self.fifo_landings.get((rank, index), ()) + (at,)
         self.has_colls = bool(model.coll_members)
+        # rank -> the actors that wait on its signal words: itself, and its threads (`semantics.threads`)
+        self.residents: list[list[int]] = [[] for _ in range(world)]
+        for actor, home in enumerate(model.home):
+            self.residents[home].append(actor)
         self.ends: list[State] = []
         self.pool: dict = {}  # the parts of the states kept (branch points, ends), one copy each
         self.first_path: list[tuple] | None = None
@@ -253,6 +265,8 @@ class _Search:
         blocked = False
         if d.fenced and d.epoch:
             blocked = min(self.lanes[(d.issuer, d.pe)].values()) < d.epoch
+        elif key in self.model.gated:  # a message in a FIFO lands once its recv is posted
+            blocked = not self.model.posted(self.work, self.model.gated[key])
         if not blocked and key not in self.delivs:
             self.delivs[key] = action = build(Deliver, ("deliver", *key))
             self._enable(action)
@@ -277,7 +291,7 @@ class _Search:
                 if entry[1] not in old_done:
                     old_done[entry[1]] = entry[2]
             elif what == "sig":
-                ranks.add(entry[1])  # a wait of that rank may be enabled or disabled now
+                ranks.update(self.residents[entry[1]])  # a wait of that rank (or its threads) may change
             elif what == "launch":
                 launched.append((entry[1], entry[2]))
                 ranks.add(entry[1])  # its quiet
@@ -307,6 +321,10 @@ class _Search:
                         self.arrived[after] += 1
                         self._check_coll(after)
             self._set_posts(rank, self._posted(rank))
+            if self.fifo_landings:
+                for at in self.fifo_landings.get((rank, now), ()) + self.fifo_landings.get((rank, pc), ()):
+                    if at in work.flight:
+                        self._check_delivery(at)
         flight = work.flight
         if not landed and not launched:
             for rank in ranks:

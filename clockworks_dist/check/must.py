@@ -204,7 +204,7 @@ class MustOrder(Order):
                     continue
                 wait = self.node(op_event(rank, c.index))
                 for word in words:
-                    found.append((wait, cmp, value, updates.get((rank, word), [])))
+                    found.append((wait, cmp, value, updates.get((model.home[rank], word), [])))  # a thread: its rank's
         return found
 
     def _wait_facts(self, waits: list) -> list[tuple[int, int]]:

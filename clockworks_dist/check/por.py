@@ -374,6 +374,13 @@ class Reducer:
         out: list[tuple] = []
         if kind == "p2p":
             skey = action.key
+            if skey in model.gate:  # a connection with slots: the recv `slots` messages back must complete
+                room = model.gate[skey]
+                if not model.posted(state, skey):
+                    out.append(("r", skey[0]))
+                if room is not None and not model.received(state.pcs, state.group_done, room):
+                    out.append(("r", room[0]))
+                return out
             for key in (skey, model.matches.recv_of[skey]):
                 if not model.posted(state, key):
                     out.append(("r", key[0]))
@@ -387,6 +394,10 @@ class Reducer:
                 out.extend(("a", Deliver("deliver", i, j)) for i, j, _ in state.in_flight)
         elif kind == "deliver":
             issuer, index = action.issuer, action.index
+            gated = model.gated.get((issuer, index))
+            if gated is not None and not model.posted(state, gated):  # a message waits for its recv
+                out.append(("r", gated[0]))
+                return out
             d = model.deliveries[(issuer, index)]
             for i, j, _ in state.in_flight:
                 if i == issuer and j != index and model.orders_before(model.deliveries[(i, j)], d):
@@ -397,8 +408,8 @@ class Reducer:
             if c.sync is Sync.QUIET:
                 out.extend(("a", Deliver("deliver", i, j)) for i, j, _ in state.in_flight if i == rank)
             elif c.sync is Sync.WAIT:
-                for word in c.awaits.words:
-                    self._word_enablers(state, rank, word, out)
+                for word in c.awaits.words:  # a thread waits on its rank's words
+                    self._word_enablers(state, model.home[rank], word, out)
         return out
 
     def _word_enablers(self, state: State, rank: int, word: int, out: list) -> None:
@@ -485,6 +496,8 @@ class Reducer:
                 if index == pcs[rank] and ((sub is not None and (state.group_done[rank] >> sub) & 1)
                                            or model.landing(state, key)):
                     continue  # complete, or only its landing is left: it needs no other rank
+                if key in model.gate:
+                    continue  # a send on a connection with slots may complete alone (an over-approximation)
                 other = model.matches.recv_of.get(key) or model.matches.send_of.get(key)
                 if other is None or other[0] in frozen or other[1] > limit[other[0]]:
                     return False
@@ -501,7 +514,8 @@ class Reducer:
         if c.sync is Sync.WAIT:
             # conservative for several words: a word that may still change lets the wait complete
             return model.waiting_holds(state, c) or any(
-                self._may_update(state, rank, word, limit, frozen, actions, updates) for word in c.awaits.words)
+                self._may_update(state, model.home[rank], word, limit, frozen, actions, updates)
+                for word in c.awaits.words)
         return True
 
     def _may_update(self, state: State, rank: int, word: int, limit: list[int], frozen: set[int],
@@ -527,6 +541,8 @@ class Reducer:
     def _needs(self, action: Action, frozen: set[int], actor: int) -> bool:
         kind = action.kind
         if kind == "p2p":
+            if action.key in self.model.gate:  # a send on a connection with slots needs no one else
+                return action.rank in frozen
             return action.rank in frozen or self.model.matches.recv_of[action.key][0] in frozen
         if kind == "coll":
             return any(r in frozen for r, _ in self.model.coll_members[action.cid])
@@ -607,6 +623,8 @@ def _keys_held(model: Model, action: Action) -> list[tuple]:
         return [(action.rank, action.index, None)]
     if kind == "p2p":
         skey = action.key
+        if skey in model.gate:  # a connection with slots: the send alone (the recv takes it later)
+            return [skey]
         return [skey, model.matches.recv_of[skey]]
     if kind == "coll":
         return [(r, i, None) for r, i in model.coll_members[action.cid]]

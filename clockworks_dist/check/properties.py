@@ -218,22 +218,29 @@ class Observer:
         pc = state.pcs[rank]
         c = model.code[rank][pc]
         if c.sync is Sync.P2P:
-            peers = []
+            peers, full = [], []
             for sub, m in (c.members if c.kind == "group" else [(None, c.op)]):
                 if sub is not None and (state.group_done[rank] >> sub) & 1:
                     continue
                 key = (rank, pc, sub)
+                if key in model.gate:  # a connection with slots: its FIFO is full
+                    peers.append(model.gate[key][0])
+                    full.append(f"its connection to rank {m.peer} is full: {m.slots} message(s) not yet received")
+                    continue
                 other = model.matches.recv_of.get(key) or model.matches.send_of.get(key)
                 if other is not None and not model.posted(state, other):
                     peers.append(other[0])
+            if full and len(full) == len(peers):
+                return sorted(set(peers)), "; ".join(full)
             return sorted(set(peers)), f"its matching {'recv' if c.kind == 'send' else 'op'}"
         if c.cid is not None:
             missing = [r for r, i in model.coll_members[c.cid] if state.pcs[r] != i]
             return missing, "the other members to arrive"
         if c.sync is Sync.WAIT:
             words = c.awaits[0]
-            writers = sorted({w for word in words for w in future_signal_writers(model, state, rank, word)})
-            shown = ", ".join(f"{signal_text(model, word)} is {state.signals[rank][word]}" for word in words)
+            home = model.home[rank]  # a thread waits on its rank's words
+            writers = sorted({w for word in words for w in future_signal_writers(model, state, home, word)})
+            shown = ", ".join(f"{signal_text(model, word)} is {state.signals[home][word]}" for word in words)
             return writers, shown + ("" if writers else ", and no rank can still change " +
                                      ("it" if len(words) == 1 else "them"))
         return [], "nothing"

@@ -27,6 +27,12 @@ class Step:
     ops: tuple[OpRef, ...]
     at: int | None = None  # a delivery: the rank whose memory it lands in (its ops are the issuer's)
 
+    def relabel(self, actors) -> "Step":
+        """This step of an execution of a schedule's actors, naming ranks and threads
+        (`semantics.threads.Actors`)."""
+        return Step(action=self.action, label=actors.text(self.label), ops=tuple(actors.ref(o) for o in self.ops),
+                    at=actors.home[self.at] if self.at is not None else None)
+
     def to_json(self) -> dict:
         out = {"action": list(self.action), "label": self.label, "ops": [o.to_json() for o in self.ops]}
         if self.at is not None:
@@ -51,6 +57,27 @@ class Violation:
     def of(cls, mismatch: Mismatch) -> "Violation":
         """A static mismatch found by `semantics.match`, as the checker reports it."""
         return cls(kind=mismatch.kind, message=mismatch.message, ranks=mismatch.ranks, ops=mismatch.ops)
+
+    def relabel(self, actors) -> "Violation":
+        """This violation, found on a schedule's actors, naming ranks and threads
+        (`semantics.threads.Actors`): ranks by number, each op with its thread."""
+        details = dict(self.details)
+        if "blocked" in details:  # actor -> its blocked ops: per rank, each op with its thread
+            blocked: dict[int, list[str]] = {}
+            for actor, texts in details["blocked"].items():
+                name = actors.thread[int(actor)]
+                prefix = f"{name}: " if name is not None else ""
+                blocked.setdefault(actors.home[int(actor)], []).extend(
+                    prefix + t for t in ([texts] if isinstance(texts, str) else texts))
+            details["blocked"] = blocked
+        if "cycle" in details:
+            details["cycle"] = [actors.who(a) for a in details["cycle"]]
+        if "rank" in details and isinstance(details["rank"], int):
+            details["rank"] = actors.home[details["rank"]]
+        return Violation(kind=self.kind, message=actors.text(self.message),
+                         ranks=tuple(sorted({actors.home[r] if r < len(actors.home) else r for r in self.ranks})),
+                         ops=tuple(actors.ref(o) for o in self.ops), trace=tuple(s.relabel(actors) for s in self.trace),
+                         details=details)
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "severity": self.severity, "message": self.message,

@@ -18,7 +18,7 @@ need on one rank, and NCCL orders the ranks. One-sided ops are NVSHMEM's (`--bac
 from __future__ import annotations
 
 from .. import ir
-from ..semantics.backends import Backend, register
+from ..semantics.backends import Backend, plain_connection, register
 from ..semantics.rules import chunks
 from . import cuda, local
 from .program import Gen, Target, locals_for, op_comment
@@ -153,7 +153,8 @@ TABLE = {
 UNSUPPORTED = {cls: ONE_SIDED for cls in (
     ir.Put, ir.PutSignal, ir.SignalUpdate, ir.Atomic, ir.Get, ir.GetNbi, ir.FetchAtomic, ir.WaitUntil,
     ir.WaitUntilAll, ir.WaitUntilAny, ir.Fence, ir.Quiet, ir.BarrierAll, ir.SyncAll)}
-NCCL = register(Backend("nccl-codegen", table=TABLE, unsupported=UNSUPPORTED))
+NCCL = register(Backend("nccl-codegen", table=TABLE, unsupported=UNSUPPORTED,
+                        limits={ir.Send: plain_connection, ir.Recv: plain_connection}))
 
 
 class NcclTarget(Target):

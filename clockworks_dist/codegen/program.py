@@ -165,6 +165,11 @@ def unsupported(sched: ir.Schedule, backend: str) -> list[str]:
     table = target(backend).table
     found: dict[str, str] = {}
     for program in sched.programs:
+        if program.threads:
+            thread = program.threads[0]
+            found.setdefault("threads", f"{thread.loc}: rank {program.rank} runs threads ({thread.kind} "
+                                        f"{thread.name} ...): the {backend} code generator emits one program per "
+                                        "rank and does not emit threads yet")
         for op in program.ops:
             for member in (op.ops if isinstance(op, ir.Group) else (op,)):
                 try:

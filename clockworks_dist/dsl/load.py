@@ -6,6 +6,7 @@ import importlib.util
 import os
 import sys
 
+from .. import ir
 from ..errors import ScheduleError
 from . import guard
 from .trace import ScheduleDef, _PACKAGE_DIR
@@ -29,6 +30,14 @@ def load_file(path: str) -> list[ScheduleDef]:
                             hint="name a .py file")
     if not os.access(path, os.R_OK):
         raise ScheduleError("cannot be read (permission denied)", file=path, hint="check the file's permissions")
+    if path.endswith(".xml"):  # an MSCCL algorithm (`importers.msccl`)
+        from ..importers.msccl import ImportedDef
+
+        return [ImportedDef(path)]
+    if path.endswith(".json"):  # a schedule as `clockworks show --json` or `clockworks import` writes it
+        from .validate_json import load
+
+        return [FixedDef(load(path), path)]
     module_name = "_cw_user_" + os.path.splitext(name)[0].replace("-", "_")
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
@@ -69,4 +78,31 @@ def load_file(path: str) -> list[ScheduleDef]:
     return sorted(found, key=lambda d: d.loc.line)
 
 
-__all__ = ["load_file", "_PACKAGE_DIR"]
+class FixedDef:
+    """A schedule already built (read from JSON), in the shape the commands load schedules in: its
+    world and sizes are fixed."""
+
+    def __init__(self, sched: ir.Schedule, path: str):
+        self.sched = sched
+        self.name = sched.name
+        self.loc = ir.SourceLoc(file=os.path.basename(path), line=1)
+        self.ranks = (sched.world,)
+        self.ranks_per_node = sched.ranks_per_node
+        self.sizes: tuple = ()
+        self.params: tuple = ()
+        self.expect: tuple = ()
+
+    def variants(self) -> list[dict]:
+        return [{}]
+
+    def trace(self, world: int, ranks_per_node: int | None = None, sizes=None, params=None) -> ir.Schedule:
+        if world != self.sched.world:
+            raise ScheduleError(f"the schedule has {self.sched.world} ranks, not {world}", file=self.loc.file,
+                                hint=f"use --ranks {self.sched.world} (or leave it out)")
+        if sizes or params:
+            raise ScheduleError("a schedule read from JSON has its sizes and parameters bound already",
+                                file=self.loc.file, hint="leave out --size and --param")
+        return self.sched
+
+
+__all__ = ["FixedDef", "load_file", "_PACKAGE_DIR"]

@@ -270,6 +270,14 @@ class _RankState:
     group: list | None = None
     group_loc: ir.SourceLoc | None = None
     closed: bool = False  # the schedule function has returned for this rank
+    # the rank's threads (`Rank.thread`): name -> (kind, ops, where first opened), and the one open now
+    threads: dict[str, tuple[str, list, ir.SourceLoc]] = field(default_factory=dict)
+    thread: str | None = None
+
+    @property
+    def target(self) -> list:
+        """Where the next op goes: the open thread's ops, else the rank's."""
+        return self.threads[self.thread][1] if self.thread is not None else self.ops
 
 
 def _one_of(value, choices: tuple, what: str, op: str | None, rank: "Rank") -> str:
@@ -462,7 +470,7 @@ class Rank(metaclass=_ReadOnlyClass):
                                   loc=op.loc, hint="move it after the `with r.group():` block")
             self._st.group.append(op)
         else:
-            self._st.ops.append(op)
+            self._st.target.append(op)
 
     # -- declarations -------------------------------------------------------------------------
     def _fresh(self, name, what: str, op: str, loc: ir.SourceLoc) -> str:
@@ -558,27 +566,68 @@ class Rank(metaclass=_ReadOnlyClass):
             ops, loc = self._st.group, self._st.group_loc
             self._st.group = None
         if ops:
-            self._st.ops.append(self._intern.op(ir.Group(ops=tuple(ops), loc=loc)))
+            self._st.target.append(self._intern.op(ir.Group(ops=tuple(ops), loc=loc)))
 
-    def send(self, peer, src, comm=None) -> None:
+    @contextlib.contextmanager
+    def thread(self, name: str, kind: str = "block") -> Iterator[None]:
+        """The ops inside run on thread `name` of this rank: a thread block of its kernel (`kind="block"`)
+        or a stream of its host (`"stream"`). A rank's threads start together and run concurrently, each
+        its own ops in order; they share the rank's memory and signal words, so two threads that touch
+        the same elements without an order between them race, as two ranks would. Order them with the
+        synchronisation real code uses: a signal word one thread updates (`signal_op` to its own rank)
+        and another waits on (`wait_until`). The rank ends when every thread has ended; a thread's end
+        completes none of its puts. Opening a thread again appends to it. A rank with threads runs only
+        its threads: every op goes inside one."""
+        loc = user_loc()
+        self._open("thread")
+        if self._st.thread is not None:
+            raise self._error(f"threads do not nest: thread {self._st.thread!r} is open", "thread", loc=loc,
+                              hint="close it before opening another")
+        if self._st.group is not None:
+            raise self._error("a thread cannot open inside a group", "thread", loc=loc,
+                              hint="open the group inside the thread")
+        check_name(name, "thread", loc, self.rank, "thread")
+        kind = _one_of(kind, ("block", "stream"), "thread kind", "thread", self)
+        found = self._st.threads.get(name)
+        if found is not None and found[0] != kind:
+            raise self._error(f"thread {name!r} was opened as a {found[0]} at {found[2]}", "thread", loc=loc)
+        if found is None:
+            if len(self._st.threads) >= ir.MAX_THREADS:
+                raise self._error(f"a rank has at most {ir.MAX_THREADS} threads", "thread", loc=loc)
+            self._st.threads[name] = (kind, [], loc)
+        self._st.thread = name
+        try:
+            yield
+        finally:
+            self._st.thread = None
+
+    def send(self, peer, src, comm=None, channel: int = 0, slots: int = 0) -> None:
         """ncclSend of local `src` to `peer` (on `comm`, default the world).
 
         Rendezvous: it completes only together with its matching `recv` on `peer` (the k-th send
         from this rank to `peer` on a communicator matches the k-th recv there, first in first out),
         in one step that reads `src` here and writes the receiver's `dst`; there is no eager
-        buffering. Sizes and dtypes must match. Inside `group()` it is posted with the others."""
+        buffering. Sizes and dtypes must match. Inside `group()` it is posted with the others.
+
+        `channel` picks one of several connections to `peer` (MSCCL's channels), each matched first
+        in first out on its own. `slots=k` (k >= 1) makes the connection a FIFO of k messages, as
+        NCCL's and MSCCL's connections are: the send reads `src` and completes without its recv while
+        fewer than k earlier messages on the connection wait to be received; with k waiting, the FIFO
+        is full and the send blocks until the oldest is received. Both ends state the same slots."""
         loc = user_loc()
         peer = self._peer(peer, "send")
         src = self._local(src, "send", "src")
         name = self._comm(comm, "send")
         if peer not in self._members(name):
             raise self._error(f"peer {peer} is not in communicator {name}", "send", loc=loc)
-        self._append(ir.Send(peer=peer, src=src.to_ir(), comm=name, loc=loc))
+        channel, slots = self._connection(channel, slots, "send")
+        self._append(ir.Send(peer=peer, src=src.to_ir(), comm=name, channel=channel, slots=slots, loc=loc))
 
-    def recv(self, peer, dst, reduce: str | None = None, comm=None) -> None:
+    def recv(self, peer, dst, reduce: str | None = None, comm=None, channel: int = 0, slots: int = 0) -> None:
         """ncclRecv from `peer` into local `dst`, matched first in first out with `peer`'s sends to
-        this rank on `comm`. `reduce="sum"` (or prod, max, min) combines the incoming data with
-        what `dst` holds instead of overwriting it. Completes together with its send."""
+        this rank on `comm` (and `channel`). `reduce="sum"` (or prod, max, min) combines the incoming
+        data with what `dst` holds instead of overwriting it. Completes together with its send; on a
+        connection with `slots` (see `send`), it takes the oldest message once that has been sent."""
         loc = user_loc()
         peer = self._peer(peer, "recv")
         dst = self._local(dst, "recv", "dst")
@@ -587,7 +636,15 @@ class Rank(metaclass=_ReadOnlyClass):
         name = self._comm(comm, "recv")
         if peer not in self._members(name):
             raise self._error(f"peer {peer} is not in communicator {name}", "recv", loc=loc)
-        self._append(ir.Recv(peer=peer, dst=dst.to_ir(), reduce=reduce, comm=name, loc=loc))
+        channel, slots = self._connection(channel, slots, "recv")
+        self._append(ir.Recv(peer=peer, dst=dst.to_ir(), reduce=reduce, comm=name, channel=channel, slots=slots,
+                             loc=loc))
+
+    def _connection(self, channel, slots, op: str) -> tuple[int, int]:
+        """A send's or recv's channel and slots, checked (integers in range)."""
+        channel = _check_index(_integer(channel, "channel", self, op), ir.MAX_CHANNEL + 1, "channel", self, op)
+        slots = _check_index(_integer(slots, "slots", self, op), ir.MAX_SLOTS + 1, "slots", self, op)
+        return channel, slots
 
     # -- collectives --------------------------------------------------------------------------
     def _reduce_op(self, op: str, kind: str) -> str:
@@ -1059,13 +1116,19 @@ def _build(defn: ScheduleDef, world: int, per_node: int, chosen: dict[str, int |
         if handle._st.group is not None:  # entered by hand and never exited: its ops would be lost
             raise handle._error("this group is never closed", "group", loc=handle._st.group_loc,
                                 hint="use `with r.group():`")
+        if handle._st.threads and handle._st.ops:
+            outside = handle._st.ops[0]
+            raise handle._error(f"rank {rank} runs threads, but {outside.kind} is outside every thread", outside.kind,
+                                loc=outside.loc, hint="put it inside a `with r.thread(name):` block")
         handles.append(handle)
     _check_symmetric(handles)
     _check_sizes_declared(defn, handles)
     comms = _build_comms(handles)
     programs = tuple(
         ir.Program(rank=h.rank, buffers=tuple(h._st.buffers.values()), signals=tuple(h._st.signals.values()),
-                   ops=tuple(h._st.ops))
+                   ops=tuple(h._st.ops),
+                   threads=tuple(ir.Thread(name=name, kind=kind, ops=tuple(ops), loc=loc)
+                                 for name, (kind, ops, loc) in h._st.threads.items()))
         for h in handles)
     symbols = tuple(s.symbol() for s in defn.sizes)
     sched = ir.Schedule(name=defn.name, world=world, ranks_per_node=per_node, loc=defn.loc, symbols=symbols,

@@ -91,9 +91,11 @@ def check(sched: ir.Schedule, file: str) -> None:
             words[decl.name] = decl.count
         buffers[rank], signals[rank] = own, words
     for program in sched.programs:
-        for index, op in enumerate(program.ops):
-            for each in (op.ops if op.kind == "group" else (op,)):
-                _check_op(each, program.rank, f"op {index} ({each.kind})", world, comms, buffers, signals, fail)
+        for prefix, ops in [("", program.ops)] + [(f"thread {t.name} ", t.ops) for t in program.threads]:
+            for index, op in enumerate(ops):
+                for each in (op.ops if op.kind == "group" else (op,)):
+                    _check_op(each, program.rank, f"{prefix}op {index} ({each.kind})", world, comms, buffers, signals,
+                              fail)
     for expectation in sched.expect:
         what = f"postcondition {expectation.label or ''}".rstrip()
         _check_rank(expectation.rank, world, what, None, fail)

@@ -112,6 +112,11 @@ def lower(sched: ir.Schedule, build: Build = Build()) -> Lowered:
     1. `calls` > 1: where each call's kernel begins (a kernel per call), then `repeat`;
     2. `packets`: put_signals as packets, and the kernel starts moved with the ops after each wait;
     3. `copy_engine`: the puts the copy engine moves, read off the schedule that runs."""
+    threaded = next((p for p in sched.programs if p.threads), None)
+    if threaded is not None:
+        thread = threaded.threads[0]
+        raise LoweringError(f"{thread.loc}: rank {threaded.rank} runs threads ({thread.kind} {thread.name} ...): the "
+                            "lowering makes one program per rank and does not lower threads yet")
     source = sched
     starts = None
     if build.calls > 1:

@@ -74,6 +74,12 @@ from .network import Network
 
 __all__ = ["OpRecord", "PredictError", "Simulator", "Timeline", "compile_model"]
 
+
+def _nobody(_recv: tuple) -> bool:
+    """`Model.land_all`'s `ready` for the landings every action leaves: messages in a FIFO wait for
+    their recv's rank to post it (`Simulator._take_messages`)."""
+    return False
+
 # The ops an NVSHMEM program runs on one thread (no step of the kernel's blocks before them).
 _ONE_THREAD = frozenset({"wait_until", "wait_until_all", "wait_until_any", "fence", "quiet", "signal_op", "atomic",
                          "fetch_atomic", "barrier_all", "sync_all"})
@@ -128,6 +134,11 @@ class Simulator:
                  conditions: RunConditions = RunConditions(), model: Model | None = None):
         self.sched, self.net, self.c, self.mode = sched, network, consts, mode
         self.conditions = conditions
+        threaded = next((p for p in sched.programs if p.threads), None)
+        if threaded is not None:
+            thread = threaded.threads[0]
+            raise PredictError(f"{thread.loc}: rank {threaded.rank} runs threads ({thread.kind} {thread.name} ...): "
+                               "the performance model does not time threads yet; `clockworks check` explores them")
         self.model = model or compile_model(sched)
         self.state = self.model.initial()
         self.world = sched.world
@@ -289,13 +300,18 @@ class Simulator:
         if kind == "step":
             return [action.rank]
         if kind == "p2p":
+            if action.key in self.model.gate:  # a connection with slots: the send goes on its own
+                return [action.rank]
             return [action.rank, self.model.matches.recv_of[action.key][0]]
         if kind == "coll":
             return [rank for rank, _ in self.model.coll_members[action.cid]]
         return []
 
     def _ready(self, action: Action) -> bool:
-        """Whether every rank taking part has posted its op (a delivery in flight needs none)."""
+        """Whether every rank taking part has posted its op (a delivery in flight needs none; a landing
+        is never started here: it is taken as its recv's rank posts it, `_take_messages`)."""
+        if action.kind == "deliver" and action.index < 0:
+            return False
         return all(self.posted[rank] for rank in self._ranks_of(action))
 
     def _start(self, action: Action) -> None:
@@ -319,7 +335,7 @@ class Simulator:
         """The action's timed process has ended: the machine takes the step. The landings it leaves
         (a recv, a collective member writing its output) are taken at once: the transfer's time
         already covers the write."""
-        self.state = self.model.land_all(self.model.apply(self.state, action))
+        self.state = self.model.land_all(self.model.apply(self.state, action), ready=_nobody)
 
     # -- ranks --------------------------------------------------------------------------------
     def _post(self, rank: int) -> None:
@@ -348,7 +364,20 @@ class Simulator:
         self.idle.add(rank)
         if code.awaits is None:  # a wait's record begins when it is satisfied
             self.current[rank] = self._record(rank, pc, None, code.op, self.now)
+        if self.model.gated and self._take_messages(rank, pc):
+            return
         self._dispatch(self._member_order(rank, pc))
+
+    def _take_messages(self, rank: int, pc: int) -> bool:
+        """A recv on a connection with slots whose message is already in its FIFO takes it as it is
+        posted, at no cost of its own: the data crossed the link when it was sent (`_start_p2p`), and
+        the copy out of the FIFO is not timed. True if that completed the rank's op."""
+        self.state = self.model.land_all(self.state, ready=lambda recv: recv[:2] == (rank, pc))
+        if self.state.pcs[rank] == pc:
+            return False
+        self._finish(rank, self.current[rank])
+        self._dispatch()  # a sender waiting for room in this FIFO may go on
+        return True
 
     def _member_order(self, rank: int, index: int) -> dict[tuple, int]:
         """The transfers of a send, recv or group, in the order of its members (a rank that posts
@@ -671,11 +700,13 @@ class Simulator:
         send_head, recv_head = self.current[skey[0]], self.current[rkey[0]]
         send = self.model.matches._op(skey)
         nbytes = self._size(skey[0], send.src)
-        # the transfer starts when the later side posts: it waited for what that side waited for
-        later = recv_head if recv_head.start >= send_head.start else send_head
+        if skey in self.model.gate:  # a connection with slots: the data goes to the receiver's FIFO now
+            later, why = send_head, f"rank {send_head.rank} posted its send and its FIFO had room"
+        else:  # the transfer starts when the later side posts: it waited for what that side waited for
+            later = recv_head if recv_head.start >= send_head.start else send_head
+            why = f"rank {later.rank} posted its {'recv' if later is recv_head else 'send'}"
         rec = OpRecord(rank=skey[0], index=skey[1], sub=skey[2], kind="send", text=describe(send), loc=send.loc,
-                       start=self.now, cause=later.cause,
-                       cause_kind=f"rank {later.rank} posted its {'recv' if later is recv_head else 'send'}")
+                       start=self.now, cause=later.cause, cause_kind=why)
         self.records.append(rec)
         kind = "all_to_all" if self._exchange(skey[0], skey[1]) else "p2p"
         own = skey[0] == rkey[0]  # a send to itself: a copy inside the kernel
@@ -704,7 +735,9 @@ class Simulator:
 
     def _p2p_done(self, action: Action, rec: OpRecord) -> None:
         rec.end = self.now
-        sides = [action.rank, self.model.matches.recv_of[action.key][0]]
+        recv = self.model.matches.recv_of[action.key]
+        fifo = action.key in self.model.gate  # the send alone: its recv takes the message when posted
+        sides = [action.rank] if fifo else [action.rank, recv[0]]
         before = self.state.pcs
         self._apply(action)
         for rank in dict.fromkeys(sides):  # each side's op (a group: its last member) is done
@@ -719,6 +752,9 @@ class Simulator:
                     self._reduce_kernels(rank, head, before[rank], reduces)
                 else:
                     self._finish(rank, head)
+        if fifo and self.posted[recv[0]] and self.state.pcs[recv[0]] == recv[1]:
+            self._take_messages(recv[0], recv[1])  # the recv was waiting for this message
+            return
         self._dispatch()
 
     def _reduce_kernels(self, rank: int, after: OpRecord, index: int, recvs: list) -> None:

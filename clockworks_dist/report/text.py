@@ -73,7 +73,7 @@ def _opref_index(ref: OpRef) -> str:
 def render_opref(ref: OpRef) -> str:
     """`ring.py:17  rank 0 #3.1  send(peer=1, x[0:4])`: where, who, which op, what."""
     where = f"{ref.loc}  " if ref.loc else ""
-    return f"{where}rank {ref.rank} {_opref_index(ref)}  {ref.text or ref.kind}"
+    return f"{where}{ref.who} {_opref_index(ref)}  {ref.text or ref.kind}"
 
 
 # ------------------------------------------------------------------------------------- listing
@@ -173,9 +173,20 @@ def _params(sched: ir.Schedule) -> list[str]:
 
 
 def _program(program: ir.Program, loc_width: int) -> list[str]:
-    out = [f"rank {program.rank}: {_plural(len(program.ops), 'op')}"]
-    index_width = len(f"{max(len(program.ops) - 1, 0)}.0") + 1
-    for index, op in enumerate(program.ops):
+    if program.threads:
+        out = [f"rank {program.rank}: {_plural(len(program.threads), 'thread')}, concurrent"]
+        for thread in program.threads:
+            lines = _ops(thread.ops, loc_width)
+            out.append(f"  {thread.kind} {thread.name} ({thread.loc}): {_plural(len(thread.ops), 'op')}")
+            out += ["  " + line for line in lines]
+        return out
+    return [f"rank {program.rank}: {_plural(len(program.ops), 'op')}", *_ops(program.ops, loc_width)]
+
+
+def _ops(ops, loc_width: int) -> list[str]:
+    out = []
+    index_width = len(f"{max(len(ops) - 1, 0)}.0") + 1
+    for index, op in enumerate(ops):
         if op.kind == "group":
             out.append(f"  {str(index):<{index_width}} {str(op.loc):<{loc_width}}  group:")
             for sub, member in enumerate(op.ops):
@@ -188,7 +199,7 @@ def _program(program: ir.Program, loc_width: int) -> list[str]:
 
 def _all_locs(sched: ir.Schedule) -> Iterable[ir.SourceLoc]:
     for program in sched.programs:
-        for op in program.ops:
+        for op in program.all_ops():
             yield op.loc
             for member in getattr(op, "ops", ()):
                 yield member.loc
@@ -218,7 +229,8 @@ def _cell(refs: Sequence[OpRef], prefix: str = "") -> str:
     parts = []
     for ref in refs:
         line = f" :{ref.loc.line}" if ref.loc else ""
-        parts.append(_shorten(prefix + (ref.text or ref.kind), MAX_CELL - len(line)) + line)
+        thread = f"{ref.thread}: " if ref.thread is not None else ""  # a thread's op, in its rank's column
+        parts.append(_shorten(prefix + thread + (ref.text or ref.kind), MAX_CELL - len(line)) + line)
     return "; ".join(parts)
 
 
@@ -343,6 +355,8 @@ def _detail(key: str, value) -> str:
     if key == "cycle" and isinstance(value, (list, tuple)) and value and all(isinstance(r, int) for r in value):
         closed = list(value) if value[0] == value[-1] and len(value) > 1 else [*value, value[0]]
         return "wait-for cycle: " + " -> ".join(f"rank {r}" for r in closed)
+    if key == "cycle" and isinstance(value, (list, tuple)) and value:  # named actors: ranks and their threads
+        return "wait-for cycle: " + " -> ".join(str(r) for r in [*value, value[0]])
     return f"{key}: {_detail_value(value)}"
 
 

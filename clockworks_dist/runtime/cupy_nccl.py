@@ -74,7 +74,7 @@ import numpy as np
 
 from .. import ir
 from ..errors import MissingDependency
-from ..semantics.backends import Backend, register
+from ..semantics.backends import Backend, plain_connection, register
 from ..semantics.match import members_of
 from ..semantics.rules import chunks, rule
 from ..semantics import numeric
@@ -658,4 +658,5 @@ TABLE = {
 UNSUPPORTED = {cls: ONE_SIDED for cls in (
     ir.Put, ir.PutSignal, ir.SignalUpdate, ir.Atomic, ir.Get, ir.GetNbi, ir.FetchAtomic, ir.WaitUntil,
     ir.WaitUntilAll, ir.WaitUntilAny, ir.Fence, ir.Quiet, ir.BarrierAll, ir.SyncAll)}
-CUPY = register(Backend(NAME, table=TABLE, unsupported=UNSUPPORTED))
+CUPY = register(Backend(NAME, table=TABLE, unsupported=UNSUPPORTED,
+                        limits={ir.Send: plain_connection, ir.Recv: plain_connection}))

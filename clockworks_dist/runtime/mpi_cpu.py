@@ -12,7 +12,14 @@ strong (it may forbid executions the checker allows, never allow one it forbids)
   no send completes alone (rendezvous, no eager buffering). One tag per communicator: MPI's
   non-overtaking rule matches sends and receives first-in-first-out per (communicator, sender,
   receiver), exactly the checker's FIFO matching. A group posts every member, then waits for all
-  (`Testall` in a loop bounded by the timeout), completing in any order.
+  (`Testall` in a loop bounded by the timeout), completing in any order. A channel other than 0 has
+  a tag of its own, so each (communicator, channel, sender, receiver) is matched in order on its own.
+- connections with slots (`ir.Send.slots`): the send copies `src` into an `Isend` and completes; the
+  recv, once its data is in `dst`, sends the sender a zero-byte credit on the channel's credit tag;
+  the send of message k waits for the credit of message k - slots. So a send completes alone only
+  while its FIFO has room, and room comes back only once a recv has completed, as the checker's
+  rule says (the sender waits at least as long). At the end of its program a rank takes the credits
+  still owed to it and completes its sends (`drain_connections`), bounded by the timeout.
 - collectives: the MPI collective of the same name on a communicator split as the schedule declares
   (`Comm.Split(color, key)` orders members by (key, world rank), as `ir.Communicator.members`
   does), so chunk i of a gather or scatter is communicator member i, as the rules' chunk maps say.
@@ -34,6 +41,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -48,7 +56,17 @@ from ..semantics import numeric
 from .progress import Phase, Progress
 
 NAME = "mpi-cpu"
-TAG = 7  # one tag for every send and recv: FIFO per (communicator, sender, receiver)
+TAG = 7  # the tag of channel 0's sends and recvs: FIFO per (communicator, sender, receiver)
+
+
+def data_tag(channel: int) -> int:
+    """The tag of a channel's messages: FIFO per (communicator, channel, sender, receiver)."""
+    return TAG if channel == 0 else 16 + 2 * channel
+
+
+def credit_tag(channel: int) -> int:
+    """The tag of the credits a receiver returns on a connection with slots."""
+    return 17 + 2 * channel
 SPIN = 32  # tests of a request before a wait starts to sleep between tests
 NAP_S = (2e-5, 1e-3)  # first and longest sleep between tests: ranks may outnumber the cores
 JITTER_S = 2e-3  # --jitter: up to this long before an op, for half the ops
@@ -105,6 +123,12 @@ class Executor:
     # plain puts not yet issued to MPI: (window, bytes, pe, target), issued at the rank's next
     # fence, quiet or barrier_all, or after the run (`flush_all`), the latest NVSHMEM allows
     deferred: list = field(default_factory=list)
+    # connections with slots, per (communicator, peer, channel): messages sent and credits taken this
+    # run; and the requests (data sent, credits returned) completed at the program's end
+    fifo_sent: dict = field(default_factory=dict)
+    fifo_credits: dict = field(default_factory=dict)
+    outstanding: list = field(default_factory=list)
+    _here: threading.local = field(default_factory=threading.local)  # per thread of the rank: its op
 
     # -- setup and teardown -------------------------------------------------------------------
     def setup(self) -> None:
@@ -150,6 +174,9 @@ class Executor:
     def reset(self) -> None:
         """Inputs by the formula of `numeric`, signal words 0, then every rank meets."""
         self.deferred.clear()  # a run that stopped early may leave some
+        self.fifo_sent.clear()
+        self.fifo_credits.clear()
+        self.outstanding.clear()
         for decl in self.program.buffers:
             self.buffers[decl.name][:] = numeric.input_values(self.rank, decl.name, decl.dtype, 0, decl.count)
         self.signals[:] = 0
@@ -157,15 +184,95 @@ class Executor:
         self.meet(self.comm, "the other ranks to arrive at the barrier before the run")
 
     def run(self) -> None:
-        """Execute the rank's program, op by op."""
-        for index, op in enumerate(self.program.ops):
-            self.progress.op(index)
-            self.index = index
-            if self.hook is not None:
-                self.hook(self, index)
-            if self.rng is not None and self.rng.random() < 0.5:
-                time.sleep(self.rng.uniform(0, JITTER_S))
-            MPI_CPU.lookup(op)(self, op)
+        """Execute the rank's program, op by op (a rank with threads: each thread on its own)."""
+        if self.program.threads:
+            self.run_threads()
+        else:
+            self.actor = self.rank
+            for index, op in enumerate(self.program.ops):
+                self.run_op(index, index, op)
+        self.drain_connections()
+
+    def run_op(self, flat: int, index: int, op) -> None:
+        """One op: `flat` is its place among the rank's ops (threads one after another: the progress
+        row's), `index` its place in its own program (as the checker numbers it)."""
+        self.progress.op(flat)
+        self.index = index
+        if self.hook is not None:
+            self.hook(self, flat)
+        if self.rng is not None and self.rng.random() < 0.5:
+            time.sleep(self.rng.uniform(0, JITTER_S))
+        MPI_CPU.lookup(op)(self, op)
+
+    def run_threads(self) -> None:
+        """The rank's threads (`ir.Thread`), each on a Python thread of its own that runs its ops in
+        order, all at once; the program ends when every one has (the rank's end). MPI is started with
+        MPI_THREAD_MULTIPLE, so the threads call it concurrently. Each thread's sends and recvs use its
+        connection's tag, so two threads' messages never meet each other's recvs. A thread that stops
+        (a hang, an error) stops the run, naming the thread."""
+        if self.MPI.Query_thread() < self.MPI.THREAD_MULTIPLE:
+            raise Stopped("MPI was not started with MPI_THREAD_MULTIPLE", "a rank with threads needs it")
+        threads = self.program.threads
+        # the checker's actor of each thread (`semantics.threads.expand`): ranks first, then every thread
+        first = self.sched.world + sum(len(p.threads) for p in self.sched.programs[:self.rank])
+        failures: list[tuple[ir.Thread, BaseException]] = []
+        offsets = [sum(len(t.ops) for t in threads[:i]) for i in range(len(threads))]
+
+        def body(number: int, thread: ir.Thread) -> None:
+            self.actor = first + number
+            try:
+                for index, op in enumerate(thread.ops):
+                    self.run_op(offsets[number] + index, index, op)
+            except BaseException as exc:  # noqa: BLE001 (reported by the rank, below)
+                failures.append((thread, exc))
+
+        runners = [threading.Thread(target=body, args=(n, t), name=f"cw-{t.name}", daemon=True)
+                   for n, t in enumerate(threads)]
+        for runner in runners:
+            runner.start()
+        for runner in runners:
+            runner.join(max(self.deadline - time.time(), 0) + 1)
+        if failures:
+            thread, exc = failures[0]
+            if isinstance(exc, Stopped):
+                raise type(exc)(str(exc), f"{thread.kind} {thread.name}: {exc.detail}") from exc
+            raise RuntimeError(f"{thread.kind} {thread.name}: {type(exc).__name__}: {exc}") from exc
+        alive = [t for t, r in zip(threads, runners) if r.is_alive()]
+        if alive:
+            raise Hang("the deadline passed", ", ".join(f"{t.kind} {t.name} still running" for t in alive))
+
+    @property
+    def index(self) -> int:
+        """The op running on the calling thread: its place in its program."""
+        return self._here.index
+
+    @index.setter
+    def index(self, value: int) -> None:
+        self._here.index = value
+
+    @property
+    def actor(self) -> int:
+        """The checker's actor of the calling thread: the rank, or one of its threads."""
+        return self._here.actor
+
+    @actor.setter
+    def actor(self, value: int) -> None:
+        self._here.actor = value
+
+    def drain_connections(self) -> None:
+        """After the program: take the credits still owed on connections with slots, and complete
+        every message and credit sent, bounded by the deadline."""
+        for (comm, peer, channel), sent in self.fifo_sent.items():
+            mpi_comm, at = self.peer(comm, peer)
+            owed = sent - self.fifo_credits.get((comm, peer, channel), 0)
+            requests = [mpi_comm.Irecv([np.empty(0, np.uint8), self.MPI.BYTE], source=at, tag=credit_tag(channel))
+                        for _ in range(owed)]
+            self.wait_requests(requests, lambda: f"rank {peer} to receive the messages sent to it on {comm} "
+                                                 f"channel {channel}")
+            self.fifo_credits[(comm, peer, channel)] = sent
+        if self.outstanding:
+            self.wait_requests(self.outstanding, lambda: "the messages and credits sent to be received")
+            self.outstanding.clear()
 
     def at_end(self) -> dict[str, np.ndarray]:
         """The rank's memory when its program has ended, before `settle`: what the caller reads of
@@ -269,26 +376,58 @@ class _Member:
         self.comm, self.peer = ex.peer(op.comm, op.peer)
         self.done = False
         self.received = None
+        self.request = self.credit = None
+        self.conn = (op.comm, op.peer, op.channel)
         if op.kind == "send":
-            self.request = self.comm.Issend([_bytes(ex.view(op.src)), ex.MPI.BYTE], dest=self.peer, tag=TAG)
-            return
+            if not op.slots:
+                self.request = self.comm.Issend([_bytes(ex.view(op.src)), ex.MPI.BYTE], dest=self.peer,
+                                                tag=data_tag(op.channel))
+            return  # a connection with slots: sent by `step` once its FIFO has room
         into = ex.view(op.dst)
         if op.reduce is not None:
             into = self.received = np.empty_like(into)
-        self.request = self.comm.Irecv([_bytes(into), ex.MPI.BYTE], source=self.peer, tag=TAG)
+        self.request = self.comm.Irecv([_bytes(into), ex.MPI.BYTE], source=self.peer, tag=data_tag(op.channel))
+
+    def _send_with_room(self) -> bool:
+        """A send on a connection with slots: take a credit while the FIFO is full, then send a copy
+        of `src` (read now, as the checker reads it when the send goes) and complete."""
+        ex, op, conn = self.ex, self.op, self.conn
+        sent = ex.fifo_sent.get(conn, 0)
+        while sent - ex.fifo_credits.get(conn, 0) >= op.slots:
+            if self.credit is None:
+                self.credit = self.comm.Irecv([np.empty(0, np.uint8), ex.MPI.BYTE], source=self.peer,
+                                              tag=credit_tag(op.channel))
+            if not self.credit.Test():
+                return False
+            self.credit = None
+            ex.fifo_credits[conn] = ex.fifo_credits.get(conn, 0) + 1
+        ex.outstanding.append(self.comm.Isend([_bytes(ex.view(op.src).copy()), ex.MPI.BYTE], dest=self.peer,
+                                              tag=data_tag(op.channel)))
+        ex.fifo_sent[conn] = sent + 1
+        self.done = True
+        return True
 
     def step(self) -> bool:
         """Advance; True once this member is complete."""
-        if self.done or not self.request.Test():
-            return self.done
+        if self.done:
+            return True
+        if self.request is None:
+            return self._send_with_room()
+        if not self.request.Test():
+            return False
         if self.received is not None:
             dst = self.ex.view(self.op.dst)
             dst[:] = numeric.combine(self.op.reduce, dst, self.received, self.ex.dtype(self.op.dst))
             self.received = None
+        if self.op.slots:  # dst is written: the sender's FIFO has room for one more message
+            self.ex.outstanding.append(self.comm.Isend([np.empty(0, np.uint8), self.ex.MPI.BYTE], dest=self.peer,
+                                                       tag=credit_tag(self.op.channel)))
         self.done = True
         return True
 
     def waiting(self) -> str:
+        if self.op.kind == "send" and self.op.slots:
+            return f"room in its connection to rank {self.op.peer} ({self.op.slots} message(s) not yet received)"
         what = "its matching recv on" if self.op.kind == "send" else "the matching send from"
         return f"{what} rank {self.op.peer}"
 
@@ -586,7 +725,7 @@ def local(ex: Executor, op) -> None:
 def _opaque(ex: Executor, move, sources: list[np.ndarray]) -> None:
     """A compute kernel: `numeric.opaque_output` of what it read, over its writes in order."""
     total = sum(dst.count for _r, dst in move.dsts)
-    out = numeric.opaque_output(move.opaque, ex.rank, ex.index, sources, total)
+    out = numeric.opaque_output(move.opaque, ex.actor, ex.index, sources, total)
     offset = 0
     for _r, dst in move.dsts:
         ex.view(dst)[:] = numeric.to_dtype(out[offset:offset + dst.count], ex.dtype(dst))
@@ -616,4 +755,4 @@ TABLE = {
     ir.WaitUntilAny: wait_until, ir.Fence: fence, ir.Quiet: quiet, ir.BarrierAll: barrier_all, ir.SyncAll: sync_all,
     ir.LocalReduce: local, ir.Copy: local, ir.Fill: local, ir.Compute: local,
 }
-MPI_CPU = register(Backend(NAME, table=TABLE, unsupported={}))
+MPI_CPU = register(Backend(NAME, table=TABLE, unsupported={}, threads=True))

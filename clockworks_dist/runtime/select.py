@@ -55,6 +55,20 @@ def supported(backend, sched: ir.Schedule) -> None:
     from ..semantics.backends import Unsupported
 
     for program in sched.programs:
+        if program.threads and not getattr(backend, "threads", False):
+            thread = program.threads[0]
+            raise BackendError(f"{thread.loc}: rank {program.rank} runs threads ({thread.kind} {thread.name} ...): the "
+                               f"{backend.name} executor runs one program per rank and does not run threads; "
+                               "the mpi-cpu executor does")
+    for program in sched.programs:
+        for thread in program.threads:
+            for op in thread.ops:
+                for each in (op.ops if op.kind == "group" else (op,)):
+                    try:
+                        backend.lookup(each)
+                    except Unsupported as exc:
+                        raise BackendError(f"{exc} (rank {program.rank} {thread.kind} {thread.name})") from None
+    for program in sched.programs:
         for op in program.ops:
             for each in (op.ops if op.kind == "group" else (op,)):
                 try:

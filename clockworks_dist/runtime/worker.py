@@ -86,7 +86,7 @@ class Fault:
 # ---------------------------------------------------------------------------------- one item
 def _where(sched: ir.Schedule, rank: int, row: dict) -> dict | None:
     """The op a rank's progress row points at: index, member, text, file, line."""
-    ops = sched.programs[rank].ops
+    ops = sched.programs[rank].all_ops()  # threads one after another, as the progress row counts them
     index = row["op"]
     if not 0 <= index < len(ops):
         return None

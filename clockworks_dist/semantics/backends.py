@@ -2,7 +2,8 @@
 
 A backend implements the rules of `rules` for one target (numpy and MPI, CuPy and NCCL, generated
 NCCL or NVSHMEM CUDA, the simulator's costs). It does so as one table keyed by op class, plus an
-explicit `unsupported` map that says, for each op class it cannot run, why. Nothing else: no
+explicit `unsupported` map that says, for each op class it cannot run, why (and `limits`: for an op
+class it runs, a test that names what of one op it cannot, such as a send's channel). Nothing else: no
 backend branches on an op's kind or re-derives what an op means; it reads `rules.rule(op)` for the
 accesses and data flow and implements them.
 
@@ -30,6 +31,9 @@ class Backend:
     name: str
     table: Mapping[type, Any]
     unsupported: Mapping[type, str] = field(default_factory=dict)
+    # per op class it implements, a test of one op: why this backend cannot run it (None: it can)
+    limits: Mapping[type, Any] = field(default_factory=dict)
+    threads: bool = False  # whether it runs a rank's threads (`ir.Thread`) concurrently
 
     def missing(self) -> list[str]:
         """The op kinds this backend neither implements nor declares unsupported."""
@@ -55,6 +59,10 @@ class Backend:
         """The implementation of `op`, or `Unsupported` with the reason (file:line of the op)."""
         found = self.table.get(type(op))
         if found is not None:
+            limit = self.limits.get(type(op))
+            why = limit(op) if limit is not None else None
+            if why:
+                raise Unsupported(f"{op.loc}: the {self.name} backend cannot run {op.kind}: {why}")
             return found
         reason = self.unsupported.get(type(op), "not implemented")
         raise Unsupported(f"{op.loc}: the {self.name} backend cannot run {op.kind}: {reason}")
@@ -67,3 +75,16 @@ def register(backend: Backend) -> Backend:
     """Add a backend to the registry the coverage test walks; returns it."""
     BACKENDS[backend.name] = backend
     return backend
+
+
+def plain_connection(op) -> str | None:
+    """A `limits` test for sends and recvs on backends whose point-to-point is NCCL's: one FIFO per
+    (communicator, sender, receiver), rendezvous as the checker sees it; None for such an op."""
+    if op.slots:
+        return (f"slots={op.slots}: NCCL's send completes once its data is in the receiver's buffers, and "
+                "how many messages those hold depends on their size and NCCL's settings, so a schedule that "
+                "relies on a connection's slots may hang here (the mpi-cpu executor runs it)")
+    if op.channel:
+        return (f"channel={op.channel}: NCCL matches a communicator's sends to one peer in one order, so "
+                "separate channels need communicators of their own (the mpi-cpu executor runs it)")
+    return None

@@ -209,6 +209,11 @@ class Code:
     awaits: Awaits | None = None  # a wait
 
 
+def _fifo_send(op) -> bool:
+    """Whether `op` is a send on a connection with slots (it may complete without its recv)."""
+    return op.kind == "send" and bool(op.slots)
+
+
 def _sorted(infl: tuple) -> tuple:
     """In-flight deliveries in their canonical order: by (issuer, index)."""
     return tuple(sorted(infl, key=lambda x: (x[0], x[1])))
@@ -340,10 +345,14 @@ class Model:
     `apply(state, action)`, `footprint(action)` and `done(state)`, in the manner of stateright's
     `Model`. Build it from a schedule that matches statically (`match.match` found no problem)."""
 
-    def __init__(self, sched: ir.Schedule, matches: Matches, deadline: Deadline = UNBOUNDED):
+    def __init__(self, sched: ir.Schedule, matches: Matches, deadline: Deadline = UNBOUNDED,
+                 home: tuple[int, ...] | None = None):
         self.sched = sched
         self.matches = matches
         self.world = sched.world
+        # actor -> the rank whose memory and signal words it uses (`semantics.threads`: a rank's threads
+        # are actors of their own); the identity for a schedule without threads
+        self.home: tuple[int, ...] = home if home is not None else tuple(range(sched.world))
         bounds, transfers = collect_alignments(sched, matches, deadline)
         self.layout: Layout = make_layout(sched, split_atoms(bounds, transfers, deadline))
         self.values = Values()
@@ -393,9 +402,15 @@ class Model:
             sent = self._accesses(skey[0], send, When.JOINT)
             self.p2p_footprint[skey] = sent
             self.p2p_member_footprint[skey] = sent + self._accesses(rkey[0], recv, When.JOINT)
-            self.p2p_moves[skey] = self._atoms(p2p_flow(send, skey[0], recv, rkey[0]))
-            self.p2p_capture[skey] = self._interned((skey[0], *self.span(skey[0], send.src)))
-            self._landing(rkey, recv)
+            self.p2p_moves[skey] = self._atoms(p2p_flow(send, self.home[skey[0]], recv, self.home[rkey[0]]))
+            self.p2p_capture[skey] = self._interned((self.home[skey[0]], *self.span(skey[0], send.src)))
+            self._landing(rkey, recv, force=send.slots > 0)
+        # Connections with slots (`ir.Send.slots`): the send of message k on a connection waits for the
+        # recv of message k - slots (`gate`, None for the first `slots` messages: the FIFO has room), and
+        # a message's landing waits for its recv to be posted (`gated`: landing delivery -> the recv).
+        self.gate: dict[Key, Key | None] = matches.fifo_gates()
+        self.gated: dict[tuple[int, int], Key] = {self.landing_of[matches.recv_of[skey]]: matches.recv_of[skey]
+                                                   for skey in self.gate}
         self.posted_fp: dict[tuple[int, int], tuple] = {}  # (rank, index) -> ((sub, accesses), ...)
         for row in self.code:
             for c in row:
@@ -403,7 +418,8 @@ class Model:
                     found = tuple((sub, self._accesses(c.rank, m, When.JOINT)) for sub, m in c.members
                                   if m.kind == "send")
                 elif c.cid is not None and c.sync is Sync.COLLECTIVE:
-                    found = ((None, tuple(a for a in self.coll_member_footprint[c.cid] if a.owner == c.rank)),)
+                    found = ((None, tuple(a for a in self.coll_member_footprint[c.cid]
+                                          if a.owner == self.home[c.rank])),)
                 else:
                     continue
                 found = tuple(self._interned((sub, accs)) for sub, accs in found if accs)
@@ -426,6 +442,8 @@ class Model:
         """What the caller reads of `rank`'s memory when its program ends: every region the
         postcondition names on it, and its output and inout buffers (scratch and input buffers are
         not read back), as merged atom spans."""
+        if self.home[rank] != rank:  # a thread: the caller reads the outputs at its rank's end
+            return ()
         spans = [self.span(rank, exp.region) for exp in self.sched.expect if exp.rank == rank]
         for decl in self.sched.programs[rank].buffers:
             if decl.role in ("output", "inout") and decl.count > 0:
@@ -444,6 +462,7 @@ class Model:
 
     def span(self, rank: int, region: ir.Region) -> tuple[int, int]:
         """The atoms [lo, hi) of `region` in `rank`'s memory."""
+        rank = self.home[rank]
         key = (self._layout_of[rank], id(region))
         found = self._spans.get(key)
         if found is not None and found[0] is region:
@@ -485,7 +504,7 @@ class Model:
         found = self._accesses_memo.get(key)
         if found is not None and found[0] is op:
             return found[1]
-        compiled = (self._access(a) for a in rule(op).accesses(op, rank) if a.when is when)
+        compiled = (self._access(a) for a in rule(op).accesses(op, self.home[rank]) if a.when is when)
         result = tuple(a for a in compiled if a.lo < a.hi)
         self._accesses_memo[key] = (op, result)
         return result
@@ -511,7 +530,8 @@ class Model:
         if c.sync is Sync.P2P:
             c.members = members_of(op)
             c.sends = tuple(sub for sub, m in c.members if m.kind == "send")
-            c.partners = self._interned(frozenset(m.peer for _, m in c.members) - {rank})
+            # a send on a connection with slots needs no one while its FIFO has room (`gate`)
+            c.partners = self._interned(frozenset(m.peer for _, m in c.members if not _fifo_send(m)) - {rank})
             return c
         if c.sync in (Sync.COLLECTIVE, Sync.BARRIER_ALL, Sync.SYNC_ALL):
             c.cid = self.matches.cid_of.get((rank, index))
@@ -519,17 +539,17 @@ class Model:
                 c.partners = frozenset(q for q, _ in self.matches.collectives[c.cid]) - {rank}
             return c
         fp = list(self._accesses(rank, op, When.ISSUE))
-        awaits = r.awaits(op, rank)
+        awaits = r.awaits(op, self.home[rank])
         if awaits is not None:
             words = tuple(self.sig_word(ref) for ref in awaits.words)
             c.awaits = Awaits(words, awaits.cmp, awaits.value, awaits.all)
             if awaits.cmp in ("ge", "gt"):  # see `_may_wrap`: adds never make such a wait false again
                 fp = [a._replace(mode=SIG_READ_MONOTONE) if a.space == SIG and a.mode == SIG_READ
-                      and (rank, a.lo) not in self.may_wrap else a for a in fp]
+                      and (self.home[rank], a.lo) not in self.may_wrap else a for a in fp]
         if c.sync is Sync.DELIVERY:
             c.delivery = self._delivery(rank, index, op)
         else:
-            c.moves = tuple(self._atoms(m) for m in r.flows(op, rank))
+            c.moves = tuple(self._atoms(m) for m in r.flows(op, self.home[rank]))
         c.footprint = tuple(fp)
         return c
 
@@ -540,11 +560,11 @@ class Model:
     def _delivery(self, rank: int, index: int, op) -> Delivery:
         r = rule(op)
         ops = self.sched.programs[rank].ops
-        moves = tuple(self._atoms(m) for m in r.flows(op, rank))
+        moves = tuple(self._atoms(m) for m in r.flows(op, self.home[rank]))
         target = moves[0].dsts[0][0] if moves else op.pe
         d = Delivery(issuer=rank, index=index, target=target, pe=op.pe, fenced=r.fenced,
                      epoch=sum(1 for o in ops[:index] if o.kind == "fence"), moves=moves)
-        at_issue = [a for a in r.accesses(op, rank) if a.when is When.ISSUE and a.mode == READ]
+        at_issue = [a for a in r.accesses(op, self.home[rank]) if a.when is When.ISSUE and a.mode == READ]
         if at_issue and moves:  # a blocking put: the data leaves with the issue
             d.capture = moves[0].srcs[0]
         update = r.word_update(op)
@@ -566,20 +586,29 @@ class Model:
         ops = [self.sched.programs[r].ops[i] for r, i in members]
         return tuple(self._atoms(m) for m in collective_flows(ops, [r for r, _ in members]))
 
-    def _landing(self, key: Key, op) -> None:
-        """Compile the landing of a recv or collective member that writes (`rules.lands`)."""
+    def received(self, pcs, dones, key: Key) -> bool:
+        """Whether the recv at `key` = (rank, index, sub) has completed."""
+        rank, index, sub = key
+        pc = pcs[rank]
+        return pc > index or (pc == index and sub is not None and bool((dones[rank] >> sub) & 1))
+
+    def _landing(self, key: Key, op, force: bool = False) -> None:
+        """Compile the landing of a recv or collective member that writes (`rules.lands`); `force`: a
+        recv on a connection with slots, which takes its message in a landing even when it writes
+        nothing."""
         rank, index, sub = key
         joint = self._accesses(rank, op, When.JOINT)
         writes = tuple(a for a in joint if a.mode in WRITE_MODES)
-        if not any(a.owner == rank for a in writes) and not lands(op, rank):  # `lands`, on the compiled accesses
+        mine = self.home[rank]
+        if not force and not any(a.owner == mine for a in writes) and not lands(op, mine):
             return
         r = rule(op)
         footprint = joint if (op.kind == "recv" or getattr(r, "reads_until_done", False)) else writes
         at = (rank, -1 - (index * self.members_max + (0 if sub is None else sub + 1)))
         self.landing_of[key] = at
-        self.deliveries[at] = Delivery(issuer=rank, index=at[1], target=rank, pe=rank, epoch=0, fenced=False,
+        self.deliveries[at] = Delivery(issuer=rank, index=at[1], target=mine, pe=mine, epoch=0, fenced=False,
                                        footprint=footprint, completes=key,
-                                       spans=self._interned(tuple((rank, a.lo, a.hi) for a in writes)),
+                                       spans=self._interned(tuple((mine, a.lo, a.hi) for a in writes)),
                                        combine=op.reduce if op.kind == "recv" else None)
 
     def landing(self, state: State, key: Key) -> Deliver | None:
@@ -627,11 +656,18 @@ class Model:
             return self.code[rank][index].cid == action.cid
         return False
 
-    def land_all(self, state: State) -> State:
+    def land_all(self, state: State, ready=None) -> State:
         """`state` after every pending landing (the simulator lands each at once: a recv's or a
-        collective member's completion costs no time of its own there)."""
+        collective member's completion costs no time of its own there); a message on a connection with
+        slots only once its recv is posted, and `ready(recv key)` says that its rank has reached it."""
+        def takes(i: int, j: int) -> bool:
+            if j >= 0:
+                return False
+            recv = self.gated.get((i, j))
+            return recv is None or (self.posted(state, recv) and (ready is None or ready(recv)))
+
         while True:
-            pending = [(i, j) for i, j, _ in state.in_flight if j < 0]
+            pending = [(i, j) for i, j, _ in state.in_flight if takes(i, j)]
             if not pending:
                 return state
             for i, j in pending:
@@ -664,12 +700,13 @@ class Model:
                 entries: list[tuple[Access, int | None, frozenset]] = []
                 if c.sync is Sync.P2P:
                     for sub, m in c.members:
-                        others = frozenset({m.peer}) - {c.rank} if c.kind == "group" else c.partners
+                        others = (frozenset() if _fifo_send(m) else frozenset({m.peer}) - {c.rank}) \
+                            if c.kind == "group" else c.partners
                         for acc in self._member_footprint(c.rank, c.index, sub, m):
                             entries.append((acc, sub, others))
                 elif c.cid is not None:
                     for acc in self.coll_member_footprint[c.cid]:
-                        if acc.owner == c.rank:
+                        if acc.owner == self.home[c.rank]:
                             entries.append((acc, None, c.partners))
                 for acc in c.footprint:
                     entries.append((acc, None, frozenset()))
@@ -691,7 +728,8 @@ class Model:
         found = self._member_fp.get(key)
         if found is None:
             skey = key if op.kind == "send" else self.matches.send_of.get(key)
-            found = tuple(a for a in self.p2p_member_footprint.get(skey, ()) if a.owner == rank) if skey else ()
+            mine = self.home[rank]  # a thread's accesses are to its rank's memory
+            found = tuple(a for a in self.p2p_member_footprint.get(skey, ()) if a.owner == mine) if skey else ()
             self._member_fp[key] = found
         return found
 
@@ -733,7 +771,7 @@ class Model:
     def waiting_holds(self, state: State, c: Code) -> bool:
         """Whether the comparison of the wait `c` holds in `state`."""
         words, cmp, value, every = c.awaits
-        row, test = state.signals[c.rank], COMPARE[cmp]
+        row, test = state.signals[self.home[c.rank]], COMPARE[cmp]
         if every:
             return all(test(row[w], value) for w in words)
         return any(test(row[w], value) for w in words)
@@ -745,8 +783,11 @@ class Model:
             acts += self.rank_enabled(state, rank)
         in_flight = state.in_flight
         floors = self.fence_floors(in_flight)
+        gated = self.gated
         for issuer, index, _ in in_flight:
             if not self.fenced_behind(floors, issuer, index):
+                if gated and (issuer, index) in gated and not self.posted(state, gated[(issuer, index)]):
+                    continue  # a message in a FIFO: its recv takes it once posted
                 acts.append(Deliver("deliver", issuer, index))
         return acts
 
@@ -765,8 +806,14 @@ class Model:
         sync = c.sync
         if sync is Sync.P2P:
             done, recv_of, acts = dones[rank], self.matches.recv_of, []
+            gate = self.gate
             for sub in c.sends:
                 if not (sub is not None and (done >> sub) & 1):
+                    if gate and (rank, pc, sub) in gate:  # a connection with slots: room in its FIFO
+                        before = gate[(rank, pc, sub)]
+                        if before is None or self.received(pcs, dones, before):
+                            acts.append(build(P2P, ("p2p", rank, pc, sub)))
+                        continue
                     peer = recv_of.get((rank, pc, sub))
                     # posted: the recv's rank stands at it and it has not completed
                     if peer is not None and pcs[peer[0]] == peer[1] and (
@@ -956,7 +1003,7 @@ class Model:
             word = self.sig_word(op.target)
             old = work.sigs[op.pe][word]
             work.set_signal(op.pe, word, fetch_result(op.op, old, op.value, op.cond))
-            return [(rank, i_lo, (vals.const(old),))]
+            return [(self.home[rank], i_lo, (vals.const(old),))]
         lo, _ = self.span(op.pe, op.target)
         old = work.mem[op.pe][lo]
         if op.op == "fetch":  # an atomic read: the target keeps its value
@@ -965,7 +1012,7 @@ class Model:
             new = self._atomic_term("add", op.value if op.op == "fetch_add" else 1, old)
         else:
             new = vals.intern(("atomic", op.op, (op.value, op.cond), (old,)))
-        return [(op.pe, lo, (new,)), (rank, i_lo, (old,))]
+        return [(op.pe, lo, (new,)), (self.home[rank], i_lo, (old,))]
 
     def _deliver(self, work: "Work", d: Delivery, payload) -> None:
         writes = []

@@ -1,6 +1,7 @@
 """Static matching: which recv each send meets, which ops form each collective.
 
-NCCL matches point-to-point operations first-in-first-out per (communicator, sender, receiver), and
+NCCL matches point-to-point operations first-in-first-out per (communicator, sender, receiver) (and
+per channel: `ir.Send.channel`), and
 the k-th collective of every member of a communicator with each other, so both matchings are fixed
 by the program text, independent of the interleaving. Mismatches are reported here, before any
 search: sizes, dtypes, kinds, roots and reductions that differ, and ops that are never matched.
@@ -27,15 +28,24 @@ class OpRef:
     kind: str = ""
     loc: ir.SourceLoc | None = None
     text: str = ""
+    thread: str | None = None  # the rank's thread that runs the op (`ir.Thread`), if it has threads
 
     def to_json(self) -> dict:
-        return {"rank": self.rank, "index": self.index, "sub": self.sub, "kind": self.kind,
-                "file": self.loc.file if self.loc else None, "line": self.loc.line if self.loc else None,
-                "op": self.text}
+        out = {"rank": self.rank, "index": self.index, "sub": self.sub, "kind": self.kind,
+               "file": self.loc.file if self.loc else None, "line": self.loc.line if self.loc else None,
+               "op": self.text}
+        if self.thread is not None:
+            out["thread"] = self.thread
+        return out
+
+    @property
+    def who(self) -> str:
+        """"rank 1", or "rank 1 tb2" for an op of a thread."""
+        return f"rank {self.rank}" + (f" {self.thread}" if self.thread is not None else "")
 
     def __str__(self) -> str:
         where = f"{self.loc} " if self.loc else ""
-        return f"{where}rank {self.rank}: {self.text or self.kind}"
+        return f"{where}{self.who}: {self.text or self.kind}"
 
 
 @dataclass(frozen=True)
@@ -80,6 +90,33 @@ class Matches:
         for members in self.collectives:
             yield [(rank, self.sched.programs[rank].ops[index]) for rank, index in members]
 
+    def fifo_gates(self) -> dict[Key, Key | None]:
+        """For each send on a connection with slots (`ir.Send.slots`), the recv it waits for: the
+        recv of the message `slots` before it on the connection (None for the first `slots`
+        messages, which find the FIFO with room). Cached: the program text fixes it."""
+        found = self.__dict__.get("_gates")
+        if found is not None:
+            return found
+        sent: dict[tuple, list[Key]] = {}  # (comm, sender, receiver, channel) -> its sends in program order
+        for prog in self.sched.programs:
+            for index, op in enumerate(prog.ops):
+                for sub, member in members_of(op):
+                    if member.kind == "send" and member.slots:
+                        sent.setdefault((member.comm, prog.rank, member.peer, member.channel), []).append(
+                            (prog.rank, index, sub))
+        found = {}
+        for keys in sent.values():
+            for k, skey in enumerate(keys):
+                if skey in self.recv_of:
+                    slots = self._op(skey).slots
+                    found[skey] = self.recv_of.get(keys[k - slots]) if k >= slots else None
+        self.__dict__["_gates"] = found
+        return found
+
+    def buffered(self, key: Key) -> bool:
+        """Whether the send or recv at `key` is on a connection with slots."""
+        return bool(self._op(key).slots)
+
     def _op(self, key: Key):
         rank, index, sub = key
         op = self.sched.programs[rank].ops[index]
@@ -96,17 +133,19 @@ def match(sched: ir.Schedule, deadline: Deadline = UNBOUNDED) -> tuple[Matches, 
     """Match sends with recvs and group collectives; report every mismatch."""
     out = Matches(sched=sched)
     problems: list[Mismatch] = []
-    sends: dict[tuple[str, int, int], list[Key]] = {}
-    recvs: dict[tuple[str, int, int], list[Key]] = {}
+    sends: dict[tuple[str, int, int, int], list[Key]] = {}
+    recvs: dict[tuple[str, int, int, int], list[Key]] = {}
     colls: dict[tuple[str, tuple[int, ...]], dict[int, list[int]]] = {}
     for prog in sched.programs:
         deadline.check("matching sends, receives and collectives")
         for index, op in enumerate(prog.ops):
             for sub, member in members_of(op):
                 if member.kind == "send":
-                    sends.setdefault((member.comm, prog.rank, member.peer), []).append((prog.rank, index, sub))
+                    sends.setdefault((member.comm, prog.rank, member.peer, member.channel),
+                                     []).append((prog.rank, index, sub))
                 elif member.kind == "recv":
-                    recvs.setdefault((member.comm, member.peer, prog.rank), []).append((prog.rank, index, sub))
+                    recvs.setdefault((member.comm, member.peer, prog.rank, member.channel),
+                                     []).append((prog.rank, index, sub))
             if op.kind in ir.COLLECTIVE_KINDS:
                 group = sched.members(op.comm, prog.rank)
                 colls.setdefault((op.comm, group), {}).setdefault(prog.rank, []).append(index)
@@ -120,7 +159,8 @@ def match(sched: ir.Schedule, deadline: Deadline = UNBOUNDED) -> tuple[Matches, 
 
 def _match_p2p(sched, sends, recvs, out: Matches, problems: list[Mismatch]) -> None:
     for channel in sorted(set(sends) | set(recvs)):
-        comm, src, dst = channel
+        comm, src, dst, number = channel
+        on = f"{comm}" + (f" channel {number}" if number else "")
         ss, rr = sends.get(channel, []), recvs.get(channel, [])
         for k, (skey, rkey) in enumerate(zip(ss, rr)):
             send, recv = out._op(skey), out._op(rkey)
@@ -131,6 +171,10 @@ def _match_p2p(sched, sends, recvs, out: Matches, problems: list[Mismatch]) -> N
             elif _dtype(sched, src, send.src) != _dtype(sched, dst, recv.dst):
                 why = (f"the {_nth(k)} send from rank {src} to rank {dst} is {_dtype(sched, src, send.src)} but "
                        f"the matching recv is {_dtype(sched, dst, recv.dst)}")
+            elif send.slots != recv.slots:
+                why = (f"the {_nth(k)} send from rank {src} to rank {dst} on {on} says the connection has "
+                       f"{send.slots} slots but the matching recv says {recv.slots} (0: rendezvous); both ends of a "
+                       "connection declare the same slots")
             if why:
                 problems.append(Mismatch(
                     kind="send_recv_mismatch", message=why + " (sends and recvs match in order per peer pair)",
@@ -140,12 +184,12 @@ def _match_p2p(sched, sends, recvs, out: Matches, problems: list[Mismatch]) -> N
         for key in ss[len(rr):]:
             problems.append(Mismatch(
                 kind="send_recv_mismatch", ranks=(src, dst), ops=(op_ref(sched, key),),
-                message=f"rank {src} sends {len(ss)} message(s) to rank {dst} on {comm}, but rank {dst} posts only "
+                message=f"rank {src} sends {len(ss)} message(s) to rank {dst} on {on}, but rank {dst} posts only "
                         f"{len(rr)} recv(s) from rank {src}: this send is never matched"))
         for key in rr[len(ss):]:
             problems.append(Mismatch(
                 kind="send_recv_mismatch", ranks=(src, dst), ops=(op_ref(sched, key),),
-                message=f"rank {dst} posts {len(rr)} recv(s) from rank {src} on {comm}, but rank {src} sends only "
+                message=f"rank {dst} posts {len(rr)} recv(s) from rank {src} on {on}, but rank {src} sends only "
                         f"{len(ss)}: this recv is never matched"))
 
 

@@ -76,8 +76,10 @@ def landing_event(key: Key) -> Event:
 
 
 def has_landing(matches: Matches, key: Key) -> bool:
-    """Whether the recv or collective member at `key` completes in a landing of its own."""
-    return lands(matches._op(key), key[0])
+    """Whether the recv or collective member at `key` completes in a landing of its own (a recv on
+    a connection with slots always does: it takes its message there)."""
+    op = matches._op(key)
+    return lands(op, key[0]) or (op.kind == "recv" and bool(op.slots))
 
 
 def joints(matches: Matches) -> Iterator[tuple[Event, list[Key]]]:
@@ -89,16 +91,27 @@ def joints(matches: Matches) -> Iterator[tuple[Event, list[Key]]]:
 
 
 def joint_completion(matches: Matches) -> Iterator[Edge]:
-    """Every participant's op -> the joint event -> (its landing ->) the participant's next op."""
+    """Every participant's op -> the joint event -> (its landing ->) the participant's next op. On a
+    connection with slots the joint event is the send alone: the recv's op comes before its landing
+    but not before the send, and the landing of the recv `slots` messages earlier comes before the
+    send (the FIFO had room)."""
+    gates = matches.fifo_gates()
     for joint, keys in joints(matches):
         for key in keys:
             rank, index, _ = key
-            yield op_event(rank, index), joint
+            fifo_recv = joint[0] == "p2p" and joint[1] in gates and key != joint[1]
+            if not fifo_recv:
+                yield op_event(rank, index), joint
             if has_landing(matches, key):
                 yield joint, landing_event(key)
+                if fifo_recv:
+                    yield op_event(rank, index), landing_event(key)
                 yield landing_event(key), op_event(rank, index + 1)
             else:
                 yield joint, op_event(rank, index + 1)
+    for send, room in gates.items():
+        if room is not None:
+            yield landing_event(room), ("p2p", send)
 
 
 def issue_to_delivery(program: ir.Program) -> Iterator[Edge]:

@@ -245,6 +245,11 @@ def _on(comm: str) -> str:
     return "" if comm == "world" else f", comm={comm}"
 
 
+def _connection(op) -> str:
+    """A send's or recv's channel and slots, as the DSL call writes them (nothing for the defaults)."""
+    return (f", channel={op.channel}" if op.channel else "") + (f", slots={op.slots}" if op.slots else "")
+
+
 def chunks(region: ir.Region, parts: int) -> list[ir.Region]:
     """`region` cut into `parts` equal consecutive chunks (the collectives' chunk maps)."""
     size = region.count // parts
@@ -255,7 +260,10 @@ def chunks(region: ir.Region, parts: int) -> list[ir.Region]:
 # ------------------------------------------------------------------------------ point to point
 class SendRule(Rule):
     """Rendezvous (NCCL semantics): the send completes only together with the recv it matches,
-    first-in-first-out per (communicator, sender, receiver); `src` is read then."""
+    first-in-first-out per (communicator, channel, sender, receiver); `src` is read then. On a
+    connection with slots (`ir.Send.slots` > 0, MSCCL's and NCCL's FIFOs), the send reads `src` and
+    completes on its own once the message `slots` before it on the connection has been received
+    (a full FIFO blocks the sender); the recv takes the message when it is posted (`Model`)."""
 
     op_class, sync = ir.Send, Sync.P2P
 
@@ -263,7 +271,7 @@ class SendRule(Rule):
         return (Access("src", rank, op.src, Mode.READ, When.JOINT),)
 
     def describe(self, op):
-        return f"send(peer={op.peer}, {op.src}{_on(op.comm)})"
+        return f"send(peer={op.peer}, {op.src}{_on(op.comm)}{_connection(op)})"
 
 
 class RecvRule(Rule):
@@ -280,7 +288,7 @@ class RecvRule(Rule):
 
     def describe(self, op):
         red = f", reduce={op.reduce}" if op.reduce else ""
-        return f"recv(peer={op.peer}, {op.dst}{red}{_on(op.comm)})"
+        return f"recv(peer={op.peer}, {op.dst}{red}{_on(op.comm)}{_connection(op)})"
 
 
 def lands(op, rank: int) -> bool:
