@@ -1,0 +1,1 @@
+"""Front ends that read other tools' algorithm formats into schedules."""
