@@ -415,7 +415,7 @@ def race_pairs(result) -> set[frozenset]:
 
 
 @st.composite
-def threaded_plans(draw, max_events: int = 5):
+def threaded_plans(draw, max_events: int = 4):
     """A plan whose ranks run their ops on two or three threads each (some ranks on none): each op
     goes to a drawn thread, in program order within it."""
     plan = draw(plans(max_events=max_events))
@@ -525,13 +525,13 @@ def test_reduction_is_exact_with_fifo_connections(plan):
         assert terminal_outcomes(sched, reduction=True) == terminal_outcomes(sched, reduction=False)
 
 
-@settings(max_examples=200, **SETTINGS)
+@settings(max_examples=80, **SETTINGS)
 @given(threaded_plans())
 def test_reduction_is_exact_with_threads(plan):
     """Ranks that run threads (actors sharing their rank's memory, `semantics.threads`): the reduced
     search finds what every interleaving shows, and depth first agrees with breadth first."""
     sched = build(plan)
-    full = check(sched, reduction=False, max_states=100_000, timeout=None)
+    full = check(sched, reduction=False, max_states=5_000, timeout=None)
     assume(full.complete)  # threads multiply the interleavings: the unreduced search must finish
     reduced = check(sched, reduction=True)
     note(f"reduced: {reduced.verdict} {sorted(reduced.kinds())}; full: {full.verdict} {sorted(full.kinds())}")
