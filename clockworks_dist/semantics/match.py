@@ -152,9 +152,33 @@ def match(sched: ir.Schedule, deadline: Deadline = UNBOUNDED) -> tuple[Matches, 
             elif op.kind in ("barrier_all", "sync_all"):
                 group = tuple(range(sched.world))
                 colls.setdefault((SHMEM_TEAM, group), {}).setdefault(prog.rank, []).append(index)
+    _match_allocations(sched, problems)
     _match_p2p(sched, sends, recvs, out, problems)
     _match_collectives(sched, colls, out, problems)
     return out, problems
+
+
+def _match_allocations(sched: ir.Schedule, problems: list[Mismatch]) -> None:
+    """Symmetric allocation is collective (`nvshmem_malloc`: every PE allocates the same objects in
+    the same order): the k-th symmetric buffer of every rank must be the same one. In another order,
+    NVSHMEM hangs (sizes differ) or hands each name another PE's object (sizes equal)."""
+    def order(program: ir.Program) -> list[ir.BufferDecl]:
+        return [d for d in program.buffers if d.symmetric]
+
+    first = order(sched.programs[0])
+    for program in sched.programs[1:]:
+        mine = order(program)
+        for k, (a, b) in enumerate(zip(first, mine)):
+            if a.name != b.name:
+                refs = (OpRef(rank=0, index=k, kind="symmetric", loc=a.loc, text=f"symmetric {a.name}"),
+                        OpRef(rank=program.rank, index=k, kind="symmetric", loc=b.loc, text=f"symmetric {b.name}"))
+                problems.append(Mismatch(
+                    kind="collective_mismatch", ranks=(0, program.rank), ops=refs,
+                    message=f"symmetric allocation is collective, in one order on every PE (nvshmem_malloc): the "
+                            f"{_nth(k)} symmetric buffer is {a.name} on rank 0 ({a.loc}) but {b.name} on rank "
+                            f"{program.rank} ({b.loc}); NVSHMEM hangs there, or gives each name another PE's buffer "
+                            "(declare the symmetric buffers in the same order on every rank)"))
+                break
 
 
 def _match_p2p(sched, sends, recvs, out: Matches, problems: list[Mismatch]) -> None:
