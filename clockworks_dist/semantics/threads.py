@@ -26,7 +26,7 @@ meets the others is then a matter of order): `expand` refuses them with the reas
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .. import ir
 from .match import Mismatch, OpRef
@@ -44,6 +44,7 @@ class Actors:
     home: tuple[int, ...]
     thread: tuple[str | None, ...]
     ranks: int
+    kinds: dict[tuple[int, str], str] = field(default_factory=dict)  # (rank, thread) -> "block" or "stream"
 
     @property
     def threaded(self) -> bool:
@@ -57,10 +58,6 @@ class Actors:
             kind = self.kinds.get((rank, name), "thread")
             return f"rank {rank} {kind} {name}"
         return f"rank {rank}"
-
-    @property
-    def kinds(self) -> dict[tuple[int, str], str]:
-        return self.__dict__.setdefault("_kinds", {})
 
     def ref(self, ref: OpRef) -> OpRef:
         """An op named by actor, named by its rank and thread."""
@@ -208,6 +205,4 @@ def expand(sched: ir.Schedule) -> tuple[Actors, list[Mismatch]]:
     comms = tuple(c.model_copy(update={"color": c.color + (None,) * (len(actors) - world),
                                        "key": c.key + (0,) * (len(actors) - world)}) for c in sched.comms)
     flat = sched.model_copy(update={"world": len(actors), "programs": tuple(programs), "comms": comms})
-    out = Actors(sched=flat, home=tuple(home), thread=tuple(names), ranks=world)
-    out.kinds.update(kinds)
-    return out, []
+    return Actors(sched=flat, home=tuple(home), thread=tuple(names), ranks=world, kinds=kinds), []
