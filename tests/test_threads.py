@@ -168,3 +168,18 @@ def test_the_ir_refuses_ops_beside_threads_and_a_thread_named_twice():
         ir.Program(rank=0, ops=(fill,), threads=(ir.Thread(name="a", ops=(fill,), loc=loc),))
     with pytest.raises(ValueError, match="names a thread twice"):
         ir.Program(rank=0, threads=(ir.Thread(name="a", loc=loc), ir.Thread(name="a", loc=loc)))
+
+
+def test_a_deadlock_names_each_blocked_thread_and_not_the_ranks_end():
+    def body(r):
+        flag = r.signal("flag")
+        with r.thread("a"):
+            r.wait_until(flag, "ge", 1)
+        with r.thread("b"):
+            r.wait_until(flag, "ge", 2)
+    result = check(trace(body))
+    [deadlock] = [v for v in result.violations if v.kind == "deadlock"]
+    assert "rank 0 block a blocks in wait_until(flag[0] ge 1)" in deadlock.message
+    assert "rank 1 block b blocks in wait_until(flag[0] ge 2)" in deadlock.message
+    assert "cw_thread_end" not in deadlock.message and "finished" not in deadlock.message
+    assert {(o.rank, o.thread) for o in deadlock.ops} >= {(0, "a"), (0, "b")}

@@ -210,6 +210,11 @@ class Observer:
     def _deadlock(self, state: State) -> None:
         model = self.model
         blocked = {r: blocked_ops(model, state, r) for r in range(model.world) if state.pcs[r] < model.nops[r]}
+        # a rank with threads waits at its end for them: shown only when none of its threads is blocked
+        ends = {home for actor, home in enumerate(model.home) if actor != home}
+        for r in ends & set(blocked):
+            if any(model.home[a] == r and a != r for a in blocked):
+                del blocked[r]
         key = ("deadlock", frozenset((r, o.index, o.sub) for r, ops in blocked.items() for o in ops))
         self._add(key, "deadlock", lambda: self._deadlock_violation(state, blocked))
 
@@ -253,7 +258,7 @@ class Observer:
             peers, why = edges[r]
             on = f" waiting for rank(s) {', '.join(map(str, peers))}" if peers else ""
             lines.append(f"rank {r} blocks in {' and '.join(f'{o.text} at {o.loc}' for o in ops)}{on} ({why})")
-        done = [r for r in range(self.model.world) if r not in blocked]
+        done = [r for r in range(self.model.world) if r not in blocked and state.pcs[r] >= self.model.nops[r]]
         head = "deadlock: " + ("wait-for cycle " + " -> ".join(map(str, cycle + cycle[:1])) if cycle
                                else "no rank can move")
         message = head + "; " + "; ".join(lines) + (f"; rank(s) {', '.join(map(str, done))} finished" if done else "")

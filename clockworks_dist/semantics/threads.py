@@ -88,7 +88,7 @@ class Actors:
 
 
 _PEER = re.compile(r"\bpeer=(\d+)")
-_RANK = re.compile(r"\brank (\d+)\b(?!\s*(?:block|stream|thread|\())")
+_RANK = re.compile(r"\brank (\d+)\b(?! (?:block|stream|thread) )")
 _RANKS = re.compile(r"\b(ranks?\(s\)|ranks) (\d+(?:, \d+)+|\d+)\b")
 _CYCLE = re.compile(r"(wait-for cycle )(\d+(?: -> \d+)+)")
 
