@@ -184,6 +184,11 @@ def generate(program: Lowered | ir.Schedule, backend: str | None = None) -> str:
     calls with a kernel per call, packets, copy-engine puts), or of a schedule as written for
     `backend`; `Unsupported` (naming file:line) if an op cannot be emitted. The emitter renders the
     lowering's decisions and takes none itself."""
+    if not isinstance(program, Lowered):
+        # what the backend cannot emit is said before lowering, which refuses some of it (threads) too
+        problems = unsupported(program, backend or "nccl")
+        if problems:
+            raise Unsupported("; ".join(problems))
     lowered = program if isinstance(program, Lowered) else lower(program, Build(backend or "nccl"))
     sched = lowered.sched
     tgt = target(lowered.build.backend)
