@@ -15,7 +15,7 @@ def _swapped(world):
             for q in range(world) for half in (0, 1)]
 
 
-@cw.schedule(expect=cw.custom(_swapped, label="halves swapped"), ranks=(1, 2))
+@cw.schedule(expect=cw.custom(_swapped, label="halves swapped"), ranks=(2, 4, 8))
 def block_barrier_exchange(r):
     x = r.buffer("x", count=COUNT, role="input")
     shared = r.buffer("shared", count=COUNT, role="scratch")

@@ -12,7 +12,7 @@ COUNT = 4
 
 
 @cw.schedule(expect=cw.custom(lambda world: [cw.equals((q + 1) % world, "out", 0, COUNT, (q, "x", 0))
-                                             for q in range(world)], label="shift x"), ranks=(2, 4))
+                                             for q in range(world)], label="shift x"), ranks=(2, 4, 8))
 def kernels_stream_order(r):
     nxt = (r.rank + 1) % r.world
     x = r.buffer("x", count=COUNT, role="input")

@@ -28,7 +28,7 @@ def streams_event_wrong(r):
         r.copy(staged, x)
         r.record_event(staged_ev)
     with r.thread("s1", kind="stream"):
-        r.wait_event(other)  # BUG: the event recorded before the copy, not after it
-        r.put_signal(nxt, landed, staged, here, 1)
+        r.wait_event(other)  # the event recorded before the copy, not after it
+        r.put_signal(nxt, landed, staged, here, 1)  # BUG: reads staged while s0 may still write it
         r.wait_until(here, "ge", 1)
         r.copy(out, landed)
