@@ -491,6 +491,8 @@ class Fill(OpBase):
 MAX_COMPUTE_US = 1e9  # about 17 minutes
 MAX_COMPUTE_FLOPS = 1e21
 MAX_COMPUTE_BYTES = 2**50
+# At most this many records of one event, or arrivals at one thread barrier, per rank.
+MAX_THREAD_SYNC = 1 << 20
 
 
 class Compute(OpBase):
@@ -518,11 +520,43 @@ class Compute(OpBase):
         return self.us is not None or self.flops is not None or self.bytes is not None
 
 
+# --------------------------------------------------------------- synchronisation inside a rank
+class RecordEvent(OpBase):
+    """cudaEventRecord on the thread (a stream) it is in: the event captures that thread's work so
+    far. `record` is this record's number among the rank's records of `event`, counted in host order
+    (the order the schedule's calls were made), from 1; the DSL numbers them."""
+
+    kind: Literal["record_event"] = "record_event"
+    event: Name
+    record: Annotated[int, Field(ge=1, le=MAX_THREAD_SYNC)]
+
+
+class WaitEvent(OpBase):
+    """cudaStreamWaitEvent: the thread's later ops start after the work captured by record number
+    `record` of `event` (the most recent record made before this wait in host order, as CUDA uses
+    it). `record=0`: none was made before it; CUDA would skip the wait, the checker reports it."""
+
+    kind: Literal["wait_event"] = "wait_event"
+    event: Name
+    record: Annotated[int, Field(ge=0, le=MAX_THREAD_SYNC)]
+
+
+class ThreadBarrier(OpBase):
+    """A barrier among threads of one rank (the blocks of a kernel at grid.sync(), or a named subset):
+    every thread in `threads` reaches its k-th `name` barrier before any goes on past it. It moves no
+    data and completes no delivery."""
+
+    kind: Literal["thread_barrier"] = "thread_barrier"
+    name: Name
+    threads: Annotated[tuple[Name, ...], Field(min_length=2)]
+
+
 Op = Annotated[
     Union[
         Send, Recv, Group, AllReduce, AllGather, ReduceScatter, Broadcast, ReduceTo, AllToAll,
         Barrier, Put, Get, GetNbi, PutSignal, SignalUpdate, Atomic, FetchAtomic, WaitUntil, WaitUntilAll,
-        WaitUntilAny, Fence, Quiet, BarrierAll, SyncAll, LocalReduce, Copy, Fill, Compute,
+        WaitUntilAny, Fence, Quiet, BarrierAll, SyncAll, LocalReduce, Copy, Fill, Compute, RecordEvent,
+        WaitEvent, ThreadBarrier,
     ],
     Field(discriminator="kind"),
 ]
@@ -550,6 +584,9 @@ DELIVERY_KINDS = frozenset({"put", "put_signal", "signal_op", "atomic", "get_nbi
 FENCED_KINDS = DELIVERY_KINDS - {"get_nbi"}
 # Ops of one rank that block until a comparison on signal words holds (`Sync.WAIT`).
 WAIT_KINDS = frozenset({"wait_until", "wait_until_all", "wait_until_any"})
+# Synchronisation among the threads of one rank (events, thread barriers): only inside threads, run
+# as signal words of the rank (`semantics.threads.expand`).
+THREAD_SYNC_KINDS = frozenset({"record_event", "wait_event", "thread_barrier"})
 
 
 class Thread(Frozen):
@@ -584,6 +621,10 @@ class Program(Frozen):
         names = [t.name for t in self.threads]
         if len(set(names)) != len(names):
             raise ValueError(f"rank {self.rank} names a thread twice: {sorted(n for n in names if names.count(n) > 1)}")
+        outside = next((op for op in self.ops if op.kind in THREAD_SYNC_KINDS), None)
+        if outside is not None:
+            raise ValueError(f"rank {self.rank}: {outside.kind} at {outside.loc} is outside every thread: events and "
+                             "thread barriers order a rank's threads, so they go inside one")
         return self
 
     def all_ops(self):

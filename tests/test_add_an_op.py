@@ -81,6 +81,8 @@ def _choices(cls, name: str, field) -> list:
             return [(SIG0, SIG1)]
         if inner is ir.Region:
             return [(region,)]
+        if inner is str or get_args(inner)[:1] == (str,):  # names (a thread barrier's threads)
+            return [("t0", "t1")]
         return [(sample(ir.Send), sample(ir.Recv))]  # a group's members
     if ann is int:
         return [{"peer": PE, "pe": PE, "root": 0, "cond": 0}.get(name, 3)]
@@ -285,6 +287,7 @@ NOT_IN_POR_STRATEGY = {
 @pytest.fixture(scope="module")
 def por_strategy_kinds() -> set[str]:
     from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
 
     spec = importlib.util.spec_from_file_location("_por_properties", POR_PROPERTIES)
     module = importlib.util.module_from_spec(spec)
@@ -292,10 +295,10 @@ def por_strategy_kinds() -> set[str]:
     seen: set[str] = set()
 
     @settings(max_examples=200, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(module.plans())
+    @given(st.one_of(module.plans(), module.threaded_plans()))
     def draw(plan):
         for program in module.build(plan).programs:
-            for op in program.ops:
+            for op in program.all_ops():
                 seen.update([op.kind, *(m.kind for m in getattr(op, "ops", ()))])
 
     draw()

@@ -373,6 +373,12 @@ def _emit(r, bufs: dict, sig, d) -> None:
         r.barrier_all()
     elif k == "sync_all":
         r.sync_all()
+    elif k == "record_event":
+        r.record_event(d[1])
+    elif k == "wait_event":
+        r.wait_event(d[1])
+    elif k == "thread_barrier":
+        r.thread_barrier(d[1], d[2])
     else:
         raise AssertionError(f"unknown descriptor {d!r}")
 
@@ -390,6 +396,11 @@ def build(plan) -> ir.Schedule:
             "tick": r.buffer("tick", count=1, dtype="uint64", role="scratch"),
         }
         sig = r.signal("sig", count=SIGNAL_WORDS)
+        r.event("e0")
+        if split is not None and split[r.rank] is not None:
+            for n in sorted(set(split[r.rank])):  # every thread exists before a barrier names it
+                with r.thread(f"t{n}"):
+                    pass
         for n, d in enumerate(programs[r.rank]):
             if split is None or split[r.rank] is None:
                 _emit(r, bufs, sig, d)
@@ -426,9 +437,29 @@ def threaded_plans(draw, max_events: int = 4):
             split.append(None)
             continue
         threads = draw(st.integers(2, 3))
-        split.append(tuple(draw(st.integers(0, threads - 1)) for _ in programs[rank]))
+        ops = list(programs[rank])
+        where = [draw(st.integers(0, threads - 1)) for _ in ops]
+
+        def insert(descriptor, thread: int) -> None:
+            at = draw(st.integers(0, len(ops)))
+            ops.insert(at, descriptor)
+            where.insert(at, thread)
+
+        # the synchronisation of a rank's threads (`semantics.threads`): an event recorded on one
+        # thread and waited for on another (the wait may come first in host order: then it waits for
+        # no record, a deadlock), and a barrier of two threads (or all), each calling it once
+        if draw(st.booleans()):
+            first, second = draw(st.permutations(range(threads)))[:2]
+            insert(("record_event", "e0"), first)
+            insert(("wait_event", "e0"), second)
+        if draw(st.booleans()):
+            members = tuple(sorted(draw(st.permutations(range(threads)))[:draw(st.integers(2, threads))]))
+            for member in members:
+                insert(("thread_barrier", "g", tuple(f"t{m}" for m in members)), member)
+        programs = (*programs[:rank], tuple(ops), *programs[rank + 1:])
+        split.append(tuple(where))
     assume(any(s is not None for s in split))
-    return (*plan, tuple(split))
+    return (world, _count, programs, _post, tuple(split))
 
 
 def unfinished_outputs(result) -> set[tuple]:

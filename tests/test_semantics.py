@@ -52,9 +52,19 @@ def every_op(r):
     r.compute("kernel", reads=[x], writes=[y])
 
 
+@cw.schedule(ranks=(2,))
+def every_thread_sync_op(r):
+    """The ops that order a rank's threads (they exist only inside threads): a kernel on a stream is
+    made of events, and its blocks meet at a barrier."""
+    with r.kernel("k", stream="s0"):
+        for b in ("b0", "b1"):
+            with r.block(b):
+                r.thread_barrier("grid")
+
+
 def _ops(sched: ir.Schedule):
     for program in sched.programs:
-        for op in program.ops:
+        for op in program.all_ops():
             for member in (op.ops if op.kind == "group" else (op,)):
                 yield program.rank, member
             if op.kind == "group":
@@ -73,7 +83,8 @@ def test_every_op_class_has_one_rule_and_a_unique_kind():
 
 
 def test_the_dsl_writes_every_op_class(traced):
-    assert {op.kind for _, op in _ops(traced)} == set(ir.KINDS)
+    threaded = every_thread_sync_op.trace(2)
+    assert {op.kind for _, op in _ops(traced)} | {op.kind for _, op in _ops(threaded)} == set(ir.KINDS)
 
 
 def test_describe_renders_every_op_from_its_rule(traced):

@@ -153,6 +153,9 @@ TABLE = {
 UNSUPPORTED = {cls: ONE_SIDED for cls in (
     ir.Put, ir.PutSignal, ir.SignalUpdate, ir.Atomic, ir.Get, ir.GetNbi, ir.FetchAtomic, ir.WaitUntil,
     ir.WaitUntilAll, ir.WaitUntilAny, ir.Fence, ir.Quiet, ir.BarrierAll, ir.SyncAll)}
+THREAD_SYNC = ("events and thread barriers order the threads of a rank, which this backend does not run "
+               "(the mpi-cpu executor runs them, `clockworks check` explores them)")
+UNSUPPORTED.update({cls: THREAD_SYNC for cls in (ir.RecordEvent, ir.WaitEvent, ir.ThreadBarrier)})
 NCCL = register(Backend("nccl-codegen", table=TABLE, unsupported=UNSUPPORTED,
                         limits={ir.Send: plain_connection, ir.Recv: plain_connection}))
 

@@ -466,6 +466,9 @@ TABLE = {
 UNSUPPORTED = {cls: TWO_SIDED for cls in (
     ir.Send, ir.Recv, ir.Group, ir.AllReduce, ir.AllGather, ir.ReduceScatter, ir.Broadcast, ir.ReduceTo,
     ir.AllToAll, ir.Barrier)}
+THREAD_SYNC = ("events and thread barriers order the threads of a rank, which this backend does not run "
+               "(the mpi-cpu executor runs them, `clockworks check` explores them)")
+UNSUPPORTED.update({cls: THREAD_SYNC for cls in (ir.RecordEvent, ir.WaitEvent, ir.ThreadBarrier)})
 NVSHMEM = register(Backend("nvshmem-codegen", table=TABLE, unsupported=UNSUPPORTED))
 
 

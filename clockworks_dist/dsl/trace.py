@@ -273,11 +273,33 @@ class _RankState:
     # the rank's threads (`Rank.thread`): name -> (kind, ops, where first opened), and the one open now
     threads: dict[str, tuple[str, list, ir.SourceLoc]] = field(default_factory=dict)
     thread: str | None = None
+    # events (`Rank.event`): name -> [where declared, records made so far in host order]
+    events: dict[str, list] = field(default_factory=dict)
+    kernel: "_Kernel | None" = None  # the kernel open now (`Rank.kernel`)
+    kernels: dict[str, int] = field(default_factory=dict)  # kernel name -> launches so far
 
     @property
     def target(self) -> list:
         """Where the next op goes: the open thread's ops, else the rank's."""
         return self.threads[self.thread][1] if self.thread is not None else self.ops
+
+
+@dataclass
+class _Kernel:
+    """A kernel being traced: its name, its stream, and its blocks so far (thread names)."""
+
+    name: str
+    stream: str
+    loc: ir.SourceLoc
+    blocks: list = field(default_factory=list)
+    barriers: list = field(default_factory=list)  # (thread ops list, index) of grid-wide barriers to fill in
+
+
+@dataclass(frozen=True)
+class Event:
+    """A CUDA event of one rank (`Rank.event`): record it on one thread, wait for it on another."""
+
+    name: str
 
 
 def _one_of(value, choices: tuple, what: str, op: str | None, rank: "Rank") -> str:
@@ -463,6 +485,9 @@ class Rank(metaclass=_ReadOnlyClass):
 
     def _append(self, op) -> None:
         self._open(op.kind)
+        if self._st.kernel is not None and self._st.thread is None:
+            raise self._error(f"{op.kind} is inside kernel {self._st.kernel.name} but outside its blocks", op.kind,
+                              loc=op.loc, hint="put it inside `with r.block(name):`")
         op = self._intern.op(op)
         if self._st.group is not None:
             if op.kind not in ("send", "recv"):
@@ -600,6 +625,141 @@ class Rank(metaclass=_ReadOnlyClass):
             yield
         finally:
             self._st.thread = None
+
+    # -- synchronisation inside a rank: events, thread barriers, kernels on a stream --------------
+    def event(self, name: str) -> Event:
+        """Declare CUDA event `name` of this rank (cudaEventCreate) and return it, for `record_event`
+        and `wait_event`."""
+        loc = user_loc()
+        self._open("event")
+        check_name(name, "event", loc, self.rank, "event")
+        if name in self._st.events:
+            raise self._error(f"event {name!r} is already declared at {self._st.events[name][0]}", "event", loc=loc)
+        self._st.events[name] = [loc, 0]
+        return Event(name)
+
+    def _event(self, event, op: str) -> str:
+        name = event.name if isinstance(event, Event) else event
+        if not isinstance(name, str) or name not in self._st.events:
+            raise self._error(f"{event!r} is not an event of rank {self.rank}", op,
+                              hint="declare it first: ev = r.event(\"name\")")
+        if self._st.thread is None:
+            raise self._error(f"{op} is outside every thread: events order a rank's threads", op,
+                              hint="call it inside `with r.thread(name, kind=\"stream\"):`")
+        return name
+
+    def record_event(self, event) -> None:
+        """cudaEventRecord on the thread this call is in: the event captures the thread's work so far
+        (its earlier ops). It completes none of the thread's puts (a delivery in flight stays in
+        flight). An event may be recorded again; each wait uses the most recent record made before
+        it, in the order the schedule's calls are made (host order), as CUDA does."""
+        loc = user_loc()
+        name = self._event(event, "record_event")
+        self._st.events[name][1] += 1
+        self._append(ir.RecordEvent(event=name, record=self._st.events[name][1], loc=loc))
+
+    def wait_event(self, event) -> None:
+        """cudaStreamWaitEvent: this thread's later ops start after the work the event captured in its
+        most recent record made before this call (host order): what the recording thread did before
+        the record happens before what this thread does after the wait. A wait with no record before
+        it is reported as a deadlock naming the event (CUDA would skip it and leave the threads
+        unordered)."""
+        loc = user_loc()
+        name = self._event(event, "wait_event")
+        self._append(ir.WaitEvent(event=name, record=self._st.events[name][1], loc=loc))
+
+    def thread_barrier(self, name: str, threads=None) -> None:
+        """A barrier among threads of this rank (a block barrier, or grid.sync() in a kernel): every
+        thread in `threads` (names; inside a kernel, its block names, default all of the kernel's
+        blocks) reaches its k-th barrier `name` before any goes past it. Each listed thread calls it.
+        Local stores before it are visible after it; it completes no puts."""
+        loc = user_loc()
+        self._open("thread_barrier")
+        check_name(name, "thread barrier", loc, self.rank, "thread_barrier")
+        if self._st.thread is None:
+            raise self._error("thread_barrier is outside every thread", "thread_barrier", loc=loc,
+                              hint="call it inside each thread that meets (`with r.thread(name):`)")
+        kernel = self._st.kernel
+        if threads is None:
+            if kernel is None:
+                raise self._error("thread_barrier needs the threads that meet", "thread_barrier", loc=loc,
+                                  hint="pass threads=[\"a\", \"b\"]")
+            placeholder = ir.ThreadBarrier(name=name, threads=(self._st.thread, self._st.thread + "_"), loc=loc)
+            self._append(placeholder)
+            kernel.barriers.append((self._st.target, len(self._st.target) - 1))
+            return
+        if isinstance(threads, str) or not isinstance(threads, Iterable):
+            raise self._error(f"threads must be a list of thread names, got {threads!r}", "thread_barrier", loc=loc)
+        names = [f"{kernel.name}_{t}" if kernel is not None and isinstance(t, str) else t for t in threads]
+        for t in names:
+            if not isinstance(t, str) or t not in self._st.threads:
+                raise self._error(f"{t!r} is not a thread of rank {self.rank} (yet)", "thread_barrier", loc=loc,
+                                  hint="open every thread that meets before the barrier is first called")
+        if len(set(names)) != len(names) or len(names) < 2:
+            raise self._error("a thread barrier lists two or more threads, each once", "thread_barrier", loc=loc)
+        if self._st.thread not in names:
+            raise self._error(f"thread {self._st.thread} calls barrier {name} but is not among its threads",
+                              "thread_barrier", loc=loc, hint="list the calling thread too")
+        self._append(ir.ThreadBarrier(name=name, threads=tuple(names), loc=loc))
+
+    @contextlib.contextmanager
+    def kernel(self, name: str, stream: str = "stream") -> Iterator[None]:
+        """A kernel launched on thread `stream` of this rank (a stream, opened if new): the blocks
+        opened inside (`with r.block(name):`) start after the stream's earlier ops, run concurrently,
+        and the stream's next ops start once every block has ended. A kernel's end completes none of
+        its puts (NVSHMEM: a quiet, or nvshmemx_quiet_on_stream, does). Each block is thread
+        `<kernel>_<block>` of the rank; the launch is made of events (`<kernel>_start`, recorded on
+        the stream, and `<kernel>_<block>_end`), so it is checked as they are."""
+        loc = user_loc()
+        self._open("kernel")
+        if self._st.thread is not None or self._st.kernel is not None:
+            raise self._error("a kernel is launched from the host, outside every thread and kernel", "kernel",
+                              loc=loc, hint="close the open thread first")
+        check_name(name, "kernel", loc, self.rank, "kernel")
+        start = f"{name}_start"
+        if start not in self._st.events:
+            self._st.events[start] = [loc, 0]
+        with self.thread(stream, kind="stream"):
+            self.record_event(start)
+        self._st.kernels[name] = self._st.kernels.get(name, 0) + 1
+        kernel = self._st.kernel = _Kernel(name=name, stream=stream, loc=loc)
+        try:
+            yield
+        finally:
+            self._st.kernel = None
+        if not kernel.blocks:
+            raise self._error(f"kernel {name} has no block", "kernel", loc=loc,
+                              hint="open its blocks inside: `with r.block(\"b0\"):`")
+        for ops, index in kernel.barriers:
+            ops[index] = self._intern.op(ops[index].model_copy(update={"threads": tuple(kernel.blocks)}))
+        for block in kernel.blocks:
+            end = f"{block}_end"
+            with self.thread(block):
+                self.record_event(end)
+        with self.thread(stream, kind="stream"):
+            for block in kernel.blocks:
+                self.wait_event(f"{block}_end")
+
+    @contextlib.contextmanager
+    def block(self, name: str) -> Iterator[None]:
+        """The ops inside run on block `name` of the kernel open now (`Rank.kernel`), as thread
+        `<kernel>_<name>` of the rank (kind "block")."""
+        loc = user_loc()
+        kernel = self._st.kernel
+        if kernel is None:
+            raise self._error("a block belongs to a kernel", "block", loc=loc,
+                              hint="open it inside `with r.kernel(name, stream=...):`")
+        check_name(name, "block", loc, self.rank, "block")
+        thread = f"{kernel.name}_{name}"
+        first = thread not in kernel.blocks
+        if first:
+            kernel.blocks.append(thread)
+            if f"{thread}_end" not in self._st.events:
+                self._st.events[f"{thread}_end"] = [loc, 0]
+        with self.thread(thread, kind="block"):
+            if first:
+                self.wait_event(f"{kernel.name}_start")
+            yield
 
     def send(self, peer, src, comm=None, channel: int = 0, slots: int = 0) -> None:
         """ncclSend of local `src` to `peer` (on `comm`, default the world).

@@ -175,6 +175,11 @@ COSTS: dict[str, Cost] = {
     # the time of each is the thread's fence (`simulate.Simulator._fence`)
     "fence": Cost(**_WAIT),
     "quiet": Cost(**_WAIT),
+    # events and thread barriers order a rank's threads, which the simulator does not time yet (it
+    # refuses threads); when it does, they are waits of the threads
+    "record_event": Cost(**_WAIT),
+    "wait_event": Cost(**_WAIT),
+    "thread_barrier": Cost(**_WAIT),
 }
 
 

@@ -129,6 +129,11 @@ class Executor:
     fifo_credits: dict = field(default_factory=dict)
     outstanding: list = field(default_factory=list)
     _here: threading.local = field(default_factory=threading.local)  # per thread of the rank: its op
+    # events and thread barriers of the rank's threads, this run: the (event, record)s made, and per
+    # barrier each thread's arrivals so far
+    recorded: set = field(default_factory=set)
+    arrivals: dict = field(default_factory=dict)
+    sync_lock: threading.Lock = field(default_factory=threading.Lock)
 
     # -- setup and teardown -------------------------------------------------------------------
     def setup(self) -> None:
@@ -177,6 +182,8 @@ class Executor:
         self.fifo_sent.clear()
         self.fifo_credits.clear()
         self.outstanding.clear()
+        self.recorded.clear()
+        self.arrivals.clear()
         for decl in self.program.buffers:
             self.buffers[decl.name][:] = numeric.input_values(self.rank, decl.name, decl.dtype, 0, decl.count)
         self.signals[:] = 0
@@ -702,6 +709,41 @@ def sync_all(ex: Executor, op: ir.SyncAll) -> None:
     ex.sync_windows()
 
 
+# -------------------------------------------------------------- synchronisation inside a rank
+def record_event(ex: Executor, op: ir.RecordEvent) -> None:
+    """CUDA: the event captures the stream's work so far. Here the thread's earlier ops have run when
+    it gets here (a Python thread runs its ops in order, memory is the process's), so the record is
+    made at once; deliveries in flight stay in flight, as the checker has it."""
+    with ex.sync_lock:
+        ex.recorded.add((op.event, op.record))
+
+
+def wait_event(ex: Executor, op: ir.WaitEvent) -> None:
+    """CUDA: the stream's later work waits for the work the named record captured. Here: wait, bounded
+    by the deadline, until that record is made. A wait with no record before it can never return
+    (the checker reports it as a deadlock): it stops the run at once, naming the event."""
+    if op.record == 0:
+        raise Hang(f"{op.loc}: wait_event({op.event}) with no record of {op.event} before it",
+                   f"event {op.event} is never recorded before this wait")
+    ex.wait(lambda: (op.event, op.record) in ex.recorded,
+            lambda: f"event {op.event} record {op.record} to be made")
+
+
+def thread_barrier(ex: Executor, op: ir.ThreadBarrier) -> None:
+    """The threads listed meet: this thread's k-th arrival counts, then it waits, bounded by the
+    deadline, until every listed thread has arrived k times (the checker's words of the barrier)."""
+    me = ex.program.threads[ex.actor - ex.sched.world - sum(len(p.threads) for p in ex.sched.programs[:ex.rank])]
+    with ex.sync_lock:
+        counts = ex.arrivals.setdefault(op.name, {})
+        counts[me.name] = k = counts.get(me.name, 0) + 1
+
+    def waiting() -> str:
+        behind = [t for t in op.threads if counts.get(t, 0) < k]
+        return f"thread barrier {op.name}: {', '.join(behind)} to arrive (arrival {k})"
+
+    ex.wait(lambda: all(counts.get(t, 0) >= k for t in op.threads), waiting)
+
+
 # -------------------------------------------------------------------------------------- local
 def local(ex: Executor, op) -> None:
     """reduce, copy, fill, compute: the rule's data flow (`Move`s), sources read before any
@@ -754,5 +796,6 @@ TABLE = {
     ir.GetNbi: get_nbi, ir.FetchAtomic: fetch_atomic, ir.WaitUntil: wait_until, ir.WaitUntilAll: wait_until,
     ir.WaitUntilAny: wait_until, ir.Fence: fence, ir.Quiet: quiet, ir.BarrierAll: barrier_all, ir.SyncAll: sync_all,
     ir.LocalReduce: local, ir.Copy: local, ir.Fill: local, ir.Compute: local,
+    ir.RecordEvent: record_event, ir.WaitEvent: wait_event, ir.ThreadBarrier: thread_barrier,
 }
 MPI_CPU = register(Backend(NAME, table=TABLE, unsupported={}, threads=True))

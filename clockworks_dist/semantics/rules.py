@@ -744,6 +744,48 @@ class ComputeRule(Rule):
         return f"compute {op.name}(reads {reads}; writes {writes}{''.join('; ' + c for c in cost)})"
 
 
+
+# ------------------------------------------------------------------ synchronisation inside a rank
+# Events and thread barriers order the threads of one rank. The machine runs them as what they are
+# made of, signal words of the rank (`threads.expand`, which replaces each by its lowering, stated in
+# the rules below), so the reduction and its proofs for signal words cover them unchanged. They touch
+# no buffer element and no signal word the user declared.
+class RecordEventRule(Rule):
+    """cudaEventRecord: record number k of event e sets e's word k of the rank (a signal to the
+    rank itself) once the thread's earlier ops have run. It completes none of the thread's puts: a
+    delivery in flight stays in flight, as at a kernel's end."""
+
+    op_class = ir.RecordEvent
+
+    def describe(self, op):
+        return f"record_event({op.event}, record {op.record})"
+
+
+class WaitEventRule(Rule):
+    """cudaStreamWaitEvent: waits until e's word k is set (k = the record it names), so what the
+    recording thread did before record k happens before what this thread does after the wait. With
+    no record before it (k = 0) nothing ever sets the word: the checker reports a deadlock naming the
+    event (CUDA would skip the wait and leave the threads unordered)."""
+
+    op_class = ir.WaitEvent
+
+    def describe(self, op):
+        if op.record == 0:
+            return f"wait_event({op.event}, never recorded before this wait)"
+        return f"wait_event({op.event}, record {op.record})"
+
+
+class ThreadBarrierRule(Rule):
+    """A barrier of the listed threads: at its k-th arrival, thread i adds 1 to the barrier's word i
+    of the rank, then waits until every listed thread's word is at least k. What each did before the
+    barrier happens before what any does after it; it completes no delivery."""
+
+    op_class = ir.ThreadBarrier
+
+    def describe(self, op):
+        return f"thread_barrier({op.name}, threads=[{', '.join(op.threads)}])"
+
+
 def _registry() -> dict[type, Rule]:
     found: dict[type, Rule] = {}
     stack = list(Rule.__subclasses__())
