@@ -333,7 +333,8 @@ class Simulator:
         ranks = sorted({self.home[a] for a in stuck})
         threads = {self.home[a] for a in stuck if self.actors.thread[a] is not None}
         shown = [a for a in stuck if self.actors.thread[a] is not None or a not in threads]
-        blocked = [f"{self.actors.who(a)} blocks in {describe(self.sched.programs[a].ops[self.state.pcs[a]])}"
+        blocked = [f"{self.actors.who(a)} blocks in "
+                   f"{self.actors.text(describe(self.sched.programs[a].ops[self.state.pcs[a]]))}"
                    for a in shown]
         first = self.sched.programs[shown[0]].ops[self.state.pcs[shown[0]]]
         more = f"; and {len(blocked) - 4} more" if len(blocked) > 4 else ""
@@ -348,7 +349,7 @@ class Simulator:
         for rec in self.records:
             actor = rec.rank
             rec.rank, rec.thread = self.home[actor], self.actors.thread[actor]
-            rec.cause_kind = self.actors.text(rec.cause_kind)
+            rec.text, rec.cause_kind = self.actors.text(rec.text), self.actors.text(rec.cause_kind)
             if rec.thread is None and self.user_sched.programs[rec.rank].threads and rec.kind == "wait_until_all":
                 rec.text = "end: every thread has ended"
 
