@@ -106,7 +106,7 @@ def test_a_deadlocking_xml_is_reported_with_each_blocked_block(tmp_path, capsys)
     path.write_text(DEADLOCK)
     assert cli.main(["predict", str(path), "-t", "dgx-h100", "--sizes", "8KiB"]) == 2
     err = capsys.readouterr().err
-    assert "recv_first.xml:4: the schedule deadlocks: rank(s) 0, 1 never finish" in err
+    assert "recv_first.xml:5: the schedule deadlocks: rank(s) 0, 1 never finish" in err
     assert "rank 0 block tb0 blocks in recv(peer=1," in err and "rank 1 block tb0 blocks in recv(peer=0," in err
     assert "clockworks check" in err and "Traceback" not in err
 
