@@ -19,7 +19,11 @@ words compare true, quiet and barrier_all wait for the rank's deliveries. The si
 - every transfer is a flow over the network (`events.FlowEngine`); local ops are flows over the
   GPU's HBM, so they slow down when other traffic uses it;
 - `RunConditions.program`: a timed run of the generated program (`program.py`), with its own
-  per-run and per-op costs.
+  per-run and per-op costs;
+- a rank's threads (`ir.Thread`) are actors of the machine, as in the checker (`semantics.threads`):
+  each issues its ops in order, all of a rank's run at once on its GPU (`_Homes`), and the rank ends
+  when they have. Thread blocks are one kernel per rank, started once: their ops start no kernel, and
+  a block's send moves on one channel (with `RunConditions.protocol`, an MSCCL file's `proto`).
 
 A put's issue is a step of its rank (`nvshmem_put_latency_us`); its delivery then flows and lands
 as an action of its own, the route's one-way latency (plus `nvshmem_signal_latency_us`) after its
