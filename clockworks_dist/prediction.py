@@ -16,8 +16,10 @@ from collections.abc import Iterable
 from .dsl import ScheduleDef
 from .dsl import params as params_mod
 from .errors import ClockworksError, TopologyError
+from .importers.msccl import ImportedDef
 from .ir import DTYPE_BYTES
-from .perf.predict import main_buffer, parse_sizes, pinned_bytes, predict_sizes
+from .perf.costs import RunConditions
+from .perf.predict import imported_pricing, imported_sizes, main_buffer, parse_sizes, pinned_bytes, predict_sizes
 from .report.perf import PredictionReport
 from .topology import choose_topology, gpus
 
@@ -41,7 +43,7 @@ def predict(defn: ScheduleDef, topology: str | os.PathLike, *, ranks: int | None
     The result (`report.perf.PredictionReport`) holds each size's time, algbw, busbw, bound and
     timeline, the scaling sweep, the topology file used and whether it is calibrated (`warning`
     says what to do when it is not)."""
-    if not isinstance(defn, ScheduleDef):
+    if not isinstance(defn, (ScheduleDef, ImportedDef)):
         raise ClockworksError(f"predict takes a schedule (cw.load_file(FILE)[0], or a @cw.schedule function), "
                               f"got {type(defn).__name__}")
     sizes = _sizes(sizes)
@@ -61,9 +63,13 @@ def predict(defn: ScheduleDef, topology: str | os.PathLike, *, ranks: int | None
         bigger = [choose_topology(topology, nodes=count).topology for count in scale_nodes]
         per_node = defn.ranks_per_node
 
+        # an imported MSCCL algorithm's thread blocks move every step with the file's protocol
+        conditions = RunConditions(protocol=defn.protocol) if isinstance(defn, ImportedDef) else RunConditions()
+
         def at(topo, world: int, sizes: list[int], per_node: int | None):
             try:
-                return predict_sizes(defn, topo, world, sizes, mode=mode, ranks_per_node=per_node, symbols=symbols)
+                return predict_sizes(defn, topo, world, sizes, mode=mode, ranks_per_node=per_node, symbols=symbols,
+                                     conditions=conditions)
             except TopologyError as exc:  # found while routing (no route between two GPUs): name the file
                 text = str(exc)
                 raise TopologyError(text if text.startswith(chosen.asked) else f"{chosen.asked}: {text}") from None
@@ -71,6 +77,8 @@ def predict(defn: ScheduleDef, topology: str | os.PathLike, *, ranks: int | None
         fixed = _fixed_size(defn, world, per_node, symbols)
         if fixed and sizes is not None:
             raise ClockworksError(_sweep_and_binding(defn, world, per_node, symbols))
+        if sizes is None and isinstance(defn, ImportedDef):  # whole numbers of the algorithm's chunks
+            sizes = imported_sizes(defn, world, per_node)
         results = at(topo, world, [fixed] if fixed else sizes or parse_sizes(DEFAULT_SIZES), per_node)
 
         def largest(world: int, per_node: int | None) -> list[int]:
@@ -78,7 +86,8 @@ def predict(defn: ScheduleDef, topology: str | os.PathLike, *, ranks: int | None
             return [_fixed_size(defn, world, per_node, symbols)] if fixed else [results[-1].nbytes]
 
         found = PredictionReport(defn.name, topo.name, world, mode, results, topology_file=chosen.file,
-                                 calibrated=chosen.calibrated, warning=chosen.warning(), symbols=symbols)
+                                 calibrated=chosen.calibrated, warning=chosen.warning(), symbols=symbols,
+                                 priced=imported_pricing(defn) if isinstance(defn, ImportedDef) else "")
         found.scaling += [(n, at(topo, n, largest(n, per_node), per_node)[0]) for n in scaling]
         for other in bigger:
             count, other_per_node = len(gpus(other)), len(gpus(other)) // max(other.nodes, 1)

@@ -13,7 +13,7 @@ import clockworks_dist as cw
 from clockworks_dist import ir
 from clockworks_dist.check import check
 from clockworks_dist.codegen import program as codegen
-from clockworks_dist.errors import PredictError, ScheduleError
+from clockworks_dist.errors import ScheduleError
 from clockworks_dist.dsl import validate_json
 from clockworks_dist.report.text import render_listing
 
@@ -156,9 +156,13 @@ def test_engines_that_do_not_run_threads_say_so():
     from clockworks_dist.perf.network import from_topology
     from clockworks_dist.perf.simulate import Simulator
     from clockworks_dist.topology import load_topology
+    from clockworks_dist.lowering import Build, LoweringError, lower
+
     topo = load_topology("h200x2-nv18")
-    with pytest.raises(PredictError, match="does not time threads yet"):
-        Simulator(sched, from_topology(topo, 2), topo.constants)
+    timeline = Simulator(sched, from_topology(topo, 2), topo.constants).run()  # the simulator times threads
+    assert {r.thread for r in timeline.records if r.rank == 0} >= {"a", "b"}
+    with pytest.raises(LoweringError, match="does not lower threads yet"):
+        lower(sched, Build("nccl"))
 
 
 def test_the_ir_refuses_ops_beside_threads_and_a_thread_named_twice():

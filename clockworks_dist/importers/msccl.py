@@ -170,7 +170,7 @@ def _expect(alg: XmlAlgorithm, sched: ir.Schedule, chunk: int) -> tuple[ir.Expec
         k = gpus[0].i_chunks if gpus[0].i_chunks else gpus[0].o_chunks
         result = into if (alg.inplace or gpus[0].o_chunks) else source
         for q in range(n):
-            out.append(ir.Expectation(rank=q, region=region(result, 0, k), op="sum", label="msccl allreduce",
+            out.append(ir.Expectation(rank=q, region=region(result, 0, k), op="sum", label="allreduce (msccl)",
                                       contributions=tuple(ir.Contribution(rank=r, region=region(source, 0, k))
                                                           for r in range(n))))
     elif coll == "allgather":
@@ -178,20 +178,21 @@ def _expect(alg: XmlAlgorithm, sched: ir.Schedule, chunk: int) -> tuple[ir.Expec
         for q in range(n):
             for r in range(n):
                 mine = region(source, r * k, k) if alg.inplace else region(source, 0, k)
-                out.append(ir.Expectation(rank=q, region=region(into, r * k, k), label="msccl allgather",
+                out.append(ir.Expectation(rank=q, region=region(into, r * k, k), label="allgather (msccl)",
                                           contributions=(ir.Contribution(rank=r, region=mine),)))
     elif coll == "alltoall":
         k = gpus[0].i_chunks // n
         for q in range(n):
             for r in range(n):
-                out.append(ir.Expectation(rank=q, region=region(into, r * k, k), label="msccl alltoall",
+                out.append(ir.Expectation(rank=q, region=region(into, r * k, k), label="alltoall (msccl)",
                                           contributions=(ir.Contribution(rank=r, region=region(source, q * k, k)),)))
     return tuple(out)
 
 
 class ImportedDef:
     """An imported algorithm, in the shape the commands load schedules in (`dsl.trace.ScheduleDef`):
-    its world is the file's, and it has no sizes or parameters to bind."""
+    its world is the file's, and it has no sizes or parameters to bind. A message size (`predict
+    --sizes`) sets the chunk (`trace_chunk`, `perf.predict.imported_chunk`)."""
 
     def __init__(self, path: str, chunk: int = 1, slots: int = DEFAULT_SLOTS):
         self.alg = parse(path)
@@ -215,3 +216,13 @@ class ImportedDef:
             raise ScheduleError("an imported algorithm has no sizes or parameters to bind", file=self.loc.file,
                                 line=self.loc.line, hint="leave out --size and --param")
         return to_schedule(self.alg, self.chunk, self.slots, ranks_per_node)
+
+    @property
+    def protocol(self) -> str:
+        """The protocol the file's thread blocks move every step with (`proto`: Simple, LL, LL128)."""
+        return self.alg.proto
+
+    def trace_chunk(self, world: int, chunk: int, ranks_per_node: int | None = None) -> ir.Schedule:
+        """The algorithm with `chunk` elements per chunk (`perf.predict` sets it from a message size)."""
+        self.trace(world, ranks_per_node)  # the same refusals as trace
+        return to_schedule(self.alg, chunk, self.slots, ranks_per_node)

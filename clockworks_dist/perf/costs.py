@@ -60,6 +60,9 @@ class RunConditions:
     # barrier; the progress word before each op of a host-driven one) and its stand-in kernels for
     # compute ops. None: the schedule's own ops, run back to back.
     program: Lowered | None = None
+    # The protocol every NCCL send/recv uses, "LL", "LL128" or "Simple" (an imported MSCCL algorithm's
+    # `proto`: its thread blocks move every step with it); None: the protocol NCCL picks per send.
+    protocol: str | None = None
 
 
 @dataclass(frozen=True)

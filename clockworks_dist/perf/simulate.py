@@ -19,7 +19,11 @@ words compare true, quiet and barrier_all wait for the rank's deliveries. The si
 - every transfer is a flow over the network (`events.FlowEngine`); local ops are flows over the
   GPU's HBM, so they slow down when other traffic uses it;
 - `RunConditions.program`: a timed run of the generated program (`program.py`), with its own
-  per-run and per-op costs.
+  per-run and per-op costs;
+- a rank's threads (`ir.Thread`) are actors of the machine, as in the checker (`semantics.threads`):
+  each issues its ops in order, all of a rank's run at once on its GPU (`_Homes`), and the rank ends
+  when they have. Thread blocks are one kernel per rank, started once: their ops start no kernel, and
+  a block's send moves on one channel (with `RunConditions.protocol`, an MSCCL file's `proto`).
 
 A put's issue is a step of its rank (`nvshmem_put_latency_us`); its delivery then flows and lands
 as an action of its own, the route's one-way latency (plus `nvshmem_signal_latency_us`) after its
@@ -63,6 +67,7 @@ from .. import ir, lowering
 from ..semantics.machine import Action, Model
 from ..semantics.match import match
 from ..semantics.rules import Sync, describe, signal_effect
+from ..semantics.threads import Actors, expand
 from . import nccl
 from .programs import program_model
 from .costs import (
@@ -102,6 +107,7 @@ class OpRecord:
     cause: "OpRecord | None" = None
     cause_kind: str = "program order"
     detail: dict = field(default_factory=dict)
+    thread: str | None = None  # the rank's thread that ran it (`ir.Thread`), None for the rank's own program
 
 
 @dataclass
@@ -116,14 +122,67 @@ class Timeline:
     plans: list[tuple[OpRecord, nccl.Plan]]
 
 
-def compile_model(sched: ir.Schedule) -> Model:
-    """The semantics machine of `sched`; PredictError if the schedule does not match statically."""
-    matches, problems = match(sched)
+def actors_of(sched: ir.Schedule) -> Actors:
+    """The actors the machine runs for `sched` (`semantics.threads.expand`: each rank, and each thread
+    of a rank as an actor of its own); PredictError if they cannot be built (two threads on one
+    connection, a collective inside a thread)."""
+    actors, problems = expand(sched)
     if problems:
-        first = problems[0]
-        where = first.ops[0].loc if first.ops and first.ops[0].loc else sched.loc
-        raise PredictError(f"{where}: the schedule does not match: {first.message} (run `clockworks check`)")
-    return Model(sched, matches)
+        _refuse(sched, problems[0])
+    return actors
+
+
+def _refuse(sched: ir.Schedule, first, name=lambda text: text) -> None:
+    """PredictError for the first static mismatch, at its op's file:line (`name`: its actors named
+    as ranks and threads)."""
+    where = first.ops[0].loc if first.ops and first.ops[0].loc else sched.loc
+    message = name(first.message).removeprefix(f"{where}: ")
+    raise PredictError(f"{where}: the schedule does not match: {message} (run `clockworks check`)")
+
+
+def compile_model(sched: ir.Schedule) -> Model:
+    """The semantics machine of `sched`, over its actors (a rank's threads are actors of their own,
+    as the checker runs them); PredictError if the schedule does not match statically."""
+    actors = actors_of(sched)
+    matches, problems = match(actors.sched)
+    if problems:
+        _refuse(sched, problems[0], actors.text)
+    return Model(actors.sched, matches, home=actors.home)
+
+
+class _Homes:
+    """The network as the actors see it: an actor (a rank, or one of its threads) sends from, and
+    computes on, its rank's GPU. Ranks are actors 0 .. world-1, so a PE or peer rank maps to itself."""
+
+    def __init__(self, network: Network, home: tuple[int, ...]):
+        self._net, self._home = network, home
+
+    def __getattr__(self, name):
+        return getattr(self._net, name)
+
+    def route(self, src: int, dst: int):
+        return self._net.route(self._home[src], self._home[dst])
+
+    def fill_us(self, src: int, dst: int, nbytes: float) -> float:
+        return self._net.fill_us(self._home[src], self._home[dst], nbytes)
+
+    def transport(self, src: int, dst: int) -> str:
+        return self._net.transport(self._home[src], self._home[dst])
+
+    def bottleneck(self, src: int, dst: int) -> float:
+        return self._net.bottleneck(self._home[src], self._home[dst])
+
+    def nominal_GBs(self, src: int, dst: int) -> float:
+        return self._net.nominal_GBs(self._home[src], self._home[dst])
+
+    def hbm(self, rank: int) -> int:
+        return self._net.hbm(self._home[rank])
+
+    def local_bytes(self, rank: int, nbytes: float, l2_GBs: float) -> float:
+        return self._net.local_bytes(self._home[rank], nbytes, l2_GBs)
+
+    def peak_flops(self, rank: int, dtype, op) -> float:
+        return self._net.peak_flops(self._home[rank], dtype, op)
 
 
 class Simulator:
@@ -132,17 +191,29 @@ class Simulator:
 
     def __init__(self, sched: ir.Schedule, network: Network, consts, mode: str = "graph", host_clock: bool = True,
                  conditions: RunConditions = RunConditions(), model: Model | None = None):
-        self.sched, self.net, self.c, self.mode = sched, network, consts, mode
+        # The machine runs actors (`semantics.threads`): each rank, and each thread of a rank, issuing
+        # its own ops in order; the actors of a rank share its GPU (`_Homes`) and its memory. Without
+        # threads the actors are the ranks.
+        self.actors = actors_of(sched)
+        self.user_sched, sched = sched, self.actors.sched
+        self.home, self.ranks = self.actors.home, self.actors.ranks
+        self.network = network
+        self.sched, self.net, self.c, self.mode = sched, _Homes(network, self.home), consts, mode
         self.conditions = conditions
-        threaded = next((p for p in sched.programs if p.threads), None)
-        if threaded is not None:
-            thread = threaded.threads[0]
-            raise PredictError(f"{thread.loc}: rank {threaded.rank} runs threads ({thread.kind} {thread.name} ...): "
-                               "the performance model does not time threads yet; `clockworks check` explores them")
-        self.model = model or compile_model(sched)
+        if self.actors.threaded and conditions.program is not None:
+            thread = next(t for p in self.user_sched.programs for t in p.threads)
+            raise PredictError(f"{thread.loc}: a generated program's run is not modelled for threads ({thread.kind} "
+                               f"{thread.name} ...): `clockworks codegen` does not emit threads yet")
+        # Per actor: whether it is a thread block of its rank's kernel (its ops start no kernel of their
+        # own; the kernel starts once, before its blocks' first ops), and the thread ends (free: the
+        # expansion's bookkeeping, not an op of the schedule).
+        self.block = [self.actors.kinds.get((self.home[a], self.actors.thread[a])) == "block"
+                      for a in range(sched.world)]
+        self.free = {(a, len(p.ops) - 1) for a, p in enumerate(sched.programs) if self.actors.thread[a] is not None}
+        self.model = model or compile_model(self.user_sched)
         self.state = self.model.initial()
         self.world = sched.world
-        self.engine = FlowEngine(network, consts.nvlink_reverse_share)
+        self.engine = FlowEngine(self.net, consts.nvlink_reverse_share)
         self.records: list[OpRecord] = []
         self.plans: list[tuple[OpRecord, nccl.Plan]] = []
         self.views: dict[tuple[int, ...], nccl.View] = {}
@@ -194,6 +265,9 @@ class Simulator:
         self.host_ready = [[0.0] * len(p.ops) for p in sched.programs]
         if mode == "eager" and host_clock:
             for rank, prog in enumerate(sched.programs):
+                if self.block[rank]:  # the host launches the rank's kernel once; its blocks' ops are inside
+                    self.host_ready[rank] = [consts.kernel_launch_us] * len(prog.ops)
+                    continue
                 # a program's host may be ahead when its timed span starts (the GPU still aligns)
                 issued = -consts.program_host_lead_us if self.program is not None else 0.0
                 issued += consts.local_host_us if self.prog.in_kernel else 0.0  # its one kernel
@@ -239,23 +313,49 @@ class Simulator:
     def run(self) -> Timeline:
         """Simulate to the end; PredictError if the schedule deadlocks."""
         for rank in range(self.world):
-            self.engine.at(self.start_us, lambda r=rank: self._post(r))
+            # a rank's thread blocks begin once its kernel has started (one launch for all of them)
+            start = self.start_us + (self._launch() if self.block[rank] else 0.0)
+            self.engine.at(start, lambda r=rank: self._post(r))
         budget = 1_000_000 + EVENTS_PER_OP_AND_RANK * sum(self.model.nops) * self.world
         self.engine.run(budget, self._progress)
         pcs = self.state.pcs
         stuck = [r for r in range(self.world) if pcs[r] < self.model.nops[r]]
         if stuck:
-            rank = stuck[0]
-            op = self.sched.programs[rank].ops[pcs[rank]]
-            raise PredictError(f"{op.loc}: the schedule deadlocks: rank(s) {', '.join(map(str, stuck))} never finish "
-                               f"(rank {rank} blocks in {describe(op)}; run `clockworks check` for the "
-                               "counterexample)")
+            self._deadlock(stuck)
+        self._name_threads()
         last = max([r.end for r in self.records], default=0.0)
         if self.prog.closes_with_acks() and self.end_us:  # the program's closing quiet: its stores acknowledged
             last = max([last, *self.acked])
         total = last + self.end_us
-        return Timeline(total_us=total, records=self.records, link_bytes=self.engine.link_bytes, network=self.net,
+        return Timeline(total_us=total, records=self.records, link_bytes=self.engine.link_bytes, network=self.network,
                         critical=self._critical_path(), plans=self.plans)
+
+    def _deadlock(self, stuck: list[int]) -> None:
+        """PredictError: the ranks that never finish, each blocked actor's op (a rank's thread named
+        by its rank and name; the end of a rank's threads left out while a thread of it is blocked:
+        it only waits for them)."""
+        ranks = sorted({self.home[a] for a in stuck})
+        threads = {self.home[a] for a in stuck if self.actors.thread[a] is not None}
+        shown = [a for a in stuck if self.actors.thread[a] is not None or a not in threads]
+        blocked = [f"{self.actors.who(a)} blocks in "
+                   f"{self.actors.text(describe(self.sched.programs[a].ops[self.state.pcs[a]]))}"
+                   for a in shown]
+        first = self.sched.programs[shown[0]].ops[self.state.pcs[shown[0]]]
+        more = f"; and {len(blocked) - 4} more" if len(blocked) > 4 else ""
+        raise PredictError(f"{first.loc}: the schedule deadlocks: rank(s) {', '.join(map(str, ranks))} never finish "
+                           f"({'; '.join(blocked[:4])}{more}; run `clockworks check` for the counterexample)")
+
+    def _name_threads(self) -> None:
+        """Records name ranks and threads, not actors: each record's rank is its actor's rank, its
+        thread the actor's thread (what it waited for, too)."""
+        if not self.actors.threaded:
+            return
+        for rec in self.records:
+            actor = rec.rank
+            rec.rank, rec.thread = self.home[actor], self.actors.thread[actor]
+            rec.text, rec.cause_kind = self.actors.text(rec.text), self.actors.text(rec.cause_kind)
+            if rec.thread is None and self.user_sched.programs[rec.rank].threads and rec.kind == "wait_until_all":
+                rec.text = "end: every thread has ended"
 
     def _progress(self) -> str:
         return f"{sum(self.state.pcs)} of {sum(self.model.nops)} ops done"
@@ -429,6 +529,8 @@ class Simulator:
             self._start_kernel(action, op, rec)
         elif rule.timing == "delivery":  # issued: the delivery is in flight, the rank goes on
             issue = self._launch("local") if (rank, index) in self.engine_ops else fixed_us(self.c, rule.issue)
+            if (rank, index) in self.free:  # a thread's end: bookkeeping of the expansion, no op of the schedule
+                issue = 0.0
             self.engine.at(self.now + issue, lambda: self._issued(action, rec))
         elif rule.timing == "get":  # the request reaches the peer, then its bytes come back
             nbytes = rule.nbytes(op, rank, self._size)
@@ -479,7 +581,7 @@ class Simulator:
         else:  # reduce, copy, fill: from L2 when what they touch fits there
             floor = self._block_floor(op, rank)
             nbytes = self.net.local_bytes(rank, nbytes, self.c.l2_GBs)
-        start = self.now + (0.0 if self._in_kernel() else launches * self._launch("local"))
+        start = self.now + (0.0 if self._in_kernel() or self.block[rank] else launches * self._launch("local"))
         done = lambda: self._step_done(action, rec)  # noqa: E731
         if fixed_after and not nbytes:
             self.engine.at(start + fixed_after, done)
@@ -597,7 +699,7 @@ class Simulator:
         came after the rank's previous op)."""
         rank = action.rank
         words = self.model.code[rank][action.index].awaits[0]
-        writers = [w for w in (self.sig_writer.get((rank, word)) for word in words) if w is not None]
+        writers = [w for w in (self.sig_writer.get((self.home[rank], word)) for word in words) if w is not None]
         writer = max(writers, key=lambda w: w.end, default=None)
         rec = self._record(rank, action.index, None, op, self.now)
         if writer is not None and writer.end >= (self.last[rank].end if self.last[rank] else 0.0):
@@ -620,6 +722,9 @@ class Simulator:
         note: dict = {}
         nbytes = rule.nbytes(op, issuer, self._size)
         packets = (issuer, index) in self.packet_sends
+        if (issuer, index) in self.free:  # a thread's end lands as it is issued
+            self.engine.at(self.now, lambda: self._landed(action, op, issue, note))
+            return
         if packets:  # 16-byte stores of 8 bytes of payload and the flag: twice the bytes, the flag in each
             nbytes, note["packets"] = 2 * nbytes, True
         if rule.pulls:  # the bytes come from the peer, at the rate of the blocks that asked for them
@@ -709,11 +814,21 @@ class Simulator:
                        start=self.now, cause=later.cause, cause_kind=why)
         self.records.append(rec)
         kind = "all_to_all" if self._exchange(skey[0], skey[1]) else "p2p"
-        own = skey[0] == rkey[0]  # a send to itself: a copy inside the kernel
+        own = self.home[skey[0]] == self.home[rkey[0]]  # a send to itself: a copy inside the kernel
+        view = self._view(tuple(range(self.ranks)))
         proto, ch, ceiling = nccl.p2p_choice(self.c, nbytes, self.net.bottleneck(skey[0], rkey[0]), kind,
-                                             self._view(tuple(range(self.world))), self.world, own,
-                                             cap=self.conditions.channel_cap)
-        fixed = self._launch() + nccl.p2p_fixed_us(self.c, proto, kind, own)
+                                             view, self.ranks, own, cap=self.conditions.channel_cap)
+        blocks = self.block[skey[0]] or self.block[rkey[0]]
+        if blocks or self.conditions.protocol:
+            # a thread block moves its sends itself: one block, NCCL's one channel; the protocol is the
+            # run's (an MSCCL algorithm's `proto`) where it names one
+            proto = self.conditions.protocol or proto
+            ch = 1 if blocks else ch
+            ceiling = nccl.ceiling_for(self.c, kind, proto, ch, self.net.bottleneck(skey[0], rkey[0]),
+                                       nccl.exchange_ramp(self.c, kind, proto, ch, nbytes, view))
+        # inside a kernel already running (both sides thread blocks) no kernel starts
+        launch = 0.0 if self.block[skey[0]] and self.block[rkey[0]] else self._launch()
+        fixed = launch + nccl.p2p_fixed_us(self.c, proto, kind, own)
         if not own:
             fixed += nccl.p2p_staging_us(self.c, proto, nbytes, ch, self.net.transport(skey[0], rkey[0]))
         rec.detail.update(protocol=proto, channels=ch)
@@ -773,8 +888,8 @@ class Simulator:
             self._reduce_kernels(rank, rec, index, recvs[1:])
 
         nbytes = self.net.local_bytes(rank, reduce_traffic(recv, self._size, rank), self.c.l2_GBs)
-        self.engine.at(self.now + self._launch("local"),
-                       lambda: self.engine.start_flow((self.net.hbm(rank),), nbytes, None, done))
+        launch = 0.0 if self.block[rank] else self._launch("local")  # a thread block reduces by itself
+        self.engine.at(self.now + launch, lambda: self.engine.start_flow((self.net.hbm(rank),), nbytes, None, done))
 
     # -- collectives --------------------------------------------------------------------------
     def _start_collective(self, action: Action) -> None:

@@ -32,6 +32,7 @@ class PredictionReport:
     calibrated: bool = False  # whether `clockworks calibrate` fitted them
     warning: str | None = None  # what to say when they are not calibrated
     symbols: dict[str, int] = field(default_factory=dict)  # the size symbols bound (`--size`)
+    priced: str = ""  # how the costs of an imported algorithm's steps are taken, when not as written
 
     @property
     def last(self) -> Prediction:
@@ -41,7 +42,7 @@ class PredictionReport:
 
 def critical_path(timeline: Timeline) -> list[dict]:
     """The critical path, op by op, with the user's file and line and what each op waited for."""
-    return [{"rank": r.rank, "op": r.text, "file": r.loc.file, "line": r.loc.line,
+    return [{"rank": r.rank, "thread": r.thread, "op": r.text, "file": r.loc.file, "line": r.loc.line,
              "start_us": round(r.start, 3), "end_us": round(r.end, 3), "waited_for": r.cause_kind}
             for r in timeline.critical]
 
@@ -63,6 +64,7 @@ def to_json(report: PredictionReport) -> dict:
     path and busiest links; at the top level, the same three of the largest size."""
     return {"schedule": report.schedule, "topology": report.topology, "topology_file": report.topology_file,
             "calibrated": report.calibrated, "ranks": report.ranks, "mode": report.mode, "symbols": report.symbols,
+            **({"priced_as": report.priced} if report.priced else {}),
             "predictions": [{**p.to_json(), **explain(p)} for p in report.predictions], **explain(report.last),
             "scaling": [{"ranks": n, **p.to_json()} for n, p in report.scaling]}
 
@@ -76,12 +78,15 @@ def render_text(report: PredictionReport) -> str:
     lines = [f"{report.schedule} on {report.topology}, {report.ranks} ranks, {report.mode} launches: predicted",
              f"topology file: {report.topology_file} ({kind})" + (f"; sizes bound: {symbols}" if symbols else ""), "",
              f"  {'bytes':>12}  {'time (us)':>11}  {'algbw (GB/s)':>12}  {'busbw (GB/s)':>12}"]
+    if report.priced:
+        lines[2:2] = [f"priced as: {report.priced}"]
     for p in report.predictions:
         lines.append(f"  {p.nbytes:>12}  {p.time_us:>11.2f}  {p.algbw_GBs:>12.2f}  {p.busbw_GBs:>12.2f}")
     lines += ["", f"at {last.nbytes} bytes: {last.time_us:.2f} us; bound by {bound(last.timeline)}",
               "critical path (last ops):"]
     for step in critical_path(last.timeline)[-CRITICAL_ROWS:]:
-        lines.append(f"  {step['file']}:{step['line']}  rank {step['rank']}  {step['op'][:OP_WIDTH]}  "
+        who = f"rank {step['rank']}" + (f" thread {step['thread']}" if step["thread"] is not None else "")
+        lines.append(f"  {step['file']}:{step['line']}  {who}  {step['op'][:OP_WIDTH]}  "
                      f"{step['start_us']:.2f} -> {step['end_us']:.2f} us  (waited for {step['waited_for']})")
     lines.append("busiest links:")
     for link in busiest_links(last.timeline):
@@ -105,6 +110,15 @@ def chrome_trace(timeline: Timeline) -> dict:
     for rank in ranks:
         for tid, label in ((rank * 2, f"rank {rank}"), (rank * 2 + 1, f"rank {rank} deliveries")):
             events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "args": {"name": label}})
+    # a rank's threads (`ir.Thread`) each on a row of their own, after the ranks' rows
+    threads = sorted({(rec.rank, rec.thread) for rec in timeline.records if rec.thread is not None})
+    row = {key: 2 * (max(ranks, default=0) + 1) + i for i, key in enumerate(threads)}
+    for event, rec in zip(events, timeline.records):
+        if rec.thread is not None and rec.kind != "delivery":
+            event["tid"] = row[(rec.rank, rec.thread)]
+    for (rank, thread), tid in row.items():
+        events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": tid,
+                       "args": {"name": f"rank {rank} thread {thread}"}})
     return {"traceEvents": events, "displayTimeUnit": "ns"}
 
 
