@@ -172,7 +172,7 @@ def test_a_wait_says_what_it_awaits(kind, op):
 
 # ------------------------------------------------------------------- 3. dsl/trace.py: the DSL method
 # The Rank methods that write an op of each kind, where the kind is not the method's name.
-DSL_METHODS = {"fetch_atomic": "fetch_add"}
+DSL_METHODS = {"fetch_atomic": "fetch_add", "team_split": "team_split_strided"}
 
 
 @pytest.mark.parametrize("cls", ir.OP_CLASSES, ids=KIND.get)

@@ -224,7 +224,13 @@ def events(draw, world: int, count: int, kind: str | None = None):
                     if draw(st.integers(0, 4)) else []  # now and then no barrier: a race
         return out
     if kind == "collective":
-        what = draw(st.sampled_from(["all_reduce", "barrier", "barrier_all", "sync_all"]))
+        what = draw(st.sampled_from(["all_reduce", "barrier", "barrier_all", "sync_all", "team"]))
+        if what == "team":  # a team of consecutive ranks, split by every rank, then its barrier or sync
+            start = draw(st.integers(0, world - 1))
+            size = draw(st.integers(1, world - start))
+            op = draw(st.sampled_from(["team_barrier", "team_sync"]))
+            return [(q, ("team_split", start, size)) for q in range(world)] + [
+                (q, (op,)) for q in range(start, start + size)]
         if what != "all_reduce":
             return [(q, (what,)) for q in range(world)]
         length = draw(st.integers(1, count))
@@ -373,6 +379,13 @@ def _emit(r, bufs: dict, sig, d) -> None:
         r.barrier_all()
     elif k == "sync_all":
         r.sync_all()
+    elif k == "team_split":  # the k-th split of every rank is the same one: same name everywhere
+        bufs["splits"] = bufs.get("splits", 0) + 1
+        bufs["team"] = r.team_split_strided(f"team{bufs['splits']}", d[1], 1, d[2])
+    elif k == "team_barrier":
+        r.team_barrier(bufs["team"])
+    elif k == "team_sync":
+        r.team_sync(bufs["team"])
     else:
         raise AssertionError(f"unknown descriptor {d!r}")
 

@@ -100,6 +100,7 @@ class _Search:
         self.reducer = Reducer(model, deadline) if reduction else None
         world = model.world
         self.barrier_all = [sync is Sync.BARRIER_ALL for sync in model.coll_sync]
+        self.team_barriers = any(quiets is not None for quiets in model.coll_quiets)
         # (rank, index) -> the ranks whose sends meet the recvs of that op: they wake when it is posted
         self.senders: dict[tuple[int, int], tuple[int, ...]] = {}
         shared: dict[tuple, tuple] = {}  # a ring's ops have the same one sender: one tuple each
@@ -246,9 +247,16 @@ class _Search:
             if tag not in old:
                 self._index_add(tag)
 
+    def _held(self, cid: int) -> bool:
+        """Whether a delivery that barrier `cid` waits for is in flight (a team barrier: its members')."""
+        quiets = self.model.coll_quiets[cid]
+        if quiets is None:
+            return bool(self.work.flight)
+        return any(issuer in quiets for issuer, _index in self.work.flight)
+
     def _check_coll(self, cid: int) -> None:
         ready = self.arrived[cid] == len(self.model.coll_members[cid]) and not (
-            self.barrier_all[cid] and self.work.flight)
+            self.barrier_all[cid] and self._held(cid))
         if ready and cid not in self.colls:
             self.colls[cid] = action = build(Coll, ("coll", cid))
             self._enable(action)
@@ -345,7 +353,8 @@ class _Search:
         for key in recheck:
             if key in flight:
                 self._check_delivery(key)
-        if (len(flight) - len(launched) + len(landed) == 0) != (not flight):  # barrier_all waits for none
+        emptied = (len(flight) - len(launched) + len(landed) == 0) != (not flight)  # barrier_all waits for none
+        if emptied or self.team_barriers and (launched or landed):  # a team barrier: for its members' only
             for cid, barrier in enumerate(self.barrier_all):
                 if barrier and self.arrived[cid] == len(model.coll_members[cid]):
                     self._check_coll(cid)

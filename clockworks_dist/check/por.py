@@ -392,6 +392,9 @@ class Reducer:
                     out.append(("r", r))
             if model.coll_kind[cid] == "barrier_all":
                 out.extend(("a", Deliver("deliver", i, j)) for i, j, _ in state.in_flight)
+            elif model.coll_quiets[cid] is not None:  # a team barrier: its members' deliveries
+                quiets = model.coll_quiets[cid]
+                out.extend(("a", Deliver("deliver", i, j)) for i, j, _ in state.in_flight if i in quiets)
         elif kind == "deliver":
             issuer, index = action.issuer, action.index
             gated = model.gated.get((issuer, index))
@@ -508,7 +511,10 @@ class Reducer:
             for r, i in model.coll_members[c.cid]:
                 if r in frozen or i > limit[r]:
                     return False
-            return not (c.sync is Sync.BARRIER_ALL and held)
+            if c.sync is not Sync.BARRIER_ALL:
+                return True
+            quiets = model.coll_quiets[c.cid]  # a team barrier waits for its members' deliveries only
+            return not (held if quiets is None else held & quiets)
         if c.sync is Sync.QUIET:
             return rank not in held
         if c.sync is Sync.WAIT:

@@ -153,6 +153,8 @@ TABLE = {
 UNSUPPORTED = {cls: ONE_SIDED for cls in (
     ir.Put, ir.PutSignal, ir.SignalUpdate, ir.Atomic, ir.Get, ir.GetNbi, ir.FetchAtomic, ir.WaitUntil,
     ir.WaitUntilAll, ir.WaitUntilAny, ir.Fence, ir.Quiet, ir.BarrierAll, ir.SyncAll)}
+UNSUPPORTED.update({cls: "an NVSHMEM team op: NCCL has communicators (r.comm, ncclCommSplit), not NVSHMEM teams; "
+                         "run the schedule with `clockworks run` (mpi-cpu)" for cls in (ir.TeamSplit, ir.TeamBarrier)})
 NCCL = register(Backend("nccl-codegen", table=TABLE, unsupported=UNSUPPORTED,
                         limits={ir.Send: plain_connection, ir.Recv: plain_connection}))
 

@@ -657,6 +657,6 @@ TABLE = {
 }
 UNSUPPORTED = {cls: ONE_SIDED for cls in (
     ir.Put, ir.PutSignal, ir.SignalUpdate, ir.Atomic, ir.Get, ir.GetNbi, ir.FetchAtomic, ir.WaitUntil,
-    ir.WaitUntilAll, ir.WaitUntilAny, ir.Fence, ir.Quiet, ir.BarrierAll, ir.SyncAll)}
+    ir.WaitUntilAll, ir.WaitUntilAny, ir.Fence, ir.Quiet, ir.BarrierAll, ir.SyncAll, ir.TeamSplit, ir.TeamBarrier)}
 CUPY = register(Backend(NAME, table=TABLE, unsupported=UNSUPPORTED,
                         limits={ir.Send: plain_connection, ir.Recv: plain_connection}))

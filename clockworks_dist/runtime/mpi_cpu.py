@@ -694,6 +694,27 @@ def barrier_all(ex: Executor, op: ir.BarrierAll) -> None:
     ex.sync_windows()
 
 
+def team_split(ex: Executor, op: ir.TeamSplit) -> None:
+    """TeamSplitRule: every member of the parent team arrives before any leaves; no delivery is
+    completed. MPI: the team's communicator is split at setup (`Comm.Split`, every rank in one order),
+    so here the parent's members meet (a bounded barrier), with `Win_sync` on both sides as `sync_all`."""
+    mpi_comm, _members = ex.comms[op.comm]
+    ex.sync_windows()
+    ex.meet(mpi_comm, f"the other members of {op.comm} to arrive at team_split_strided({op.team})")
+    ex.sync_windows()
+
+
+def team_barrier(ex: Executor, op: ir.TeamBarrier) -> None:
+    """TeamBarrierRule: a quiet on every member of the team, then the members meet. MPI: as
+    `barrier_all`, on the team's communicator: `Win_flush_all` (this rank's deliveries done at their
+    targets), then a bounded barrier of the members, with `Win_sync` so what landed is visible."""
+    mpi_comm, _members = ex.comms[op.comm]
+    ex.flush_all()
+    ex.sync_windows()
+    ex.meet(mpi_comm, f"the other members of team {op.comm} to arrive at team_barrier")
+    ex.sync_windows()
+
+
 def sync_all(ex: Executor, op: ir.SyncAll) -> None:
     """NVSHMEM: a barrier over every PE that leaves deliveries in flight. MPI: a barrier (bounded),
     without flushing (a delivery that has landed is visible after `Win_sync`)."""
@@ -753,6 +774,7 @@ TABLE = {
     ir.Put: put, ir.PutSignal: put_signal, ir.SignalUpdate: word_update, ir.Atomic: word_update, ir.Get: get,
     ir.GetNbi: get_nbi, ir.FetchAtomic: fetch_atomic, ir.WaitUntil: wait_until, ir.WaitUntilAll: wait_until,
     ir.WaitUntilAny: wait_until, ir.Fence: fence, ir.Quiet: quiet, ir.BarrierAll: barrier_all, ir.SyncAll: sync_all,
+    ir.TeamSplit: team_split, ir.TeamBarrier: team_barrier,
     ir.LocalReduce: local, ir.Copy: local, ir.Fill: local, ir.Compute: local,
 }
 MPI_CPU = register(Backend(NAME, table=TABLE, unsupported={}, threads=True))

@@ -379,6 +379,10 @@ class Model:
         self.coll_members: list[list[tuple[int, int]]] = matches.collectives
         self.coll_kind = [sched.programs[m[0][0]].ops[m[0][1]].kind for m in matches.collectives]
         self.coll_sync = [rule(kind).sync for kind in self.coll_kind]
+        # per collective that quiets first: the actors whose deliveries it waits for (None: every one)
+        self.coll_quiets: list[frozenset[int] | None] = [
+            frozenset(a for a in range(len(self.home)) if self.home[a] in {self.home[r] for r, _ in m})
+            if kind == "team_barrier" else None for kind, m in zip(self.coll_kind, matches.collectives)]
         self.deliveries: dict[tuple[int, int], Delivery] = {
             (c.rank, c.index): c.delivery for row in self.code for c in row if c.delivery is not None}
         self.members_max = 1 + max((len(c.members) for row in self.code for c in row), default=0)
@@ -836,7 +840,10 @@ class Model:
         pcs, done = state.pcs, state.group_done
         if not all(pcs[r] == i and not done[r] for r, i in self.coll_members[cid]):  # done: landing pending
             return False
-        return not (self.coll_sync[cid] is Sync.BARRIER_ALL and state.in_flight)
+        if self.coll_sync[cid] is not Sync.BARRIER_ALL or not state.in_flight:
+            return True
+        quiets = self.coll_quiets[cid]  # a team barrier: only its members' deliveries must have landed
+        return quiets is not None and not any(issuer in quiets for issuer, _index, _ in state.in_flight)
 
     def fence_floors(self, in_flight) -> dict[tuple[int, int], int]:
         """(issuer, PE) -> the earliest fence epoch among the issuer's fenced deliveries to that PE

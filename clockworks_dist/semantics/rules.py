@@ -450,6 +450,33 @@ class BarrierRule(CollectiveRule):
         return f"barrier({op.comm})"
 
 
+# ------------------------------------------------------------------------------ NVSHMEM teams
+class TeamSplitRule(CollectiveRule):
+    """nvshmem_team_split_strided(parent, start, stride, size): a collective over the parent team
+    (NVSHMEM_TEAM_WORLD when `comm` is "world"), called by every parent member in the same order
+    with the same arguments (`match`: else a collective mismatch naming both lines), members of the
+    new team or not. It completes as one joint step once every parent member has reached it, as a
+    `sync_all` of the parent: NVSHMEM agrees on the new team with a reduction over the parent, so no
+    member returns before every member has arrived. It moves no data and completes no delivery."""
+
+    op_class = ir.TeamSplit
+
+    def describe(self, op):
+        parent = "" if op.comm == "world" else f", parent={op.comm}"
+        return f"team_split_strided({op.team}, start={op.start}, stride={op.stride}, size={op.size}{parent})"
+
+
+class TeamBarrierRule(CollectiveRule):
+    """nvshmem_barrier(team): every member of the team completes its own deliveries (a quiet), then
+    the members meet; deliveries of ranks outside the team stay in flight. (nvshmem_team_sync is a
+    `barrier` on the team: the members meet and nothing is completed.)"""
+
+    op_class, sync = ir.TeamBarrier, Sync.BARRIER_ALL
+
+    def describe(self, op):
+        return f"team_barrier({op.comm})"
+
+
 # ---------------------------------------------------------------------------------- one-sided
 def _signal_mode(how: str) -> Mode:
     return Mode.SIG_ADD if how == "add" else Mode.SIG_SET
