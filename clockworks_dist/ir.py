@@ -553,7 +553,8 @@ class Compute(OpBase):
 Op = Annotated[
     Union[
         Send, Recv, Group, AllReduce, AllGather, ReduceScatter, Broadcast, ReduceTo, AllToAll,
-        Barrier, TeamSplit, TeamBarrier, Put, Get, GetNbi, PutSignal, SignalUpdate, Atomic, FetchAtomic, WaitUntil, WaitUntilAll,
+        Barrier, TeamSplit, TeamBarrier, Put, Get, GetNbi, PutSignal, SignalUpdate, Atomic, FetchAtomic, WaitUntil,
+        WaitUntilAll,
         WaitUntilAny, Fence, Quiet, BarrierAll, SyncAll, LocalReduce, Copy, Fill, Compute,
     ],
     Field(discriminator="kind"),

@@ -234,6 +234,9 @@ def _signature(sched: ir.Schedule, rank: int, op) -> dict:
     return sig
 
 
+_FIELDS = ("kind", "count", "dtype", "op", "root", "team", "start", "stride", "size")  # as `_signature` names them
+
+
 def _match_collectives(sched, colls, out: Matches, problems: list[Mismatch]) -> None:
     for (comm, group), per_rank in colls.items():
         longest = max(len(v) for v in per_rank.values())
@@ -252,7 +255,7 @@ def _match_collectives(sched, colls, out: Matches, problems: list[Mismatch]) -> 
             base = sigs[0]
             for (rank, index), sig, ref in zip(present, sigs, refs):
                 if sig != base:
-                    field_name = next(f for f in ("kind", "count", "dtype", "op", "root", "team", "start", "stride", "size") if sig.get(f) != base.get(f))
+                    field_name = next(f for f in _FIELDS if sig.get(f) != base.get(f))
                     problems.append(Mismatch(
                         kind="collective_mismatch", ranks=(present[0][0], rank), ops=(refs[0], ref),
                         message=f"the {_nth(k)} collective on {_team(comm, sched)} differs in {field_name}: rank "
