@@ -249,10 +249,9 @@ class _Search:
 
     def _held(self, cid: int) -> bool:
         """Whether a delivery that barrier `cid` waits for is in flight (a team barrier: its members')."""
-        quiets = self.model.coll_quiets[cid]
-        if quiets is None:
+        if self.model.coll_quiets[cid] is None:
             return bool(self.work.flight)
-        return any(issuer in quiets for issuer, _index in self.work.flight)
+        return self.model.team_held(cid, self.work.flight)
 
     def _check_coll(self, cid: int) -> None:
         ready = self.arrived[cid] == len(self.model.coll_members[cid]) and not (

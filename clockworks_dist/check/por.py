@@ -392,9 +392,10 @@ class Reducer:
                     out.append(("r", r))
             if model.coll_kind[cid] == "barrier_all":
                 out.extend(("a", Deliver("deliver", i, j)) for i, j, _ in state.in_flight)
-            elif model.coll_quiets[cid] is not None:  # a team barrier: its members' deliveries
+            elif model.coll_quiets[cid] is not None:  # a team barrier: its members' one-sided deliveries
                 quiets = model.coll_quiets[cid]
-                out.extend(("a", Deliver("deliver", i, j)) for i, j, _ in state.in_flight if i in quiets)
+                out.extend(("a", Deliver("deliver", i, j)) for i, j, _ in state.in_flight
+                           if i in quiets and model.deliveries[(i, j)].completes is None)
         elif kind == "deliver":
             issuer, index = action.issuer, action.index
             gated = model.gated.get((issuer, index))
@@ -460,16 +461,19 @@ class Reducer:
         # in-flight delivery inside T (their quiet cannot complete)
         updates: set[tuple[int, int]] = set()
         held: set[int] = set()
+        held_one_sided: set[int] = set()  # ... of a one-sided op, not a landing (a team barrier's quiet)
         for i, j, _ in state.in_flight:
             if ("deliver", i, j) in actions:  # a plain tuple equals the `Deliver`: no action built to look it up
                 held.add(i)
+                if model.deliveries[(i, j)].completes is None:
+                    held_one_sided.add(i)
                 continue
             if self._fenced_out(i, j):
                 continue
             for owner, space, lo, _hi, _mode in model.deliveries[(i, j)].footprint:
                 if space == SIG:
                     updates.add((owner, lo))
-        context = (updates, held)
+        context = (updates, held, held_one_sided)
         changed = True
         while changed:
             changed = False
@@ -484,7 +488,7 @@ class Reducer:
 
     def _completes(self, state: State, rank: int, index: int, limit: list[int], frozen: set[int],
                    actions: set[tuple], context: tuple[set, set]) -> bool:
-        updates, held = context
+        updates, held, _held_one_sided = context
         model = self.model
         pcs = state.pcs
         c = model.code[rank][index]
@@ -513,8 +517,8 @@ class Reducer:
                     return False
             if c.sync is not Sync.BARRIER_ALL:
                 return True
-            quiets = model.coll_quiets[c.cid]  # a team barrier waits for its members' deliveries only
-            return not (held if quiets is None else held & quiets)
+            quiets = model.coll_quiets[c.cid]  # a team barrier waits for its members' one-sided deliveries only
+            return not (held if quiets is None else context[2] & quiets)
         if c.sync is Sync.QUIET:
             return rank not in held
         if c.sync is Sync.WAIT:

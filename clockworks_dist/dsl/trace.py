@@ -1330,6 +1330,12 @@ def _build_comms(handles: list[Rank]) -> tuple[ir.Communicator, ...]:
             members, loc = entry
             for member in members:
                 other = handles[member]._st.comms.get(name)
+                if other is None and name in handle._st.teams:
+                    raise ScheduleError(
+                        f"team {name!r}: rank {member} is one of its members {list(members)} but never calls "
+                        f"team_split_strided({name}, ...)", file=loc.file, line=loc.line, rank=member,
+                        op="team_split", hint="a split is collective over its parent team: every parent member "
+                                              "calls it, with the same arguments")
                 if other is None or other[0] != members:
                     raise ScheduleError(
                         f"communicator {name!r}: rank {handle.rank} lists {list(members)}, but rank {member} "

@@ -842,8 +842,14 @@ class Model:
             return False
         if self.coll_sync[cid] is not Sync.BARRIER_ALL or not state.in_flight:
             return True
-        quiets = self.coll_quiets[cid]  # a team barrier: only its members' deliveries must have landed
-        return quiets is not None and not any(issuer in quiets for issuer, _index, _ in state.in_flight)
+        return self.coll_quiets[cid] is not None and not self.team_held(cid, state.in_flight)
+
+    def team_held(self, cid: int, in_flight) -> bool:
+        """Whether team barrier `cid` must wait: one of its members' one-sided deliveries is in flight
+        (its quiet). A landing is no delivery a quiet waits for: a message in a connection's FIFO is
+        keyed by its recv, which may come after the barrier."""
+        quiets, deliveries = self.coll_quiets[cid], self.deliveries
+        return any(entry[0] in quiets and deliveries[(entry[0], entry[1])].completes is None for entry in in_flight)
 
     def fence_floors(self, in_flight) -> dict[tuple[int, int], int]:
         """(issuer, PE) -> the earliest fence epoch among the issuer's fenced deliveries to that PE
