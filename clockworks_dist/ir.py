@@ -456,6 +456,16 @@ class FetchAtomic(OpBase):
     into: Region
 
 
+class SignalStore(OpBase):
+    """A plain (non-atomic) store of `value` into the rank's own signal word (`*sig = value` in CUDA):
+    `pe` is the rank itself (the word it writes lives there; the DSL and the JSON loader check it)."""
+
+    kind: Literal["signal_store"] = "signal_store"
+    pe: int
+    signal: SignalRef
+    value: int
+
+
 class WaitUntil(OpBase):
     kind: Literal["wait_until"] = "wait_until"
     signal: SignalRef
@@ -553,8 +563,8 @@ class Compute(OpBase):
 Op = Annotated[
     Union[
         Send, Recv, Group, AllReduce, AllGather, ReduceScatter, Broadcast, ReduceTo, AllToAll,
-        Barrier, TeamSplit, TeamBarrier, Put, Get, GetNbi, PutSignal, SignalUpdate, Atomic, FetchAtomic, WaitUntil,
-        WaitUntilAll,
+        Barrier, TeamSplit, TeamBarrier, Put, Get, GetNbi, PutSignal, SignalUpdate, Atomic, FetchAtomic, SignalStore,
+        WaitUntil, WaitUntilAll,
         WaitUntilAny, Fence, Quiet, BarrierAll, SyncAll, LocalReduce, Copy, Fill, Compute,
     ],
     Field(discriminator="kind"),
@@ -574,7 +584,8 @@ TEAM_KINDS = frozenset({"team_split", "team_barrier"})
 # The NVSHMEM-style ops (the CuPy backend runs none of them).
 ONE_SIDED_KINDS = frozenset(
     {"put", "get", "get_nbi", "put_signal", "signal_op", "atomic", "fetch_atomic", "wait_until", "wait_until_all",
-     "wait_until_any", "fence", "quiet", "barrier_all", "sync_all", "team_split", "team_barrier"}
+     "wait_until_any", "fence", "quiet", "barrier_all", "sync_all", "team_split", "team_barrier",
+     "signal_store"}
 )
 # One-sided ops whose effect lands later, as a delivery of its own (DESIGN.md): completed by quiet
 # and barrier_all. Blocking gets and fetching atomics are one blocking transition instead

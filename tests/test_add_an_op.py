@@ -130,6 +130,7 @@ def _signal_accesses(op):
 
 # effects a signal access of each mode may have (a fetch_add is SIG_SET: ordered with everything)
 _EFFECTS_OF_MODE = {rules.Mode.SIG_ADD: {"add"}, rules.Mode.SIG_SET: {"add", "set", "clear", "any"},
+                   rules.Mode.SIG_STORE: {"set"},
                     rules.Mode.SIG_READ: {"read"}}
 
 
@@ -291,7 +292,7 @@ def por_strategy_kinds() -> set[str]:
     spec.loader.exec_module(module)
     seen: set[str] = set()
 
-    @settings(max_examples=200, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=400, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
     @given(module.plans())
     def draw(plan):
         for program in module.build(plan).programs:

@@ -42,6 +42,7 @@ def every_op(r):
     r.fence()
     r.quiet()
     r.wait_until(flag[0], "ge", 1)
+    r.signal_store(flag[0], 0)
     r.wait_until_all([flag[0], flag[1]], "ge", 1)
     r.wait_until_any(flag, "ge", 2)
     r.barrier_all()

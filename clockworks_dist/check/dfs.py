@@ -192,23 +192,30 @@ class _Search:
     def _index_add(self, tag: tuple) -> None:
         accesses = self.live[tag] = self._accesses(tag)
         index = self.index
+        sig_races = self.model.sig_races
         for owner, space, lo, hi, mode in accesses:
-            if space == MEM:
-                tags = index.get(owner)
-                if tags is None:
-                    tags = index[owner] = {}
-                entries = tags.get(tag)
-                if entries is None:
-                    tags[tag] = [(lo, hi, mode, tag)]
-                else:
-                    entries.append((lo, hi, mode, tag))
+            if space != MEM:
+                if not sig_races:
+                    continue
+                owner = -1 - owner  # a signal word: races only beside a plain store (`Observer.race_pair`)
+            tags = index.get(owner)
+            if tags is None:
+                tags = index[owner] = {}
+            entries = tags.get(tag)
+            if entries is None:
+                tags[tag] = [(lo, hi, mode, tag)]
+            else:
+                entries.append((lo, hi, mode, tag))
         self.fresh[tag] = None
 
     def _index_remove(self, tag: tuple) -> None:
         index = self.index
+        sig_races = self.model.sig_races
         for owner, space, _lo, _hi, _mode in self.live.pop(tag):
             if space == MEM:
                 index[owner].pop(tag, None)
+            elif sig_races:
+                index[-1 - owner].pop(tag, None)
         self.fresh.pop(tag, None)
 
     def _enable(self, action: tuple) -> None:
@@ -398,11 +405,13 @@ class _Search:
                 self.first_path = list(self.path)
             return
         index, observer, state = self.index, self.observer, None
-        live = self.live
+        live, sig_races = self.live, self.model.sig_races
         for tag in self.fresh:
             for owner, space, lo, hi, mode in live[tag]:
                 if space != MEM:
-                    continue
+                    if not sig_races:
+                        continue
+                    owner = -1 - owner
                 mine = (lo, hi, mode, tag)
                 for other, entries in index[owner].items():
                     if other == tag or other[0] == "post" and tag[0] == "post":

@@ -88,7 +88,8 @@ from __future__ import annotations
 import bisect
 
 from ..semantics.budget import UNBOUNDED, Deadline
-from ..semantics.machine import MEM, SIG, SIG_ADD, SIG_SET, Action, Coll, Deliver, Model, P2P, State, Step, dependent
+from ..semantics.machine import MEM, SIG, Action, Coll, Deliver, Model, P2P, State, Step, dependent
+from ..semantics.rules import SIG_UPDATES
 from .must import MustOrder
 from ..semantics.rules import Sync
 
@@ -428,7 +429,7 @@ class Reducer:
             pc = pcs[actor]
             start = bisect.bisect_left(self._keys[(rank, SIG, actor)], pc)
             for index, sub, lo, _hi, mode, _others in entries[start:]:
-                if lo == word and mode in (SIG_ADD, SIG_SET):
+                if lo == word and mode in SIG_UPDATES:
                     current = self.action_of((actor, index, sub)) if index == pc else None
                     out.append(("a", current) if current else ("r", actor))
                     if index > pc:
@@ -539,7 +540,7 @@ class Reducer:
                 continue
             start = bisect.bisect_left(self._keys[(rank, SIG, actor)], pcs[actor])
             for e_index, sub, lo, _hi, mode, _others in entries[start:]:
-                if lo == word and mode in (SIG_ADD, SIG_SET) and e_index <= limit[actor]:
+                if lo == word and mode in SIG_UPDATES and e_index <= limit[actor]:
                     if e_index == pcs[actor] and self.action_of((actor, e_index, sub)) in actions:
                         continue
                     if (rank, SIG, actor, e_index, lo, _hi, mode) in self.at_delivery and \

@@ -151,7 +151,7 @@ TABLE = {
     ir.Barrier: barrier, **local.TABLE,
 }
 UNSUPPORTED = {cls: ONE_SIDED for cls in (
-    ir.Put, ir.PutSignal, ir.SignalUpdate, ir.Atomic, ir.Get, ir.GetNbi, ir.FetchAtomic, ir.WaitUntil,
+    ir.Put, ir.PutSignal, ir.SignalUpdate, ir.Atomic, ir.Get, ir.GetNbi, ir.FetchAtomic, ir.SignalStore, ir.WaitUntil,
     ir.WaitUntilAll, ir.WaitUntilAny, ir.Fence, ir.Quiet, ir.BarrierAll, ir.SyncAll)}
 UNSUPPORTED.update({cls: "an NVSHMEM team op: NCCL has communicators (r.comm, ncclCommSplit), not NVSHMEM teams; "
                          "run the schedule with `clockworks run` (mpi-cpu)" for cls in (ir.TeamSplit, ir.TeamBarrier)})

@@ -472,6 +472,9 @@ UNSUPPORTED = {cls: TWO_SIDED for cls in (
 UNSUPPORTED.update({cls: "NVSHMEM teams (team_split_strided, nvshmem_barrier(team)) are not generated yet: the "
                          "block plan has no team-wide step; check the schedule and run it with `clockworks run` "
                          "(mpi-cpu)" for cls in (ir.TeamSplit, ir.TeamBarrier)})
+UNSUPPORTED[ir.SignalStore] = ("a plain store to a signal word is not generated yet (the block plan places "
+                               "signal_op's atomic set); check the schedule and run it with `clockworks run` "
+                               "(mpi-cpu), or write the reset as a signal_op to the rank itself")
 NVSHMEM = register(Backend("nvshmem-codegen", table=TABLE, unsupported=UNSUPPORTED))
 
 

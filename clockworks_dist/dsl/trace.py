@@ -981,6 +981,16 @@ class Rank(metaclass=_ReadOnlyClass):
         local `into` either way (blocking)."""
         self._fetch(pe, target, "compare_swap", into, value, cond)
 
+    def signal_store(self, sig, value: int) -> None:
+        """A plain store of `value` into this rank's own signal word (`*sig = value` in CUDA, e.g. the
+        "reset the flag" line after a wait). Not atomic: it races with every access to the word that
+        can happen in either order with it, a peer's `signal_op`, `put_signal` or atomic that may still
+        be in flight to this rank included (DESIGN.md: a plain write races with anything). Reset a word
+        only once no update can be on its way, e.g. before signalling the peer that it may send again."""
+        loc = user_loc()
+        self._append(ir.SignalStore(pe=self.rank, signal=self._signal(sig, "signal_store"),
+                                    value=_u64(self, value, "signal_store"), loc=loc))
+
     def wait_until(self, sig, cmp: str, value: int) -> None:
         """Block until the local signal word satisfies `sig cmp value`."""
         loc = user_loc()

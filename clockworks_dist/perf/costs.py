@@ -156,6 +156,7 @@ COSTS: dict[str, Cost] = {
     "barrier_all": Cost(**_PE_BARRIER),
     "sync_all": Cost(**_PE_BARRIER),
     # NVSHMEM teams: a split agrees over its parent as a barrier would; a team barrier quiets first.
+    "signal_store": Cost(timing="instant"),  # one store by one thread, on the rank
     "team_split": Cost(**_PE_BARRIER),
     "team_barrier": Cost(**_PE_BARRIER),
     "put": Cost(**_PUT, nbytes=_payload),

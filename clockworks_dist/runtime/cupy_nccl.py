@@ -656,7 +656,7 @@ TABLE = {
     ir.LocalReduce: local, ir.Copy: local, ir.Fill: local, ir.Compute: local,
 }
 UNSUPPORTED = {cls: ONE_SIDED for cls in (
-    ir.Put, ir.PutSignal, ir.SignalUpdate, ir.Atomic, ir.Get, ir.GetNbi, ir.FetchAtomic, ir.WaitUntil,
+    ir.Put, ir.PutSignal, ir.SignalUpdate, ir.Atomic, ir.Get, ir.GetNbi, ir.FetchAtomic, ir.SignalStore, ir.WaitUntil,
     ir.WaitUntilAll, ir.WaitUntilAny, ir.Fence, ir.Quiet, ir.BarrierAll, ir.SyncAll, ir.TeamSplit, ir.TeamBarrier)}
 CUPY = register(Backend(NAME, table=TABLE, unsupported=UNSUPPORTED,
                         limits={ir.Send: plain_connection, ir.Recv: plain_connection}))

@@ -605,6 +605,15 @@ def word_update(ex: Executor, op) -> None:
     _update_word(ex, op, how, value, word)
 
 
+def signal_store(ex: Executor, op: ir.SignalStore) -> None:
+    """SignalStoreRule: the rank stores into its own signal word, done when the op is. MPI: an atomic
+    `Accumulate` (REPLACE) to its own window, flushed at once: stronger than NVSHMEM's plain store,
+    which the checker reports when anything can touch the word concurrently."""
+    word, how, value = rule(op).word_update(op)
+    _update_word(ex, op, how, value, word)
+    ex.signal_win.Flush(ex.rank)
+
+
 def get(ex: Executor, op: ir.Get) -> None:
     """NVSHMEM: a blocking get has read src on pe and written dst when it returns. MPI: `Get`, then
     `Win_flush(pe)`, after which dst holds the data."""
@@ -774,7 +783,7 @@ TABLE = {
     ir.Put: put, ir.PutSignal: put_signal, ir.SignalUpdate: word_update, ir.Atomic: word_update, ir.Get: get,
     ir.GetNbi: get_nbi, ir.FetchAtomic: fetch_atomic, ir.WaitUntil: wait_until, ir.WaitUntilAll: wait_until,
     ir.WaitUntilAny: wait_until, ir.Fence: fence, ir.Quiet: quiet, ir.BarrierAll: barrier_all, ir.SyncAll: sync_all,
-    ir.TeamSplit: team_split, ir.TeamBarrier: team_barrier,
+    ir.TeamSplit: team_split, ir.TeamBarrier: team_barrier, ir.SignalStore: signal_store,
     ir.LocalReduce: local, ir.Copy: local, ir.Fill: local, ir.Compute: local,
 }
 MPI_CPU = register(Backend(NAME, table=TABLE, unsupported={}, threads=True))

@@ -207,6 +207,7 @@ class Code:
     partners: frozenset = frozenset()  # other ranks that must take part
     moves: tuple[AtomMove, ...] = ()  # the data an op of one rank moves when it executes
     awaits: Awaits | None = None  # a wait
+    store: tuple[int, int] | None = None  # a local store to a signal word of its rank: (word, value)
 
 
 def _fifo_send(op) -> bool:
@@ -368,6 +369,9 @@ class Model:
             self.sig_offset[decl.name] = self.sig_count
             self.sig_count += decl.count
         self.may_wrap = self._may_wrap()
+        # a plain store to a signal word races (`rules.conflicting`): only then are signal words searched for
+        # races, as owner -1 - rank (`check.properties`)
+        self.sig_races = any(op.kind == "signal_store" for p in sched.programs for op in p.ops)
         self._access_memo: dict[tuple, tuple] = {}  # see `_access`; dropped once the model is built
         self._accesses_memo: dict[tuple, tuple] = {}
         deadline.check("compiling the model")
@@ -554,6 +558,9 @@ class Model:
             c.delivery = self._delivery(rank, index, op)
         else:
             c.moves = tuple(self._atoms(m) for m in r.flows(op, self.home[rank]))
+            update = r.word_update(op)
+            if update is not None:  # a store to a signal word of its own rank (`rules.SignalStoreRule`)
+                c.store = (self.sig_word(update[0]), update[2])
         c.footprint = tuple(fp)
         return c
 
@@ -1008,6 +1015,8 @@ class Model:
         for move in c.moves:  # every move reads the state before the op
             writes += self._move(move, work.mem, rank=rank, index=c.index)
         self._write(work, writes)
+        if c.store is not None:
+            work.set_signal(self.home[rank], c.store[0], c.store[1])
 
     def _fetch(self, work: "Work", rank: int, op) -> list:
         vals = self.values
