@@ -15,8 +15,8 @@ def team_split_order(r):
     half = r.world // 2
     x = r.symmetric("x", count=COUNT, role="input")
     row_sum = r.symmetric("row_sum", count=COUNT, role="output")
-    if r.rank == r.world - 1:  # BUG: the columns first on this rank, the rows first on the others
-        columns = [r.team_split_strided(f"column{j}", start=j, stride=half, size=2) for j in range(half)]
+    if r.rank == r.world - 1:  # the columns first on this rank, the rows first on the others
+        columns = [r.team_split_strided(f"column{j}", start=j, stride=half, size=2) for j in range(half)]  # BUG
         rows = [r.team_split_strided(f"row{i}", start=i * half, stride=1, size=half) for i in range(2)]
     else:
         rows = [r.team_split_strided(f"row{i}", start=i * half, stride=1, size=half) for i in range(2)]

@@ -18,5 +18,5 @@ def team_sync_not_barrier(r):
     rows = [r.team_split_strided(f"row{i}", start=i, stride=1, size=1) for i in range(2)]
     column = r.team_split_strided("column", start=0, stride=1, size=2)
     r.team_reduce(rows[r.rank], row_sum, x)
-    r.put((r.rank + 1) % r.world, other, row_sum)
-    r.team_sync(column)  # BUG: a team sync completes no put; nvshmem_barrier(team) (team_barrier) does
+    r.put((r.rank + 1) % r.world, other, row_sum)  # BUG: completed by nothing (the team_sync below)
+    r.team_sync(column)  # a team sync completes no put; nvshmem_barrier(team) (team_barrier) would
