@@ -234,12 +234,24 @@ class SignalDecl(Frozen):
     loc: SourceLoc
 
 
+class TeamOf(Frozen):
+    """How an NVSHMEM team was made: `nvshmem_team_split_strided(parent, start, stride, size)`, the
+    indices in the parent team ("world": NVSHMEM_TEAM_WORLD)."""
+
+    parent: CommName = "world"
+    start: int
+    stride: int
+    size: int
+
+
 class Communicator(Frozen):
-    """A split of the world: `color[r]` is rank r's color (None: not a member), `key[r]` its order."""
+    """A split of the world: `color[r]` is rank r's color (None: not a member), `key[r]` its order.
+    `team`: an NVSHMEM team (made by a `TeamSplit` op), not an NCCL communicator."""
 
     name: Name
     color: tuple[int | None, ...]
     key: tuple[int, ...]
+    team: TeamOf | None = None
 
     def members(self, rank: int) -> tuple[int, ...]:
         """World ranks in `rank`'s group, ordered by (key, world rank)."""
@@ -353,6 +365,26 @@ class Barrier(OpBase):
     comm: CommName = "world"
 
 
+class TeamSplit(OpBase):
+    """nvshmem_team_split_strided: a collective over the `parent` team ("world": NVSHMEM_TEAM_WORLD)
+    that makes team `team` of the parent's members start, start + stride, ... (`size` of them).
+    Every parent member calls it, members of the new team or not."""
+
+    kind: Literal["team_split"] = "team_split"
+    team: Name
+    comm: CommName = "world"  # the parent team
+    start: Annotated[int, Field(ge=0)]
+    stride: Annotated[int, Field(ge=1)]
+    size: Annotated[int, Field(ge=1)]
+
+
+class TeamBarrier(OpBase):
+    """nvshmem_barrier(team): a quiet on every member of `comm` (a team), then the members meet."""
+
+    kind: Literal["team_barrier"] = "team_barrier"
+    comm: Name
+
+
 class Put(OpBase):
     """Write local `src` into `dst` on `pe`. Blocking: src read at issue. nbi: src read at delivery."""
 
@@ -422,6 +454,16 @@ class FetchAtomic(OpBase):
     value: int = 0
     cond: int = 0
     into: Region
+
+
+class SignalStore(OpBase):
+    """A plain (non-atomic) store of `value` into the rank's own signal word (`*sig = value` in CUDA):
+    `pe` is the rank itself (the word it writes lives there; the DSL and the JSON loader check it)."""
+
+    kind: Literal["signal_store"] = "signal_store"
+    pe: int
+    signal: SignalRef
+    value: int
 
 
 class WaitUntil(OpBase):
@@ -554,9 +596,9 @@ class ThreadBarrier(OpBase):
 Op = Annotated[
     Union[
         Send, Recv, Group, AllReduce, AllGather, ReduceScatter, Broadcast, ReduceTo, AllToAll,
-        Barrier, Put, Get, GetNbi, PutSignal, SignalUpdate, Atomic, FetchAtomic, WaitUntil, WaitUntilAll,
-        WaitUntilAny, Fence, Quiet, BarrierAll, SyncAll, LocalReduce, Copy, Fill, Compute, RecordEvent,
-        WaitEvent, ThreadBarrier,
+        Barrier, TeamSplit, TeamBarrier, Put, Get, GetNbi, PutSignal, SignalUpdate, Atomic, FetchAtomic, SignalStore,
+        WaitUntil, WaitUntilAll, WaitUntilAny, Fence, Quiet, BarrierAll, SyncAll, LocalReduce, Copy, Fill, Compute,
+        RecordEvent, WaitEvent, ThreadBarrier,
     ],
     Field(discriminator="kind"),
 ]
@@ -568,12 +610,15 @@ KINDS: tuple[str, ...] = tuple(cls.model_fields["kind"].default for cls in OP_CL
 # without the rules; `tests/test_add_an_op.py` fails when one of them disagrees with its rule.
 # Collectives of a communicator (`Sync.COLLECTIVE`).
 COLLECTIVE_KINDS = frozenset(
-    {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to", "all_to_all", "barrier"}
+    {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to", "all_to_all", "barrier", "team_split"}
 )
+# NVSHMEM team ops: matched per team, NVSHMEM_TEAM_WORLD ("world") apart from NCCL's world communicator.
+TEAM_KINDS = frozenset({"team_split", "team_barrier"})
 # The NVSHMEM-style ops (the CuPy backend runs none of them).
 ONE_SIDED_KINDS = frozenset(
     {"put", "get", "get_nbi", "put_signal", "signal_op", "atomic", "fetch_atomic", "wait_until", "wait_until_all",
-     "wait_until_any", "fence", "quiet", "barrier_all", "sync_all"}
+     "wait_until_any", "fence", "quiet", "barrier_all", "sync_all", "team_split", "team_barrier",
+     "signal_store"}
 )
 # One-sided ops whose effect lands later, as a delivery of its own (DESIGN.md): completed by quiet
 # and barrier_all. Blocking gets and fetching atomics are one blocking transition instead

@@ -132,6 +132,7 @@ def _signal_accesses(op):
 
 # effects a signal access of each mode may have (a fetch_add is SIG_SET: ordered with everything)
 _EFFECTS_OF_MODE = {rules.Mode.SIG_ADD: {"add"}, rules.Mode.SIG_SET: {"add", "set", "clear", "any"},
+                   rules.Mode.SIG_STORE: {"set"},
                     rules.Mode.SIG_READ: {"read"}}
 
 
@@ -174,7 +175,7 @@ def test_a_wait_says_what_it_awaits(kind, op):
 
 # ------------------------------------------------------------------- 3. dsl/trace.py: the DSL method
 # The Rank methods that write an op of each kind, where the kind is not the method's name.
-DSL_METHODS = {"fetch_atomic": "fetch_add"}
+DSL_METHODS = {"fetch_atomic": "fetch_add", "team_split": "team_split_strided"}
 
 
 @pytest.mark.parametrize("cls", ir.OP_CLASSES, ids=KIND.get)
@@ -294,7 +295,7 @@ def por_strategy_kinds() -> set[str]:
     spec.loader.exec_module(module)
     seen: set[str] = set()
 
-    @settings(max_examples=200, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=400, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
     @given(st.one_of(module.plans(), module.threaded_plans()))
     def draw(plan):
         for program in module.build(plan).programs:

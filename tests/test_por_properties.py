@@ -192,6 +192,10 @@ def events(draw, world: int, count: int, kind: str | None = None):
             how = draw(st.sampled_from(["add", "add", "add", "set"]))
             out.append((issuer, ("signal_op", pe, word, draw(SIGNAL_VALUES), how)))
         updates = [(d[4], d[3]) for _, d in out]
+        if draw(st.integers(0, 3)) == 0:  # the owner's plain store into the word (a race with the updates)
+            stored = draw(SIGNAL_VALUES)
+            out.insert(draw(st.integers(0, len(out))), (pe, ("signal_store", word, stored)))
+            updates.append(("set", stored))
         value = draw(st.sampled_from(_reachable(updates)))
         return out + [(pe, ("wait", word, draw(st.sampled_from(COMPARISONS)), value))]
     if kind == "fenced":  # a put, a fence (or not), a signal to the same PE; the PE waits, then reads
@@ -224,7 +228,13 @@ def events(draw, world: int, count: int, kind: str | None = None):
                     if draw(st.integers(0, 4)) else []  # now and then no barrier: a race
         return out
     if kind == "collective":
-        what = draw(st.sampled_from(["all_reduce", "barrier", "barrier_all", "sync_all"]))
+        what = draw(st.sampled_from(["all_reduce", "barrier", "barrier_all", "sync_all", "team"]))
+        if what == "team":  # a team of consecutive ranks, split by every rank, then its barrier or sync
+            start = draw(st.integers(0, world - 1))
+            size = draw(st.integers(1, world - start))
+            op = draw(st.sampled_from(["team_barrier", "team_sync"]))
+            return [(q, ("team_split", start, size)) for q in range(world)] + [
+                (q, (op,)) for q in range(start, start + size)]
         if what != "all_reduce":
             return [(q, (what,)) for q in range(world)]
         length = draw(st.integers(1, count))
@@ -240,9 +250,11 @@ def events(draw, world: int, count: int, kind: str | None = None):
 def _signal_updates(programs: list[list], rank: int, word: int) -> list[tuple[str, int]]:
     """Every (set|add|other, value) some op may apply to `word` on `rank`."""
     found = []
-    for ops in programs:
+    for owner, ops in enumerate(programs):
         for d in ops:
-            if d[0] == "put_signal" and d[1] == rank and d[4] == word:
+            if d[0] == "signal_store" and owner == rank and d[1] == word:
+                found.append(("set", d[2]))
+            elif d[0] == "put_signal" and d[1] == rank and d[4] == word:
                 found.append((d[6], d[5]))
             elif d[0] == "signal_op" and d[1] == rank and d[2] == word:
                 found.append((d[4], d[3]))
@@ -355,6 +367,8 @@ def _emit(r, bufs: dict, sig, d) -> None:
         r.get(d[1], reg(d[2]), reg(d[3]), nbi=d[4])
     elif k == "put_counter":
         r.put(d[1], bufs["ctr"], bufs["tick"])
+    elif k == "signal_store":
+        r.signal_store(sig[d[1]], d[2])
     elif k == "wait":
         r.wait_until(sig[d[1]], d[2], d[3])
     elif k == "wait_all":
@@ -379,6 +393,13 @@ def _emit(r, bufs: dict, sig, d) -> None:
         r.wait_event(d[1])
     elif k == "thread_barrier":
         r.thread_barrier(d[1], d[2])
+    elif k == "team_split":  # the k-th split of every rank is the same one: same name everywhere
+        bufs["splits"] = bufs.get("splits", 0) + 1
+        bufs["team"] = r.team_split_strided(f"team{bufs['splits']}", d[1], 1, d[2])
+    elif k == "team_barrier":
+        r.team_barrier(bufs["team"])
+    elif k == "team_sync":
+        r.team_sync(bufs["team"])
     else:
         raise AssertionError(f"unknown descriptor {d!r}")
 

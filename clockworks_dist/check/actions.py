@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from .. import ir
 from ..semantics.match import Key, op_ref
-from ..semantics.machine import (MEM, SIG, WRITE, ATOMIC_ADD, ATOMIC_OTHER, SIG_ADD, SIG_SET, Action, Model, Post,
+from ..semantics.machine import (MEM, SIG, WRITE, ATOMIC_ADD, ATOMIC_OTHER, Action, Model, Post,
                                  State)
 from .result import OpRef, Step
+from ..semantics.rules import SIG_UPDATES
 
 
 def action_keys(model: Model, action: Action | Post) -> list[Key]:
@@ -106,7 +107,7 @@ def future_signal_writers(model: Model, state: State, owner: int, word: int) -> 
     """Ranks whose remaining ops (or in-flight deliveries) may still update a signal word."""
     found = set()
     for actor, index, _sub, lo, _hi, mode, _others in model.accessors[owner][SIG]:
-        if lo == word and mode in (SIG_ADD, SIG_SET) and index >= state.pcs[actor]:
+        if lo == word and mode in SIG_UPDATES and index >= state.pcs[actor]:
             found.add(actor)
     for i, j, _ in state.in_flight:
         if any(o == owner and s == SIG and lo == word for o, s, lo, _h, _m in model.deliveries[(i, j)].footprint):

@@ -100,6 +100,7 @@ class _Search:
         self.reducer = Reducer(model, deadline) if reduction else None
         world = model.world
         self.barrier_all = [sync is Sync.BARRIER_ALL for sync in model.coll_sync]
+        self.team_barriers = any(quiets is not None for quiets in model.coll_quiets)
         # (rank, index) -> the ranks whose sends meet the recvs of that op: they wake when it is posted
         self.senders: dict[tuple[int, int], tuple[int, ...]] = {}
         shared: dict[tuple, tuple] = {}  # a ring's ops have the same one sender: one tuple each
@@ -191,23 +192,30 @@ class _Search:
     def _index_add(self, tag: tuple) -> None:
         accesses = self.live[tag] = self._accesses(tag)
         index = self.index
+        sig_races = self.model.sig_races
         for owner, space, lo, hi, mode in accesses:
-            if space == MEM:
-                tags = index.get(owner)
-                if tags is None:
-                    tags = index[owner] = {}
-                entries = tags.get(tag)
-                if entries is None:
-                    tags[tag] = [(lo, hi, mode, tag)]
-                else:
-                    entries.append((lo, hi, mode, tag))
+            if space != MEM:
+                if not sig_races:
+                    continue
+                owner = -1 - owner  # a signal word: races only beside a plain store (`Observer.race_pair`)
+            tags = index.get(owner)
+            if tags is None:
+                tags = index[owner] = {}
+            entries = tags.get(tag)
+            if entries is None:
+                tags[tag] = [(lo, hi, mode, tag)]
+            else:
+                entries.append((lo, hi, mode, tag))
         self.fresh[tag] = None
 
     def _index_remove(self, tag: tuple) -> None:
         index = self.index
+        sig_races = self.model.sig_races
         for owner, space, _lo, _hi, _mode in self.live.pop(tag):
             if space == MEM:
                 index[owner].pop(tag, None)
+            elif sig_races:
+                index[-1 - owner].pop(tag, None)
         self.fresh.pop(tag, None)
 
     def _enable(self, action: tuple) -> None:
@@ -246,9 +254,15 @@ class _Search:
             if tag not in old:
                 self._index_add(tag)
 
+    def _held(self, cid: int) -> bool:
+        """Whether a delivery that barrier `cid` waits for is in flight (a team barrier: its members')."""
+        if self.model.coll_quiets[cid] is None:
+            return bool(self.work.flight)
+        return self.model.team_held(cid, self.work.flight)
+
     def _check_coll(self, cid: int) -> None:
         ready = self.arrived[cid] == len(self.model.coll_members[cid]) and not (
-            self.barrier_all[cid] and self.work.flight)
+            self.barrier_all[cid] and self._held(cid))
         if ready and cid not in self.colls:
             self.colls[cid] = action = build(Coll, ("coll", cid))
             self._enable(action)
@@ -345,7 +359,8 @@ class _Search:
         for key in recheck:
             if key in flight:
                 self._check_delivery(key)
-        if (len(flight) - len(launched) + len(landed) == 0) != (not flight):  # barrier_all waits for none
+        emptied = (len(flight) - len(launched) + len(landed) == 0) != (not flight)  # barrier_all waits for none
+        if emptied or self.team_barriers and (launched or landed):  # a team barrier: for its members' only
             for cid, barrier in enumerate(self.barrier_all):
                 if barrier and self.arrived[cid] == len(model.coll_members[cid]):
                     self._check_coll(cid)
@@ -390,11 +405,13 @@ class _Search:
                 self.first_path = list(self.path)
             return
         index, observer, state = self.index, self.observer, None
-        live = self.live
+        live, sig_races = self.live, self.model.sig_races
         for tag in self.fresh:
             for owner, space, lo, hi, mode in live[tag]:
                 if space != MEM:
-                    continue
+                    if not sig_races:
+                        continue
+                    owner = -1 - owner
                 mine = (lo, hi, mode, tag)
                 for other, entries in index[owner].items():
                     if other == tag or other[0] == "post" and tag[0] == "post":

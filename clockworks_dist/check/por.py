@@ -88,7 +88,8 @@ from __future__ import annotations
 import bisect
 
 from ..semantics.budget import UNBOUNDED, Deadline
-from ..semantics.machine import MEM, SIG, SIG_ADD, SIG_SET, Action, Coll, Deliver, Model, P2P, State, Step, dependent
+from ..semantics.machine import MEM, SIG, Action, Coll, Deliver, Model, P2P, State, Step, dependent
+from ..semantics.rules import SIG_UPDATES
 from .must import MustOrder
 from ..semantics.rules import Sync
 
@@ -392,6 +393,10 @@ class Reducer:
                     out.append(("r", r))
             if model.coll_kind[cid] == "barrier_all":
                 out.extend(("a", Deliver("deliver", i, j)) for i, j, _ in state.in_flight)
+            elif model.coll_quiets[cid] is not None:  # a team barrier: its members' one-sided deliveries
+                quiets = model.coll_quiets[cid]
+                out.extend(("a", Deliver("deliver", i, j)) for i, j, _ in state.in_flight
+                           if i in quiets and model.deliveries[(i, j)].completes is None)
         elif kind == "deliver":
             issuer, index = action.issuer, action.index
             gated = model.gated.get((issuer, index))
@@ -424,7 +429,7 @@ class Reducer:
             pc = pcs[actor]
             start = bisect.bisect_left(self._keys[(rank, SIG, actor)], pc)
             for index, sub, lo, _hi, mode, _others in entries[start:]:
-                if lo == word and mode in (SIG_ADD, SIG_SET):
+                if lo == word and mode in SIG_UPDATES:
                     current = self.action_of((actor, index, sub)) if index == pc else None
                     out.append(("a", current) if current else ("r", actor))
                     if index > pc:
@@ -457,16 +462,19 @@ class Reducer:
         # in-flight delivery inside T (their quiet cannot complete)
         updates: set[tuple[int, int]] = set()
         held: set[int] = set()
+        held_one_sided: set[int] = set()  # ... of a one-sided op, not a landing (a team barrier's quiet)
         for i, j, _ in state.in_flight:
             if ("deliver", i, j) in actions:  # a plain tuple equals the `Deliver`: no action built to look it up
                 held.add(i)
+                if model.deliveries[(i, j)].completes is None:
+                    held_one_sided.add(i)
                 continue
             if self._fenced_out(i, j):
                 continue
             for owner, space, lo, _hi, _mode in model.deliveries[(i, j)].footprint:
                 if space == SIG:
                     updates.add((owner, lo))
-        context = (updates, held)
+        context = (updates, held, held_one_sided)
         changed = True
         while changed:
             changed = False
@@ -481,7 +489,7 @@ class Reducer:
 
     def _completes(self, state: State, rank: int, index: int, limit: list[int], frozen: set[int],
                    actions: set[tuple], context: tuple[set, set]) -> bool:
-        updates, held = context
+        updates, held, _held_one_sided = context
         model = self.model
         pcs = state.pcs
         c = model.code[rank][index]
@@ -508,7 +516,10 @@ class Reducer:
             for r, i in model.coll_members[c.cid]:
                 if r in frozen or i > limit[r]:
                     return False
-            return not (c.sync is Sync.BARRIER_ALL and held)
+            if c.sync is not Sync.BARRIER_ALL:
+                return True
+            quiets = model.coll_quiets[c.cid]  # a team barrier waits for its members' one-sided deliveries only
+            return not (held if quiets is None else context[2] & quiets)
         if c.sync is Sync.QUIET:
             return rank not in held
         if c.sync is Sync.WAIT:
@@ -529,7 +540,7 @@ class Reducer:
                 continue
             start = bisect.bisect_left(self._keys[(rank, SIG, actor)], pcs[actor])
             for e_index, sub, lo, _hi, mode, _others in entries[start:]:
-                if lo == word and mode in (SIG_ADD, SIG_SET) and e_index <= limit[actor]:
+                if lo == word and mode in SIG_UPDATES and e_index <= limit[actor]:
                     if e_index == pcs[actor] and self.action_of((actor, e_index, sub)) in actions:
                         continue
                     if (rank, SIG, actor, e_index, lo, _hi, mode) in self.at_delivery and \

@@ -115,10 +115,13 @@ class Observer:
 
     def _races(self, state: State, enabled: list[tuple]) -> None:
         by_owner: dict[int, list[tuple]] = {}
+        sig_races = self.model.sig_races
         for action in enabled:
             for owner, space, lo, hi, mode in self.model.footprint(action):
                 if space == MEM:
                     by_owner.setdefault(owner, []).append((lo, hi, mode, action))
+                elif sig_races:  # a signal word of `owner`, as owner -1 - owner (`race_pair`)
+                    by_owner.setdefault(-1 - owner, []).append((lo, hi, mode, action))
         posted = self.model.posted_accesses(state)
         if not posted and len(enabled) < 2:
             return
@@ -126,6 +129,8 @@ class Observer:
             for owner, space, lo, hi, mode in accesses:
                 if space == MEM and owner in by_owner:
                     by_owner[owner].append((lo, hi, mode, post))
+                elif space != MEM and sig_races and -1 - owner in by_owner:
+                    by_owner[-1 - owner].append((lo, hi, mode, post))
         for owner, accesses in by_owner.items():
             if len(accesses) < 2:
                 continue
@@ -147,6 +152,9 @@ class Observer:
         if a1 == a2 or not conflicting(m1, m2):
             return
         model = self.model
+        if owner < 0:  # a signal word of rank -1 - owner (a plain store races on it)
+            self._sig_race(state, -1 - owner, first, second)
+            return
         for end, other in ((first, second), (second, first)):
             if end[3][0] == "post" and model.is_end(end[3][1], end[3][2]):
                 if other[3][0] != "post":
@@ -182,6 +190,31 @@ class Observer:
                    "every delivery first)")
         return Violation(kind="unfinished_output", message=message, ranks=tuple(sorted({owner, ref.rank})),
                          ops=(ref,), trace=self._trace(state), details={"rank": owner, "region": region})
+
+    def _sig_race(self, state, owner: int, first: tuple, second: tuple) -> None:
+        a1, a2 = first[3], second[3]
+        if a1[0] == "post" and (a2[0] == "post" or self.model.own_action(a1, a2)) or \
+                a2[0] == "post" and self.model.own_action(a2, a1):
+            return
+        k1, k2 = key_on(self.model, a1, owner), key_on(self.model, a2, owner)
+        self._add(("data_race", frozenset((k1, k2))), "data_race", lambda: self._sig_race_violation(
+            state, owner, first[0], (first[2], a1, k1), (second[2], a2, k2)))
+
+    def _sig_race_violation(self, state, owner: int, word: int, first: tuple, second: tuple) -> Violation:
+        model, sched = self.model, self.model.sched
+        text = signal_text(model, word)
+        parts, refs = [], []
+        for mode, action, key in (first, second):
+            ref = op_ref(sched, key)
+            refs.append(ref)
+            who = describe_action(model, action) if action[0] == "deliver" else f"{ref.loc} rank {ref.rank}: {ref.text}"
+            parts.append(f"{who} {mode.verb} {text}")
+        message = (f"data race on rank {owner}'s signal word {text}: " + "; ".join(parts)
+                   + ". Both are enabled in the same state, so they can happen in either order; a plain store to a "
+                     "signal word is not atomic (reset the word only once no update can be in flight to it: after a "
+                     "signal back that the updater waits on, or a barrier; or update it with signal_op)")
+        return Violation(kind="data_race", message=message, ranks=tuple(sorted({owner, refs[0].rank, refs[1].rank})),
+                         ops=tuple(refs), trace=self._trace(state), details={"rank": owner, "region": text})
 
     def _race_violation(self, state, owner, first, second) -> Violation:
         model, sched = self.model, self.model.sched

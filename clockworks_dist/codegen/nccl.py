@@ -151,11 +151,13 @@ TABLE = {
     ir.Barrier: barrier, **local.TABLE,
 }
 UNSUPPORTED = {cls: ONE_SIDED for cls in (
-    ir.Put, ir.PutSignal, ir.SignalUpdate, ir.Atomic, ir.Get, ir.GetNbi, ir.FetchAtomic, ir.WaitUntil,
+    ir.Put, ir.PutSignal, ir.SignalUpdate, ir.Atomic, ir.Get, ir.GetNbi, ir.FetchAtomic, ir.SignalStore, ir.WaitUntil,
     ir.WaitUntilAll, ir.WaitUntilAny, ir.Fence, ir.Quiet, ir.BarrierAll, ir.SyncAll)}
 THREAD_SYNC = ("events and thread barriers order the threads of a rank, which this backend does not run "
                "(the mpi-cpu executor runs them, `clockworks check` explores them)")
 UNSUPPORTED.update({cls: THREAD_SYNC for cls in (ir.RecordEvent, ir.WaitEvent, ir.ThreadBarrier)})
+UNSUPPORTED.update({cls: "an NVSHMEM team op: NCCL has communicators (r.comm, ncclCommSplit), not NVSHMEM teams; "
+                         "run the schedule with `clockworks run` (mpi-cpu)" for cls in (ir.TeamSplit, ir.TeamBarrier)})
 NCCL = register(Backend("nccl-codegen", table=TABLE, unsupported=UNSUPPORTED,
                         limits={ir.Send: plain_connection, ir.Recv: plain_connection}))
 

@@ -469,6 +469,15 @@ UNSUPPORTED = {cls: TWO_SIDED for cls in (
 THREAD_SYNC = ("events and thread barriers order the threads of a rank, which this backend does not run "
                "(the mpi-cpu executor runs them, `clockworks check` explores them)")
 UNSUPPORTED.update({cls: THREAD_SYNC for cls in (ir.RecordEvent, ir.WaitEvent, ir.ThreadBarrier)})
+# Teams: the split itself runs on the host before the kernel (nvshmem_team_split_strided is a host
+# routine), but what a team is for, its collectives and barriers on the device, needs the block plan
+# to place team-wide steps as it places barrier_all's; until it does, the backend refuses the split.
+UNSUPPORTED.update({cls: "NVSHMEM teams (team_split_strided, nvshmem_barrier(team)) are not generated yet: the "
+                         "block plan has no team-wide step; check the schedule and run it with `clockworks run` "
+                         "(mpi-cpu)" for cls in (ir.TeamSplit, ir.TeamBarrier)})
+UNSUPPORTED[ir.SignalStore] = ("a plain store to a signal word is not generated yet (the block plan places "
+                               "signal_op's atomic set); check the schedule and run it with `clockworks run` "
+                               "(mpi-cpu), or write the reset as a signal_op to the rank itself")
 NVSHMEM = register(Backend("nvshmem-codegen", table=TABLE, unsupported=UNSUPPORTED))
 
 

@@ -254,7 +254,15 @@ class Comm:
         return self.ranks.index(self.me)
 
 
+@dataclass(frozen=True)
+class Team(Comm):
+    """An NVSHMEM team (`Rank.team_split_strided`): its member world ranks, in team order."""
+
+
 # --------------------------------------------------------------------------------- the handle
+# The team collectives are the collectives of `ir` on a team (`ir.Communicator.team`).
+_TEAM_KINDS = {"team_reduce": "all_reduce", "team_fcollect": "all_gather", "team_alltoall": "all_to_all",
+               "team_broadcast": "broadcast"}
 _REDUCE_OPS = ("sum", "prod", "max", "min")
 _ROLES = ("input", "output", "inout", "scratch")
 _COMPARES = ("eq", "ne", "gt", "ge", "lt", "le")
@@ -266,6 +274,8 @@ class _RankState:
     buffers: dict[str, ir.BufferDecl] = field(default_factory=dict)
     signals: dict[str, ir.SignalDecl] = field(default_factory=dict)
     comms: dict[str, tuple[tuple[int, ...], ir.SourceLoc]] = field(default_factory=dict)
+    teams: dict[str, ir.TeamOf] = field(default_factory=dict)  # the comms that are NVSHMEM teams
+    splits: dict[str, ir.SourceLoc] = field(default_factory=dict)  # every team this rank split, member or not
     ops: list = field(default_factory=list)
     group: list | None = None
     group_loc: ir.SourceLoc | None = None
@@ -464,6 +474,10 @@ class Rank(metaclass=_ReadOnlyClass):
     def _comm(self, comm, op: str) -> str:
         if comm is None or (isinstance(comm, str) and comm == "world"):
             return "world"
+        if isinstance(comm, Team):
+            raise self._error(f"{comm.name} is an NVSHMEM team, not an NCCL communicator", op,
+                              hint="use the team ops (r.team_reduce, r.team_fcollect, r.team_alltoall, "
+                                   "r.team_broadcast, r.team_sync, r.team_barrier) on a team")
         if not isinstance(comm, Comm):
             raise self._error(f"comm must be a communicator from r.comm(...), got {type(comm).__name__} {comm!r}",
                               op, hint="pass the object r.comm(name, ranks) returned, or leave comm out for the world")
@@ -888,6 +902,124 @@ class Rank(metaclass=_ReadOnlyClass):
         """Every member of `comm` meets (a collective with no data); orders nothing one-sided."""
         self._append(ir.Barrier(comm=self._comm(comm, "barrier"), loc=user_loc()))
 
+    # -- NVSHMEM teams ------------------------------------------------------------------------
+    def _team(self, team, op: str, world: bool = False) -> Team | None:
+        """A team this rank is a member of (or None for NVSHMEM_TEAM_WORLD, where `world` allows it)."""
+        if team is None and world:
+            return None
+        if not isinstance(team, Team):
+            what = "None (NVSHMEM_TEAM_INVALID: this rank is not in the team it split)" if team is None else \
+                f"{type(team).__name__} {team!r}"
+            raise self._error(f"{op} needs a team from r.team_split_strided(...), got {what}", op,
+                              hint="call it only on the members: `if team is not None:`" if team is None else
+                              "split one with r.team_split_strided(name, start, stride, size)")
+        mine = self._st.comms.get(team.name)
+        if mine is None or mine[0] != team.ranks or team.name not in self._st.teams:
+            raise self._error(f"team {team.name} is not one rank {self.rank} split", op,
+                              hint="use the team this rank's r.team_split_strided(...) returned")
+        return team
+
+    def team_split_strided(self, name: str, start: int, stride: int, size: int, parent=None) -> Team | None:
+        """nvshmem_team_split_strided: a new team of the `parent` team's members with indices start,
+        start + stride, ..., `size` of them (`parent=None`: NVSHMEM_TEAM_WORLD, indices are world ranks).
+
+        A collective over the parent: every parent member calls it, in the same order relative to the
+        parent's other collectives and with the same arguments (otherwise a collective mismatch that
+        names both lines; a member that never calls it leaves the others blocked). It completes once
+        every parent member has arrived (NVSHMEM agrees on the team with a reduction over the parent)
+        and completes no delivery. Returns the team on its members and None (NVSHMEM_TEAM_INVALID) on
+        the others."""
+        loc = user_loc()
+        self._open("team_split")
+        check_name(name, "team", loc, self.rank, "team_split")
+        base = self._team(parent, "team_split", world=True)
+        ranks = tuple(range(self.world)) if base is None else base.ranks
+        start = as_int(_integer(start, "start", self, "team_split"))
+        stride = as_int(_integer(stride, "stride", self, "team_split"))
+        size = as_int(_integer(size, "size", self, "team_split"))
+        if start < 0 or stride < 1 or size < 1:
+            raise self._error(f"team {name}: start={start}, stride={stride}, size={size}; the triplet needs "
+                              "start >= 0, stride >= 1, size >= 1", "team_split", loc=loc)
+        last = start + stride * (size - 1)
+        if last >= len(ranks):
+            raise self._error(f"team {name}: its last member has index {last} in a parent of {len(ranks)} members "
+                              f"(start={start}, stride={stride}, size={size})", "team_split", loc=loc,
+                              hint="start + stride * (size - 1) must be an index of the parent team")
+        if name in self._st.splits or name in self._st.comms:
+            first = self._st.splits.get(name) or self._st.comms[name][1]
+            raise self._error(f"{name!r} names a team or communicator already, first at {first}", "team_split",
+                              loc=loc, hint="give each team its own name")
+        self._st.splits[name] = loc
+        members = tuple(ranks[start + stride * i] for i in range(size))
+        parent_name = "world" if base is None else base.name
+        self._append(ir.TeamSplit(team=name, comm=parent_name, start=start, stride=stride, size=size, loc=loc))
+        if self.rank not in members:
+            return None
+        self._st.comms[name] = (members, loc)
+        self._st.teams[name] = ir.TeamOf(parent=parent_name, start=start, stride=stride, size=size)
+        return Team(name, members, self.rank)
+
+    def team_sync(self, team) -> None:
+        """nvshmem_team_sync: the members of `team` meet; nothing is completed (a put still in flight
+        stays in flight: use `team_barrier` for that). A collective of the team, in program order."""
+        team = self._team(team, "team_sync")
+        self._append(ir.Barrier(comm=team.name, loc=user_loc()))
+
+    def team_barrier(self, team) -> None:
+        """nvshmem_barrier(team): every member completes its own deliveries (a quiet), then the members
+        meet; deliveries issued by ranks outside the team stay in flight."""
+        team = self._team(team, "team_barrier")
+        self._append(ir.TeamBarrier(comm=team.name, loc=user_loc()))
+
+    def _team_regions(self, team, dst, src, kind: str, members: int = 1):
+        dst, src = self._symmetric(dst, kind, "dst"), self._symmetric(src, kind, "src")
+        self._same_shape(src, dst, _TEAM_KINDS[kind], members=members)
+        return dst, src
+
+    def team_reduce(self, team, dst, src, op: str = "sum") -> None:
+        """nvshmem_<T>_<op>_reduce(team, dst, src, n): every member's symmetric `dst` gets the element-wise
+        `op` of every member's `src` (an all-reduce over the team; `dst` may be `src`). A collective of
+        the team: every member calls the team's collectives in the same order, with the same count,
+        dtype and op; the sources are read once all have arrived, and each member returns once its own
+        `dst` is written (another member may still be writing its own). It completes no put."""
+        loc = user_loc()
+        team = self._team(team, "team_reduce")
+        dst, src = self._team_regions(team, dst, src, "team_reduce")
+        self._append(ir.AllReduce(src=src.to_ir(), dst=dst.to_ir(), op=self._reduce_op(op, "team_reduce"),
+                                  comm=team.name, loc=loc))
+
+    def team_fcollect(self, team, dst, src) -> None:
+        """nvshmem_<T>_fcollect(team, dst, src, n): chunk i of every member's symmetric `dst` (members x n
+        elements) gets the `src` of the team's member i. A team collective, as `team_reduce`."""
+        loc = user_loc()
+        team = self._team(team, "team_fcollect")
+        dst, src = self._team_regions(team, dst, src, "team_fcollect", members=team.size)
+        self._append(ir.AllGather(src=src.to_ir(), dst=dst.to_ir(), comm=team.name, loc=loc))
+
+    def team_alltoall(self, team, dst, src) -> None:
+        """nvshmem_<T>_alltoall(team, dst, src, n): chunk j of this member's `src` lands in chunk i (this
+        member's team index) of member j's `dst`; `src` and `dst` hold one chunk per member. A team
+        collective, as `team_reduce`."""
+        loc = user_loc()
+        team = self._team(team, "team_alltoall")
+        dst, src = self._team_regions(team, dst, src, "team_alltoall")
+        if src.count % team.size:
+            raise self._error(f"{src} has {src.count} elements, not a multiple of the {team.size} members of team "
+                              f"{team.name}", "team_alltoall", loc=loc)
+        self._append(ir.AllToAll(src=src.to_ir(), dst=dst.to_ir(), comm=team.name, loc=loc))
+
+    def team_broadcast(self, team, dst, src, root: int) -> None:
+        """nvshmem_<T>_broadcast(team, dst, src, n, root): every member's `dst` gets the `src` of the
+        member with team index `root` (as NVSHMEM numbers it: 0..size-1). A team collective, as
+        `team_reduce`."""
+        loc = user_loc()
+        team = self._team(team, "team_broadcast")
+        index = _check_index(_integer(root, "root", self, "team_broadcast"), team.size,
+                             f"root (a team index of {team.name})", self, "team_broadcast")
+        dst, src = self._team_regions(team, dst, src, "team_broadcast")
+        self._append(ir.Broadcast(src=src.to_ir(), dst=dst.to_ir(), root=team.ranks[index], comm=team.name,
+                                  loc=loc))
+
     # -- one-sided ----------------------------------------------------------------------------
     def put(self, pe, dst, src, nbi: bool = False) -> None:
         """nvshmem_put: write local `src` into symmetric `dst` on `pe`.
@@ -1008,6 +1140,16 @@ class Rank(metaclass=_ReadOnlyClass):
         """Atomically set one word on `pe` to `value` if it equals `cond`; its old value goes to
         local `into` either way (blocking)."""
         self._fetch(pe, target, "compare_swap", into, value, cond)
+
+    def signal_store(self, sig, value: int) -> None:
+        """A plain store of `value` into this rank's own signal word (`*sig = value` in CUDA, e.g. the
+        "reset the flag" line after a wait). Not atomic: it races with every access to the word that
+        can happen in either order with it, a peer's `signal_op`, `put_signal` or atomic that may still
+        be in flight to this rank included (DESIGN.md: a plain write races with anything). Reset a word
+        only once no update can be on its way, e.g. before signalling the peer that it may send again."""
+        loc = user_loc()
+        self._append(ir.SignalStore(pe=self.rank, signal=self._signal(sig, "signal_store"),
+                                    value=_u64(self, value, "signal_store"), loc=loc))
 
     def wait_until(self, sig, cmp: str, value: int) -> None:
         """Block until the local signal word satisfies `sig cmp value`."""
@@ -1358,6 +1500,12 @@ def _build_comms(handles: list[Rank]) -> tuple[ir.Communicator, ...]:
             members, loc = entry
             for member in members:
                 other = handles[member]._st.comms.get(name)
+                if other is None and name in handle._st.teams:
+                    raise ScheduleError(
+                        f"team {name!r}: rank {member} is one of its members {list(members)} but never calls "
+                        f"team_split_strided({name}, ...)", file=loc.file, line=loc.line, rank=member,
+                        op="team_split", hint="a split is collective over its parent team: every parent member "
+                                              "calls it, with the same arguments")
                 if other is None or other[0] != members:
                     raise ScheduleError(
                         f"communicator {name!r}: rank {handle.rank} lists {list(members)}, but rank {member} "
@@ -1366,7 +1514,8 @@ def _build_comms(handles: list[Rank]) -> tuple[ir.Communicator, ...]:
                         hint="every member must declare the same ranks, in the same order")
             color[handle.rank] = min(members)
             key[handle.rank] = members.index(handle.rank)
-        comms.append(ir.Communicator(name=name, color=tuple(color), key=tuple(key)))
+        team = next((h._st.teams[name] for h in handles if name in h._st.teams), None)
+        comms.append(ir.Communicator(name=name, color=tuple(color), key=tuple(key), team=team))
     return tuple(comms)
 
 

@@ -21,7 +21,7 @@ MAX_WORLD = 65_536
 _REMOTE = {"put": ("dst",), "put_signal": ("dst",), "get": ("src",), "get_nbi": ("src",), "atomic": ("target",),
            "fetch_atomic": ("target",)}
 # Signal fields that name the target PE's signal words (the others are the rank's own).
-_REMOTE_SIGNALS = {"put_signal", "signal_op", "atomic", "fetch_atomic"}
+_REMOTE_SIGNALS = {"put_signal", "signal_op", "atomic", "fetch_atomic", "signal_store"}  # a store's pe: its rank
 
 
 def load(path: str) -> ir.Schedule:
@@ -135,6 +135,9 @@ def _check_op(op, rank: int, what: str, world: int, comms: set[str], buffers, si
         value = getattr(op, field, None)
         if value is not None:
             _check_rank(value, world, what, rank, fail, field)
+    if op.kind == "signal_store" and op.pe != rank:
+        fail(f"signal_store names pe {op.pe}: a plain store writes the rank's own signal word (pe {rank}); "
+             "a remote update is signal_op", rank, what)
     comm = getattr(op, "comm", None)
     if comm is not None and comm not in comms:
         fail(f"communicator {comm} is not declared", rank, what)

@@ -69,6 +69,8 @@ def _updates(sched: ir.Schedule):
                     other[word].append(op)
             elif isinstance(op, ir.FetchAtomic) and isinstance(op.target, ir.SignalRef):
                 other[_word(op.pe, op.target)].append(op)
+            elif isinstance(op, ir.SignalStore):  # a reset: no epoch shifts it (`epochs` refuses the word)
+                other[_word(op.pe, op.signal)].append(op)
     return sets, adds, other
 
 

@@ -158,6 +158,10 @@ COSTS: dict[str, Cost] = {
     "barrier": Cost(**_NCCL, nbytes=_no_bytes),
     "barrier_all": Cost(**_PE_BARRIER),
     "sync_all": Cost(**_PE_BARRIER),
+    # NVSHMEM teams: a split agrees over its parent as a barrier would; a team barrier quiets first.
+    "signal_store": Cost(timing="instant"),  # one store by one thread, on the rank
+    "team_split": Cost(**_PE_BARRIER),
+    "team_barrier": Cost(**_PE_BARRIER),
     "put": Cost(**_PUT, nbytes=_payload),
     "put_signal": Cost(**_PUT, nbytes=_payload),
     "signal_op": Cost(**_PUT, nbytes=_signal_bytes),

@@ -907,7 +907,7 @@ class Simulator:
         if rule.timing == "barrier":  # a dissemination barrier: one round per doubling
             launch = 0.0 if self._in_kernel() else self._launch()
             begin = self.now
-            if op.kind == "barrier_all":  # its quiet: every member's stores acknowledged (`_fence`)
+            if op.kind in ("barrier_all", "team_barrier"):  # its quiet: every member's stores acknowledged (`_fence`)
                 begin = max([self.now + self.c.nvshmem_fence_us] + [self.acked[r] for r in ranks])
             end = begin + launch + fixed_us(self.c, rule.issue) * max(1, (len(ranks) - 1).bit_length())
             self.engine.at(end, lambda: self._collective_done(action, arrived))

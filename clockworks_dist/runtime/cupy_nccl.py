@@ -656,8 +656,8 @@ TABLE = {
     ir.LocalReduce: local, ir.Copy: local, ir.Fill: local, ir.Compute: local,
 }
 UNSUPPORTED = {cls: ONE_SIDED for cls in (
-    ir.Put, ir.PutSignal, ir.SignalUpdate, ir.Atomic, ir.Get, ir.GetNbi, ir.FetchAtomic, ir.WaitUntil,
-    ir.WaitUntilAll, ir.WaitUntilAny, ir.Fence, ir.Quiet, ir.BarrierAll, ir.SyncAll)}
+    ir.Put, ir.PutSignal, ir.SignalUpdate, ir.Atomic, ir.Get, ir.GetNbi, ir.FetchAtomic, ir.SignalStore, ir.WaitUntil,
+    ir.WaitUntilAll, ir.WaitUntilAny, ir.Fence, ir.Quiet, ir.BarrierAll, ir.SyncAll, ir.TeamSplit, ir.TeamBarrier)}
 THREAD_SYNC = ("events and thread barriers order the threads of a rank, which this backend does not run "
                "(the mpi-cpu executor runs them, `clockworks check` explores them)")
 UNSUPPORTED.update({cls: THREAD_SYNC for cls in (ir.RecordEvent, ir.WaitEvent, ir.ThreadBarrier)})

@@ -612,6 +612,15 @@ def word_update(ex: Executor, op) -> None:
     _update_word(ex, op, how, value, word)
 
 
+def signal_store(ex: Executor, op: ir.SignalStore) -> None:
+    """SignalStoreRule: the rank stores into its own signal word, done when the op is. MPI: an atomic
+    `Accumulate` (REPLACE) to its own window, flushed at once: stronger than NVSHMEM's plain store,
+    which the checker reports when anything can touch the word concurrently."""
+    word, how, value = rule(op).word_update(op)
+    _update_word(ex, op, how, value, word)
+    ex.signal_win.Flush(ex.rank)
+
+
 def get(ex: Executor, op: ir.Get) -> None:
     """NVSHMEM: a blocking get has read src on pe and written dst when it returns. MPI: `Get`, then
     `Win_flush(pe)`, after which dst holds the data."""
@@ -698,6 +707,27 @@ def barrier_all(ex: Executor, op: ir.BarrierAll) -> None:
     ex.flush_all()
     ex.sync_windows()
     ex.meet(ex.comm, "the other ranks to arrive at barrier_all")
+    ex.sync_windows()
+
+
+def team_split(ex: Executor, op: ir.TeamSplit) -> None:
+    """TeamSplitRule: every member of the parent team arrives before any leaves; no delivery is
+    completed. MPI: the team's communicator is split at setup (`Comm.Split`, every rank in one order),
+    so here the parent's members meet (a bounded barrier), with `Win_sync` on both sides as `sync_all`."""
+    mpi_comm, _members = ex.comms[op.comm]
+    ex.sync_windows()
+    ex.meet(mpi_comm, f"the other members of {op.comm} to arrive at team_split_strided({op.team})")
+    ex.sync_windows()
+
+
+def team_barrier(ex: Executor, op: ir.TeamBarrier) -> None:
+    """TeamBarrierRule: a quiet on every member of the team, then the members meet. MPI: as
+    `barrier_all`, on the team's communicator: `Win_flush_all` (this rank's deliveries done at their
+    targets), then a bounded barrier of the members, with `Win_sync` so what landed is visible."""
+    mpi_comm, _members = ex.comms[op.comm]
+    ex.flush_all()
+    ex.sync_windows()
+    ex.meet(mpi_comm, f"the other members of team {op.comm} to arrive at team_barrier")
     ex.sync_windows()
 
 
@@ -795,6 +825,7 @@ TABLE = {
     ir.Put: put, ir.PutSignal: put_signal, ir.SignalUpdate: word_update, ir.Atomic: word_update, ir.Get: get,
     ir.GetNbi: get_nbi, ir.FetchAtomic: fetch_atomic, ir.WaitUntil: wait_until, ir.WaitUntilAll: wait_until,
     ir.WaitUntilAny: wait_until, ir.Fence: fence, ir.Quiet: quiet, ir.BarrierAll: barrier_all, ir.SyncAll: sync_all,
+    ir.TeamSplit: team_split, ir.TeamBarrier: team_barrier, ir.SignalStore: signal_store,
     ir.LocalReduce: local, ir.Copy: local, ir.Fill: local, ir.Compute: local,
     ir.RecordEvent: record_event, ir.WaitEvent: wait_event, ir.ThreadBarrier: thread_barrier,
 }

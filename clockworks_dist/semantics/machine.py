@@ -207,6 +207,7 @@ class Code:
     partners: frozenset = frozenset()  # other ranks that must take part
     moves: tuple[AtomMove, ...] = ()  # the data an op of one rank moves when it executes
     awaits: Awaits | None = None  # a wait
+    store: tuple[int, int] | None = None  # a local store to a signal word of its rank: (word, value)
 
 
 def _fifo_send(op) -> bool:
@@ -368,6 +369,9 @@ class Model:
             self.sig_offset[decl.name] = self.sig_count
             self.sig_count += decl.count
         self.may_wrap = self._may_wrap()
+        # a plain store to a signal word races (`rules.conflicting`): only then are signal words searched for
+        # races, as owner -1 - rank (`check.properties`)
+        self.sig_races = any(op.kind == "signal_store" for p in sched.programs for op in p.ops)
         self._access_memo: dict[tuple, tuple] = {}  # see `_access`; dropped once the model is built
         self._accesses_memo: dict[tuple, tuple] = {}
         deadline.check("compiling the model")
@@ -379,6 +383,10 @@ class Model:
         self.coll_members: list[list[tuple[int, int]]] = matches.collectives
         self.coll_kind = [sched.programs[m[0][0]].ops[m[0][1]].kind for m in matches.collectives]
         self.coll_sync = [rule(kind).sync for kind in self.coll_kind]
+        # per collective that quiets first: the actors whose deliveries it waits for (None: every one)
+        self.coll_quiets: list[frozenset[int] | None] = [
+            frozenset(a for a in range(len(self.home)) if self.home[a] in {self.home[r] for r, _ in m})
+            if kind == "team_barrier" else None for kind, m in zip(self.coll_kind, matches.collectives)]
         self.deliveries: dict[tuple[int, int], Delivery] = {
             (c.rank, c.index): c.delivery for row in self.code for c in row if c.delivery is not None}
         self.members_max = 1 + max((len(c.members) for row in self.code for c in row), default=0)
@@ -550,6 +558,9 @@ class Model:
             c.delivery = self._delivery(rank, index, op)
         else:
             c.moves = tuple(self._atoms(m) for m in r.flows(op, self.home[rank]))
+            update = r.word_update(op)
+            if update is not None:  # a store to a signal word of its own rank (`rules.SignalStoreRule`)
+                c.store = (self.sig_word(update[0]), update[2])
         c.footprint = tuple(fp)
         return c
 
@@ -836,7 +847,16 @@ class Model:
         pcs, done = state.pcs, state.group_done
         if not all(pcs[r] == i and not done[r] for r, i in self.coll_members[cid]):  # done: landing pending
             return False
-        return not (self.coll_sync[cid] is Sync.BARRIER_ALL and state.in_flight)
+        if self.coll_sync[cid] is not Sync.BARRIER_ALL or not state.in_flight:
+            return True
+        return self.coll_quiets[cid] is not None and not self.team_held(cid, state.in_flight)
+
+    def team_held(self, cid: int, in_flight) -> bool:
+        """Whether team barrier `cid` must wait: one of its members' one-sided deliveries is in flight
+        (its quiet). A landing is no delivery a quiet waits for: a message in a connection's FIFO is
+        keyed by its recv, which may come after the barrier."""
+        quiets, deliveries = self.coll_quiets[cid], self.deliveries
+        return any(entry[0] in quiets and deliveries[(entry[0], entry[1])].completes is None for entry in in_flight)
 
     def fence_floors(self, in_flight) -> dict[tuple[int, int], int]:
         """(issuer, PE) -> the earliest fence epoch among the issuer's fenced deliveries to that PE
@@ -995,6 +1015,8 @@ class Model:
         for move in c.moves:  # every move reads the state before the op
             writes += self._move(move, work.mem, rank=rank, index=c.index)
         self._write(work, writes)
+        if c.store is not None:
+            work.set_signal(self.home[rank], c.store[0], c.store[1])
 
     def _fetch(self, work: "Work", rank: int, op) -> list:
         vals = self.values

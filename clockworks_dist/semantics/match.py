@@ -146,7 +146,9 @@ def match(sched: ir.Schedule, deadline: Deadline = UNBOUNDED) -> tuple[Matches, 
                 elif member.kind == "recv":
                     recvs.setdefault((member.comm, member.peer, prog.rank, member.channel),
                                      []).append((prog.rank, index, sub))
-            if op.kind in ir.COLLECTIVE_KINDS:
+            if op.kind in ir.TEAM_KINDS and op.comm == "world":  # on NVSHMEM_TEAM_WORLD, as barrier_all
+                colls.setdefault((SHMEM_TEAM, tuple(range(sched.world))), {}).setdefault(prog.rank, []).append(index)
+            elif op.kind in ir.COLLECTIVE_KINDS or op.kind in ir.TEAM_KINDS:
                 group = sched.members(op.comm, prog.rank)
                 colls.setdefault((op.comm, group), {}).setdefault(prog.rank, []).append(index)
             elif op.kind in ("barrier_all", "sync_all"):
@@ -223,11 +225,16 @@ def _signature(sched: ir.Schedule, rank: int, op) -> dict:
         sig["op"] = op.op
     if op.kind in ("broadcast", "reduce_to"):
         sig["root"] = op.root
+    if op.kind == "team_split":
+        sig.update(team=op.team, start=op.start, stride=op.stride, size=op.size)
     src = getattr(op, "src", None)
     if src is not None:
         sig["count"] = src.count
         sig["dtype"] = _dtype(sched, rank, src)
     return sig
+
+
+_FIELDS = ("kind", "count", "dtype", "op", "root", "team", "start", "stride", "size")  # as `_signature` names them
 
 
 def _match_collectives(sched, colls, out: Matches, problems: list[Mismatch]) -> None:
@@ -241,17 +248,17 @@ def _match_collectives(sched, colls, out: Matches, problems: list[Mismatch]) -> 
                 first = refs[0]
                 problems.append(Mismatch(
                     kind="collective_mismatch", ranks=tuple(missing) + tuple(r for r, _ in present), ops=refs,
-                    message=f"the {_nth(k)} collective on {_team(comm)} ({first.text}) is reached by rank(s) "
+                    message=f"the {_nth(k)} collective on {_team(comm, sched)} ({first.text}) is reached by rank(s) "
                             f"{_ranks([r for r, _ in present])} but never by rank(s) {_ranks(missing)}"))
                 continue
             sigs = [_signature(sched, rank, sched.programs[rank].ops[index]) for rank, index in present]
             base = sigs[0]
             for (rank, index), sig, ref in zip(present, sigs, refs):
                 if sig != base:
-                    field_name = next(f for f in ("kind", "count", "dtype", "op", "root") if sig.get(f) != base.get(f))
+                    field_name = next(f for f in _FIELDS if sig.get(f) != base.get(f))
                     problems.append(Mismatch(
                         kind="collective_mismatch", ranks=(present[0][0], rank), ops=(refs[0], ref),
-                        message=f"the {_nth(k)} collective on {_team(comm)} differs in {field_name}: rank "
+                        message=f"the {_nth(k)} collective on {_team(comm, sched)} differs in {field_name}: rank "
                                 f"{present[0][0]} calls {refs[0].text}, rank {rank} calls {ref.text} "
                                 f"(every member must call the same collectives in the same order)"))
                     break
@@ -262,8 +269,12 @@ def _match_collectives(sched, colls, out: Matches, problems: list[Mismatch]) -> 
                     out.cid_of[(rank, index)] = cid
 
 
-def _team(comm: str) -> str:
-    return "the NVSHMEM world team" if comm == SHMEM_TEAM else f"communicator {comm}"
+def _team(comm: str, sched: ir.Schedule) -> str:
+    if comm == SHMEM_TEAM:
+        return "the NVSHMEM world team"
+    if comm != "world" and sched.comm(comm).team is not None:
+        return f"team {comm}"
+    return f"communicator {comm}"
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -49,7 +49,7 @@ Edge = tuple[Event, Event]
 Word = tuple[int, str, int]  # a signal word: (rank that holds it, signal, index)
 
 # Ops that complete every delivery their rank issued before them; they draw fence lines too.
-COMPLETING_KINDS = frozenset({"quiet", "barrier_all"})
+COMPLETING_KINDS = frozenset({"quiet", "barrier_all", "team_barrier"})
 FENCING_KINDS = COMPLETING_KINDS | {"fence"}
 
 

@@ -111,6 +111,7 @@ class Mode(str, enum.Enum):
     SIG_READ_MONOTONE = "sm"  # a ge/gt wait on a word whose adds are proven never to wrap
     SIG_ADD = "sa"
     SIG_SET = "ss"  # any other signal update
+    SIG_STORE = "sw"  # a plain (non-atomic) store to a signal word: races with every other access
 
     def __str__(self) -> str:
         return self.value
@@ -127,16 +128,21 @@ class Mode(str, enum.Enum):
 
 _VERBS = {Mode.READ: "reads", Mode.WRITE: "writes", Mode.ATOMIC_ADD: "atomically updates",
           Mode.ATOMIC_OTHER: "atomically updates", Mode.ATOMIC_READ: "atomically reads",
-          Mode.SIG_READ: "reads", Mode.SIG_READ_MONOTONE: "reads", Mode.SIG_ADD: "adds to", Mode.SIG_SET: "sets"}
+          Mode.SIG_READ: "reads", Mode.SIG_READ_MONOTONE: "reads", Mode.SIG_ADD: "adds to", Mode.SIG_SET: "sets",
+          Mode.SIG_STORE: "stores to (a plain write)"}
 MEM, SIG = 0, 1  # the two spaces of an access: buffer elements (as atoms), signal words
 SIG_READS = frozenset({Mode.SIG_READ, Mode.SIG_READ_MONOTONE})
 ATOMIC_MODES = frozenset({Mode.ATOMIC_ADD, Mode.ATOMIC_OTHER, Mode.ATOMIC_READ})
 WRITE_MODES = frozenset({Mode.WRITE, Mode.ATOMIC_ADD, Mode.ATOMIC_OTHER})
+SIG_UPDATES = frozenset({Mode.SIG_ADD, Mode.SIG_SET, Mode.SIG_STORE})  # the accesses that change a signal word
 
 
 def conflicting(m1: Mode, m2: Mode) -> bool:
     """Two overlapping memory accesses race (DESIGN.md): at least one writes, and they are not both
-    atomic. Two reads never race, an atomic fetch beside a plain load included."""
+    atomic. Two reads never race, an atomic fetch beside a plain load included. On a signal word, only a
+    plain store (`SIG_STORE`) races: with every other access of the word, a wait's read included."""
+    if m1 is Mode.SIG_STORE or m2 is Mode.SIG_STORE:
+        return True
     if m1 not in WRITE_MODES and m2 not in WRITE_MODES:
         return False
     return not (m1 in ATOMIC_MODES and m2 in ATOMIC_MODES)
@@ -450,6 +456,33 @@ class BarrierRule(CollectiveRule):
         return f"barrier({op.comm})"
 
 
+# ------------------------------------------------------------------------------ NVSHMEM teams
+class TeamSplitRule(CollectiveRule):
+    """nvshmem_team_split_strided(parent, start, stride, size): a collective over the parent team
+    (NVSHMEM_TEAM_WORLD when `comm` is "world"), called by every parent member in the same order
+    with the same arguments (`match`: else a collective mismatch naming both lines), members of the
+    new team or not. It completes as one joint step once every parent member has reached it, as a
+    `sync_all` of the parent: NVSHMEM agrees on the new team with a reduction over the parent, so no
+    member returns before every member has arrived. It moves no data and completes no delivery."""
+
+    op_class = ir.TeamSplit
+
+    def describe(self, op):
+        parent = "" if op.comm == "world" else f", parent={op.comm}"
+        return f"team_split_strided({op.team}, start={op.start}, stride={op.stride}, size={op.size}{parent})"
+
+
+class TeamBarrierRule(CollectiveRule):
+    """nvshmem_barrier(team): every member of the team completes its own deliveries (a quiet), then
+    the members meet; deliveries of ranks outside the team stay in flight. (nvshmem_team_sync is a
+    `barrier` on the team: the members meet and nothing is completed.)"""
+
+    op_class, sync = ir.TeamBarrier, Sync.BARRIER_ALL
+
+    def describe(self, op):
+        return f"team_barrier({op.comm})"
+
+
 # ---------------------------------------------------------------------------------- one-sided
 def _signal_mode(how: str) -> Mode:
     return Mode.SIG_ADD if how == "add" else Mode.SIG_SET
@@ -598,6 +631,29 @@ class FetchAtomicRule(Rule):
     def describe(self, op):
         extra = f", cond={op.cond}" if op.op == "compare_swap" else ""
         return f"{op.op}(pe={op.pe}, {op.target}, {op.value}{extra} -> {op.into})"
+
+
+class SignalStoreRule(Rule):
+    """A plain store to the rank's own signal word (`*sig = value`, the common "reset the flag" line):
+    it runs on the rank, alone, and is not atomic. Under DESIGN.md's race rule (a plain write races
+    with anything), it races with every access to the word that can happen in either order with it:
+    a remote `signal_op`, `put_signal` or atomic that may still land, or a wait that may read it. A
+    reset is safe once nothing else can touch the word until the reset is done: the peer's next update
+    is issued only after something the reset happens before (a signal back, a barrier)."""
+
+    op_class = ir.SignalStore
+
+    def accesses(self, op, rank):
+        return (Access("signal", op.pe, op.signal, Mode.SIG_STORE, When.ISSUE),)
+
+    def signal_effect(self, op):
+        return op.signal, "set", op.value
+
+    def word_update(self, op):
+        return op.signal, "set", op.value
+
+    def describe(self, op):
+        return f"signal_store({op.signal} = {op.value})"
 
 
 class WaitRule(Rule):

@@ -161,7 +161,8 @@ def expand(sched: ir.Schedule) -> tuple[Actors, list[Mismatch]]:
             continue
         ops = thread.ops if thread is not None else sched.programs[rank].ops
         for index, op in enumerate(ops):
-            if thread is not None and (op.kind in ir.COLLECTIVE_KINDS or op.kind in ("barrier_all", "sync_all")):
+            if thread is not None and (op.kind in ir.COLLECTIVE_KINDS
+                                       or op.kind in ("barrier_all", "sync_all", "team_barrier")):
                 problems.append(_refuse(thread, rank, index, op))
             for member in (op.ops if op.kind == "group" else (op,)):
                 if member.kind == "send":
