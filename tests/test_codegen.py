@@ -151,7 +151,7 @@ def test_every_protocol_generates_for_nccl_or_names_the_op(path):
         with pytest.raises(Unsupported, match=r"\.py:\d+: the nccl-codegen backend cannot run"):
             program.generate(sched, "nccl")
         # each refusal names what does run it: the other backend, or the mpi-cpu executor
-        assert all("--backend nvshmem" in p or "the mpi-cpu executor runs it" in p for p in problems), problems
+        assert all("--backend nvshmem" in p or "mpi-cpu" in p for p in problems), problems
         return
     text = program.generate(sched, "nccl")
     # the user's file:line above the code of every op, and a progress mark for each
