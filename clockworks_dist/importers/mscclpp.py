@@ -354,8 +354,9 @@ class _Rank:
         names = ["buffer", "scratch"] if self.b.inplace else ["input", "output", "scratch"]
         for name in names:
             role = {"buffer": "inout", "input": "input", "output": "output", "scratch": "scratch"}[name]
+            # registered with MSCCL++ so that peers reach it: symmetric memory, in the same order on every gpu
             buffers.append(ir.BufferDecl(name=name, count=self.b.buffer_chunks(self.me, name) * c, role=role,
-                                         loc=loc))
+                                         symmetric=True, loc=loc))
         tmp = max(self.tmp_need.values(), default=0)
         if tmp:
             buffers.append(ir.BufferDecl(name="tmp", count=tmp * len(g.tbs), role="scratch", loc=loc))
