@@ -18,8 +18,8 @@ kernel, `src/core/include/execution_kernel.hpp`, is the reference):
   peer's semaphore: `fence` then `signal_op(add 1)` on the peer's semaphore of the paired channel (the k-th
   channel from gpu a to gpu b is paired with the k-th from b to a, as MSCCL++ connects them). `wait` waits
   for the gpu's own semaphore of that channel to reach the next expected count (`wait_until ge k`, k
-  counting that channel's waits). `rlxsignal` is the increment without the release; `rlxwait` is taken as
-  a wait (see "Not modelled exactly" below).
+  counting that channel's waits). `rlxsignal` is the increment without the release; `rlxwait` is the wait
+  without the acquire (see "Relaxed waits" below).
 - port channels (a CPU proxy moves the data): `put` is a non-blocking put (`put nbi`: the proxy reads the
   source later, so writing it before the put completes is a race); `signal` comes after the channel's
   earlier puts (`fence`, then the increment); `pws` is both, `pwsf` then flushes; `flush` waits until the
@@ -47,11 +47,32 @@ Refused, with the op and its line: `pipeline` (its iteration count depends on th
 switch-channel (NVLS multimem) ops `glres`, `gstore`, `gstorepkt`, port-channel packets, op names the
 executor does not accept, and `reuse_resources` (the scratch then wraps at a fixed size).
 
-Not modelled exactly, and said here so that nothing is approximated silently: `rlxwait` is a relaxed load
-on the hardware, so reads after it of data a peer wrote before its signal are not ordered by it there; it
-is taken as a wait here (the DSL puts it before writes into the peer, which a relaxed wait orders). A
-memory-channel `signal` is a fence to the channel's peer only here, while the hardware's release orders
-the block's writes to every peer: the model can report a race the hardware cannot have, never the reverse.
+Relaxed waits. `rlxwait` is MSCCL++'s `relaxedWait`: a relaxed load of the semaphore, no acquire ("use it
+only for synchronizing execution, not data"). The GPU's stores after it are not performed before the wait
+returns, so it orders the writes after it, which is how the DSL uses it (`wait(..., relaxed=True)` in a
+handshake before puts into the peer); but the loads after it may see stale data: what the peer wrote before
+its signal, and what reached the peer before that, need not be visible to them. The checker's `wait_until`
+orders both, so an `rlxwait` becomes a `wait_until` (for the writes) and the importer refuses, at the op's
+line, every op of the thread block that, after an `rlxwait` on a channel and before the block's next
+acquiring `wait` on that channel, reads memory that anything but that thread block writes anywhere in the
+plan (a peer's put or packets into the gpu, another thread block's copy, reduce or get, the peer's own
+writes to a buffer the op reads with `get`, `rre` or `rres`). Not refused: reading packets (a packet
+carries its flag, so reading it is valid without an acquire), memory that only the reading thread block
+writes (program order) or that nothing writes (the input as the kernel starts), and everything after the
+acquiring `wait` on the channel (it reads the semaphore at or after the count the relaxed wait saw, and the
+increments are one release sequence). A barrier, a `sem_acquire` or a wait on another channel does not end
+the window: an acquire synchronizes only with the release it reads, and a barrier is among the gpu's thread
+blocks. The check is conservative (a read it refuses may be ordered by an earlier acquire), never the other
+way.
+
+Not modelled exactly, and said here so that nothing is approximated silently: an `rlxsignal` is a relaxed
+increment, so the signalling thread block's loads and stores before it (and what it acquired before it) are
+not ordered before it on the hardware, while the checker's signal, fence or not, orders them for a peer
+that waits on it; only the puts' delivery is left unordered, as it should be. The DSL puts `rlxsignal`
+first in a thread block (nothing before it to order) or after puts at the end, where only the delivery
+counts. A memory-channel `signal` is a fence to the channel's peer only here, while the hardware's release
+orders the block's writes to every peer: the model can report a race the hardware cannot have, never the
+reverse.
 """
 
 from __future__ import annotations
@@ -209,6 +230,7 @@ class _Builder:
                         sizes.add(info["tbg_size"])
         self.chunk = chunk or lcm(*sizes)
         self.loc = ir.SourceLoc(file=plan.file, line=top.line)
+        self.relaxed_reads: list[_RelaxedRead] = []  # reads after a relaxed wait, checked once all gpus are built
 
     def _all_ops(self, tb: Obj) -> list[Obj]:
         ops = tb.get("ops")
@@ -267,9 +289,39 @@ class _Builder:
         programs = []
         for g in self.gpus:
             programs.append(_Rank(self, g).program())
+        self.check_relaxed_reads(programs)
         sched = ir.Schedule(name=_name(self.name), world=self.world, ranks_per_node=self.world, loc=self.loc,
                             programs=tuple(programs))
         return sched.model_copy(update={"expect": self.expect()})
+
+    def check_relaxed_reads(self, programs: list[ir.Program]) -> None:
+        """Refuse a read after a relaxed wait (see "Relaxed waits" in the module docstring) of memory that
+        anything but the reading thread block writes, anywhere in the plan."""
+        if not self.relaxed_reads:
+            return
+        writers: dict[tuple[int, str], list[tuple[int, int, int, int, int]]] = {}  # (gpu, buffer) -> writes
+        for prog in programs:
+            for tid, thread in enumerate(prog.threads):
+                for op in thread.ops:
+                    for owner, region in _writes(prog.rank, op):
+                        if region.buffer != "tmp":  # a thread block's own
+                            writers.setdefault((owner, region.buffer), []).append(
+                                (region.start, region.stop, prog.rank, tid, op.loc.line if op.loc else 0))
+        for rr in self.relaxed_reads:
+            for owner, region in rr.reads:
+                for start, stop, rank, tid, line in writers.get((owner, region.buffer), []):
+                    if (rank, tid) == (rr.rank, rr.tid) or stop <= region.start or region.stop <= start:
+                        continue
+                    whose = "its own" if owner == rr.rank else f"gpu {owner}'s"
+                    writer = f"thread block {tid} of the gpu" if rank == rr.rank else f"gpu {rank} thread block {tid}"
+                    lo, hi = max(start, region.start), min(stop, region.stop)
+                    raise self.plan.error(
+                        rr.op, f"thread block {rr.tid} reads {whose} {region.buffer}[{lo}:{hi}] after the relaxed "
+                        f"wait at line {rr.wait.line} (rlxwait: no acquire, so no memory ordering) and before an "
+                        f"acquiring wait on that channel; {writer} writes it (line {line}), so the read may see stale "
+                        "data and the plan cannot be verified", rank=rr.rank, op=rr.op.get("name"),
+                        hint=f"use \"wait\" (the DSL's relaxed=False) at line {rr.wait.line}, or wait on the "
+                        "channel again before the read")
 
     def expect(self) -> tuple[ir.Expectation, ...]:
         n, c, coll = self.world, self.chunk, self.collective
@@ -306,6 +358,34 @@ class _Builder:
                                           contributions=tuple(ir.Contribution(rank=r, region=reg(r, "i", q * k, k))
                                                               for r in range(n))))
         return tuple(out)
+
+
+class _RelaxedRead:
+    """The reads of op `op` of thread block `tid` of gpu `rank` while the relaxed wait `wait` is pending:
+    (the gpu whose memory is read, the region)."""
+
+    def __init__(self, op: Obj, wait: Obj, rank: int, tid: int, reads: list[tuple[int, ir.Region]]):
+        self.op, self.wait, self.rank, self.tid, self.reads = op, wait, rank, tid, reads
+
+
+def _reads(rank: int, op) -> list[tuple[int, ir.Region]]:
+    """What an op this importer emits reads: (the gpu whose memory it is, the region)."""
+    if isinstance(op, (ir.Put, ir.PutSignal, ir.Copy)):
+        return [(rank, op.src)]
+    if isinstance(op, ir.Get):
+        return [(op.pe, op.src)]
+    if isinstance(op, ir.LocalReduce):
+        return [(rank, s) for s in op.srcs]
+    return []
+
+
+def _writes(rank: int, op) -> list[tuple[int, ir.Region]]:
+    """What an op this importer emits writes: (the gpu whose memory it is, the region)."""
+    if isinstance(op, (ir.Put, ir.PutSignal)):
+        return [(op.pe, op.dst)]
+    if isinstance(op, (ir.Get, ir.Copy, ir.LocalReduce)):
+        return [(rank, op.dst)]
+    return []
 
 
 def _slice(n: int, index: int, slices: int) -> int:
@@ -455,6 +535,8 @@ class _Block:
         self.tmp_used = 0
         self.port_channels: set[int] = set()  # port channels this block puts or signals on
         self.memory_writes = False  # this block writes peers' memory through memory channels
+        self.relaxed: dict[int, Obj] = {}  # memory channel -> its relaxed wait, until an acquiring wait on it
+        self.packet_reads: list[ir.Region] = []  # the regions the current op reads as packets
 
     def error(self, op: Obj, message: str, hint: str | None = None) -> ScheduleError:
         return self.plan.error(op, message, rank=self.me, op=op.get("name"), hint=hint)
@@ -523,7 +605,20 @@ class _Block:
         srcs = plan.objects(op, "src_buff", "the op", default=[])
         dsts = plan.objects(op, "dst_buff", "the op", default=[])
         handler = getattr(self, "op_" + name)
-        return handler(op, loc, chtype, srcs, dsts)
+        self.packet_reads = []
+        out = handler(op, loc, chtype, srcs, dsts)
+        if self.relaxed:
+            # a packet carries its flag, so reading one is valid without an acquire; anything else is recorded
+            reads = [(owner, r) for o in out for owner, r in _reads(self.me, o)
+                     if r.buffer != "tmp" and not (owner == self.me and self.read_as_packets(r))]
+            if reads:
+                first = min(self.relaxed.values(), key=lambda w: w.line)
+                self.r.b.relaxed_reads.append(_RelaxedRead(op, first, self.me, self.tid, reads))
+        return out
+
+    def read_as_packets(self, region: ir.Region) -> bool:
+        return any(p.buffer == region.buffer and p.start <= region.start and region.stop <= p.stop
+                   for p in self.packet_reads)
 
     def need(self, op: Obj, chtype: str, allowed: tuple[str, ...]) -> None:
         if chtype not in allowed:
@@ -579,6 +674,10 @@ class _Block:
             self.r.expected[(chtype, ch)] = (count + 1, self.tid)
             out.append(ir.WaitUntil(signal=ir.SignalRef(signal=MEM_SEM if chtype == "memory" else PORT_SEM,
                                                         index=ch), cmp="ge", value=count + 1, loc=loc))
+            if relaxed:
+                self.relaxed.setdefault(ch, op)
+            elif chtype == "memory":
+                self.relaxed.pop(ch, None)
         return out
 
     def op_rlxwait(self, op, loc, chtype, srcs, dsts):
@@ -771,6 +870,7 @@ class _Block:
         if ref.get("type") != "s":
             raise self.error(op, f"{what} is read as packets, which the executor reads from the scratch buffer",
                              hint="packets are read from \"type\": \"s\"")
+        self.packet_reads.append(region)
         return region, [ir.WaitUntilAll(signals=self.flags(region), cmp="ge", value=1, loc=loc)]
 
     def local_packets(self, op: Obj, ref: Obj, what: str) -> ir.Region:
