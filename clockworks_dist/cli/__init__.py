@@ -227,16 +227,19 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--no-reduction", dest="reduction", action="store_false",
                        help="explore every interleaving, without partial-order reduction")
     imports = sub.add_parser(
-        "import", help="read another tool's algorithm file (MSCCL XML) into a schedule (JSON)",
-        description="Read an MSCCL XML algorithm into a schedule and write it as JSON, which every command "
+        "import", help="read another tool's algorithm file (MSCCL XML, MSCCL++ plan) into a schedule (JSON)",
+        description="Read an MSCCL XML algorithm or an MSCCL++ execution plan into a schedule and write it as "
+                    "JSON, which every command "
                     "takes (check, show, run). `clockworks check algo.xml` reads the file directly, with the "
                     "defaults below.")
-    imports.add_argument("file", metavar="FILE.xml", help="an MSCCL XML algorithm (as msccl-tools writes it)")
+    imports.add_argument("file", metavar="FILE", help="an MSCCL XML algorithm (as msccl-tools writes it, .xml) or an "
+                         "MSCCL++ execution plan (as the MSCCL++ DSL writes it, .json)")
     imports.add_argument("-o", "--output", metavar="OUT.json", help="write the schedule here (default: stdout)")
     imports.add_argument("--slots", metavar="K", type=_positive, default=1,
                          help="messages each connection's FIFO holds, one per step (default: 1)")
-    imports.add_argument("--chunk", metavar="N", type=_positive, default=1,
-                         help="elements per MSCCL chunk (default: 1)")
+    imports.add_argument("--chunk", metavar="N", type=_positive, default=None,
+                         help="elements per chunk (default: 1 for MSCCL; for MSCCL++ the least that every "
+                              "thread block group divides evenly)")
     imports.add_argument("--debug", action="store_true", help="print tracebacks of errors in the input")
     _topology_parser(sub)
     cli_perf.add_parsers(sub, _positive, _size, _seconds)
@@ -629,13 +632,22 @@ def _write(path: str, text: str) -> None:
 
 
 def cmd_import(args: argparse.Namespace, out: Output) -> int:
-    """Read an MSCCL XML algorithm and write its schedule as JSON."""
+    """Read an MSCCL XML algorithm or an MSCCL++ execution plan and write its schedule as JSON."""
+    from ..importers import mscclpp_json
     from ..importers.msccl import ImportedDef
+    from ..importers.mscclpp import ImportedPlan
 
-    if not args.file.endswith(".xml"):
-        raise UsageError(f"{args.file}: clockworks import reads MSCCL XML algorithms (.xml files)")
-    defn = ImportedDef(args.file, chunk=args.chunk, slots=args.slots)
-    sched = defn.trace(defn.alg.ngpus)
+    if args.file.endswith(".xml"):
+        defn = ImportedDef(args.file, chunk=args.chunk or 1, slots=args.slots)
+        sched = defn.trace(defn.alg.ngpus)
+        per = f"{defn.slots} slot(s) per connection"
+    elif args.file.endswith(".json") and mscclpp_json.looks_like_plan(text := mscclpp_json.read_text(args.file)):
+        plan = ImportedPlan(args.file, chunk=args.chunk, text=text)
+        sched = plan.trace(plan.world)
+        per = "from an MSCCL++ execution plan"
+    else:
+        raise UsageError(f"{args.file}: clockworks import reads MSCCL XML algorithms (.xml files) and MSCCL++ "
+                         "execution plans (.json files with \"gpus\" and \"collective\")")
     text = sched.to_json(indent=2) + "\n"
     if args.output is None:
         out.write(text)
@@ -647,7 +659,7 @@ def cmd_import(args: argparse.Namespace, out: Output) -> int:
         raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     threads = sum(len(p.threads) for p in sched.programs)
     _say(f"wrote {args.output}: {sched.name}, {sched.world} ranks, {threads} thread blocks, "
-         f"{defn.slots} slot(s) per connection; check it with: clockworks check {args.output}\n")
+         f"{per}; check it with: clockworks check {args.output}\n")
     return EXIT_VERIFIED
 
 

@@ -224,7 +224,16 @@ def sized(args: LoadOptions, jobs, spent: float) -> tuple[list[ir.Schedule], lis
 
 
 def from_json(path: str) -> ir.Schedule:
-    """The schedule in the JSON file `path`, checked for consistency (`dsl.validate_json`)."""
+    """The schedule in the JSON file `path`, checked for consistency (`dsl.validate_json`); an MSCCL++
+    execution plan is imported (`importers.mscclpp`)."""
+    from ..importers import mscclpp_json
+
+    text = mscclpp_json.read_text(path)
+    if mscclpp_json.looks_like_plan(text):
+        from ..importers.mscclpp import ImportedPlan
+
+        plan = ImportedPlan(path, text=text)
+        return plan.trace(plan.world)
     return validate_json.load(path)
 
 

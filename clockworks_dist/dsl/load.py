@@ -34,7 +34,14 @@ def load_file(path: str) -> list[ScheduleDef]:
         from ..importers.msccl import ImportedDef
 
         return [ImportedDef(path)]
-    if path.endswith(".json"):  # a schedule as `clockworks show --json` or `clockworks import` writes it
+    if path.endswith(".json"):  # a schedule as `clockworks show --json` or `clockworks import` writes it,
+        from ..importers import mscclpp_json  # or an MSCCL++ execution plan (`importers.mscclpp`)
+
+        text = mscclpp_json.read_text(path)
+        if mscclpp_json.looks_like_plan(text):
+            from ..importers.mscclpp import ImportedPlan
+
+            return [ImportedPlan(path, text=text)]
         from .validate_json import load
 
         return [FixedDef(load(path), path)]

@@ -1,0 +1,267 @@
+"""MSCCL++ execution plans as schedules (`importers.mscclpp`): every plan in corpus/mscclpp gets its verdict
+(verified, a real defect, or a refusal naming the op and its line), each seeded bug is found at its op's line,
+bad input is exit 2 at file:line without a traceback, a plan runs on mpi-cpu, and `clockworks import` round
+trips."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from clockworks_dist import cli, load_file
+from clockworks_dist.check import check
+from clockworks_dist.errors import ScheduleError
+from clockworks_dist.importers.mscclpp import MEM_SEM, PKT_FLAG, ImportedPlan
+from clockworks_dist.importers.mscclpp_json import parse
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "corpus" / "mscclpp"
+PLANS = sorted(CORPUS.glob("*.json"))
+SEEDED = sorted((CORPUS / "buggy").glob("*.json"))
+
+# Plans that are not simply verified: the defect found, or the refusal (its line and words).
+REAL_FINDINGS = {
+    # a thread block group splits the copy into scratch by chunk (tb0 chunk 0, tb1 chunk 1) but the reads
+    # of the peer by half chunks (tb1 reads the second half of chunk 0, which the peer's tb0 copied), and
+    # each thread block waits only for the peer's thread block of its own id
+    "executor_reduce_tbg.json": ("violated", {"data_race", "wrong_result", "nondeterministic_result"}),
+    # recspkt also writes the sum as packets into the gpu's own scratch, which nothing reads
+    "executor_reduce_pack.json": ("verified", {"unfinished_deliveries"}),
+    "executor_reduce_pack_tbg.json": ("verified", {"unfinished_deliveries"}),
+}
+REFUSED = {
+    "executor_reduce_nvls.json": (40, '"glres" (multimem load-reduce-store (switch channel)) is not supported'),
+    # the DSL writes "glre" for a switch-channel reduce; the executor's reader accepts "glres" only
+    "dsl_switch_reduce_3gpu.json": (17, 'unknown op type "glre": the MSCCL++ executor does not accept it'),
+}
+SEEDED_KINDS = {
+    "reduce_dropped_wait.json": "data_race",
+    "reduce_wrong_offset.json": "wrong_result",
+    "reduce_relaxed_final_signal.json": "unfinished_output",
+}
+# Seeded bugs the importer refuses (the checker could not order the op soundly): the words of the refusal.
+SEEDED_REFUSED = {
+    # rlxwait before a read of the peer's scratch: the read may see stale data on the GPU
+    "reduce_relaxed_wait_read.json": "after the relaxed wait at line 47 (rlxwait: no acquire, so no memory ordering)",
+}
+
+
+def test_the_corpus_is_there_and_listed():
+    assert len(PLANS) >= 12 and {p.name for p in SEEDED} == set(SEEDED_KINDS) | set(SEEDED_REFUSED)
+    sources = (CORPUS / "SOURCES.md").read_text()
+    for path in PLANS:
+        assert f"`{path.name}`" in sources, f"{path.name} is not described in SOURCES.md"
+    for path in SEEDED:
+        assert f"`buggy/{path.name}`" in sources, f"{path.name} is not described in SOURCES.md"
+    assert (CORPUS / "LICENSE-mscclpp.txt").read_text().startswith("    MIT License")
+
+
+@pytest.mark.parametrize("path", [p for p in PLANS if p.name not in REFUSED], ids=lambda p: p.stem)
+def test_every_plan_checks_as_expected(path):
+    [defn] = load_file(str(path))
+    assert isinstance(defn, ImportedPlan)
+    sched = defn.trace(defn.ranks[0])
+    plan = json.loads(path.read_text())
+    # every thread block is a thread of its gpu's rank: the concurrency is kept, not linearised
+    assert [len(p.threads) for p in sched.programs] == [len(g["threadblocks"]) for g in plan["gpus"]]
+    result = check(sched, timeout=120)
+    assert result.complete, (path.name, result.stopped_by)
+    verdict, kinds = REAL_FINDINGS.get(path.name, ("verified", set()))
+    assert (result.verdict, result.kinds()) == (verdict, kinds), [v.message[:300] for v in result.violations]
+    if plan["collective"] in ("allreduce", "allgather", "alltoall"):
+        assert sched.expect  # the collective's postcondition is checked, not only deadlocks and races
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_unsupported_plans_are_refused_at_the_op(name, capsys):
+    line, words = REFUSED[name]
+    assert cli.main(["check", str(CORPUS / name)]) == 2
+    err = capsys.readouterr().err
+    assert f"{name}:{line}: rank 0: " in err and words in err and "Traceback" not in err
+
+
+def _bug_line(path: Path) -> int:
+    """The line of the op object marked BUG (its "comment" key comes first, on the line after the brace)."""
+    lines = [i for i, text in enumerate(path.read_text().splitlines(), start=1) if '"BUG:' in text]
+    assert len(lines) == 1
+    return lines[0] - 1
+
+
+@pytest.mark.parametrize("path", [p for p in SEEDED if p.name in SEEDED_KINDS], ids=lambda p: p.stem)
+def test_each_seeded_bug_is_found_at_its_op(path):
+    kind, line = SEEDED_KINDS[path.name], _bug_line(path)
+    result = check(load_file(str(path))[0].trace(2), timeout=120)
+    assert result.complete and result.verdict == "violated"
+    found = [v for v in result.violations if v.kind == kind]
+    assert found, sorted(result.kinds())
+    if kind == "data_race":  # the op itself is one side of the race
+        assert any(o.loc.line == line and o.loc.file == path.name for v in found for o in v.ops)
+    else:  # the counterexample runs the op
+        assert any(o.loc.line == line for v in found for s in v.trace for o in s.ops)
+
+
+@pytest.mark.parametrize("name", sorted(SEEDED_REFUSED))
+def test_seeded_bugs_the_importer_refuses_are_refused_at_their_op(name, capsys):
+    path = CORPUS / "buggy" / name
+    assert cli.main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{name}:{_bug_line(path)}: rank 0: " in err and SEEDED_REFUSED[name] in err and "Traceback" not in err
+
+
+def _relaxed(path: Path, tmp_path: Path, gpu: int, nth: int) -> Path:
+    """A copy of plan `path` whose `nth` wait of gpu `gpu` (thread block 0) is an rlxwait, at the same lines."""
+    lines = path.read_text().splitlines(keepends=True)
+    plan = json.loads(path.read_text())
+    waits = [i for i, op in enumerate(plan["gpus"][gpu]["threadblocks"][0]["ops"]) if op["name"] == "wait"]
+    assert len(waits) > nth
+    # the op's "name" line: count the ops of that thread block in the text
+    tb_start = [i for i, t in enumerate(lines) if '"threadblocks"' in t][gpu]
+    names = [i for i, t in enumerate(lines) if i > tb_start and '"name": ' in t and '"BUG' not in t]
+    at = names[waits[nth]]
+    assert '"name": "wait"' in lines[at]
+    lines[at] = lines[at].replace('"wait"', '"rlxwait"')
+    out = tmp_path / f"relaxed_{gpu}_{nth}.json"
+    out.write_text("".join(lines))
+    return out
+
+
+def test_a_relaxed_wait_before_reads_of_peer_data_is_refused_before_writes_it_is_not(tmp_path, capsys):
+    plan = CORPUS / "executor_reduce.json"
+    # gpu 0's first wait relaxed: its rres then reads gpu 1's scratch, which gpu 1 copied before its signal
+    read = _relaxed(plan, tmp_path, 0, 0)
+    assert cli.main(["check", str(read)]) == 2
+    err = capsys.readouterr().err
+    assert "relaxed_0_0.json:57: rank 0: rres: thread block 0 reads gpu 1's scratch" in err, err
+    assert "gpu 1 thread block 0 writes it (line 217)" in err and "Traceback" not in err
+    # gpu 1's first wait relaxed: after it come a read of gpu 0's input, which only this thread block writes
+    # (its put), a local copy and the put into gpu 0: writes, which the relaxed wait does order
+    write = _relaxed(plan, tmp_path, 1, 0)
+    assert cli.main(["check", str(write)]) == 0
+    assert "reduce, 2 ranks: verified" in capsys.readouterr().out
+    # the corpus's DSL plans put their relaxed waits before puts (the handshake) and still verify
+    for name in ("dsl_allreduce_4gpu.json", "dsl_alltoall_4gpu.json", "test_allreduce.json"):
+        assert '"rlxwait"' in (CORPUS / name).read_text()
+        assert name not in REAL_FINDINGS and name not in REFUSED
+    # an acquiring wait on the channel ends the window: alltoall reads what the peers put after it
+    tb0 = json.loads((CORPUS / "dsl_alltoall_4gpu.json").read_text())["gpus"][0]["threadblocks"][0]["ops"]
+    names = [op["name"] for op in tb0]
+    assert names.index("rlxwait") < names.index("wait") < names.index("copy")
+    assert tb0[names.index("copy")]["src_buff"][0]["type"] == "s"  # the scratch the peers put into
+
+
+def test_a_relaxed_wait_before_the_read_of_what_the_peers_put_is_refused(tmp_path, capsys):
+    # alltoall with thread block 0's acquiring wait relaxed too: its copy reads the scratch a peer put into
+    path = _relaxed(CORPUS / "dsl_alltoall_4gpu.json", tmp_path, 0, 0)
+    assert cli.main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "rank 0: copy: thread block 0 reads its own scratch[0:1]" in err and "Traceback" not in err, err
+
+
+def test_an_acquiring_wait_on_another_channel_does_not_end_the_window(tmp_path, capsys):
+    # alltoall's thread block 0 given a second channel (to gpu 1 again), its acquiring wait moved onto it: an
+    # acquire synchronizes only with the release it reads, so the copy of what gpu 1 put is still refused
+    plan = json.loads((CORPUS / "dsl_alltoall_4gpu.json").read_text())
+    gpu = plan["gpus"][0]
+    gpu["channels"][0]["connected_to"].append(1)
+    tb = gpu["threadblocks"][0]
+    tb["channels"][0]["channel_ids"].append(len(gpu["channels"][0]["connected_to"]) - 1)
+    [wait] = [op for op in tb["ops"] if op["name"] == "wait"]
+    wait["channel_ids"] = [1]
+    path = tmp_path / "other_channel.json"
+    path.write_text(json.dumps(plan, indent=2))
+    copy_line = next(op.line for op in parse(str(path)).top["gpus"][0]["threadblocks"][0]["ops"]
+                     if op["name"] == "copy")
+    assert cli.main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"other_channel.json:{copy_line}: rank 0: copy: thread block 0 reads its own scratch" in err, err
+    assert "Traceback" not in err
+
+
+def test_ops_become_their_semantics_at_their_line():
+    sched = ImportedPlan(str(CORPUS / "executor_reduce.json")).trace(2)
+    tb = sched.programs[0].threads[0]
+    kinds = [op.kind for op in tb.ops]
+    # copy; signal = fence + increment of the peer's word; wait for the first signal; rres = get, reduce, put
+    assert kinds[:6] == ["copy", "fence", "signal_op", "wait_until", "get", "reduce"]
+    assert tb.ops[2].pe == 1 and tb.ops[2].signal.signal == MEM_SEM and tb.ops[2].sig_op == "add"
+    assert tb.ops[3].value == 1 and tb.ops[3].cmp == "ge"
+    assert kinds[-3:] == ["fence", "signal_op", "wait_until"] and tb.ops[-1].value == 2  # the second wait
+    text = (CORPUS / "executor_reduce.json").read_text().splitlines()
+    assert '"name": "copy"' in text[tb.ops[0].loc.line]  # the line of the op's brace; its name follows
+    # packets: a put_signal per element that sets its flag, and the reader waits for every flag
+    pk = ImportedPlan(str(CORPUS / "executor_transfer_pack.json")).trace(2)
+    put = pk.programs[0].threads[0].ops[0]
+    assert put.kind == "put_signal" and put.pe == 1 and put.signal.signal == PKT_FLAG and put.value == 1
+    upkt = pk.programs[0].threads[1].ops
+    assert [op.kind for op in upkt] == ["wait_until_all", "copy"]
+
+
+def test_the_cli_checks_plans_and_imports_them(tmp_path, capsys):
+    path = str(CORPUS / "executor_transfer_pack.json")
+    assert cli.main(["check", path]) == 0
+    assert "transfer_pack, 2 ranks: verified" in capsys.readouterr().out
+    out = tmp_path / "x.json"
+    assert cli.main(["import", path, "-o", str(out)]) == 0
+    assert "2 ranks, 5 thread blocks, from an MSCCL++ execution plan" in capsys.readouterr().err
+    sched = json.loads(out.read_text())
+    assert sched["world"] == 2 and all(t["kind"] == "block" for p in sched["programs"] for t in p["threads"])
+    assert cli.main(["check", str(out)]) == 0
+    assert "transfer_pack, 2 ranks: verified" in capsys.readouterr().out
+    assert cli.main(["show", path]) == 0
+    assert "block tb0 (executor_transfer_pack.json:" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(shutil.which("mpiexec") is None, reason="needs mpiexec")
+def test_a_plan_runs_on_mpi_cpu(capsys):
+    assert cli.main(["run", str(CORPUS / "executor_reduce.json"), "--np", "2"]) == 0
+    assert "results match" in capsys.readouterr().out
+
+
+PLAN_HEAD = '{\n  "name": "p",\n  "collective": "allreduce",\n  "protocol": "Simple",\n  "inplace": true,\n'
+
+
+def _gpu(ops: str, channels: str = "[]") -> str:
+    return ('    {"id": %d, "input_chunks": 1, "output_chunks": 1, "scratch_chunks": 1,\n'
+            f'     "channels": {channels}, "remote_buffers": [],\n'
+            '     "threadblocks": [{"id": 0, "channels": [], "ops": [\n' + ops + '\n     ]}]}')
+
+
+@pytest.mark.parametrize("text, line, fragment", [
+    (PLAN_HEAD + '  "gpus": [\n', 7, "malformed JSON: Expecting value"),
+    (PLAN_HEAD + '  "gpus": [\n' + _gpu('       {"name": "zz"}') % 0 + "\n  ]\n}\n", 10,
+     'unknown op type "zz"'),
+    (PLAN_HEAD + '  "gpus": [\n' + _gpu('       {"name": "nop"}', '[{"channel_type": "tunnel", "connected_to": [1]}]')
+     % 0 + "\n  ]\n}\n", 8, 'unknown channel type "tunnel"'),
+    (PLAN_HEAD + '  "gpus": [\n' + _gpu('       {"name": "signal", "channel_ids": [3], "channel_type": "memory"}') % 0
+     + "\n  ]\n}\n", 10, "memory channel 3, but the thread block has 0 memory channel(s)"),
+])
+def test_bad_plans_are_exit_2_at_their_line_without_a_traceback(tmp_path, capsys, text, line, fragment):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    assert cli.main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"bad.json:{line}:" in err and fragment in err and "Traceback" not in err, err
+
+
+def test_a_flush_the_checker_cannot_say_exactly_is_refused(tmp_path, capsys):
+    # a thread block that drives two port channels: a flush completes one channel's puts, the checker's
+    # quiet all of the block's, so the importer refuses rather than approximate
+    ports = '[{"channel_type": "port", "connected_to": [1, 1]}]'
+    flush = '       {"name": "flush", "channel_ids": [0, 1], "channel_type": "port"}'
+    gpus = [(_gpu(flush, ports) % 0).replace('"channels": [], "ops"',
+                                             '"channels": [{"channel_type": "port", "channel_ids": [0, 1]}], "ops"'),
+            _gpu('       {"name": "nop"}', ports.replace("[1, 1]", "[0, 0]")) % 1]
+    path = tmp_path / "flush.json"
+    path.write_text(PLAN_HEAD + '  "gpus": [\n' + ",\n".join(gpus) + "\n  ]\n}\n")
+    assert cli.main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "flush.json:10: rank 0: flush: the thread block drives port channels [0, 1]" in err, err
+    assert "Traceback" not in err
+
+
+def test_an_imported_plan_keeps_its_world():
+    with pytest.raises(ScheduleError, match="written for 2 GPUs, not 4"):
+        ImportedPlan(str(CORPUS / "executor_reduce.json")).trace(4)
