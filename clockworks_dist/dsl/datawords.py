@@ -67,7 +67,8 @@ def _check_decl(decl: ir.BufferDecl, wait_loc: ir.SourceLoc, max_words: int) -> 
     elif decl.count_sym is not None:
         problem, hint = "has a symbolic size", "give it a fixed count (one word per peer or per step)"
     elif decl.count > max_words:
-        problem, hint = f"has {decl.count} elements", f"use at most {max_words} words: the checker keeps each in its state"
+        problem = f"has {decl.count} elements"
+        hint = f"use at most {max_words} words: the checker keeps each in its state"
     if problem is not None:
         raise ScheduleError(f"a wait reads {decl.name}, which {problem}", file=wait_loc.file, line=wait_loc.line,
                             op="wait_until", hint=hint)
