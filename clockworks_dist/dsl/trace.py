@@ -22,6 +22,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from .. import ir
 from ..errors import ScheduleError
+from .datawords import as_signal_words
 from .expect import check_specs, resolve_all
 from . import params as _params
 from .sizes import _BINDINGS, Size, SymInt, as_affine, as_int
@@ -287,6 +288,8 @@ class _RankState:
     events: dict[str, list] = field(default_factory=dict)
     kernel: "_Kernel | None" = None  # the kernel open now (`Rank.kernel`)
     kernels: dict[str, int] = field(default_factory=dict)  # kernel name -> launches so far
+    # buffers whose elements a wait reads (`datawords`): name -> the first such wait
+    waited: dict[str, ir.SourceLoc] = field(default_factory=dict)
 
     @property
     def target(self) -> list:
@@ -458,6 +461,18 @@ class Rank(metaclass=_ReadOnlyClass):
         if not 0 <= sig.index < decl.count:
             raise self._error(f"signal index of {sig.signal} {sig.index} is out of range 0..{decl.count - 1}", op)
         return sig
+
+    def _wait_word(self, word, op: str) -> ir.SignalRef:
+        """A word a wait reads: a signal word, or one element of a symmetric buffer (`datawords`: the
+        buffer becomes a signal array when the trace ends, or the trace is refused there)."""
+        if not isinstance(word, RegionRef):
+            return self._signal(word, op)
+        region = self._symmetric(word, op, "waited word")
+        if region.count != 1:
+            raise self._error(f"a wait reads one word, but {region} has {region.count} elements", op,
+                              hint=f"name one element, e.g. {region.buf.name}[i]")
+        self._st.waited.setdefault(region.buf.name, user_loc())
+        return ir.SignalRef(signal=region.buf.name, index=as_int(region.start))
 
     def _word(self, target, op: str):
         """An atomic target: a signal word or one element of an integer symmetric buffer."""
@@ -1152,10 +1167,17 @@ class Rank(metaclass=_ReadOnlyClass):
                                     value=_u64(self, value, "signal_store"), loc=loc))
 
     def wait_until(self, sig, cmp: str, value: int) -> None:
-        """Block until the local signal word satisfies `sig cmp value`."""
+        """Block until the local signal word satisfies `sig cmp value` (unsigned, on uint64 words).
+
+        `sig` may also be one element of a symmetric buffer, as OpenSHMEM's `shmem_wait_until(ivar,
+        ...)` waits on an element of a data array: `r.wait_until(flag[peer], "ge", 1)`. The buffer is
+        then an array of signal words under the buffer's name: it must be symmetric, uint64 and
+        role="scratch" (its words start at 0), and only waits and atomics (`atomic_add`,
+        `atomic_set`, `fetch_add`, `compare_swap`, ...) may touch it; a put, copy or fill to or from
+        it is refused at its line (a plain write races with the wait that reads the word)."""
         loc = user_loc()
         cmp = _one_of(cmp, _COMPARES, "comparison", "wait_until", self)
-        self._append(ir.WaitUntil(signal=self._signal(sig, "wait_until"), cmp=cmp,
+        self._append(ir.WaitUntil(signal=self._wait_word(sig, "wait_until"), cmp=cmp,
                                   value=_u64(self, value, "wait_until"), loc=loc))
 
     def wait_until_all(self, sigs, cmp: str, value: int) -> None:
@@ -1183,7 +1205,7 @@ class Rank(metaclass=_ReadOnlyClass):
                               hint="pass [flag[0], flag[1]] or the whole array flag")
         if not words:
             raise self._error("the list of signal words is empty", kind, hint="name at least one word")
-        refs = tuple(self._signal(word, kind) for word in words)
+        refs = tuple(self._wait_word(word, kind) for word in words)
         if len(set(refs)) != len(refs):
             twice = next(str(ref) for ref in refs if refs.count(ref) > 1)
             raise self._error(f"{twice} is listed twice", kind, hint="list each word once")
@@ -1435,7 +1457,12 @@ def _build(defn: ScheduleDef, world: int, per_node: int, chosen: dict[str, int |
     symbols = tuple(s.symbol() for s in defn.sizes)
     sched = ir.Schedule(name=defn.name, world=world, ranks_per_node=per_node, loc=defn.loc, symbols=symbols,
                         comms=comms, programs=programs, params=tuple(chosen.items()))
-    return sched.model_copy(update={"expect": resolve_all(defn.expect, sched)})
+    sched = sched.model_copy(update={"expect": resolve_all(defn.expect, sched)})
+    waited: dict[str, ir.SourceLoc] = {}
+    for handle in handles:
+        for name, loc in handle._st.waited.items():
+            waited.setdefault(name, loc)
+    return as_signal_words(sched, waited, MAX_SIGNAL_WORDS)
 
 
 def _check_symmetric(handles: list[Rank]) -> None:
