@@ -45,7 +45,13 @@ SEEDED_KINDS = {
 # Seeded bugs the importer refuses (the checker could not order the op soundly): the words of the refusal.
 SEEDED_REFUSED = {
     # rlxwait before a read of the peer's scratch: the read may see stale data on the GPU
-    "reduce_relaxed_wait_read.json": "after the relaxed wait at line 47 (rlxwait: no acquire, so no memory ordering)",
+    "reduce_relaxed_wait_read.json": (0, "after the relaxed wait at line 47 (rlxwait: no acquire, so no memory "
+                                         "ordering)"),
+    # rlxsignal after a copy into scratch that the peer reads after waiting for it: the read may see stale data
+    "reduce_relaxed_signal_copy.json": (1, "signals gpu 0 relaxed here (rlxsignal: no release, so no memory "
+                                           "ordering) after writing its own scratch[0:2] (line 217); gpu 0 thread "
+                                           "block 0 waits for this signal (line 47), and then reads gpu 1's "
+                                           "scratch[0:1] (line 57)"),
 }
 
 
@@ -108,7 +114,8 @@ def test_seeded_bugs_the_importer_refuses_are_refused_at_their_op(name, capsys):
     path = CORPUS / "buggy" / name
     assert cli.main(["check", str(path)]) == 2
     err = capsys.readouterr().err
-    assert f"{name}:{_bug_line(path)}: rank 0: " in err and SEEDED_REFUSED[name] in err and "Traceback" not in err
+    rank, words = SEEDED_REFUSED[name]
+    assert f"{name}:{_bug_line(path)}: rank {rank}: " in err and words in err and "Traceback" not in err, err
 
 
 def _relaxed(path: Path, tmp_path: Path, gpu: int, nth: int) -> Path:
@@ -178,6 +185,67 @@ def test_an_acquiring_wait_on_another_channel_does_not_end_the_window(tmp_path, 
     err = capsys.readouterr().err
     assert f"other_channel.json:{copy_line}: rank 0: copy: thread block 0 reads its own scratch" in err, err
     assert "Traceback" not in err
+
+
+def _ops(plan: dict, gpu: int, tb: int = 0) -> list[dict]:
+    return plan["gpus"][gpu]["threadblocks"][tb]["ops"]
+
+
+def _line_of(path: Path, gpu: int, index: int, tb: int = 0) -> int:
+    """The line of op `index` (counting every op) of thread block `tb` of gpu `gpu` in the file at `path`."""
+    return parse(str(path)).top["gpus"][gpu]["threadblocks"][tb]["ops"][index].line
+
+
+def test_a_relaxed_signal_after_an_access_the_peer_then_conflicts_with_is_refused(tmp_path, capsys):
+    # the seeded plan's gpu 1 copies input chunks 0-1 into scratch, then signals relaxed; gpu 0 waits for it and
+    # reads that scratch (a read after a write, at the rres), then puts into gpu 1's input chunk 0
+    plan = json.loads((CORPUS / "buggy" / "reduce_relaxed_signal_copy.json").read_text())
+    assert [op["name"] for op in _ops(plan, 1)][:3] == ["copy", "nop", "rlxsignal"]
+    # the copy moved to scratch chunks 2-3, which gpu 0 never reads: what is left is gpu 0's rres writing gpu 1's
+    # input chunk 0 after the wait, which gpu 1's copy read before its relaxed signal (a write after a read)
+    for ref in _ops(plan, 1)[0]["dst_buff"]:
+        ref["index"] = 2
+    path = tmp_path / "war.json"
+    path.write_text(json.dumps(plan, indent=2))
+    assert cli.main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    sig, copy, wait, rres = _line_of(path, 1, 2), _line_of(path, 1, 0), _line_of(path, 0, 4), _line_of(path, 0, 6)
+    assert f"war.json:{sig}: rank 1: rlxsignal: thread block 0 signals gpu 0 relaxed here" in err, err
+    assert f"after reading its own buffer[0:2] (line {copy}); gpu 0 thread block 0 waits for this signal (line " \
+        f"{wait}), and then writes gpu 1's buffer[0:1] (line {rres})" in err and "Traceback" not in err, err
+    # the same relaxed signal followed by a release signal that gpu 0 waits for before its rres: verified (the
+    # release orders the copy; gpu 0's last wait counts one more signal)
+    plan = json.loads((CORPUS / "buggy" / "reduce_relaxed_signal_copy.json").read_text())
+    signal = {"name": "signal", "channel_ids": [0], "channel_type": "memory"}
+    _ops(plan, 1).insert(3, signal)
+    wait_op = {"name": "wait", "channel_ids": [0], "channel_type": "memory"}
+    _ops(plan, 0).insert(5, wait_op)
+    path = tmp_path / "released.json"
+    path.write_text(json.dumps(plan, indent=2))
+    assert cli.main(["check", str(path)]) == 0
+    assert "reduce, 2 ranks: verified" in capsys.readouterr().out
+
+
+def test_the_dsl_start_up_handshake_with_relaxed_signals_still_verifies(tmp_path, capsys):
+    # the DSL's handshake: every thread block signals relaxed first, before any access, then waits relaxed;
+    # nothing comes before the relaxed signal for it to leave unordered
+    for name in ("dsl_allreduce_4gpu.json", "dsl_alltoall_4gpu.json", "test_allreduce.json"):
+        plan = json.loads((CORPUS / name).read_text())
+        firsts = {next(op["name"] for op in tb["ops"] if op["name"] != "nop")
+                  for g in plan["gpus"] for tb in g["threadblocks"]}
+        assert firsts == {"rlxsignal"}, name
+        assert cli.main(["check", str(CORPUS / name)]) == 0, capsys.readouterr().err
+        assert ": verified" in capsys.readouterr().out
+    # executor_reduce with a relaxed signal and a wait put first on both gpus: the peer then copies, reduces and
+    # puts (into the signaller's memory too) after waiting for it, but nothing came before the relaxed signal
+    plan = json.loads((CORPUS / "executor_reduce.json").read_text())
+    for g in (0, 1):
+        _ops(plan, g)[0:0] = [{"name": "rlxsignal", "channel_ids": [0], "channel_type": "memory"},
+                              {"name": "wait", "channel_ids": [0], "channel_type": "memory"}]
+    path = tmp_path / "handshake.json"
+    path.write_text(json.dumps(plan, indent=2))
+    assert cli.main(["check", str(path)]) == 0, capsys.readouterr().err
+    assert "reduce, 2 ranks: verified" in capsys.readouterr().out
 
 
 def test_ops_become_their_semantics_at_their_line():

@@ -18,8 +18,8 @@ kernel, `src/core/include/execution_kernel.hpp`, is the reference):
   peer's semaphore: `fence` then `signal_op(add 1)` on the peer's semaphore of the paired channel (the k-th
   channel from gpu a to gpu b is paired with the k-th from b to a, as MSCCL++ connects them). `wait` waits
   for the gpu's own semaphore of that channel to reach the next expected count (`wait_until ge k`, k
-  counting that channel's waits). `rlxsignal` is the increment without the release; `rlxwait` is the wait
-  without the acquire (see "Relaxed waits" below).
+  counting that channel's waits). `rlxsignal` is the increment without the release (see "Relaxed
+  signals" below); `rlxwait` is the wait without the acquire (see "Relaxed waits" below).
 - port channels (a CPU proxy moves the data): `put` is a non-blocking put (`put nbi`: the proxy reads the
   source later, so writing it before the put completes is a race); `signal` comes after the channel's
   earlier puts (`fence`, then the increment); `pws` is both, `pwsf` then flushes; `flush` waits until the
@@ -65,14 +65,35 @@ the window: an acquire synchronizes only with the release it reads, and a barrie
 blocks. The check is conservative (a read it refuses may be ordered by an earlier acquire), never the other
 way.
 
-Not modelled exactly, and said here so that nothing is approximated silently: an `rlxsignal` is a relaxed
-increment, so the signalling thread block's loads and stores before it (and what it acquired before it) are
-not ordered before it on the hardware, while the checker's signal, fence or not, orders them for a peer
-that waits on it; only the puts' delivery is left unordered, as it should be. The DSL puts `rlxsignal`
-first in a thread block (nothing before it to order) or after puts at the end, where only the delivery
-counts. A memory-channel `signal` is a fence to the channel's peer only here, while the hardware's release
-orders the block's writes to every peer: the model can report a race the hardware cannot have, never the
-reverse.
+Relaxed signals. `rlxsignal` is MSCCL++'s `relaxedSignal`: a relaxed atomic increment of the peer's
+semaphore, no release. It becomes a `signal_op` add without a `fence`, which leaves the delivery
+of the block's puts unordered before it, as on the GPU; but the checker performs a thread block's loads and
+stores in program order, so its signal would still order them (and what the block acquired before it) for
+the peer that waits on it, and on the GPU nothing does. The IR has no signal that leaves a thread's own
+accesses unordered, so the importer refuses, at the `rlxsignal`'s line (naming the thread block's access
+and the peer's), a plan in which one of them conflicts with an access only that signal orders after it:
+- the thread block's accesses in the window: its copies, reductions, gets and the reads of its puts (their
+  stores are deliveries, modelled exactly) since its last release `signal` to the same semaphore (a relaxed
+  increment after a release is in that release's release sequence, so a waiter that reads it synchronizes
+  with the release), or since the block's start;
+- the peer's accesses that only the signal orders: those of the thread block that waits on the semaphore,
+  after its wait for the count this signal reaches (any wait on the semaphore, when other thread blocks
+  signal it too) and before its acquiring `wait` for the count of the block's next release signal; if the
+  waiter signals anything (or writes packets) in between, every access of every other thread block counts,
+  as what it signals may order anything after it.
+Two accesses conflict when they overlap in one gpu's memory and one writes (a read after a write: stale
+data; a write after a read: the read may see the new data). When the window holds an acquire (a `wait`,
+a barrier, a `sem_acquire`, a packet read), what it acquired is not ordered before the relaxed signal
+either, so a peer access of the set above that conflicts with any access of a third thread block is
+refused too. The check is conservative, never the other way. The DSL's uses are exact: a relaxed signal
+first in a thread block (the handshake `signal(..., relaxed=True)`, as in the corpus's DSL plans) has an
+empty window and nothing acquired, so the checker's order is the GPU's; a relaxed signal after puts at the
+end, which the peer waits for last, leaves only the puts' delivery to order, which the model does
+(`buggy/reduce_relaxed_final_signal.json`: its unfinished output is found).
+
+Not modelled exactly, and said here so that nothing is approximated silently: a memory-channel `signal` is
+a fence to the channel's peer only here, while the hardware's release orders the block's writes to every
+peer: the model can report a race the hardware cannot have, never the reverse.
 """
 
 from __future__ import annotations
@@ -231,6 +252,7 @@ class _Builder:
         self.chunk = chunk or lcm(*sizes)
         self.loc = ir.SourceLoc(file=plan.file, line=top.line)
         self.relaxed_reads: list[_RelaxedRead] = []  # reads after a relaxed wait, checked once all gpus are built
+        self.blocks: dict[tuple[int, int], _Block] = {}  # (gpu, thread block) -> its ops, for the relaxed signals
 
     def _all_ops(self, tb: Obj) -> list[Obj]:
         ops = tb.get("ops")
@@ -290,6 +312,7 @@ class _Builder:
         for g in self.gpus:
             programs.append(_Rank(self, g).program())
         self.check_relaxed_reads(programs)
+        self.check_relaxed_signals()
         sched = ir.Schedule(name=_name(self.name), world=self.world, ranks_per_node=self.world, loc=self.loc,
                             programs=tuple(programs))
         return sched.model_copy(update={"expect": self.expect()})
@@ -322,6 +345,107 @@ class _Builder:
                         "data and the plan cannot be verified", rank=rr.rank, op=rr.op.get("name"),
                         hint=f"use \"wait\" (the DSL's relaxed=False) at line {rr.wait.line}, or wait on the "
                         "channel again before the read")
+
+    def check_relaxed_signals(self) -> None:
+        """Refuse a plan in which a peer's access that only an rlxsignal orders after the signalling thread
+        block's loads and stores (or after what that block acquired) conflicts with them (see "Relaxed
+        signals" in the module docstring)."""
+        relaxed = [(key, i) for key, b in self.blocks.items() for i, (_o, name, _out) in enumerate(b.events)
+                   if name == "rlxsignal"]
+        if not relaxed:
+            return
+        access = {key: [(i, a) for i, (_o, _n, out) in enumerate(b.events) for o in out for a in _accesses(key[0], o)]
+                  for key, b in self.blocks.items()}
+        signallers: dict[tuple[int, int], set[tuple[int, int]]] = {}  # (gpu, memory semaphore word) -> blocks
+        waiter: dict[tuple[int, int], tuple[int, int]] = {}  # (gpu, word) -> the block that waits on it
+        for key, b in self.blocks.items():
+            for _o, _n, out in b.events:
+                for o in out:
+                    if isinstance(o, ir.SignalUpdate) and o.signal.signal == MEM_SEM:
+                        signallers.setdefault((o.pe, o.signal.index), set()).add(key)
+                    elif isinstance(o, ir.WaitUntil) and o.signal.signal == MEM_SEM:
+                        waiter[(key[0], o.signal.index)] = key
+        for key, i in relaxed:
+            block = self.blocks[key]
+            sig_op = block.events[i][0]
+            for o in block.events[i][2]:
+                target = (o.pe, o.signal.index)
+                if target in waiter:
+                    self.check_relaxed_signal(key, i, sig_op, target, waiter[target],
+                                              signallers[target] == {key}, access)
+
+    def check_relaxed_signal(self, key: tuple[int, int], at: int, sig_op: Obj, target: tuple[int, int],
+                             wkey: tuple[int, int], alone: bool, access: dict) -> None:
+        """The rlxsignal `at` (an event index) of block `key` to semaphore word `target`, waited on by `wkey`."""
+        events = self.blocks[key].events
+
+        def signals(lo: int, hi: int, release_only: bool = False) -> list[int]:
+            return [e for e in range(lo, hi) for o in events[e][2] if isinstance(o, ir.SignalUpdate)
+                    and (o.pe, o.signal.index) == target and (events[e][1] == "signal" or not release_only)]
+
+        # the window: since the block's last release signal to that word (the relaxed increment is in that
+        # release's release sequence, so a waiter reading it synchronizes with that release) or the block's start
+        start = max(signals(0, at, release_only=True), default=-1) + 1
+        mine = [(e, a) for e, a in access[key] if start <= e < at and not a[5]]
+        acquired = next((events[e][0] for e in range(start, at)
+                         if events[e][1] in ("wait", "barrier", "sem_acquire")
+                         or any(isinstance(o, ir.WaitUntilAll) for o in events[e][2])), None)
+        if not mine and acquired is None:
+            return
+        # the waiter's ops that only this signal may order: after its wait for the j-th increment (any wait on
+        # the word when other blocks signal it too) and before its acquiring wait for the count of this block's
+        # next release signal to the word
+        j = len(signals(0, at)) + 1 if alone else 1
+        later = signals(at + 1, len(events), release_only=True)
+        upto = len(signals(0, later[0])) + 1 if alone and later else None
+        wevents = self.blocks[wkey].events
+        first = last = None
+        for e, (_o, name, out) in enumerate(wevents):
+            for o in out:
+                if isinstance(o, ir.WaitUntil) and o.signal.signal == MEM_SEM and o.signal.index == target[1]:
+                    if upto is not None and name == "wait" and o.value >= upto:
+                        last = e  # synchronizes with the later release, which comes after the window
+                    elif first is None and o.value >= j:
+                        first = e
+            if last is not None:
+                break
+        if first is None or (last is not None and last <= first):
+            return
+        stop = last if last is not None else len(wevents)
+        theirs = [(wkey, e, a) for e, a in access[wkey] if first < e < stop]
+        spread = next((wevents[e][0] for e in range(first + 1, stop) for o in wevents[e][2]
+                       if isinstance(o, (ir.SignalUpdate, ir.PutSignal))), None)
+        if spread is not None:  # what the waiter releases after the wait orders anything after it, anywhere
+            theirs += [(k, e, a) for k, accs in access.items() if k not in (key, wkey) for e, a in accs]
+        gpu, tid = key
+        what = f"thread block {tid} signals gpu {target[0]} relaxed here (rlxsignal: no release, so no memory ordering)"
+        hint = (f"use \"signal\" (the DSL's relaxed=False) at line {sig_op.line}, or have the peer wait for a "
+                "release signal sent after that access")
+        via = "" if spread is None else (f", and what it signals after that wait (line {spread.line}) orders "
+                                         "everything after it")
+        for k, e, z in theirs:
+            for _e, x in mine:
+                if _overlap(x, z):
+                    through = via if k != wkey else ""
+                    raise self.plan.error(
+                        sig_op, f"{what} after {_say(gpu, x, True)} (line {x[6]}); gpu {wkey[0]} thread block "
+                        f"{wkey[1]} waits for this signal (line {wevents[first][0].line}){through}, and "
+                        f"{_who(k, wkey)} {_say(k[0], z, False)} (line {z[6]}), so the two accesses are not "
+                        "ordered on the GPU and the plan cannot be verified", rank=gpu, op="rlxsignal", hint=hint)
+        if acquired is None or not theirs:
+            return
+        for k, e, z in theirs:
+            for k2, accs in access.items():
+                if k2 in (key, k):
+                    continue
+                for _e, v in accs:
+                    if _overlap(v, z):
+                        raise self.plan.error(
+                            sig_op, f"{what} after acquiring at line {acquired.line}: what it acquired is not "
+                            f"ordered before this signal; gpu {wkey[0]} thread block {wkey[1]} waits for it (line "
+                            f"{wevents[first][0].line}){via}, and {_who(k, wkey)} {_say(k[0], z, False)} (line "
+                            f"{z[6]}), which gpu {k2[0]} thread block {k2[1]} also {'writes' if v[5] else 'reads'} "
+                            f"(line {v[6]}), so the plan cannot be verified", rank=gpu, op="rlxsignal", hint=hint)
 
     def expect(self) -> tuple[ir.Expectation, ...]:
         n, c, coll = self.world, self.chunk, self.collective
@@ -386,6 +510,31 @@ def _writes(rank: int, op) -> list[tuple[int, ir.Region]]:
     if isinstance(op, (ir.Get, ir.Copy, ir.LocalReduce)):
         return [(rank, op.dst)]
     return []
+
+
+def _accesses(rank: int, op) -> list[tuple]:
+    """The memory accesses of an op this importer emits, tmp left out (a thread block's own): (the gpu whose
+    memory it is, buffer, start, stop, writes, delivered later (a put's store), line)."""
+    line = op.loc.line if op.loc else 0
+    out = [(owner, r.buffer, r.start, r.stop, False, False, line) for owner, r in _reads(rank, op)]
+    delivered = isinstance(op, (ir.Put, ir.PutSignal))
+    out += [(owner, r.buffer, r.start, r.stop, True, delivered, line) for owner, r in _writes(rank, op)]
+    return [a for a in out if a[1] != "tmp"]
+
+
+def _overlap(a: tuple, b: tuple) -> bool:
+    """Two accesses of `_accesses` conflict: the same memory, overlapping, one a write."""
+    return a[:2] == b[:2] and a[2] < b[3] and b[2] < a[3] and (a[4] or b[4])
+
+
+def _say(me: int, a: tuple, own: bool) -> str:
+    whose = "its own" if a[0] == me else f"gpu {a[0]}'s"
+    verb = ("writing" if a[4] else "reading") if own else ("writes" if a[4] else "reads")
+    return f"{verb} {whose} {a[1]}[{a[2]}:{a[3]}]"
+
+
+def _who(k: tuple[int, int], waiter: tuple[int, int]) -> str:
+    return "then" if k == waiter else f"gpu {k[0]} thread block {k[1]}"
 
 
 def _slice(n: int, index: int, slices: int) -> int:
@@ -511,6 +660,7 @@ class _Rank:
                                      rank=me, hint="list the channel type in its access_channel_types")
                 refs[kind].append(i)
         ctx = _Block(self, tb, tid, chans, refs)
+        self.b.blocks[(me, tid)] = ctx
         ops: list = []
         for op in plan.objects(tb, "ops", what):
             ops += ctx.op(op)
@@ -537,6 +687,7 @@ class _Block:
         self.memory_writes = False  # this block writes peers' memory through memory channels
         self.relaxed: dict[int, Obj] = {}  # memory channel -> its relaxed wait, until an acquiring wait on it
         self.packet_reads: list[ir.Region] = []  # the regions the current op reads as packets
+        self.events: list[tuple[Obj, str, list]] = []  # each op of the plan: (its object, its name, what it became)
 
     def error(self, op: Obj, message: str, hint: str | None = None) -> ScheduleError:
         return self.plan.error(op, message, rank=self.me, op=op.get("name"), hint=hint)
@@ -607,6 +758,7 @@ class _Block:
         handler = getattr(self, "op_" + name)
         self.packet_reads = []
         out = handler(op, loc, chtype, srcs, dsts)
+        self.events.append((op, name, out))
         if self.relaxed:
             # a packet carries its flag, so reading one is valid without an acquire; anything else is recorded
             reads = [(owner, r) for o in out for owner, r in _reads(self.me, o)
