@@ -80,6 +80,8 @@ def busbw_factor(sched: ir.Schedule) -> tuple[float, str]:
     """nccl-tests' bus bandwidth factor for the schedule's postcondition, and its name."""
     n = sched.world
     label = sched.expect[0].label if sched.expect else ""
+    if label.startswith("mscclpp "):  # an MSCCL++ plan's: "mscclpp allreduce", "mscclpp reducescatter"
+        label = label.removeprefix("mscclpp ").replace("reducescatter", "reduce_scatter")
     if label.startswith("allreduce"):
         return 2 * (n - 1) / n, "allreduce"
     if label.startswith(("allgather", "reduce_scatter", "alltoall")):
