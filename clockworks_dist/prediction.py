@@ -16,10 +16,12 @@ from collections.abc import Iterable
 from .dsl import ScheduleDef
 from .dsl import params as params_mod
 from .errors import ClockworksError, TopologyError
-from .importers.msccl import ImportedDef
+from .importers.imported import is_imported
 from .ir import DTYPE_BYTES
 from .perf.costs import RunConditions
-from .perf.predict import imported_pricing, imported_sizes, main_buffer, parse_sizes, pinned_bytes, predict_sizes
+from .perf.predict import (
+    imported_conditions, imported_pricing, imported_sizes, main_buffer, parse_sizes, pinned_bytes, predict_sizes,
+)
 from .report.perf import PredictionReport
 from .topology import choose_topology, gpus
 
@@ -43,7 +45,8 @@ def predict(defn: ScheduleDef, topology: str | os.PathLike, *, ranks: int | None
     The result (`report.perf.PredictionReport`) holds each size's time, algbw, busbw, bound and
     timeline, the scaling sweep, the topology file used and whether it is calibrated (`warning`
     says what to do when it is not)."""
-    if not isinstance(defn, (ScheduleDef, ImportedDef)):
+    imported = is_imported(defn)  # an MSCCL XML file or an MSCCL++ plan (`importers.imported`)
+    if not isinstance(defn, ScheduleDef) and not imported:
         raise ClockworksError(f"predict takes a schedule (cw.load_file(FILE)[0], or a @cw.schedule function), "
                               f"got {type(defn).__name__}")
     sizes = _sizes(sizes)
@@ -58,13 +61,15 @@ def predict(defn: ScheduleDef, topology: str | os.PathLike, *, ranks: int | None
         for n, option in [(world, None)] + [(n, "--scaling") for n in scaling]:
             if n > available:
                 what = f"{option} {n}: {n} ranks" if option else f"the schedule has {n} ranks"
+                if imported and not option:  # the file fixes its world: name it
+                    what = f"{defn.loc.file}:{defn.loc.line}: {what}"
                 raise TopologyError(f"{what} but {topo.name} has {available} GPUs (use a larger topology, or "
                                     "--nodes with a cluster template)")
         bigger = [choose_topology(topology, nodes=count).topology for count in scale_nodes]
         per_node = defn.ranks_per_node
 
-        # an imported MSCCL algorithm's thread blocks move every step with the file's protocol
-        conditions = RunConditions(protocol=defn.protocol) if isinstance(defn, ImportedDef) else RunConditions()
+        # an imported file's thread blocks move every step with its protocol, each put is one block's
+        conditions = imported_conditions(defn) if imported else RunConditions()
 
         def at(topo, world: int, sizes: list[int], per_node: int | None):
             try:
@@ -77,7 +82,7 @@ def predict(defn: ScheduleDef, topology: str | os.PathLike, *, ranks: int | None
         fixed = _fixed_size(defn, world, per_node, symbols)
         if fixed and sizes is not None:
             raise ClockworksError(_sweep_and_binding(defn, world, per_node, symbols))
-        if sizes is None and isinstance(defn, ImportedDef):  # whole numbers of the algorithm's chunks
+        if sizes is None and imported:  # whole numbers of the file's chunks
             sizes = imported_sizes(defn, world, per_node)
         results = at(topo, world, [fixed] if fixed else sizes or parse_sizes(DEFAULT_SIZES), per_node)
 
@@ -87,7 +92,7 @@ def predict(defn: ScheduleDef, topology: str | os.PathLike, *, ranks: int | None
 
         found = PredictionReport(defn.name, topo.name, world, mode, results, topology_file=chosen.file,
                                  calibrated=chosen.calibrated, warning=chosen.warning(), symbols=symbols,
-                                 priced=imported_pricing(defn) if isinstance(defn, ImportedDef) else "")
+                                 priced=imported_pricing(defn) if imported else "")
         found.scaling += [(n, at(topo, n, largest(n, per_node), per_node)[0]) for n in scaling]
         for other in bigger:
             count, other_per_node = len(gpus(other)), len(gpus(other)) // max(other.nodes, 1)

@@ -192,7 +192,10 @@ def _expect(alg: XmlAlgorithm, sched: ir.Schedule, chunk: int) -> tuple[ir.Expec
 class ImportedDef:
     """An imported algorithm, in the shape the commands load schedules in (`dsl.trace.ScheduleDef`):
     its world is the file's, and it has no sizes or parameters to bind. A message size (`predict
-    --sizes`) sets the chunk (`trace_chunk`, `perf.predict.imported_chunk`)."""
+    --sizes`) sets the chunk (`trace_chunk`, `perf.predict.imported_chunk`): it is an `imported.Imported`."""
+
+    chunk_unit = 1  # a chunk may hold any number of elements
+    packet_signal = None  # its steps are NCCL sends and recvs, priced with the protocol
 
     def __init__(self, path: str, chunk: int = 1, slots: int = DEFAULT_SLOTS):
         self.alg = parse(path)
@@ -221,6 +224,19 @@ class ImportedDef:
     def protocol(self) -> str:
         """The protocol the file's thread blocks move every step with (`proto`: Simple, LL, LL128)."""
         return self.alg.proto
+
+    @property
+    def pricing(self) -> str:
+        """How `clockworks predict` prices the algorithm (the report's "priced as" line)."""
+        proto = self.protocol
+        text = (f"each step's send and recv as an NCCL send/recv with the file's protocol, {proto}, on one channel "
+                "(its thread block), starting no kernel of its own (one kernel per GPU, started once); reduces and "
+                "copies as kernels over HBM; each dependency flag as an NVSHMEM signal to the GPU itself; the whole "
+                "message in one pass (MSCCL's loops over a large message are not modelled)")
+        if proto == "LL128":
+            text += ("; LL128's point-to-point constants were never measured (NCCL's own sends use LL or Simple): "
+                     "the library's values")
+        return text
 
     def trace_chunk(self, world: int, chunk: int, ranks_per_node: int | None = None) -> ir.Schedule:
         """The algorithm with `chunk` elements per chunk (`perf.predict` sets it from a message size)."""

@@ -1102,11 +1102,15 @@ def to_schedule(plan: Plan, chunk: int | None = None) -> ir.Schedule:
 
 class ImportedPlan:
     """An imported plan, in the shape the commands load schedules in (`dsl.trace.ScheduleDef`): its world
-    is the plan's, and it has no sizes or parameters to bind."""
+    is the plan's, and it has no sizes or parameters to bind. A message size (`predict --sizes`) sets the
+    chunk (`trace_chunk`, `perf.predict.imported_chunk`): it is an `imported.Imported`."""
+
+    packet_signal = PKT_FLAG  # a packet op's put_signals carry their flag in the data (LL)
 
     def __init__(self, path: str, chunk: int | None = None, text: str | None = None):
         self.plan = parse(path, text)
         self.chunk = chunk
+        self._unit: int | None = None
         name = self.plan.top.get("name")
         self.name = _name(name if isinstance(name, str) else "mscclpp")
         self.loc = ir.SourceLoc(file=os.path.basename(path), line=self.plan.top.line)
@@ -1122,13 +1126,79 @@ class ImportedPlan:
         return [{}]
 
     def trace(self, world: int, ranks_per_node: int | None = None, sizes=None, params=None) -> ir.Schedule:
+        self._refuse(world, sizes, params)
+        return self._placed(to_schedule(self.plan, self.chunk), ranks_per_node)
+
+    def _refuse(self, world: int, sizes=None, params=None) -> None:
         if world != self.world:
             raise ScheduleError(f"the plan is written for {self.world} GPUs, not {world}", file=self.loc.file,
                                 line=self.loc.line, hint=f"use --ranks {self.world} (or leave it out)")
         if sizes or params:
             raise ScheduleError("an imported plan has no sizes or parameters to bind", file=self.loc.file,
                                 line=self.loc.line, hint="leave out --size and --param")
-        sched = to_schedule(self.plan, self.chunk)
-        if ranks_per_node:
-            sched = sched.model_copy(update={"ranks_per_node": ranks_per_node})
-        return sched
+
+    @staticmethod
+    def _placed(sched: ir.Schedule, ranks_per_node: int | None) -> ir.Schedule:
+        return sched.model_copy(update={"ranks_per_node": ranks_per_node}) if ranks_per_node else sched
+
+    @property
+    def chunk_unit(self) -> int:
+        """The fewest elements a chunk holds: what every thread block group of the plan cuts evenly (the
+        default chunk of `to_schedule`)."""
+        if self._unit is None:
+            self._unit = _Builder(self.plan, None).chunk
+        return self._unit
+
+    @property
+    def protocol(self) -> str:
+        """The plan's `protocol` (Simple or LL: LL plans move their data in packets)."""
+        return str(self.plan.top.get("protocol", "Simple"))
+
+    @property
+    def pricing(self) -> str:
+        """How `clockworks predict` prices the plan (the report's "priced as" line)."""
+        unit = self.chunk_unit
+        piece = "each chunk" if unit == 1 else f"each 1/{unit} of a chunk (the thread block groups' cut)"
+        return ("each memory-channel put (put, and the remote writes of res and rres) as an NVSHMEM put over the "
+                "links from one thread block (its own stores, at one block's rate), each remote read (get, rre, "
+                "rres) as an NVSHMEM get by one thread block; packet writes (LL: ppkt, rppkt, cpkt, respkt, recpkt, "
+                f"recspkt) as the packet path, {piece} one stream of 16-byte stores of 8 data bytes and their "
+                "flag (twice the bytes, no fence); port-channel puts as NVSHMEM puts by the thread block (the CPU "
+                "proxy's own costs are not modelled); signals as a fence and an NVSHMEM signal, waits, barriers "
+                "and semaphores as waits on signal words; copies and reduces as HBM traffic; one kernel per GPU, "
+                "started once; the whole message in one pass")
+
+    def trace_chunk(self, world: int, chunk: int, ranks_per_node: int | None = None) -> ir.Schedule:
+        """The plan with `chunk` elements per chunk (a multiple of `chunk_unit`; `perf.predict` sets it from a
+        message size): the plan at `chunk_unit` with every element `chunk // chunk_unit` elements wide, which
+        is the plan at `chunk` (every region scales with the chunk there) except that a packet's flag covers
+        that many elements, so that a packet op is as many puts at any size."""
+        self._refuse(world)
+        unit = self.chunk_unit
+        if chunk < 1 or chunk % unit:
+            raise ScheduleError(f"a chunk of {chunk} elements: the plan's thread block groups cut chunks of "
+                                f"multiples of {unit}", file=self.loc.file, line=self.loc.line,
+                                hint=f"use a multiple of {unit} elements per chunk")
+        return self._placed(_widened(to_schedule(self.plan, unit), chunk // unit), ranks_per_node)
+
+
+def _widened(node, k: int):
+    """`node` (a schedule, or any part of one) with every buffer and region `k` times as many elements
+    (signals unchanged)."""
+    if k == 1:
+        return node
+    if isinstance(node, ir.Region):
+        return node.model_copy(update={"start": node.start * k, "stop": node.stop * k})
+    if isinstance(node, ir.BufferDecl):
+        return node.model_copy(update={"count": node.count * k})
+    if isinstance(node, tuple):
+        return tuple(_widened(x, k) for x in node)
+    if isinstance(node, ir.Frozen) and not isinstance(node, (ir.SignalDecl, ir.SignalRef, ir.SourceLoc)):
+        update = {}
+        for name in type(node).model_fields:
+            value = getattr(node, name)
+            new = _widened(value, k)
+            if new is not value:
+                update[name] = new
+        return node.model_copy(update=update) if update else node
+    return node

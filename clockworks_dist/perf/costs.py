@@ -63,6 +63,9 @@ class RunConditions:
     # The protocol every NCCL send/recv uses, "LL", "LL128" or "Simple" (an imported MSCCL algorithm's
     # `proto`: its thread blocks move every step with it); None: the protocol NCCL picks per send.
     protocol: str | None = None
+    # The signal whose put_signals are flag-in-data packets (an MSCCL++ plan's LL packet flags,
+    # `importers.mscclpp.PKT_FLAG`): each is timed as the packet path, as a lowering's packet sends are.
+    packet_signal: str | None = None
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from .. import ir
 from ..errors import ScheduleError
-from ..importers.msccl import ImportedDef
+from ..importers.imported import Imported, is_imported
 from ..lowering import Build, lower
 from ..topology.model import Constants
 from .costs import RunConditions, host_cost, launches_kernel
@@ -21,34 +21,39 @@ from ..dsl.message import (  # noqa: F401  (the message size is the DSL's: re-ex
     MAX_SIZE, MAX_SIZES, main_buffer, parse_size, parse_sizes, pinned_bytes, size_binding,
 )
 
-def imported_chunk(defn: ImportedDef, base: ir.Schedule, nbytes: int) -> int:
-    """The chunk (elements) that gives an imported algorithm `nbytes` bytes per rank in its main
+def imported_chunk(defn: Imported, base: ir.Schedule, nbytes: int) -> int:
+    """The chunk (elements) that gives an imported algorithm or plan `nbytes` bytes per rank in its main
     buffer (nccl-tests' convention, as for any schedule: an all-gather's gathered output, else its
-    input): that buffer holds the file's chunks (`i_chunks` or `o_chunks`), so a chunk is
-    nbytes / (chunks * element bytes); a size that is not a whole number of them is an error naming
-    the multiple to use. `base`: the algorithm traced with its own chunk."""
+    input): that buffer holds the file's chunks, so a chunk is nbytes / (chunks * element bytes), a
+    whole number of `chunk_unit` elements; a size that is not is an error naming the multiple to use.
+    `base`: the file traced at its `chunk_unit` (`imported_base`)."""
     buf = main_buffer(base)
-    chunks = buf.count // defn.chunk
     step = imported_step(defn, base)
     if nbytes % step:
         low, high = max(step, nbytes // step * step), (nbytes // step + 1) * step
-        raise ScheduleError(f"{nbytes} bytes per rank is not a whole number of chunks: the algorithm's {buf.name} "
-                            f"holds {chunks} chunks of {buf.dtype} elements", file=defn.loc.file, line=defn.loc.line,
-                            hint=f"pick multiples of {step} bytes, e.g. {low} or {high}")
-    return nbytes // step
+        elements = f"{defn.chunk_unit} {buf.dtype} elements" if defn.chunk_unit > 1 else f"{buf.dtype} elements"
+        raise ScheduleError(f"{nbytes} bytes per rank is not a whole number of chunks: the {buf.name} holds "
+                            f"{buf.count // defn.chunk_unit} chunks of {elements}", file=defn.loc.file,
+                            line=defn.loc.line, hint=f"pick multiples of {step} bytes, e.g. {low} or {high}")
+    return nbytes // step * defn.chunk_unit
 
 
-def imported_step(defn: ImportedDef, base: ir.Schedule) -> int:
-    """The bytes per rank of one element per chunk of an imported algorithm: its message sizes are
-    multiples of this (`imported_chunk`)."""
+def imported_base(defn: Imported, world: int, ranks_per_node: int | None = None) -> ir.Schedule:
+    """The imported file traced at its smallest chunk (`chunk_unit` elements)."""
+    return defn.trace_chunk(world, defn.chunk_unit, ranks_per_node)
+
+
+def imported_step(defn: Imported, base: ir.Schedule) -> int:
+    """The bytes per rank of an imported file at its smallest chunk (`base`, `imported_base`): its
+    message sizes are multiples of this (`imported_chunk`)."""
     buf = main_buffer(base)
-    return buf.count // defn.chunk * ir.DTYPE_BYTES[buf.dtype]
+    return buf.count * ir.DTYPE_BYTES[buf.dtype]
 
 
-def imported_sizes(defn: ImportedDef, world: int, ranks_per_node: int | None = None) -> list[int]:
-    """An imported algorithm's default sweep: 1KiB..1GiB as for any schedule, each size rounded up to
-    a whole number of chunks (powers of two times `imported_step`)."""
-    step = imported_step(defn, defn.trace(world, ranks_per_node))
+def imported_sizes(defn: Imported, world: int, ranks_per_node: int | None = None) -> list[int]:
+    """An imported file's default sweep: 1KiB..1GiB as for any schedule, each size rounded up to a
+    whole number of chunks (powers of two times `imported_step`)."""
+    step = imported_step(defn, imported_base(defn, world, ranks_per_node))
     size = step
     while size < 1024:
         size *= 2
@@ -59,24 +64,24 @@ def imported_sizes(defn: ImportedDef, world: int, ranks_per_node: int | None = N
     return sizes
 
 
-def imported_pricing(defn: ImportedDef) -> str:
-    """How an imported MSCCL algorithm is priced, in a line for the report: what each of its parts
-    costs in the model, and what is not modelled."""
-    proto = defn.protocol
-    text = (f"each step's send and recv as an NCCL send/recv with the file's protocol, {proto}, on one channel "
-            "(its thread block), starting no kernel of its own (one kernel per GPU, started once); reduces and "
-            "copies as kernels over HBM; each dependency flag as an NVSHMEM signal to the GPU itself; the whole "
-            "message in one pass (MSCCL's loops over a large message are not modelled)")
-    if proto == "LL128":
-        text += ("; LL128's point-to-point constants were never measured (NCCL's own sends use LL or Simple): "
-                 "the library's values")
-    return text
+def imported_conditions(defn: Imported) -> RunConditions:
+    """How an imported file runs: its thread blocks move every send and recv with the file's protocol
+    (`protocol`), each put or get is one thread block's (`nvshmem_blocks=1`), and its packet writes are
+    the packet path (`packet_signal`)."""
+    return RunConditions(protocol=defn.protocol, nvshmem_blocks=1, packet_signal=defn.packet_signal)
+
+
+def imported_pricing(defn: Imported) -> str:
+    """How an imported file is priced, in a line for the report (`Imported.pricing`)."""
+    return defn.pricing
 
 
 def busbw_factor(sched: ir.Schedule) -> tuple[float, str]:
     """nccl-tests' bus bandwidth factor for the schedule's postcondition, and its name."""
     n = sched.world
     label = sched.expect[0].label if sched.expect else ""
+    if label.startswith("mscclpp "):  # an MSCCL++ plan's: "mscclpp allreduce", "mscclpp reducescatter"
+        label = label.removeprefix("mscclpp ").replace("reducescatter", "reduce_scatter")
     if label.startswith("allreduce"):
         return 2 * (n - 1) / n, "allreduce"
     if label.startswith(("allgather", "reduce_scatter", "alltoall")):
@@ -143,10 +148,12 @@ def predict_sizes(defn, topo, world: int, sizes: list[int], consts: Constants | 
     consts = consts or topo.constants
     out = []
     network = from_topology(topo, world)
-    base = defn.trace(world, ranks_per_node, sizes=symbols)
+    imported = is_imported(defn)
+    base = imported_base(defn, world, ranks_per_node) if imported else defn.trace(world, ranks_per_node,
+                                                                                   sizes=symbols)
     calls = build.calls if build is not None else 1
     for nbytes in sizes:
-        if isinstance(defn, ImportedDef):  # the message size sets the chunk
+        if imported:  # the message size sets the chunk
             sched = defn.trace_chunk(world, imported_chunk(defn, base, nbytes), ranks_per_node)
         else:
             binding = {**(symbols or {}), **size_binding(defn, world, nbytes, ranks_per_node, base)}

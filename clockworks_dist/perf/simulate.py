@@ -42,7 +42,8 @@ something in flight; a fence op itself emits nothing there. A run of calls with 
 where the plan says so: `end_fence`), at a plain kernel's start (`local_graph_launch_us`, and eagerly
 the host's issue of it; in a graph `cooperative_launch_us` more where it is launched cooperatively), where
 one kernel for the calls has a handoff between its blocks instead.
-A put_signal sent as flag-in-data packets (`RunConditions.packet_sends`, `--packets`) is one stream of
+A put_signal sent as flag-in-data packets (`RunConditions.packet_sends`, `--packets`; or on the signal
+`RunConditions.packet_signal` names, an MSCCL++ plan's LL packets) is one stream of
 16-byte stores carrying its data and flag: twice the bytes, no fence, so it lands one route latency
 after its last store left. In an NVSHMEM program generated with `--copy-engine SIZE`
 (`RunConditions.copy_engine`) a put of at least SIZE bytes is a copy on the stream between two
@@ -721,7 +722,8 @@ class Simulator:
         issue = self.issues.pop((issuer, index))
         note: dict = {}
         nbytes = rule.nbytes(op, issuer, self._size)
-        packets = (issuer, index) in self.packet_sends
+        packets = (issuer, index) in self.packet_sends or (
+            op.kind == "put_signal" and op.signal.signal == self.conditions.packet_signal)
         if (issuer, index) in self.free:  # a thread's end lands as it is issued
             self.engine.at(self.now, lambda: self._landed(action, op, issue, note))
             return
