@@ -73,7 +73,7 @@ def test_one_thread_and_holds_derive_from_each_cost_rule():
     assert {k for k, c in COSTS.items() if c.one_thread} == {
         "wait_until", "wait_until_all", "wait_until_any", "fence", "quiet", "signal_op", "atomic", "fetch_atomic",
         "barrier_all", "sync_all",
-        # waits of a rank's threads, not timed yet (the simulator refuses threads)
+        # waits of a rank's threads (semantics/threads.py lowers them to signal words before anything is timed)
         "record_event", "wait_event", "thread_barrier",
         # NVSHMEM team ops and a plain store to the rank's own signal word: one thread, no buffer's bytes
         "team_split", "team_barrier", "signal_store"}
