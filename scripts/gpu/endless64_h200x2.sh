@@ -43,7 +43,7 @@ if [ "$STEP" = build ] || [ "$STEP" = all ]; then
   for v in $VARIANTS; do cp $W/$v/build.log "$OUT/$v.build.log"; done
 fi
 [ "$STEP" = build ] && exit 0
-nvidia-smi -L > "$OUT/gpus.txt" 2>&1
+{ nvidia-smi -L; nvidia-smi topo -m; } > "$OUT/gpus.txt" 2>&1
 for n in $(seq 1 ${RUNS:-2}); do
   for v in $VARIANTS; do
     if [ ! -x $W/$v/${NAME}_test ]; then echo "$v: no binary"; tail -n 5 $W/$v/build.log; continue; fi

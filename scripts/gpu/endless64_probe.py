@@ -252,11 +252,11 @@ def summary(out: Path) -> None:
             if not rec["count_ok"]:
                 row["count_bad"] += 1
                 row["words"] = row["words"] or (rec["round"], rec["words"])
-    print("variant run rank bytes | calls with a wrong part | mismatches per part (blocks 1, 2, 0 at 64 KiB) | "
+    print("variant run rank bytes | calls | calls with a wrong part | mismatches per part (blocks 1, 2, 0 at 64 KiB) | "
           "first wrong round | calls with wrong count words (first: round, words)")
     for (variant, run, rank, size), row in sorted(rows.items()):
-        print(f"{variant} {run} {rank} {size} | {row['bad_calls']} | {row['parts']} | {row['first']} | "
-              f"{row['count_bad']} {row['words'] or ''}")
+        print(f"{variant} {run} {rank} {size} | {row['calls']} | {row['bad_calls']} | {row['parts']} | "
+              f"{row['first']} | {row['count_bad']} {row['words'] or ''}")
 
 
 def main(argv: list[str]) -> int:
