@@ -15,7 +15,8 @@
 #   python3 scripts/gpu/endless64_probe.py prepare build/endless64
 # Results under $OUT: <variant>.<n>.jsonl (the driver's lines per PE and size), <variant>.<n>.probe.jsonl
 # (a line per call where a part was wrong or a count word was not the calls since the size's reset, and
-# the first calls and every 250th), summary.txt (endless64_probe.py summary), the logs.
+# the first calls and every 250th), summary.txt (endless64_probe.py summary), gpus.txt (the GPUs, their
+# NVLink topology and link state, ECC counters: a fault of the machine is one of the answers), the logs.
 #   WHEELS=DIR  the wheels the machine's Python lacks (env.sh)
 #   STEP=build | run | all (default all): the k32 source (1.7 MB) takes minutes to compile; with the
 #               machine held, STEP=build then STEP=run keeps each call under the device's limit
@@ -43,7 +44,7 @@ if [ "$STEP" = build ] || [ "$STEP" = all ]; then
   for v in $VARIANTS; do cp $W/$v/build.log "$OUT/$v.build.log"; done
 fi
 [ "$STEP" = build ] && exit 0
-{ nvidia-smi -L; nvidia-smi topo -m; } > "$OUT/gpus.txt" 2>&1
+{ nvidia-smi -L; nvidia-smi topo -m; nvidia-smi nvlink -s; nvidia-smi -q -d ECC; } > "$OUT/gpus.txt" 2>&1
 for n in $(seq 1 ${RUNS:-2}); do
   for v in $VARIANTS; do
     if [ ! -x $W/$v/${NAME}_test ]; then echo "$v: no binary"; tail -n 5 $W/$v/build.log; continue; fi
