@@ -223,7 +223,9 @@ def prepare(out: Path) -> None:
     patched_driver = patch_driver(driver)
     for variant in VARIANTS:
         d = out / variant
-        d.mkdir(exist_ok=True)
+        if d.exists():  # nothing built before is carried to the GPU machine with the sources
+            shutil.rmtree(d)
+        d.mkdir()
         (d / f"{NAME}.h").write_text(header)
         (d / f"{NAME}.cu").write_text(patch_library(sources[variant], variant))
         (d / f"{NAME}_test.cu").write_text(patched_driver)
