@@ -56,8 +56,11 @@ def test_the_library_patch_knows_which_count_it_reads():
     assert "cwl_sizes[k].grid" in probe.patch_library(per_block, "per_block")
     volatile = probe.patch_library(per_block, "per_block_volatile")
     assert probe.PER_BLOCK_READ not in volatile and probe.VOLATILE_READ in volatile
+    fenced = probe.patch_library(per_block, "per_block_fenced")
+    assert probe.PER_BLOCK_READ not in fenced and probe.FENCED_READ in fenced
     assert "std::min(n, 2)" in probe.patch_library(shared, "shared")
-    for text, variant in ((shared, "per_block"), (per_block, "shared"), (shared, "per_block_volatile")):
+    for text, variant in ((shared, "per_block"), (per_block, "shared"), (shared, "per_block_volatile"),
+                          (shared, "per_block_fenced")):
         with pytest.raises(ValueError, match="does not have the call count"):
             probe.patch_library(text, variant)
 

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Why the count-per-block library gave wrong sums at 64 KiB (results/h200x2/library_endless/README.md,
-# "Why the count-per-block build was wrong"): four builds of the same 2-rank all-reduce winners side by
+# "Why the count-per-block build was wrong"): five builds of the same 2-rank all-reduce winners side by
 # side on one 2 x H200 lease, every driver with the same calls (1,000 in a row per size, new inputs
 # before each, every output element checked bit for bit, in three parts: at 64 KiB the thirds blocks
 # 1, 2 and 0 of the kernel reduce) and each library's call count words read back after every call:
@@ -9,7 +9,9 @@
 #                       (what tune --emit --calls-without-end emits today)
 #   per_block           one count per block, read at the kernel's start (commit c3e684b, measured wrong)
 #   per_block_volatile  the same, the count read by a volatile load (not through the L1 cache)
-# run in the order k32, shared, per_block, per_block_volatile, twice. Sizes above CWT_PROBE_MAX_BYTES
+#   per_block_fenced    the same, a fence and a block barrier after the read (the shared count's, at
+#                       every kernel's start), the count still per block
+# run in the order k32, shared, per_block, per_block_volatile, per_block_fenced, twice. Sizes above CWT_PROBE_MAX_BYTES
 # (default 1 MiB) are skipped: the question is at 64 KiB, the 1 KiB to 1 MiB sizes are the controls.
 # Prepare on a CPU machine, in a git checkout (per_block is read from the history), and carry the folder:
 #   python3 scripts/gpu/endless64_probe.py prepare build/endless64
@@ -32,7 +34,7 @@ SRC=${SRC:-build/endless64}
 W=/tmp/cw-endless64-work
 STEP=${STEP:-all}
 export CWT_PROBE_MAX_BYTES=${CWT_PROBE_MAX_BYTES:-1048576}
-VARIANTS="k32 shared per_block per_block_volatile"
+VARIANTS="k32 shared per_block per_block_volatile per_block_fenced"
 if [ "$STEP" = build ] || [ "$STEP" = all ]; then
   rm -rf $W; mkdir -p $W
   for v in $VARIANTS; do

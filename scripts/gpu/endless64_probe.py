@@ -11,9 +11,11 @@
 - shared: what `tune --emit --calls-without-end` emits today (one call count per PE, an atomic
   arrival and a fence at every kernel's start);
 - per_block: the source measured wrong, as commit c3e684b committed it (one call count per block);
-- per_block_volatile: the same with the count read by a volatile load (not through the L1 cache).
+- per_block_volatile: the same with the count read by a volatile load (not through the L1 cache);
+- per_block_fenced: the same with a fence and a block barrier after the read (thread 0's, as the shared
+  count has at every kernel's start), the count still per block.
 
-The header is the same for all four, and so is the driver: today's, for every variant (c3e684b's
+The header is the same for all five, and so is the driver: today's, for every variant (c3e684b's
 differed only in the timing part). Each library gets `cw_probe_calls` (its call count words, copied
 out after the stream has finished); each driver checks every call of the first part (each size on its
 own, many calls in a row) in three parts of its output, the shares of a reduce spread over three
@@ -41,11 +43,15 @@ DISPATCH = ROOT / "results" / "h200x2" / "tune_all" / "dispatch"
 FAMILY = ROOT / "protocols" / "nvshmem_allreduce_family.py"
 TUNED = [ROOT / "results" / "h200x2" / "tune_all" / "allreduce_family" / part for part in ("small", "large")]
 PER_BLOCK_COMMIT = "c3e684b"  # "each block keeps its own call count": the build measured wrong at 64 KiB
-VARIANTS = ("k32", "shared", "per_block", "per_block_volatile")
+VARIANTS = ("k32", "shared", "per_block", "per_block_volatile", "per_block_fenced")
 
 # ------------------------------------------------------------------------------------ the library
 PER_BLOCK_READ = "  return count[blockIdx.x];\n"
 VOLATILE_READ = "  return *(const volatile unsigned long long*)(count + blockIdx.x);  // probe: not through L1\n"
+FENCED_READ = ("  unsigned long long number = count[blockIdx.x];\n"
+               "  if (threadIdx.x == 0) __threadfence();  // probe: the shared count's fence at the start\n"
+               "  __syncthreads();\n"
+               "  return number;\n")
 
 
 def library_probe(words: str) -> str:
@@ -69,15 +75,16 @@ def library_probe(words: str) -> str:
 
 
 def patch_library(text: str, variant: str) -> str:
-    """The library source of `variant` with the probe appended (and, for per_block_volatile, its count
-    read by a volatile load). ValueError where the source is not the one the variant expects."""
+    """The library source of `variant` with the probe appended (per_block_volatile: its count read by a
+    volatile load; per_block_fenced: a fence and a block barrier after the read). ValueError where the
+    source is not the one the variant expects."""
     per_block = variant.startswith("per_block")
     if per_block != ("cw_nv_call_number(a.calls);" in text):
         raise ValueError(f"{variant}: the source does not have the call count this variant expects")
-    if variant == "per_block_volatile":
+    if variant in ("per_block_volatile", "per_block_fenced"):
         if text.count(PER_BLOCK_READ) != 1:
-            raise ValueError("per_block_volatile: the count per block's read (cw_nv_call_number) was not found")
-        text = text.replace(PER_BLOCK_READ, VOLATILE_READ)
+            raise ValueError(f"{variant}: the count per block's read (cw_nv_call_number) was not found")
+        text = text.replace(PER_BLOCK_READ, VOLATILE_READ if variant == "per_block_volatile" else FENCED_READ)
     return text + library_probe("cwl_sizes[k].grid" if per_block else "2")
 
 
@@ -215,7 +222,7 @@ def prepare(out: Path) -> None:
         "shared": (emitted / f"{NAME}.cu").read_text(),
         "per_block": _git_show(PER_BLOCK_COMMIT, DISPATCH / f"{NAME}.cu"),
     }
-    sources["per_block_volatile"] = sources["per_block"]
+    sources["per_block_volatile"] = sources["per_block_fenced"] = sources["per_block"]
     for what, other in (("the emitted shared count's", (emitted / f"{NAME}.h").read_text()),
                         (f"{PER_BLOCK_COMMIT}'s", _git_show(PER_BLOCK_COMMIT, DISPATCH / f"{NAME}.h"))):
         if _code(other) != _code(header):
