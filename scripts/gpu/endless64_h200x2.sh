@@ -21,7 +21,8 @@
 # NVLink topology and link state, ECC counters: a fault of the machine is one of the answers), the logs.
 #   WHEELS=DIR  the wheels the machine's Python lacks (env.sh)
 #   STEP=build | run | all (default all): the k32 source (1.7 MB) takes minutes to compile; with the
-#               machine held, STEP=build then STEP=run keeps each call under the device's limit
+#               machine held, STEP=build then STEP=run keeps each call under the device's limit (the
+#               binaries stay in $WORK, default build/endless64-work)
 #   ROUNDS (1000), RUNS (2), CWT_PROBE_MAX_BYTES (1048576)
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 set -uo pipefail
@@ -31,7 +32,7 @@ mkdir -p "$OUT"
 . scripts/gpu/env.sh
 NAME=cw_nvshmem_allreduce_family
 SRC=${SRC:-build/endless64}
-W=/tmp/cw-endless64-work
+W=${WORK:-build/endless64-work}  # in the checkout (ignored): a held machine keeps it between calls
 STEP=${STEP:-all}
 export CWT_PROBE_MAX_BYTES=${CWT_PROBE_MAX_BYTES:-1048576}
 VARIANTS="k32 shared per_block per_block_volatile per_block_fenced"
