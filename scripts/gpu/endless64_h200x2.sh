@@ -11,8 +11,9 @@
 #   per_block_volatile  the same, the count read by a volatile load (not through the L1 cache)
 #   per_block_fenced    the same, a fence and a block barrier after the read (the shared count's, at
 #                       every kernel's start), the count still per block
-# run in the order k32, shared, per_block, per_block_volatile, per_block_fenced, twice. Sizes above CWT_PROBE_MAX_BYTES
-# (default 1 MiB) are skipped: the question is at 64 KiB, the 1 KiB to 1 MiB sizes are the controls.
+# run in the order k32, shared, per_block, per_block_volatile, per_block_fenced, twice. Sizes above
+# CWT_PROBE_MAX_BYTES (default 1 MiB) are skipped: the question is at 64 KiB, the 1 KiB to 1 MiB sizes
+# are the controls.
 # Prepare on a CPU machine, in a git checkout (per_block is read from the history), and carry the folder:
 #   python3 scripts/gpu/endless64_probe.py prepare build/endless64
 # Results under $OUT: <variant>.<n>.jsonl (the driver's lines per PE and size), <variant>.<n>.probe.jsonl
