@@ -52,6 +52,13 @@ SEEDED_REFUSED = {
                                            "ordering) after writing its own scratch[0:2] (line 217); gpu 0 thread "
                                            "block 0 waits for this signal (line 47), and then reads gpu 1's "
                                            "scratch[0:1] (line 57)"),
+    # a get after reading packets, of the scratch the sender copied before writing them: a packet orders only its
+    # own data (no release), so the get may see stale data
+    "transfer_pack_get_after_packet.json": (0, "thread block 0 writes packets here (ppkt: an LL packet is a plain "
+                                               "store of its data and flag, no release, so it orders nothing but "
+                                               "its own data) after writing its own scratch[0:1] (line 17); gpu 1 "
+                                               "thread block 2 reads these packets (line 187), and then reads gpu "
+                                               "0's scratch[0:1] (line 204)"),
 }
 
 
@@ -333,3 +340,92 @@ def test_a_flush_the_checker_cannot_say_exactly_is_refused(tmp_path, capsys):
 def test_an_imported_plan_keeps_its_world():
     with pytest.raises(ScheduleError, match="written for 2 GPUs, not 4"):
         ImportedPlan(str(CORPUS / "executor_reduce.json")).trace(4)
+
+
+def _seeded_packet_plan() -> dict:
+    return json.loads((CORPUS / "buggy" / "transfer_pack_get_after_packet.json").read_text())
+
+
+def test_without_the_packet_check_the_seeded_packet_plan_would_verify(monkeypatch):
+    # the hole the check closes: the checker orders the get after gpu 0's copy through the packet's flag
+    path = CORPUS / "buggy" / "transfer_pack_get_after_packet.json"
+    with pytest.raises(ScheduleError) as refused:
+        load_file(str(path))[0].trace(2)
+    assert refused.value.line == _bug_line(path)
+    from clockworks_dist.importers import mscclpp
+    monkeypatch.setattr(mscclpp._Builder, "check_packets", lambda self: None)
+    result = check(load_file(str(path))[0].trace(2), timeout=120)
+    assert result.complete and result.verdict == "verified" and not result.kinds()
+
+
+def test_a_release_signal_or_a_barrier_between_the_accesses_makes_a_packet_plan_verify(tmp_path, capsys):
+    # the fix the refusal names: gpu 0 signals after its copy, gpu 1 waits before its get
+    plan = _seeded_packet_plan()
+    _ops(plan, 0).insert(1, {"name": "signal", "channel_ids": [0], "channel_type": "memory"})
+    _ops(plan, 1, 2).insert(1, {"name": "wait", "channel_ids": [0], "channel_type": "memory"})
+    path = tmp_path / "signalled.json"
+    path.write_text(json.dumps(plan, indent=2))
+    assert cli.main(["check", str(path)]) == 0, capsys.readouterr().err
+    assert "transfer_pack, 2 ranks: verified" in capsys.readouterr().out
+    # the wait placed after the get orders nothing: refused, at the ppkt, naming the copy and the get
+    plan = _seeded_packet_plan()
+    _ops(plan, 0).insert(1, {"name": "signal", "channel_ids": [0], "channel_type": "memory"})
+    _ops(plan, 1, 2).append({"name": "wait", "channel_ids": [0], "channel_type": "memory"})
+    path = tmp_path / "late_wait.json"
+    path.write_text(json.dumps(plan, indent=2))
+    assert cli.main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    ppkt, copy, get = _line_of(path, 0, 2), _line_of(path, 0, 0), _line_of(path, 1, 1, tb=2)
+    assert f"late_wait.json:{ppkt}: rank 0: ppkt: thread block 0 writes packets here" in err, err
+    assert f"(line {copy})" in err and f"(line {get})" in err and "Traceback" not in err
+    # on one gpu, a barrier: gpu 1's thread block 0 copies into its scratch chunk 2, then writes packets to its
+    # own scratch chunk 1 (cpkt); thread block 1 reads those packets (rppkt) and then copies scratch chunk 2
+    plan = json.loads((CORPUS / "executor_transfer_pack.json").read_text())
+    copy_in = {"name": "copy", "src_buff": [{"type": "o", "index": 1, "size": 1}],
+               "dst_buff": [{"type": "s", "index": 2, "size": 1}]}
+    copy_out = {"name": "copy", "src_buff": [{"type": "s", "index": 2, "size": 1}],
+                "dst_buff": [{"type": "s", "index": 3, "size": 1}]}
+    plan["gpus"][1]["scratch_chunks"] = 4
+    _ops(plan, 1, 0).insert(0, copy_in)
+    _ops(plan, 1, 1).append(copy_out)
+    path = tmp_path / "local.json"
+    path.write_text(json.dumps(plan, indent=2))
+    assert cli.main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"local.json:{_line_of(path, 1, 1, tb=0)}: rank 1: cpkt: thread block 0 writes packets here" in err, err
+    assert f"then reads its own scratch[2:3] (line {_line_of(path, 1, 1, tb=1)})" in err, err
+    barrier = {"name": "barrier", "barrier_id": 0, "num_threadblocks": 2}
+    _ops(plan, 1, 0).insert(1, dict(barrier))
+    _ops(plan, 1, 1).insert(0, dict(barrier))  # before its rppkt: the copy is ordered before it either way
+    path.write_text(json.dumps(plan, indent=2))
+    assert cli.main(["check", str(path)]) == 0, capsys.readouterr().err
+    assert "transfer_pack, 2 ranks: verified" in capsys.readouterr().out
+
+
+def test_a_write_after_reading_packets_of_what_the_sender_wrote_before_them_is_refused(tmp_path, capsys):
+    # the seeded plan with the get turned into a put back into gpu 0's scratch chunk 0, which gpu 0's copy wrote
+    # before its packets: a write after a write that only the packet orders
+    plan = _seeded_packet_plan()
+    get = _ops(plan, 1, 2)[1]
+    get.update(name="put", src_buff=[{"type": "o", "index": 0, "size": 1}],
+               dst_buff=[{"buffer_id": 0, "index": 0, "size": 1}])
+    path = tmp_path / "waw.json"
+    path.write_text(json.dumps(plan, indent=2))
+    assert cli.main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "waw.json:34: rank 0: ppkt: " in err and "then writes gpu 0's scratch[0:1] (line 204)" in err, err
+
+
+def test_packet_plans_whose_writes_are_computed_from_what_the_sender_read_still_verify():
+    # test_allreduce_packet's gpu 0 thread block 0 puts its input chunks 2-3 as packets; gpu 1 sums them and
+    # sends the sums back as packets, which gpu 0's thread block 1 unpacks into those input chunks (in place).
+    # Only the packets order that write after the read, and it is sound: the value written is computed from the
+    # value read, so the read cannot see it (the GPU's memory model has no values out of thin air)
+    plan = json.loads((CORPUS / "test_allreduce_packet.json").read_text())
+    assert plan["inplace"]
+    ppkt, upkt = _ops(plan, 0, 0)[0], _ops(plan, 0, 1)[1]
+    assert (ppkt["name"], ppkt["src_buff"][0]) == ("ppkt", {"type": "i", "index": 2, "size": 2})
+    assert (upkt["name"], upkt["dst_buff"][0]) == ("upkt", {"type": "i", "index": 2, "size": 2})
+    for name in ("test_allreduce_packet.json", "dsl_allreduce_pkt_4gpu.json", "executor_reduce_pack.json"):
+        sched = load_file(str(CORPUS / name))[0].trace(len(json.loads((CORPUS / name).read_text())["gpus"]))
+        assert check(sched, timeout=120).verdict == "verified", name

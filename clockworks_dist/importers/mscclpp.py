@@ -29,7 +29,8 @@ kernel, `src/core/include/execution_kernel.hpp`, is the reference):
   of `respkt`, `recpkt`, `recspkt`) is a `put_signal` per element that sets that element's flag word
   (`mscclpp_pkt`) with the data, and reading packets (`upkt`, `rppkt`, `repkt`, `respkt`, `recpkt`,
   `recspkt` read their scratch sources) waits until every element's flag is set (`wait_until_all`). One
-  execution of the plan is checked, so a flag is set once (the executor's flag changes per execution).
+  execution of the plan is checked, so a flag is set once (the executor's flag changes per execution). A packet
+  orders nothing but its own data (see "Packets" below).
 - `barrier` (a grid barrier among `num_threadblocks` thread blocks of the gpu): an increment of the
   barrier's word on the gpu, then a wait until it counts every member's arrival (cumulative over the
   barrier's uses). `nop` (`__syncthreads`, inside one thread block) is nothing: a block is one thread here.
@@ -90,6 +91,26 @@ first in a thread block (the handshake `signal(..., relaxed=True)`, as in the co
 empty window and nothing acquired, so the checker's order is the GPU's; a relaxed signal after puts at the
 end, which the peer waits for last, leaves only the puts' delivery to order, which the model does
 (`buggy/reduce_relaxed_final_signal.json`: its unfinished output is found).
+
+Packets. An LL packet (`LL8Packet`, `LL16Packet` in `packet_device.hpp`) is written with one volatile store of
+its data and flag, with no fence before it, and read with a volatile load until the flag matches, with no fence
+after it: no release, no acquire. It carries its own data and nothing else. Its `put_signal` would let the
+checker order everything the sender did before the packet (and what it acquired) before everything the reader
+does after reading it (and what it releases), and the IR has no flag that carries only its own data, so the
+importer refuses, at the packet op's line (naming both accesses), a plan in which two accesses of different
+thread blocks conflict (overlap in one gpu's memory, one a write) when one is ordered before a packet write and
+the other after a read of those packets: "ordered" closes over program order and every synchronization edge
+(each release to a word matched with every wait on it, each packet write with every read of its flags), a
+superset of what the checker orders. Not refused, as the GPU orders them without the packet:
+- the packet's data read as packets (each element written by one packet write), exactly what the packet carries;
+- a write whose value is computed from the read it conflicts with, through the op's own outputs and the packets
+  it reads (each element's one writer): the read cannot see that write, as the GPU's memory model has no values
+  out of thin air (the in-place LL allreduces put their input chunks as packets and unpack the sums into them);
+- a pair that a release `signal` after the first access and an acquiring `wait` before the second order (the
+  semaphore signalled by that thread block only, the wait's count at least the signal's), or a `barrier` (its
+  count reached only with the first block's arrival after the access).
+Everything else that only a chain through packets could order is refused, so the check is conservative (a pair it
+refuses may be ordered by fences on both sides, or by a longer chain of signals), never the other way.
 
 Not modelled exactly, and said here so that nothing is approximated silently: a memory-channel `signal` is
 a fence to the channel's peer only here, while the hardware's release orders the block's writes to every
@@ -313,6 +334,7 @@ class _Builder:
             programs.append(_Rank(self, g).program())
         self.check_relaxed_reads(programs)
         self.check_relaxed_signals()
+        self.check_packets()
         sched = ir.Schedule(name=_name(self.name), world=self.world, ranks_per_node=self.world, loc=self.loc,
                             programs=tuple(programs))
         return sched.model_copy(update={"expect": self.expect()})
@@ -446,6 +468,177 @@ class _Builder:
                             f"{wevents[first][0].line}){via}, and {_who(k, wkey)} {_say(k[0], z, False)} (line "
                             f"{z[6]}), which gpu {k2[0]} thread block {k2[1]} also {'writes' if v[5] else 'reads'} "
                             f"(line {v[6]}), so the plan cannot be verified", rank=gpu, op="rlxsignal", hint=hint)
+
+    def check_packets(self) -> None:
+        """Refuse a plan in which two accesses conflict that only a packet orders, beyond the packet's own data
+        (see "Packets" in the module docstring)."""
+        events = {key: b.events for key, b in self.blocks.items()}
+        releases: dict[tuple, list[tuple[tuple[int, int], int]]] = {}  # (gpu, signal, word) -> (block, event)
+        receives: dict[tuple, list[tuple[tuple[int, int], int]]] = {}
+        writers: dict[tuple[int, str, int], list[tuple[tuple[int, int], int, int]]] = {}  # packet element -> writes
+        packet_ops = []
+        for key, evs in events.items():
+            for e, (_o, _n, out) in enumerate(evs):
+                for j, o in enumerate(out):
+                    if isinstance(o, (ir.SignalUpdate, ir.PutSignal)):
+                        releases.setdefault((o.pe, o.signal.signal, o.signal.index), []).append((key, e))
+                    if isinstance(o, ir.PutSignal):
+                        writers.setdefault((o.pe, o.dst.buffer, o.dst.start), []).append((key, e, j))
+                    if isinstance(o, ir.WaitUntil):
+                        receives.setdefault((key[0], o.signal.signal, o.signal.index), []).append((key, e))
+                    elif isinstance(o, ir.WaitUntilAll):
+                        for sref in o.signals:
+                            receives.setdefault((key[0], sref.signal, sref.index), []).append((key, e))
+                if any(isinstance(o, ir.PutSignal) for o in out):
+                    packet_ops.append((key, e))
+        if not packet_ops:
+            return
+
+        def words(key, e, table_kind):
+            out = events[key][e][2]
+            if table_kind == "released":
+                return {(o.pe, o.signal.signal, o.signal.index) for o in out
+                        if isinstance(o, (ir.SignalUpdate, ir.PutSignal))}
+            got = {(key[0], o.signal.signal, o.signal.index) for o in out if isinstance(o, ir.WaitUntil)}
+            return got | {(key[0], r.signal, r.index) for o in out if isinstance(o, ir.WaitUntilAll) for r in o.signals}
+
+        def closure(start: dict, forward: bool) -> dict:
+            """Where each thread block's ops begin (forward) or end (backward) being ordered after (before) the
+            start through any synchronization the checker has: static matching, every wait on a word with every
+            release to it, so a superset of what the checker orders."""
+            point, todo = dict(start), list(start)
+            while todo:
+                key = todo.pop()
+                p = point[key]
+                span = range(p, len(events[key])) if forward else range(0, p + 1)
+                for e in span:
+                    for w in words(key, e, "released" if forward else "received"):
+                        for k2, f in (receives if forward else releases).get(w, []):
+                            if k2 == key:
+                                continue
+                            if k2 not in point or (f < point[k2] if forward else f > point[k2]):
+                                point[k2] = f
+                                todo.append(k2)
+            return point
+
+        def accesses(point: dict, forward: bool) -> list:
+            out = []
+            for key, p in sorted(point.items()):
+                span = range(p, len(events[key])) if forward else range(0, p + 1)
+                for e in span:
+                    for j, o in enumerate(events[key][e][2]):
+                        out += [(key, e, j, a) for a in _accesses(key[0], o)]
+            return out
+
+        def as_packet(key, e, a) -> bool:
+            regions = self.blocks[key].packet_regions[e]
+            return not a[4] and a[0] == key[0] and any(r.buffer == a[1] and r.start <= a[2] and a[3] <= r.stop
+                                                      for r in regions)
+
+        memo: dict = {}
+
+        def leaves(key, e, j, k) -> frozenset:
+            """The plain reads element k of output j of event e of block `key` is computed from, through the
+            op's own outputs and the packets it reads (each element's one packet writer)."""
+            if (key, e, j, k) in memo:
+                return memo[(key, e, j, k)]
+            memo[(key, e, j, k)] = frozenset()
+            out = events[key][e][2]
+            o = out[j]
+            found: set = set()
+            for g, r in _reads(key[0], o):
+                m = r.start + k
+                earlier = next(((i, m - w.start) for i in range(j - 1, -1, -1) for g2, w in _writes(key[0], out[i])
+                                if g2 == g and w.buffer == r.buffer and w.start <= m < w.stop), None)
+                pw = writers.get((g, r.buffer, m), [])
+                if earlier is not None:
+                    found |= leaves(key, e, *earlier)
+                elif (g == key[0] and len(pw) == 1 and any(p.buffer == r.buffer and p.start <= m < p.stop
+                                                           for p in self.blocks[key].packet_regions[e])):
+                    found |= leaves(pw[0][0], pw[0][1], pw[0][2], 0)
+                else:
+                    found.add((key, e, g, r.buffer, m))
+            memo[(key, e, j, k)] = frozenset(found)
+            return memo[(key, e, j, k)]
+
+        def exact(x, z) -> bool:
+            """Ordered on the GPU without the packet: the packet's own data, or a write computed from the read."""
+            (kx, ex, jx, a), (kz, ez, jz, b) = x, z
+            lo, hi = max(a[2], b[2]), min(a[3], b[3])
+            ox = events[kx][ex][2][jx]
+            if a[4] and isinstance(ox, ir.PutSignal) and as_packet(kz, ez, b):
+                return all(writers.get((a[0], a[1], m)) == [(kx, ex, jx)] for m in range(lo, hi))
+            if not a[4] and b[4] and not b[5]:
+                oz = events[kz][ez][2][jz]
+                [(_g, w)] = _writes(kz[0], oz)
+                return all((kx, ex, a[0], a[1], m) in leaves(kz, ez, jz, m - w.start) for m in range(lo, hi))
+            return False
+
+        def uses(key, e, word) -> int:
+            """How many increments block `key` makes to `word` in its events up to e."""
+            return sum(1 for f in range(e + 1) for o in events[key][f][2] if isinstance(o, ir.SignalUpdate)
+                       and (o.pe, o.signal.signal, o.signal.index) == word)
+
+        def ordered(x, z) -> bool:
+            """x happens before z on the GPU without any packet: a release signal after x that z's block waits for
+            (acquiring) before z, or a grid barrier between them, each matched by its counts."""
+            (kx, ex, _jx, _a), (kz, ez, _jz, _b) = x, z
+            for er in range(ex + 1, len(events[kx])):
+                _op, name, out = events[kx][er]
+                if name not in ("signal", "barrier"):
+                    continue
+                for o in out:
+                    if not isinstance(o, ir.SignalUpdate) or o.signal.signal not in (MEM_SEM, BARRIER):
+                        continue
+                    word = (o.pe, o.signal.signal, o.signal.index)
+                    n = uses(kx, er, word)  # the count at which x's release is in what the waiter reads
+                    others = {k for k, _f in releases.get(word, []) if k != kx}
+                    if o.signal.signal == MEM_SEM:
+                        if others:
+                            continue  # another block's increments could satisfy the wait
+                        need = n
+                    else:  # the barrier's other members arrive at most this often in all
+                        need = n + sum(uses(k, len(events[k]) - 1, word) for k in others)
+                    for f in range(ez):
+                        if events[kz][f][1] not in ("wait", "barrier"):
+                            continue
+                        for w in events[kz][f][2]:
+                            if (isinstance(w, ir.WaitUntil) and (kz[0], w.signal.signal, w.signal.index) == word
+                                    and w.cmp == "ge" and w.value >= need):
+                                return True
+            return False
+
+        for skey, i in packet_ops:
+            sig_op = events[skey][i][0]
+            targets = words(skey, i, "released")
+            readers = sorted({(k2, f) for w in targets for k2, f in receives.get(w, []) if w[1] == PKT_FLAG})
+            before = accesses(closure({skey: i}, False), False)
+            if not before:
+                continue
+            for wkey, j in readers:
+                for z in accesses(closure({wkey: j}, True), True):
+                    if z[0] == wkey and z[1] == j and as_packet(wkey, j, z[3]):
+                        continue  # the packets themselves
+                    for x in before:
+                        if x[0] == z[0] or not _overlap(x[3], z[3]) or exact(x, z) or ordered(x, z):
+                            continue
+                        self.packet_error(skey, sig_op, x, wkey, events[wkey][j][0], z)
+
+    def packet_error(self, skey, sig_op: Obj, x: tuple, wkey, read_op: Obj, z: tuple) -> None:
+        gpu, tid = skey
+        xkey, a, zkey, b = x[0], x[3], z[0], z[3]
+        mine = _say(gpu, a, True) if xkey == skey else \
+            f"what it is ordered after: gpu {xkey[0]} thread block {xkey[1]} {_say(xkey[0], a, False)}"
+        theirs = f"then {_say(zkey[0], b, False)}" if zkey == wkey else \
+            f"gpu {zkey[0]} thread block {zkey[1]}, ordered after that read, {_say(zkey[0], b, False)}"
+        raise self.plan.error(
+            sig_op, f"thread block {tid} writes packets here ({sig_op.get('name')}: an LL packet is a plain store of "
+            f"its data and flag, no release, so it orders nothing but its own data) after {mine} (line {a[6]}); gpu "
+            f"{wkey[0]} thread block {wkey[1]} reads these packets (line {read_op.line}), and {theirs} (line {b[6]}), "
+            "so the two accesses are not ordered on the GPU and the plan cannot be verified", rank=gpu,
+            op=sig_op.get("name"), hint=f"order the access at line {b[6]} after the one at line {a[6]} with a "
+            "signal (a release) and a wait on a channel between their gpus (the DSL's signal/wait), or a barrier "
+            "when both are on one gpu, or read the data from the packets")
 
     def expect(self) -> tuple[ir.Expectation, ...]:
         n, c, coll = self.world, self.chunk, self.collective
@@ -688,6 +881,7 @@ class _Block:
         self.relaxed: dict[int, Obj] = {}  # memory channel -> its relaxed wait, until an acquiring wait on it
         self.packet_reads: list[ir.Region] = []  # the regions the current op reads as packets
         self.events: list[tuple[Obj, str, list]] = []  # each op of the plan: (its object, its name, what it became)
+        self.packet_regions: list[list[ir.Region]] = []  # per event, the regions it reads as packets
 
     def error(self, op: Obj, message: str, hint: str | None = None) -> ScheduleError:
         return self.plan.error(op, message, rank=self.me, op=op.get("name"), hint=hint)
@@ -759,6 +953,7 @@ class _Block:
         self.packet_reads = []
         out = handler(op, loc, chtype, srcs, dsts)
         self.events.append((op, name, out))
+        self.packet_regions.append(list(self.packet_reads))
         if self.relaxed:
             # a packet carries its flag, so reading one is valid without an acquire; anything else is recorded
             reads = [(owner, r) for o in out for owner, r in _reads(self.me, o)
