@@ -618,7 +618,8 @@ COLLECTIVE_KINDS = frozenset(
     {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to", "all_to_all", "barrier", "team_split"}
 )
 # Collectives a group may hold (`Group`): NCCL's, posted inside ncclGroupStart/End.
-GROUP_COLLECTIVE_KINDS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to", "all_to_all"})
+GROUP_COLLECTIVE_KINDS = frozenset(
+    {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to", "all_to_all"})
 # NVSHMEM team ops: matched per team, NVSHMEM_TEAM_WORLD ("world") apart from NCCL's world communicator.
 TEAM_KINDS = frozenset({"team_split", "team_barrier"})
 # The NVSHMEM-style ops (the CuPy backend runs none of them).

@@ -8,7 +8,7 @@ ranks wait in the all-reduce on `a` while the odd ranks wait in the one on `b`.
 
 import clockworks_dist as cw
 
-COUNT = 4
+COUNT = cw.size("COUNT", 4)
 
 
 @cw.schedule(expect=(cw.allreduce("x"), cw.allreduce("y")), ranks=(2, 4))

@@ -272,7 +272,8 @@ def _match_collectives(sched, colls, out: Matches, problems: list[Mismatch]) -> 
                         kind="collective_mismatch", ranks=(present[0][0], rank), ops=(refs[0], ref),
                         message=f"the {_nth(k)} collective on {_team(comm, sched)} differs in {field_name}: rank "
                                 f"{present[0][0]} calls {refs[0].text}, rank {rank} calls {ref.text} "
-                                f"(every member must call the same collectives in the same order{_grouped(refs[0], ref)})"))
+                                "(every member must call the same collectives in the same order"
+                                f"{_grouped(refs[0], ref)})"))
                     break
             else:
                 cid = len(out.collectives)
