@@ -139,8 +139,7 @@ def test_only_nccl_ops_may_be_grouped():
 def test_nccl_codegen_emits_grouped_collectives_inside_the_group():
     from clockworks_dist.codegen import program as codegen
     from clockworks_dist.lowering import Build, lower
-    source = codegen.generate(lower(two_comms(grouped=True), Build("nccl")))
-    text = source if isinstance(source, str) else source.source
+    text = codegen.generate(lower(two_comms(grouped=True), Build("nccl")))
     start = text.index("ncclGroupStart")
     inside = text[start:text.index("ncclGroupEnd", start)]
     assert inside.count("ncclAllReduce") == 2, inside
@@ -154,3 +153,16 @@ def test_executors_refuse_a_group_with_a_collective_with_the_reason():
             BACKENDS[name].lookup(group)
     plain = ir.Group(ops=(ir.Send(peer=1, src=group.ops[0].src, loc=group.loc),), loc=group.loc)
     assert BACKENDS["mpi-cpu"].lookup(plain) is not None
+
+
+def test_nccl_program_with_grouped_collectives_compiles(tmp_path):
+    from clockworks_dist.codegen import build
+    from clockworks_dist.codegen import program as codegen
+    from clockworks_dist.lowering import Build, lower
+    try:
+        build.find_toolchain("nccl").require("nccl")
+    except build.ToolchainMissing as missing:
+        pytest.skip(f"no NCCL toolchain here: {missing}")
+    cu = tmp_path / "grouped.cu"
+    cu.write_text(codegen.generate(lower(two_comms(grouped=True), Build("nccl"))))
+    assert build.compile_program(cu, "nccl", tmp_path / "bin").is_file()
