@@ -298,11 +298,6 @@ class Recv(OpBase):
     slots: Annotated[int, Field(ge=0, le=MAX_SLOTS)] = 0
 
 
-class Group(OpBase):
-    """ncclGroupStart/End: the member ops are posted together and complete in any order."""
-
-    kind: Literal["group"] = "group"
-    ops: tuple[Annotated[Union[Send, Recv], Field(discriminator="kind")], ...]
 
 
 class AllReduce(OpBase):
@@ -363,6 +358,16 @@ class AllToAll(OpBase):
 class Barrier(OpBase):
     kind: Literal["barrier"] = "barrier"
     comm: CommName = "world"
+
+
+class Group(OpBase):
+    """ncclGroupStart/End: the member ops are posted together and complete in any order. Members:
+    sends, recvs and the NCCL collectives (`GROUP_COLLECTIVE_KINDS`); each collective still matches
+    the k-th collective of its communicator on every member, in the order the ranks post them."""
+
+    kind: Literal["group"] = "group"
+    ops: tuple[Annotated[Union[Send, Recv, AllReduce, AllGather, ReduceScatter, Broadcast, ReduceTo, AllToAll],
+                         Field(discriminator="kind")], ...]
 
 
 class TeamSplit(OpBase):
@@ -612,6 +617,9 @@ KINDS: tuple[str, ...] = tuple(cls.model_fields["kind"].default for cls in OP_CL
 COLLECTIVE_KINDS = frozenset(
     {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to", "all_to_all", "barrier", "team_split"}
 )
+# Collectives a group may hold (`Group`): NCCL's, posted inside ncclGroupStart/End.
+GROUP_COLLECTIVE_KINDS = frozenset(
+    {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to", "all_to_all"})
 # NVSHMEM team ops: matched per team, NVSHMEM_TEAM_WORLD ("world") apart from NCCL's world communicator.
 TEAM_KINDS = frozenset({"team_split", "team_barrier"})
 # The NVSHMEM-style ops (the CuPy backend runs none of them).

@@ -531,13 +531,13 @@ def test_ops_after_the_function_returned():
                  rank=0, op="buffer")
 
 
-def test_groups_take_only_sends_and_receives():
+def test_groups_take_only_sends_receives_and_nccl_collectives():
     def collective(r):
-        x = r.buffer("x", 4)
         with r.group():
-            r.all_reduce(x)  # HERE
-    assert_error(trace_error(collective), line_of(collective), "only send and recv may be grouped, not all_reduce",
-                 rank=0, op="all_reduce")
+            r.barrier()  # HERE
+    assert_error(trace_error(collective), line_of(collective), "only send, recv and the NCCL collectives",
+                 rank=0, op="barrier")
+    assert_error(trace_error(collective), line_of(collective), "may be grouped, not barrier", rank=0, op="barrier")
 
     def nested(r):
         with r.group():

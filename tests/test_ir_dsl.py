@@ -202,13 +202,13 @@ def test_signal_index_out_of_range():
     assert_points_at(trace_error(sched), sched, 0, "signal index of flags 2 is out of range 0..1")
 
 
-def test_only_send_and_recv_may_be_grouped():
+def test_only_send_recv_and_nccl_collectives_may_be_grouped():
     def sched(r):
         x = r.buffer("x", 2)
         with r.group():
             r.send((r.rank + 1) % r.world, x)
             r.fill(x, 0.0)  # HERE
-    assert_points_at(trace_error(sched), sched, 0, "only send and recv may be grouped, not fill")
+    assert_points_at(trace_error(sched), sched, 0, "may be grouped, not fill")
 
 
 def test_groups_do_not_nest():

@@ -19,7 +19,7 @@ def action_keys(model: Model, action: Action | Post) -> list[Key]:
         skey = action.key
         return [skey, model.matches.recv_of[skey]]
     if kind == "coll":
-        return [(r, i, None) for r, i in model.coll_members[action.cid]]
+        return list(model.coll_members[action.cid])
     if kind == "post":  # a posted op's pending accesses (`properties`): not an action of the machine
         return [action.key]
     landing = model.deliveries[action.key].completes

@@ -147,8 +147,7 @@ class _Search:
         for rank in range(model.world):
             self._set_acts(rank, tuple(model.rank_enabled(work, rank, collectives=False)))
             self._set_posts(rank, self._posted(rank))
-            cid = self._arrival(rank, work.pcs[rank], work.done[rank])
-            if cid is not None:
+            for cid in self._arrival(rank, work.pcs[rank], work.done[rank]):
                 self.arrived[cid] += 1
         for cid in range(len(self.arrived)):
             self._check_coll(cid)
@@ -162,12 +161,19 @@ class _Search:
                 {k: dict(v) for k, v in self.lanes.items() if v}, set(self.lonely), self.count,
                 {o: {t: sorted(e) for t, e in tags.items()} for o, tags in self.index.items() if tags})
 
-    def _arrival(self, rank: int, pc: int, done: int) -> int | None:
-        """The collective `rank` has arrived at and not yet left, if any."""
+    def _arrival(self, rank: int, pc: int, done: int) -> tuple[int, ...]:
+        """The collectives `rank` has arrived at and whose sources are not yet read: its current op's,
+        or the grouped collectives of its current group (`Model.arrived`)."""
         model = self.model
-        if pc >= model.nops[rank] or done:
-            return None
-        return model.code[rank][pc].cid
+        if pc >= model.nops[rank]:
+            return ()
+        c = model.code[rank][pc]
+        if c.colls:
+            n = len(c.members)
+            return tuple(cid for sub, cid in c.colls if not (done >> sub) & 1 and not (done >> (n + sub)) & 1)
+        if done or c.cid is None:
+            return ()
+        return (c.cid,)
 
     def _posted(self, rank: int) -> tuple:
         """The tags of `rank`'s posted ops that have not completed (`Model.posted_accesses`)."""
@@ -177,8 +183,12 @@ class _Search:
         if entries is None:
             return ()
         done = work.done[rank]
+        if not done:
+            return tuple(build(Post, ("post", rank, pc, sub)) for sub, _ in entries)
+        # a grouped collective whose sources are read (bit n + sub): its landing holds its accesses
+        n = len(self.model.code[rank][pc].members)
         return tuple(build(Post, ("post", rank, pc, sub)) for sub, _ in entries
-                     if not (done if sub is None else (done >> sub) & 1))
+                     if not (done if sub is None else (done >> sub) & 1 or (done >> (n + sub)) & 1))
 
     def _accesses(self, tag: tuple) -> tuple:
         model = self.model
@@ -328,12 +338,14 @@ class _Search:
                 before = self._arrival(rank, pc, old_done.get(rank, done[rank]))
                 after = self._arrival(rank, now, done[rank])
                 if before != after:
-                    if before is not None:
-                        self.arrived[before] -= 1
-                        self._check_coll(before)
-                    if after is not None:
-                        self.arrived[after] += 1
-                        self._check_coll(after)
+                    for cid in before:
+                        if cid not in after:
+                            self.arrived[cid] -= 1
+                            self._check_coll(cid)
+                    for cid in after:
+                        if cid not in before:
+                            self.arrived[cid] += 1
+                            self._check_coll(cid)
             self._set_posts(rank, self._posted(rank))
             if self.fifo_landings:
                 for at in self.fifo_landings.get((rank, now), ()) + self.fifo_landings.get((rank, pc), ()):
@@ -376,9 +388,10 @@ class _Search:
             out += self.acts[rank]
             pc = work.pcs[rank]
             if pc < model.nops[rank]:
-                cid = model.code[rank][pc].cid
-                if cid is not None and cid in self.colls and model.coll_members[cid][0][0] == rank:
-                    out.append(self.colls[cid])
+                c = model.code[rank][pc]
+                for cid in (c.cid,) if not c.colls else tuple(cid for _sub, cid in c.colls):
+                    if cid is not None and cid in self.colls and model.coll_members[cid][0][0] == rank:
+                        out.append(self.colls[cid])
         out += [self.delivs[key] for key in sorted(self.delivs)]
         return out
 

@@ -164,7 +164,7 @@ class MustOrder(Order):
         super().__init__(model.world, deadline)
         self.model = model
         barrier_of = {(r, i): ("coll", cid) for cid, members in enumerate(model.coll_members)
-                      if model.coll_sync[cid] is Sync.BARRIER_ALL for r, i in members}
+                      if model.coll_sync[cid] is Sync.BARRIER_ALL for r, i, _sub in members}
         for earlier, later in edges(model.sched, model.matches):
             if earlier[0] == "delivery" and later[0] == "op" and (later[1], later[2]) in barrier_of:
                 later = barrier_of[(later[1], later[2])]  # barrier_all waits for deliveries as it fires
@@ -244,9 +244,9 @@ class MustOrder(Order):
     def _completion(self, rank: int, index: int, sub) -> tuple:
         model = self.model
         key = (rank, index, sub)
-        c = model.code[rank][index]
-        if c.cid is not None:
-            return landing_event(key) if has_landing(model.matches, key) else ("coll", c.cid)
+        cid = model.matches.cid_of.get(key)  # a collective, alone or in a group
+        if cid is not None:
+            return landing_event(key) if has_landing(model.matches, key) else ("coll", cid)
         if key in model.matches.recv_of:
             return ("p2p", key)
         send = model.matches.send_of.get(key)

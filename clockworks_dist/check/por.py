@@ -150,8 +150,11 @@ class Reducer:
 
     def choose(self, state: State, enabled: list[Action]) -> list[Action]:
         """A stubborn subset of `enabled`, the enabled actions of `state`: the smallest closure
-        from up to `MAX_SEEDS` seeds (steps first), in `enabled`'s order."""
-        if len(enabled) <= 1:
+        from up to `MAX_SEEDS` seeds (steps first), in `enabled`'s order. A schedule with a
+        collective inside a group (`Model.grouped_collectives`) is not reduced: the closure's rules
+        above name a collective by its op, not by a group member, and are not argued for one, so every
+        enabled action is explored (sound: the unreduced search)."""
+        if len(enabled) <= 1 or self.model.grouped_collectives:
             return enabled
         self._index()
         best = enabled
@@ -169,6 +172,8 @@ class Reducer:
         """Whether {action} is a stubborn set in every state where `action` is enabled: no access
         that any other action might make on a path avoiding it is dependent on it. Decided once per
         action, from the program text alone (see the module docstring)."""
+        if self.model.grouped_collectives:  # not reduced (`choose`)
+            return False
         found = self._alone.get(action)
         if found is None:
             found = self._alone[action] = self._decide_alone(action)
@@ -388,7 +393,7 @@ class Reducer:
         elif kind == "coll":
             cid = action.cid
             pcs = state.pcs
-            for r, i in model.coll_members[cid]:
+            for r, i, _sub in model.coll_members[cid]:
                 if pcs[r] != i:
                     out.append(("r", r))
             if model.coll_kind[cid] == "barrier_all":
@@ -513,7 +518,7 @@ class Reducer:
         if c.cid is not None:
             if index == pcs[rank] and model.landing(state, (rank, index, None)):
                 return True  # only its landing is left (not in T: checked above)
-            for r, i in model.coll_members[c.cid]:
+            for r, i, _sub in model.coll_members[c.cid]:
                 if r in frozen or i > limit[r]:
                     return False
             if c.sync is not Sync.BARRIER_ALL:
@@ -556,7 +561,7 @@ class Reducer:
                 return action.rank in frozen
             return action.rank in frozen or self.model.matches.recv_of[action.key][0] in frozen
         if kind == "coll":
-            return any(r in frozen for r, _ in self.model.coll_members[action.cid])
+            return any(key[0] in frozen for key in self.model.coll_members[action.cid])
         return False
 
     def _dependents(self, state: State, action: Action, frozen: set[int], actions: set[tuple]) -> list[tuple]:
@@ -638,7 +643,7 @@ def _keys_held(model: Model, action: Action) -> list[tuple]:
             return [skey]
         return [skey, model.matches.recv_of[skey]]
     if kind == "coll":
-        return [(r, i, None) for r, i in model.coll_members[action.cid]]
+        return list(model.coll_members[action.cid])
     return [model.deliveries[action.key].completes]
 
 

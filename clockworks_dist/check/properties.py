@@ -261,6 +261,10 @@ class Observer:
                 if sub is not None and (state.group_done[rank] >> sub) & 1:
                     continue
                 key = (rank, pc, sub)
+                if key in model.matches.cid_of:  # a collective in the group: its members to arrive
+                    peers += [k[0] for k in model.coll_members[model.matches.cid_of[key]]
+                              if k[0] != rank and not model.arrived(state.pcs, state.group_done, k)]
+                    continue
                 if key in model.gate:  # a connection with slots: its FIFO is full
                     peers.append(model.gate[key][0])
                     full.append(f"its connection to rank {m.peer} is full: {m.slots} message(s) not yet received")
@@ -272,7 +276,7 @@ class Observer:
                 return sorted(set(peers)), "; ".join(full)
             return sorted(set(peers)), f"its matching {'recv' if c.kind == 'send' else 'op'}"
         if c.cid is not None:
-            missing = [r for r, i in model.coll_members[c.cid] if state.pcs[r] != i]
+            missing = [r for r, i, _sub in model.coll_members[c.cid] if state.pcs[r] != i]
             return missing, "the other members to arrive"
         if c.sync is Sync.WAIT:
             words = c.awaits[0]

@@ -50,10 +50,17 @@ def _p2p_members(op) -> list:
 
 
 def p2p(gen: Gen, op) -> list[str]:
-    """send, recv, group: one NCCL group; recvs that reduce land in scratch and are combined after."""
+    """send, recv, group: one NCCL group; recvs that reduce land in scratch and are combined after. A
+    collective in a group is its NCCL call inside the group (an all_to_all's own group nests: NCCL's
+    groups do)."""
     lines = ["  CW_NCCL(ncclGroupStart());"]
-    after = []
+    after, before = [], []
     for member in _p2p_members(op):
+        if member.kind in ir.GROUP_COLLECTIVE_KINDS:  # a collective in the group: NCCL's call, posted with the rest
+            for line in TABLE[type(member)](gen, member):
+                # a staged source is copied on the stream before the group posts anything
+                (lines if "CW_NCCL(" in line else before).append(line)
+            continue
         comm = gen.comm(member.comm)
         peer = gen.comm_rank(member.comm, member.peer)
         if isinstance(member, ir.Send):
@@ -72,7 +79,7 @@ def p2p(gen: Gen, op) -> list[str]:
         lines.append(f"  CW_NCCL(ncclRecv({into}, {member.dst.count}, {_type(gen, member.dst)}, {peer}, {comm}, "
                      f"s));  // from rank {member.peer}")
     lines.append("  CW_NCCL(ncclGroupEnd());")
-    return lines + after
+    return before + lines + after
 
 
 def all_reduce(gen: Gen, op: ir.AllReduce) -> list[str]:

@@ -519,9 +519,15 @@ class Rank(metaclass=_ReadOnlyClass):
                               loc=op.loc, hint="put it inside `with r.block(name):`")
         op = self._intern.op(op)
         if self._st.group is not None:
-            if op.kind not in ("send", "recv"):
-                raise self._error(f"only send and recv may be grouped, not {op.kind}", op.kind,
+            if op.kind not in ("send", "recv") and op.kind not in ir.GROUP_COLLECTIVE_KINDS:
+                kinds = ", ".join(sorted(ir.GROUP_COLLECTIVE_KINDS))
+                raise self._error(f"only send, recv and the NCCL collectives ({kinds}) may be grouped, not {op.kind}",
+                                  op.kind,
                                   loc=op.loc, hint="move it after the `with r.group():` block")
+            if op.kind in ir.GROUP_COLLECTIVE_KINDS and op.comm in self._st.teams:
+                raise self._error(f"{op.kind} on NVSHMEM team {op.comm} is inside a group: a group posts NCCL "
+                                  "operations, and team collectives are NVSHMEM's", op.kind, loc=op.loc,
+                                  hint="move it after the `with r.group():` block")
             self._st.group.append(op)
         else:
             self._st.target.append(op)
@@ -609,7 +615,13 @@ class Rank(metaclass=_ReadOnlyClass):
     # -- two-sided ----------------------------------------------------------------------------
     @contextlib.contextmanager
     def group(self) -> Iterator[None]:
-        """ncclGroupStart/End: sends and receives inside are posted together."""
+        """ncclGroupStart/End: the sends, receives and NCCL collectives inside are posted together and
+        complete in any order; the group completes when all have (NCCL's group semantics). A grouped
+        collective still matches, per communicator, the k-th collective of every member, counted in
+        the order each rank posts them (inside its groups and outside), so two collectives of one
+        communicator posted in different orders by two ranks are a collective mismatch; collectives of
+        different communicators in one group do not wait for each other, so ranks may post them in any
+        order. Grouped collectives that touch the same elements race, as two ranks would."""
         self._open("group")
         if self._st.group is not None:
             raise self._error("groups do not nest", "group", hint="remove the inner `with r.group():`")

@@ -205,6 +205,12 @@ class Simulator:
             thread = next(t for p in self.user_sched.programs for t in p.threads)
             raise PredictError(f"{thread.loc}: a generated program's run is not modelled for threads ({thread.kind} "
                                f"{thread.name} ...): `clockworks codegen` does not emit threads yet")
+        grouped = next((op for p in sched.programs for op in p.ops if isinstance(op, ir.Group)
+                        and any(m.kind in ir.GROUP_COLLECTIVE_KINDS for m in op.ops)), None)
+        if grouped is not None:  # the collective's cost model prices one collective per op, not members
+            raise PredictError(f"{grouped.loc}: a collective inside a group is not priced yet ({describe(grouped)}): "
+                               "the simulator times a group's sends and recvs only; move the collective out of the "
+                               "group to predict it (`clockworks check` explores it as written)")
         # Per actor: whether it is a thread block of its rank's kernel (its ops start no kernel of their
         # own; the kernel starts once, before its blocks' first ops), and the thread ends (free: the
         # expansion's bookkeeping, not an op of the schedule).

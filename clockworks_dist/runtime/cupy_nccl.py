@@ -74,7 +74,7 @@ import numpy as np
 
 from .. import ir
 from ..errors import MissingDependency
-from ..semantics.backends import Backend, plain_connection, register
+from ..semantics.backends import Backend, no_grouped_collectives, plain_connection, register
 from ..semantics.match import members_of
 from ..semantics.rules import chunks, rule
 from ..semantics import numeric
@@ -662,4 +662,5 @@ THREAD_SYNC = ("events and thread barriers order the threads of a rank, which th
                "(the mpi-cpu executor runs them, `clockworks check` explores them)")
 UNSUPPORTED.update({cls: THREAD_SYNC for cls in (ir.RecordEvent, ir.WaitEvent, ir.ThreadBarrier)})
 CUPY = register(Backend(NAME, table=TABLE, unsupported=UNSUPPORTED,
-                        limits={ir.Send: plain_connection, ir.Recv: plain_connection}))
+                        limits={ir.Send: plain_connection, ir.Recv: plain_connection,
+                                ir.Group: no_grouped_collectives}))

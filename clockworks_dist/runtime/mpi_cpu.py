@@ -49,7 +49,7 @@ import numpy as np
 
 from .. import ir
 from ..semantics.arithmetic import compare
-from ..semantics.backends import Backend, register
+from ..semantics.backends import Backend, no_grouped_collectives, register
 from ..semantics.match import members_of
 from ..semantics.rules import When, rule
 from ..semantics import numeric
@@ -829,4 +829,5 @@ TABLE = {
     ir.LocalReduce: local, ir.Copy: local, ir.Fill: local, ir.Compute: local,
     ir.RecordEvent: record_event, ir.WaitEvent: wait_event, ir.ThreadBarrier: thread_barrier,
 }
-MPI_CPU = register(Backend(NAME, table=TABLE, unsupported={}, threads=True))
+MPI_CPU = register(Backend(NAME, table=TABLE, unsupported={}, threads=True,
+                           limits={ir.Group: no_grouped_collectives}))

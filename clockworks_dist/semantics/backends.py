@@ -77,6 +77,16 @@ def register(backend: Backend) -> Backend:
     return backend
 
 
+def no_grouped_collectives(op) -> str | None:
+    """A `limits` test for `ir.Group`: why a backend that posts only sends and recvs in a group
+    cannot run a group that holds a collective (None: the group holds none)."""
+    inside = sorted({m.kind for m in op.ops if m.kind in ir.GROUP_COLLECTIVE_KINDS})
+    if not inside:
+        return None
+    return (f"this group holds {', '.join(inside)}: this backend posts only sends and recvs together (a collective "
+            "in a group is not implemented here; `clockworks check` explores it and the NCCL code generator emits it)")
+
+
 def plain_connection(op) -> str | None:
     """A `limits` test for sends and recvs on backends whose point-to-point is NCCL's: one FIFO per
     (communicator, sender, receiver), rendezvous as the checker sees it; None for such an op."""

@@ -76,7 +76,8 @@ class Access(NamedTuple):
 class State(NamedTuple):
     pcs: tuple[int, ...]
     group_done: tuple[int, ...]  # per rank: bit i set when member i of its current group completed; 1 at
-    # a collective whose sources are read, until the member's landing
+    # a collective whose sources are read, until the member's landing; bit n + i (n: the group's members)
+    # for member i of a group, a collective, from its sources' read to its landing (`Model.arrived`)
     memory: tuple[tuple[int, ...], ...]  # per rank: one value id per atom
     signals: tuple[tuple[int, ...], ...]  # per rank: one uint64 per signal word
     in_flight: tuple[tuple, ...]  # sorted (issuer, op index, payload)
@@ -203,6 +204,7 @@ class Code:
     members: list | tuple = ()  # group: [(sub, op)]
     sends: tuple = ()  # the subs of `members` that are sends
     cid: int | None = None
+    colls: tuple = ()  # group: the (sub, cid) of its members that are collectives
     delivery: Delivery | None = None
     partners: frozenset = frozenset()  # other ranks that must take part
     moves: tuple[AtomMove, ...] = ()  # the data an op of one rank moves when it executes
@@ -380,12 +382,14 @@ class Model:
             self.code.append([self._compile(p.rank, i, op) for i, op in enumerate(p.ops)])
             deadline.check("compiling the model")
         self.nops = tuple(len(p.ops) for p in sched.programs)
-        self.coll_members: list[list[tuple[int, int]]] = matches.collectives
-        self.coll_kind = [sched.programs[m[0][0]].ops[m[0][1]].kind for m in matches.collectives]
+        self.coll_members: list[list[Key]] = matches.collectives  # cid -> [(rank, index, sub)]
+        self.coll_kind = [matches._op(m[0]).kind for m in matches.collectives]
+        # whether a group holds a collective: the reduction (`check.por`) then stands aside
+        self.grouped_collectives = any(key[2] is not None for m in matches.collectives for key in m)
         self.coll_sync = [rule(kind).sync for kind in self.coll_kind]
         # per collective that quiets first: the actors whose deliveries it waits for (None: every one)
         self.coll_quiets: list[frozenset[int] | None] = [
-            frozenset(a for a in range(len(self.home)) if self.home[a] in {self.home[r] for r, _ in m})
+            frozenset(a for a in range(len(self.home)) if self.home[a] in {self.home[k[0]] for k in m})
             if kind == "team_barrier" else None for kind, m in zip(self.coll_kind, matches.collectives)]
         self.deliveries: dict[tuple[int, int], Delivery] = {
             (c.rank, c.index): c.delivery for row in self.code for c in row if c.delivery is not None}
@@ -399,8 +403,8 @@ class Model:
             self.coll_member_footprint.append(full)
             self.coll_footprint.append(tuple(a for a in full if a.mode not in WRITE_MODES))
             self.coll_moves.append(self._coll_moves(cid))
-            for rank, index in matches.collectives[cid]:
-                self._landing((rank, index, None), self.sched.programs[rank].ops[index])
+            for key in matches.collectives[cid]:
+                self._landing(key, matches._op(key))
         self.p2p_footprint: dict[Key, tuple[Access, ...]] = {}  # the meeting: the send's reads
         self.p2p_member_footprint: dict[Key, tuple[Access, ...]] = {}  # the send's and the recv's accesses
         self.p2p_moves: dict[Key, AtomMove] = {}
@@ -425,6 +429,8 @@ class Model:
                 if c.sync is Sync.P2P:
                     found = tuple((sub, self._accesses(c.rank, m, When.JOINT)) for sub, m in c.members
                                   if m.kind == "send")
+                    found += tuple((sub, tuple(a for a in self.coll_member_footprint[cid]
+                                               if a.owner == self.home[c.rank])) for sub, cid in c.colls)
                 elif c.cid is not None and c.sync is Sync.COLLECTIVE:
                     found = ((None, tuple(a for a in self.coll_member_footprint[c.cid]
                                           if a.owner == self.home[c.rank])),)
@@ -539,12 +545,16 @@ class Model:
             c.members = members_of(op)
             c.sends = tuple(sub for sub, m in c.members if m.kind == "send")
             # a send on a connection with slots needs no one while its FIFO has room (`gate`)
-            c.partners = self._interned(frozenset(m.peer for _, m in c.members if not _fifo_send(m)) - {rank})
+            c.colls = tuple((sub, self.matches.cid_of[(rank, index, sub)]) for sub, m in c.members
+                            if (rank, index, sub) in self.matches.cid_of)
+            peers = {m.peer for _, m in c.members if m.kind in ("send", "recv") and not _fifo_send(m)}
+            peers |= {k[0] for _, cid in c.colls for k in self.matches.collectives[cid]}
+            c.partners = self._interned(frozenset(peers) - {rank})
             return c
         if c.sync in (Sync.COLLECTIVE, Sync.BARRIER_ALL, Sync.SYNC_ALL):
-            c.cid = self.matches.cid_of.get((rank, index))
+            c.cid = self.matches.cid_of.get((rank, index, None))
             if c.cid is not None:
-                c.partners = frozenset(q for q, _ in self.matches.collectives[c.cid]) - {rank}
+                c.partners = frozenset(k[0] for k in self.matches.collectives[c.cid]) - {rank}
             return c
         fp = list(self._accesses(rank, op, When.ISSUE))
         awaits = r.awaits(op, self.home[rank])
@@ -589,13 +599,24 @@ class Model:
         return d
 
     def _coll_footprint(self, cid: int) -> tuple[Access, ...]:
-        return tuple(a for rank, index in self.matches.collectives[cid]
-                     for a in self._accesses(rank, self.sched.programs[rank].ops[index], When.JOINT))
+        return tuple(a for key in self.matches.collectives[cid]
+                     for a in self._accesses(key[0], self.matches._op(key), When.JOINT))
 
     def _coll_moves(self, cid: int) -> tuple[AtomMove, ...]:
         members = self.matches.collectives[cid]
-        ops = [self.sched.programs[r].ops[i] for r, i in members]
-        return tuple(self._atoms(m) for m in collective_flows(ops, [r for r, _ in members]))
+        ops = [self.matches._op(key) for key in members]
+        return tuple(self._atoms(m) for m in collective_flows(ops, [key[0] for key in members]))
+
+    def arrived(self, pcs, dones, key: Key) -> bool:
+        """Whether the collective member `key` = (rank, index, sub) has arrived and its sources are not
+        read yet: its rank stands at the op and, in a group, the member has neither completed (bit sub)
+        nor had its sources read (bit n + sub, n the group's members); alone, the rank's done word is 0."""
+        rank, index, sub = key
+        if pcs[rank] != index:
+            return False
+        if sub is None:
+            return not dones[rank]
+        return not (dones[rank] >> sub) & 1 and not (dones[rank] >> (len(self.code[rank][index].members) + sub)) & 1
 
     def received(self, pcs, dones, key: Key) -> bool:
         """Whether the recv at `key` = (rank, index, sub) has completed."""
@@ -650,6 +671,8 @@ class Model:
             for sub, accesses in entries:
                 if sub is not None and (done[rank] >> sub) & 1:
                     continue
+                if sub is not None and (done[rank] >> (len(self.code[rank][pcs[rank]].members) + sub)) & 1:
+                    continue  # a grouped collective whose sources are read: its landing holds them
                 if sub is None and done[rank]:
                     continue  # a collective whose sources are read: its landing holds its accesses
                 found.append((Post("post", rank, pcs[rank], sub), accesses))
@@ -664,6 +687,8 @@ class Model:
         if kind == "p2p":
             return action.key == (rank, index, sub)
         if kind == "coll":
+            if sub is not None:
+                return self.matches.cid_of.get((rank, index, sub)) == action.cid
             return self.code[rank][index].cid == action.cid
         return False
 
@@ -710,7 +735,14 @@ class Model:
             for c in row:
                 entries: list[tuple[Access, int | None, frozenset]] = []
                 if c.sync is Sync.P2P:
+                    colls = dict(c.colls)
                     for sub, m in c.members:
+                        if sub in colls:
+                            others = frozenset(k[0] for k in self.coll_members[colls[sub]]) - {c.rank}
+                            for acc in self.coll_member_footprint[colls[sub]]:
+                                if acc.owner == self.home[c.rank]:
+                                    entries.append((acc, sub, others))
+                            continue
                         others = (frozenset() if _fifo_send(m) else frozenset({m.peer}) - {c.rank}) \
                             if c.kind == "group" else c.partners
                         for acc in self._member_footprint(c.rank, c.index, sub, m):
@@ -830,6 +862,10 @@ class Model:
                     if peer is not None and pcs[peer[0]] == peer[1] and (
                             peer[2] is None or not (dones[peer[0]] >> peer[2]) & 1):
                         acts.append(build(P2P, ("p2p", rank, pc, sub)))
+            if c.colls and collectives:  # its collectives, each from its first member, once all have arrived
+                for _sub, cid in c.colls:
+                    if self.coll_members[cid][0][0] == rank and self.coll_ready(state, cid):
+                        acts.append(build(Coll, ("coll", cid)))
             return acts
         if c.cid is not None or sync in (Sync.COLLECTIVE, Sync.BARRIER_ALL, Sync.SYNC_ALL):
             if c.cid is None or not collectives or self.coll_members[c.cid][0][0] != rank:
@@ -845,7 +881,7 @@ class Model:
         """Whether every member of collective `cid` has arrived (and, for barrier_all, nothing is in
         flight)."""
         pcs, done = state.pcs, state.group_done
-        if not all(pcs[r] == i and not done[r] for r, i in self.coll_members[cid]):  # done: landing pending
+        if not all(self.arrived(pcs, done, key) for key in self.coll_members[cid]):  # done: landing pending
             return False
         if self.coll_sync[cid] is not Sync.BARRIER_ALL or not state.in_flight:
             return True
@@ -935,8 +971,9 @@ class Model:
             if work.done[rank]:
                 work.set_done(rank, 0)
             return
-        done = work.done[rank] | 1 << sub
-        if done == (1 << len(self.code[rank][index].members)) - 1:
+        members = len(self.code[rank][index].members)
+        done = (work.done[rank] | 1 << sub) & ~(1 << (members + sub))  # a grouped collective: landed
+        if done == (1 << members) - 1:
             work.set_done(rank, 0)
             work.set_pc(rank, work.pcs[rank] + 1)
         else:
@@ -952,12 +989,19 @@ class Model:
                 cells = out.setdefault(r, {})
                 for n, v in enumerate(values):
                     cells[lo + n] = v
-        for rank, index in self.coll_members[cid]:
-            at = self.landing_of.get((rank, index, None))
+        for key in self.coll_members[cid]:
+            rank, index, sub = key
+            at = self.landing_of.get(key)
             if at is None:
-                work.set_pc(rank, work.pcs[rank] + 1)
+                if sub is None:
+                    work.set_pc(rank, work.pcs[rank] + 1)
+                else:
+                    self._complete(work, key)
                 continue
-            work.set_done(rank, 1)  # the sources are read; the member completes at its landing
+            if sub is None:
+                work.set_done(rank, 1)  # the sources are read; the member completes at its landing
+            else:
+                work.set_done(rank, work.done[rank] | 1 << (len(self.code[rank][index].members) + sub))
             cells, row = out.get(rank, {}), mem[rank]
             payload = tuple(cells.get(a, row[a]) for _r, lo, hi in self.deliveries[at].spans for a in range(lo, hi))
             work.launch(at[0], at[1], payload)

@@ -3,7 +3,13 @@
 NCCL matches point-to-point operations first-in-first-out per (communicator, sender, receiver) (and
 per channel: `ir.Send.channel`), and
 the k-th collective of every member of a communicator with each other, so both matchings are fixed
-by the program text, independent of the interleaving. Mismatches are reported here, before any
+by the program text, independent of the interleaving. Collectives inside a group
+(ncclGroupStart/End) count in posting order too: NCCL's group only defers the posting (the calls
+return without blocking, and ncclGroupEnd posts them together), it does not reorder a communicator's
+operations, so the k-th call on a communicator still meets the k-th call of every other member.
+Collectives of different communicators in one group are posted together and wait for each other in
+no order (NCCL's user guide, "Group Calls": managing several communicators from one thread, and
+aggregating operations, inside one group). Mismatches are reported here, before any
 search: sizes, dtypes, kinds, roots and reductions that differ, and ops that are never matched.
 """
 
@@ -78,8 +84,10 @@ SHMEM_TEAM = "shmem_world"
 class Matches:
     send_of: dict[Key, Key] = field(default_factory=dict)  # recv key -> send key
     recv_of: dict[Key, Key] = field(default_factory=dict)  # send key -> recv key
-    collectives: list[list[tuple[int, int]]] = field(default_factory=list)  # cid -> [(rank, index)]
-    cid_of: dict[tuple[int, int], int] = field(default_factory=dict)
+    # cid -> its members [(rank, index, sub)]: sub None for a collective of its own, else its member
+    # index in the group at (rank, index) (`ir.Group`)
+    collectives: list[list[Key]] = field(default_factory=list)
+    cid_of: dict[Key, int] = field(default_factory=dict)
     sched: ir.Schedule | None = None
 
     def p2p_pairs(self):
@@ -88,7 +96,7 @@ class Matches:
 
     def collective_ops(self):
         for members in self.collectives:
-            yield [(rank, self.sched.programs[rank].ops[index]) for rank, index in members]
+            yield [(key[0], self._op(key)) for key in members]
 
     def fifo_gates(self) -> dict[Key, Key | None]:
         """For each send on a connection with slots (`ir.Send.slots`), the recv it waits for: the
@@ -135,7 +143,7 @@ def match(sched: ir.Schedule, deadline: Deadline = UNBOUNDED) -> tuple[Matches, 
     problems: list[Mismatch] = []
     sends: dict[tuple[str, int, int, int], list[Key]] = {}
     recvs: dict[tuple[str, int, int, int], list[Key]] = {}
-    colls: dict[tuple[str, tuple[int, ...]], dict[int, list[int]]] = {}
+    colls: dict[tuple[str, tuple[int, ...]], dict[int, list[Key]]] = {}
     for prog in sched.programs:
         deadline.check("matching sends, receives and collectives")
         for index, op in enumerate(prog.ops):
@@ -146,14 +154,18 @@ def match(sched: ir.Schedule, deadline: Deadline = UNBOUNDED) -> tuple[Matches, 
                 elif member.kind == "recv":
                     recvs.setdefault((member.comm, member.peer, prog.rank, member.channel),
                                      []).append((prog.rank, index, sub))
+                elif sub is not None:  # a collective in a group: matched in posting order, as NCCL does
+                    group = sched.members(member.comm, prog.rank)
+                    colls.setdefault((member.comm, group), {}).setdefault(prog.rank, []).append((prog.rank, index, sub))
             if op.kind in ir.TEAM_KINDS and op.comm == "world":  # on NVSHMEM_TEAM_WORLD, as barrier_all
-                colls.setdefault((SHMEM_TEAM, tuple(range(sched.world))), {}).setdefault(prog.rank, []).append(index)
+                colls.setdefault((SHMEM_TEAM, tuple(range(sched.world))), {}).setdefault(prog.rank, []).append(
+                    (prog.rank, index, None))
             elif op.kind in ir.COLLECTIVE_KINDS or op.kind in ir.TEAM_KINDS:
                 group = sched.members(op.comm, prog.rank)
-                colls.setdefault((op.comm, group), {}).setdefault(prog.rank, []).append(index)
+                colls.setdefault((op.comm, group), {}).setdefault(prog.rank, []).append((prog.rank, index, None))
             elif op.kind in ("barrier_all", "sync_all"):
                 group = tuple(range(sched.world))
-                colls.setdefault((SHMEM_TEAM, group), {}).setdefault(prog.rank, []).append(index)
+                colls.setdefault((SHMEM_TEAM, group), {}).setdefault(prog.rank, []).append((prog.rank, index, None))
     _match_allocations(sched, problems)
     _match_p2p(sched, sends, recvs, out, problems)
     _match_collectives(sched, colls, out, problems)
@@ -241,32 +253,40 @@ def _match_collectives(sched, colls, out: Matches, problems: list[Mismatch]) -> 
     for (comm, group), per_rank in colls.items():
         longest = max(len(v) for v in per_rank.values())
         for k in range(longest):
-            present = [(rank, per_rank.get(rank, [])[k]) for rank in group if k < len(per_rank.get(rank, []))]
+            present = [per_rank[rank][k] for rank in group if k < len(per_rank.get(rank, []))]
             missing = [rank for rank in group if k >= len(per_rank.get(rank, []))]
-            refs = tuple(op_ref(sched, (rank, index, None)) for rank, index in present)
+            refs = tuple(op_ref(sched, key) for key in present)
             if missing:
                 first = refs[0]
                 problems.append(Mismatch(
-                    kind="collective_mismatch", ranks=tuple(missing) + tuple(r for r, _ in present), ops=refs,
+                    kind="collective_mismatch", ranks=tuple(missing) + tuple(key[0] for key in present), ops=refs,
                     message=f"the {_nth(k)} collective on {_team(comm, sched)} ({first.text}) is reached by rank(s) "
-                            f"{_ranks([r for r, _ in present])} but never by rank(s) {_ranks(missing)}"))
+                            f"{_ranks([key[0] for key in present])} but never by rank(s) {_ranks(missing)}"))
                 continue
-            sigs = [_signature(sched, rank, sched.programs[rank].ops[index]) for rank, index in present]
+            sigs = [_signature(sched, key[0], out._op(key)) for key in present]
             base = sigs[0]
-            for (rank, index), sig, ref in zip(present, sigs, refs):
+            for (rank, _index, _sub), sig, ref in zip(present, sigs, refs):
                 if sig != base:
                     field_name = next(f for f in _FIELDS if sig.get(f) != base.get(f))
                     problems.append(Mismatch(
                         kind="collective_mismatch", ranks=(present[0][0], rank), ops=(refs[0], ref),
                         message=f"the {_nth(k)} collective on {_team(comm, sched)} differs in {field_name}: rank "
                                 f"{present[0][0]} calls {refs[0].text}, rank {rank} calls {ref.text} "
-                                f"(every member must call the same collectives in the same order)"))
+                                "(every member must call the same collectives in the same order"
+                                f"{_grouped(refs[0], ref)})"))
                     break
             else:
                 cid = len(out.collectives)
                 out.collectives.append(present)
-                for rank, index in present:
-                    out.cid_of[(rank, index)] = cid
+                for key in present:
+                    out.cid_of[key] = cid
+
+
+def _grouped(*refs: OpRef) -> str:
+    """The reminder for collectives inside groups: NCCL counts them in posting order too."""
+    if all(ref.sub is None for ref in refs):
+        return ""
+    return "; inside a group too, they match in the order each rank posts them"
 
 
 def _team(comm: str, sched: ir.Schedule) -> str:

@@ -87,7 +87,7 @@ def joints(matches: Matches) -> Iterator[tuple[Event, list[Key]]]:
     for send, recv in matches.recv_of.items():
         yield ("p2p", send), [send, recv]
     for cid, members in enumerate(matches.collectives):
-        yield ("coll", cid), [(rank, index, None) for rank, index in members]
+        yield ("coll", cid), list(members)
 
 
 def joint_completion(matches: Matches) -> Iterator[Edge]:

@@ -251,9 +251,9 @@ def _counts(schedule: ir.Schedule, matches: Matches, ops: list[tuple[Key, ir.OpB
         if partner in kept:
             equal((key, op, "src", op.src), (partner, kept[partner], "dst", kept[partner].dst))
     for key, op in ops:
-        if op.kind not in ir.COLLECTIVE_KINDS or op.kind == "barrier" or (key[0], key[1]) not in matches.cid_of:
+        if op.kind not in ir.COLLECTIVE_KINDS or op.kind == "barrier" or key not in matches.cid_of:
             continue
-        lead = matches.collectives[matches.cid_of[(key[0], key[1])]][0] + (None,)
+        lead = matches.collectives[matches.cid_of[key]][0]
         if lead[0] != key[0] and lead in kept:
             equal((lead, kept[lead], "src", kept[lead].src), (key, op, "src", op.src))
 
