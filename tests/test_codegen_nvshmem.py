@@ -203,6 +203,15 @@ def test_a_team_collective_whose_source_overlaps_its_destination_is_refused():
         program.generate(broken, "nvshmem")
 
 
+def test_teams_under_calls_are_refused_at_the_split():
+    from clockworks_dist.lowering import Build, lower
+
+    lowered = lower(trace_file(TEAMS, 2), Build("nvshmem", 2, "barrier"))
+    with pytest.raises(Unsupported, match=r"team_allreduce_rows\.py:\d+: the nvshmem-codegen backend cannot run "
+                                          r"team_split: team row0 is split more than once .*without --calls"):
+        program.generate(lowered)
+
+
 # ------------------------------------------------------------------------------- signal_store
 def test_signal_store_is_a_volatile_store_ordered_only_by_the_plan():
     sched = trace_file("protocols/flag_reset_before_ack.py", 2)

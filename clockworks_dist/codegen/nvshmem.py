@@ -100,7 +100,25 @@ that kernel has finished and the next kernel once the copy (and its signal's wri
 Setup stops a run whose peer is not reached over NVLink, where NVSHMEM's on-stream put is a peer copy
 on that stream.
 
-Send, recv, groups and the NCCL collectives are NCCL's (`--backend nccl`).
+Teams (`r.team_split_strided` and the team ops, `lowering.nvshmem_plan.team_step`): each split is made
+once, on the host at setup (`nvshmem_team_split_strided`, every rank's splits in its program order, the
+order the checker matched; setup stops the run if NVSHMEM made another team), and destroyed after the
+last run; at its place in the kernel the parent's members meet (`nvshmem_sync_all` or
+`nvshmem_team_sync(parent)`), as the split makes them meet. team_barrier and team_sync are barrier_all
+and sync_all on the team (`nvshmem_barrier(team)`, `nvshmem_team_sync(team)`). A team collective is a
+fenced grid-wide sync, block 0's threads' `nvshmemx_team_sync_block(team)` and the collective's
+block-scoped call (`nvshmemx_<T>_<op>_reduce_block`, `_fcollect_block`, `_alltoall_block`,
+`_broadcast_block` with the root's index in the team), then a grid-wide sync: fenced, since NVSHMEM may
+read the source and write the destination from the other members by loads and stores; the team sync,
+since NVSHMEM asks every member's destination to be ready before any member calls it, while the
+schedule's collective writes it only once every member has arrived. The kernel takes its teams' handles
+as arguments; a rank outside a team has `NVSHMEM_TEAM_INVALID` and runs none of its ops.
+
+signal_store (`*sig = value`): one thread's volatile 64-bit store to the rank's own word, placed by the
+plan as any op that writes a signal word; nothing else orders it.
+
+Send, recv, groups and the NCCL collectives (on the world or an `r.comm` communicator) are NCCL's
+(`--backend nccl`).
 """
 
 from __future__ import annotations
@@ -553,6 +571,12 @@ class NvshmemTarget(Target):
         """A collective or barrier runs here on an NVSHMEM team only (r.team_reduce and the others, r.team_sync);
         on the world or an NCCL communicator it is NCCL's. NVSHMEM's collectives take a source that is the
         destination (reduce, broadcast) or apart from it."""
+        if isinstance(op, ir.TeamSplit):
+            if any(sum(isinstance(o, ir.TeamSplit) and o.team == op.team for o in prog.ops) > 1
+                   for prog in sched.programs):
+                return (f"team {op.team} is split more than once on a rank (the calls of --calls repeat the split), "
+                        "and the generated program makes each team once, at setup: generate it without --calls")
+            return None
         if not isinstance(op, (*TEAM_COLLECTIVES, ir.Barrier)):
             return None
         if team_of(sched, op.comm) is None:
@@ -734,6 +758,11 @@ class NvshmemTarget(Target):
         sched = gen.sched
         program = sched.programs[rank]
         state = _state(gen)
+        if state.get("library") and any(team_op(sched, op) for op in program.ops):
+            op = next(op for op in program.ops if team_op(sched, op))
+            raise Unsupported(f"{op.loc}: the nvshmem-codegen backend cannot run {op.kind} in a library's kernels: "
+                              "a library's host code does not make teams or pass their handles yet (generate the "
+                              "schedule as a program: clockworks codegen / build / validate)")
         plan = gen.lowered.plan(rank)  # the lowering's block plan (`lowering.nvshmem_plan`)
         state.setdefault("plans", {})[rank] = plan
         kernel = state["kernel"] = _Kernel(plan, plan.steps[0] if plan.steps else Step(0, Who("all")))
