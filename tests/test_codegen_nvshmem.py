@@ -62,8 +62,19 @@ def op_code(text: str, rank: int, index: int) -> str:
 def test_the_backend_decides_every_op_class():
     assert backends.BACKENDS["nvshmem-codegen"] is nvshmem.NVSHMEM is nvshmem.TARGET.table
     nvshmem.NVSHMEM.check_complete()
-    for cls in (ir.Send, ir.Recv, ir.Group, ir.AllReduce, ir.Barrier):
+    for cls in (ir.Send, ir.Recv, ir.Group, ir.ReduceScatter, ir.ReduceTo):
         assert "--backend nccl" in nvshmem.UNSUPPORTED[cls]
+    # collectives and barriers run on an NVSHMEM team only; on the world or an NCCL communicator they are NCCL's
+    for cls in (ir.AllReduce, ir.AllGather, ir.AllToAll, ir.Broadcast, ir.Barrier, ir.TeamSplit, ir.TeamBarrier,
+                ir.SignalStore):
+        assert cls in nvshmem.TABLE
+
+
+def nccl_collectives_fn(r):
+    y = r.symmetric("y", count=4)
+    r.all_reduce(y, y)
+    sub = r.comm("halves", [q for q in range(r.world) if q % 2 == r.rank % 2])
+    r.barrier(sub)
 
 
 def test_an_nccl_op_names_its_file_line_and_the_backend_that_can():
@@ -73,6 +84,150 @@ def test_an_nccl_op_names_its_file_line_and_the_backend_that_can():
     message = str(exc.value)
     assert re.search(r"ring_allreduce\.py:\d+: the nvshmem-codegen backend cannot run (group|send|recv)", message)
     assert "--backend nccl" in message
+
+
+def test_an_nccl_collective_names_its_line_and_nccl_not_the_team_ops():
+    sched = trace(nccl_collectives_fn, 4)
+    problems = program.unsupported(sched, "nvshmem")
+    assert len(problems) == 2, problems
+    for kind, problem in zip(("all_reduce", "barrier"), problems):
+        assert re.search(rf"test_codegen_nvshmem\.py:\d+: the nvshmem-codegen backend cannot run {kind}: an NCCL op",
+                         problem), problem
+        assert "--backend nccl" in problem
+
+
+# ----------------------------------------------------------------------------------- teams
+TEAMS = "protocols/team_allreduce_rows.py"
+
+
+@pytest.mark.parametrize("ranks", [2, 4, 8])
+def test_team_splits_are_made_on_the_host_with_the_schedules_triplets(ranks):
+    sched = trace_file(TEAMS, ranks)
+    text = program.generate(sched, "nvshmem")
+    setup = text[text.index("int main("):]
+    for prog in sched.programs:
+        splits = [op for op in prog.ops if isinstance(op, ir.TeamSplit)]
+        assert len(splits) == 2 + ranks // 2
+        branch = setup[setup.index(f"if (cw_rank == {prog.rank}) {{  // rank {prog.rank}'s team splits"):]
+        at = 0
+        for op in splits:  # in the rank's program order, each with its triplet, then what NVSHMEM made is checked
+            call = (f"nvshmem_team_split_strided(NVSHMEM_TEAM_WORLD, {op.start}, {op.stride}, {op.size}, nullptr, 0, "
+                    f"&cw_team_c_{op.team})")
+            at = branch.index(call, at)
+            members = sched.comm(op.team).members(prog.rank)
+            check = (f"nvshmem_team_my_pe(cw_team_c_{op.team}) != {members.index(prog.rank)}" if members
+                     else f"if (cw_team_c_{op.team} != NVSHMEM_TEAM_INVALID)")
+            assert branch.index(check, at) < branch.index("\n  }", at)
+        # in the kernel, the split is where the schedule has it: the parent's members meet there
+        code = op_code(text, prog.rank, 0)
+        assert "nvshmem_sync_all();" in code and "cw_nv_grid_sync(grid, false);" in code
+    # created once at setup, before any run; destroyed after every PE has met, before nvshmem_finalize
+    assert setup.index("nvshmem_team_split_strided(") < setup.index("cw_load_expect(bufs") < setup.index("run(s);")
+    end = text[text.rindex("nvshmem_barrier_all();  // every PE is done with every team"):]
+    assert end.index("nvshmem_team_destroy(cw_team_c_row0);") < end.index("nvshmem_finalize();")
+    assert text.count("nvshmem_team_destroy(") == 2 + ranks // 2
+
+
+def test_team_ops_take_the_rank_s_team_handle():
+    sched = trace_file(TEAMS, 4)
+    text = program.generate(sched, "nvshmem")
+    for prog in sched.programs:
+        row, column = f"c_row{prog.rank // 2}", f"c_column{prog.rank % 2}"
+        body = kernel(text, prog.rank)
+        reduce_ = op_code(text, prog.rank, 4)
+        assert "cw_nv_grid_sync(grid, true);" in reduce_  # every block's work fenced: peers may read the source
+        assert f"nvshmemx_team_sync_block({row});\n    nvshmemx_float_sum_reduce_block({row}, b_row_sum, b_x, 2);" \
+            in reduce_
+        assert reduce_.rstrip().endswith("grid.sync();")
+        barrier = op_code(text, prog.rank, 6)
+        assert "cw_nv_quiet_all(grid);" in barrier and f"nvshmem_barrier({column});" in barrier
+        # the kernel takes the handles of its teams only, filled from the host's
+        assert f"[[maybe_unused]] nvshmem_team_t {row} = a.{row};" in body
+        other = f"c_row{1 - prog.rank // 2}"
+        assert f"a.{other}" not in body
+        launch = text[text.index(f"static void rank{prog.rank}(cudaStream_t s)"):]
+        assert f"a.{row} = cw_team_{row};" in launch[:launch.index("}")]
+
+
+def team_kinds_fn(r):
+    """Every team op the backend emits, on a team split from a team (world 4: evens {0, 2}, inner {2})."""
+    x = r.symmetric("x", count=4, role="input")
+    y = r.symmetric("y", count=4, role="output")
+    g = r.symmetric("g", count=8, role="output")
+    a = r.symmetric("a", count=4, role="output")
+    b = r.symmetric("b", count=4, role="output", dtype="float32")
+    evens = r.team_split_strided("evens", start=0, stride=2, size=2)
+    inner = r.team_split_strided("inner", start=1, stride=1, size=1, parent=evens) if evens else None
+    if evens is not None:
+        r.team_sync(evens)
+        r.team_reduce(evens, y, x, op="max")
+        r.team_fcollect(evens, g, x)
+        r.team_alltoall(evens, a, x)
+        r.team_broadcast(evens, b, b, root=1)
+    if inner is not None:
+        r.team_barrier(inner)
+    r.signal_store(r.signal("done"), 7)
+
+
+def test_every_team_op_is_nvshmems_call_on_its_team():
+    sched = trace(team_kinds_fn, 4)
+    assert not program.unsupported(sched, "nvshmem")
+    text = program.generate(sched, "nvshmem")
+    rank2 = kernel(text, 2)
+    assert "nvshmem_team_split_strided(cw_team_c_evens, 1, 1, 1, nullptr, 0, &cw_team_c_inner)" in text
+    assert "if (blockIdx.x == 0 && threadIdx.x == 0) nvshmem_team_sync(c_evens);" in op_code(text, 2, 1)  # the split
+    assert "nvshmem_team_sync(c_evens);" in op_code(text, 2, 2)  # team_sync
+    for needle in ("nvshmemx_float_max_reduce_block(c_evens, b_y, b_x, 4);",
+                   "nvshmemx_float_fcollect_block(c_evens, b_g, b_x, 4);",
+                   "nvshmemx_float_alltoall_block(c_evens, b_a, b_x, 2);",  # per member: 4 elements / 2 members
+                   "nvshmemx_float_broadcast_block(c_evens, b_b, b_b, 4, 1)",  # root: member 1 of the team, rank 2
+                   "nvshmem_barrier(c_inner);"):
+        assert needle in rank2, needle
+    # ranks 1 and 3 are in no team: their kernels call nothing of one, and their splits only meet the world
+    for rank in (1, 3):
+        body = kernel(text, rank)
+        assert "c_evens" not in body and "reduce_block" not in body and body.count("nvshmem_sync_all();") == 1
+
+
+def test_a_team_collective_whose_source_overlaps_its_destination_is_refused():
+    sched = trace(team_kinds_fn, 4)
+    prog = sched.programs[0]
+    at = next(i for i, op in enumerate(prog.ops) if isinstance(op, ir.AllGather))
+    bad = prog.ops[at].model_copy(update={"dst": ir.Region(buffer="g", start=0, stop=8),
+                                          "src": ir.Region(buffer="g", start=2, stop=6)})
+    broken = sched.model_copy(update={"programs": (prog.model_copy(update={"ops": (*prog.ops[:at], bad,
+                                                                                      *prog.ops[at + 1:])}),
+                                                   *sched.programs[1:])})
+    with pytest.raises(Unsupported, match=r"test_codegen_nvshmem\.py:\d+: .*cannot run all_gather: its source "
+                                          r"g\[2:6\] overlaps its destination"):
+        program.generate(broken, "nvshmem")
+
+
+def test_teams_under_calls_are_refused_at_the_split():
+    from clockworks_dist.lowering import Build, lower
+
+    lowered = lower(trace_file(TEAMS, 2), Build("nvshmem", 2, "barrier"))
+    with pytest.raises(Unsupported, match=r"team_allreduce_rows\.py:\d+: the nvshmem-codegen backend cannot run "
+                                          r"team_split: team row0 is split more than once .*without --calls"):
+        program.generate(lowered)
+
+
+# ------------------------------------------------------------------------------- signal_store
+def test_signal_store_is_a_volatile_store_ordered_only_by_the_plan():
+    sched = trace_file("protocols/flag_reset_before_ack.py", 2)
+    text = program.generate(sched, "nvshmem")
+    for prog in sched.programs:
+        plan = nvshmem_plan.plan_rank(sched, prog.rank)
+        store = next(i for i, op in enumerate(prog.ops) if isinstance(op, ir.SignalStore))
+        code = op_code(text, prog.rank, store)
+        assert "if (threadIdx.x == 0) *(volatile uint64_t*)(cw_sig + 0) = 0ULL;" in code
+        assert "a plain store" in code and "nvshmemx_signal_op" not in code and "atomic" in code
+        # after every block has polled the flag (a block still polling would miss the 1 it waits for)
+        step = plan.steps[store]
+        assert step.pre in ("grid", "last") and any(n.item.index == store - 2 for n in step.needs)
+        # the ack that lets the peer send again follows the reset, fenced
+        ack = plan.steps[store + 1]
+        assert any(n.item.index == store and n.fence for n in ack.needs)
 
 
 def test_a_remote_buffer_this_rank_lacks_is_named():
@@ -85,8 +240,18 @@ def test_a_remote_buffer_this_rank_lacks_is_named():
 
 
 # ------------------------------------------------------------------- every protocol generates
-@pytest.mark.parametrize("ranks", [2, 4])
-@pytest.mark.parametrize("path", NV_PROTOCOLS, ids=lambda p: Path(p).stem)
+def declared(path: str, ranks: int) -> int:
+    """`ranks`, or the most ranks below it the protocol declares (a schedule that declares 2 only may not
+    trace at 4: the team twins split teams of 2)."""
+    defn = load_file(path)[0]
+    below = [r for r in defn.ranks or () if r <= ranks]
+    return ranks if not defn.ranks or ranks in defn.ranks or not below else max(below)
+
+
+NV_CASES = sorted({(p, declared(p, ranks)) for p in NV_PROTOCOLS for ranks in (2, 4)})
+
+
+@pytest.mark.parametrize("path,ranks", NV_CASES, ids=[f"{Path(p).stem}-{n}" for p, n in NV_CASES])
 def test_every_one_sided_protocol_generates(path, ranks):
     sched = load_file(path)[0].trace(ranks)
     text = program.generate(sched, "nvshmem")
@@ -113,7 +278,7 @@ def test_the_protocol_list_holds_every_nvshmem_protocol():
 
 @pytest.mark.parametrize("path", NV_PROTOCOLS, ids=lambda p: Path(p).stem)
 def test_every_handoff_follows_only_earlier_ops_and_says_why(path):
-    sched = load_file(path)[0].trace(4)
+    sched = load_file(path)[0].trace(declared(path, 4))
     text = program.generate(sched, "nvshmem")
     for prog in sched.programs:
         plan = nvshmem_plan.plan_rank(sched, prog.rank)
@@ -463,13 +628,14 @@ def every_op(ranks: int = 2) -> ir.Schedule:
 
 def _compile_targets() -> list[tuple[str, ir.Schedule]]:
     targets = [(Path(p).stem, load_file(p)[0].trace(2)) for p in PROTOCOLS if Path(p).name.startswith("nvshmem_")]
-    return targets + [("every_op", every_op())]
+    return targets + [("every_op", every_op()), ("team_kinds", trace(team_kinds_fn, 4))]
 
 
 def test_the_every_op_schedule_emits_every_table_entry():
     sched = every_op()
     kinds = {op.kind for prog in sched.programs for op in prog.ops}
-    assert kinds == {cls.model_fields["kind"].default for cls in nvshmem.TABLE}
+    teams = {op.kind for prog in trace(team_kinds_fn, 4).programs for op in prog.ops}  # compiled too
+    assert kinds | teams == {cls.model_fields["kind"].default for cls in nvshmem.TABLE}
     fetches = {op.op for op in sched.programs[0].ops if isinstance(op, ir.FetchAtomic)}
     assert fetches == set(nvshmem.FETCH_CALL)
     text = program.generate(sched, "nvshmem")

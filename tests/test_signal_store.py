@@ -106,7 +106,7 @@ def test_the_json_loader_refuses_a_store_to_another_ranks_word(tmp_path):
     assert ir.Schedule.from_json(sched.to_json()) == sched
 
 
-@pytest.mark.parametrize("name", ["nccl-codegen", "nvshmem-codegen", "cupy"])
+@pytest.mark.parametrize("name", ["nccl-codegen", "cupy"])
 def test_engines_that_cannot_run_a_store_say_why(name):
     import clockworks_dist.codegen.nccl  # noqa: F401  (backends register when their module loads)
     import clockworks_dist.codegen.nvshmem  # noqa: F401

@@ -164,7 +164,8 @@ THREAD_SYNC = ("events and thread barriers order the threads of a rank, which th
                "(the mpi-cpu executor runs them, `clockworks check` explores them)")
 UNSUPPORTED.update({cls: THREAD_SYNC for cls in (ir.RecordEvent, ir.WaitEvent, ir.ThreadBarrier)})
 UNSUPPORTED.update({cls: "an NVSHMEM team op: NCCL has communicators (r.comm, ncclCommSplit), not NVSHMEM teams; "
-                         "run the schedule with `clockworks run` (mpi-cpu)" for cls in (ir.TeamSplit, ir.TeamBarrier)})
+                         "generate this schedule with --backend nvshmem (or run it with `clockworks run`, mpi-cpu)"
+                    for cls in (ir.TeamSplit, ir.TeamBarrier)})
 NCCL = register(Backend("nccl-codegen", table=TABLE, unsupported=UNSUPPORTED,
                         limits={ir.Send: plain_connection, ir.Recv: plain_connection}))
 

@@ -100,7 +100,25 @@ that kernel has finished and the next kernel once the copy (and its signal's wri
 Setup stops a run whose peer is not reached over NVLink, where NVSHMEM's on-stream put is a peer copy
 on that stream.
 
-Send, recv, groups and the NCCL collectives are NCCL's (`--backend nccl`).
+Teams (`r.team_split_strided` and the team ops, `lowering.nvshmem_plan.team_step`): each split is made
+once, on the host at setup (`nvshmem_team_split_strided`, every rank's splits in its program order, the
+order the checker matched; setup stops the run if NVSHMEM made another team), and destroyed after the
+last run; at its place in the kernel the parent's members meet (`nvshmem_sync_all` or
+`nvshmem_team_sync(parent)`), as the split makes them meet. team_barrier and team_sync are barrier_all
+and sync_all on the team (`nvshmem_barrier(team)`, `nvshmem_team_sync(team)`). A team collective is a
+fenced grid-wide sync, block 0's threads' `nvshmemx_team_sync_block(team)` and the collective's
+block-scoped call (`nvshmemx_<T>_<op>_reduce_block`, `_fcollect_block`, `_alltoall_block`,
+`_broadcast_block` with the root's index in the team), then a grid-wide sync: fenced, since NVSHMEM may
+read the source and write the destination from the other members by loads and stores; the team sync,
+since NVSHMEM asks every member's destination to be ready before any member calls it, while the
+schedule's collective writes it only once every member has arrived. The kernel takes its teams' handles
+as arguments; a rank outside a team has `NVSHMEM_TEAM_INVALID` and runs none of its ops.
+
+signal_store (`*sig = value`): one thread's volatile 64-bit store to the rank's own word, placed by the
+plan as any op that writes a signal word; nothing else orders it.
+
+Send, recv, groups and the NCCL collectives (on the world or an `r.comm` communicator) are NCCL's
+(`--backend nccl`).
 """
 
 from __future__ import annotations
@@ -110,10 +128,10 @@ from pathlib import Path
 
 from .. import ir
 from ..lowering.nvshmem_plan import (
-    RankPlan, Step, Who, kernel_spans, staged,
+    TEAM_COLLECTIVES, RankPlan, Step, Who, kernel_spans, staged, team_of, team_op,
 )
 from ..semantics.backends import Backend, Unsupported, register
-from ..semantics.rules import rule
+from ..semantics.rules import describe, rule
 from . import cuda
 from .program import Gen, Target, bits, op_comment, signal_word
 
@@ -453,8 +471,38 @@ def compute(gen: Gen, op: ir.Compute) -> list[str]:
     return _guarded(gen, body)
 
 
+def signal_store(gen: Gen, op: ir.SignalStore) -> list[str]:
+    """`*sig = value` into the rank's own word by one thread: a plain store, as the schedule says."""
+    word = signal_word(gen.program, op.signal)
+    return _guarded(gen, [
+        "  // signal_store: a plain store into this rank's own word (*sig = value), not an atomic. volatile, so",
+        "  // it is one 64-bit store made here, not merged with another or moved. Nothing orders it but what",
+        "  // the schedule orders (the handoff above, where the plan needs one); the checker reports a race",
+        "  // where another access of the word can happen in either order with it",
+        f"  if (threadIdx.x == 0) *(volatile uint64_t*)(cw_sig + {word}) = {_value(gen, op)};"])
+
+
 def _none(gen: Gen, op) -> list[str]:
-    return []  # fence, quiet, barrier_all, sync_all: written by `NvshmemTarget._ordering`
+    return []  # fence, quiet, barrier_all, sync_all and the team ops: written by `NvshmemTarget._ordering`
+
+
+# The team collectives' NVSHMEM type names (NVSHMEMI_REPT_FOR_STANDARD_RMA_TYPES and the reduce types)
+NV_COLL_TYPE = {"float16": "half", "bfloat16": "bfloat16", "float32": "float", "float64": "double",
+                "int32": "int32", "int64": "int64", "uint32": "uint32", "uint64": "uint64"}
+NV_COLL_CALL = {ir.AllReduce: "reduce", ir.AllGather: "fcollect", ir.AllToAll: "alltoall",
+                ir.Broadcast: "broadcast"}
+
+
+def _overlap(op) -> str | None:
+    src, dst = op.src, op.dst
+    if src.buffer != dst.buffer or src.stop <= dst.start or dst.stop <= src.start:
+        return None
+    if src == dst and isinstance(op, (ir.AllReduce, ir.Broadcast)):
+        return None
+    return (f"its source {src} overlaps its destination {dst}: NVSHMEM's {NV_COLL_CALL[type(op)]} takes a "
+            "destination apart from its source" + (" or the same elements" if isinstance(op, (ir.AllReduce,
+                                                                                             ir.Broadcast)) else "")
+            + " (use buffers of their own)")
 
 
 TABLE = {
@@ -462,22 +510,14 @@ TABLE = {
     ir.FetchAtomic: fetch_atomic, ir.Get: get, ir.GetNbi: get, ir.WaitUntil: wait, ir.WaitUntilAll: wait,
     ir.WaitUntilAny: wait, ir.Fence: _none, ir.Quiet: _none, ir.BarrierAll: _none, ir.SyncAll: _none,
     ir.LocalReduce: reduce, ir.Copy: copy, ir.Fill: fill, ir.Compute: compute,
+    ir.SignalStore: signal_store, ir.TeamSplit: _none, ir.TeamBarrier: _none,
+    # on an NVSHMEM team only (`NvshmemTarget.refuses`): the team collectives and team_sync
+    ir.AllReduce: _none, ir.AllGather: _none, ir.AllToAll: _none, ir.Broadcast: _none, ir.Barrier: _none,
 }
-UNSUPPORTED = {cls: TWO_SIDED for cls in (
-    ir.Send, ir.Recv, ir.Group, ir.AllReduce, ir.AllGather, ir.ReduceScatter, ir.Broadcast, ir.ReduceTo,
-    ir.AllToAll, ir.Barrier)}
+UNSUPPORTED = {cls: TWO_SIDED for cls in (ir.Send, ir.Recv, ir.Group, ir.ReduceScatter, ir.ReduceTo)}
 THREAD_SYNC = ("events and thread barriers order the threads of a rank, which this backend does not run "
                "(the mpi-cpu executor runs them, `clockworks check` explores them)")
 UNSUPPORTED.update({cls: THREAD_SYNC for cls in (ir.RecordEvent, ir.WaitEvent, ir.ThreadBarrier)})
-# Teams: the split itself runs on the host before the kernel (nvshmem_team_split_strided is a host
-# routine), but what a team is for, its collectives and barriers on the device, needs the block plan
-# to place team-wide steps as it places barrier_all's; until it does, the backend refuses the split.
-UNSUPPORTED.update({cls: "NVSHMEM teams (team_split_strided, nvshmem_barrier(team)) are not generated yet: the "
-                         "block plan has no team-wide step; check the schedule and run it with `clockworks run` "
-                         "(mpi-cpu)" for cls in (ir.TeamSplit, ir.TeamBarrier)})
-UNSUPPORTED[ir.SignalStore] = ("a plain store to a signal word is not generated yet (the block plan places "
-                               "signal_op's atomic set); check the schedule and run it with `clockworks run` "
-                               "(mpi-cpu), or write the reset as a signal_op to the rank itself")
 NVSHMEM = register(Backend("nvshmem-codegen", table=TABLE, unsupported=UNSUPPORTED))
 
 
@@ -518,7 +558,30 @@ class NvshmemTarget(Target):
     mark_words = 1  # setup() makes it 1 + the blocks of the rank's kernel
 
     def prelude(self, gen: Gen) -> list[str]:
-        return _lines(PRELUDE.read_text().rstrip())
+        lines = _lines(PRELUDE.read_text().rstrip())
+        teams = _teams(gen.sched)
+        if teams:
+            lines += ["", "// NVSHMEM teams, made at setup (nvshmem_team_split_strided, in each rank's program order)",
+                      "// and destroyed at the end; NVSHMEM_TEAM_INVALID on a rank outside the team"]
+            lines += [f"static nvshmem_team_t {_team_handle(comm.name)} = NVSHMEM_TEAM_INVALID;  // team "
+                      f"{cuda.comment(comm.name)}" for comm in teams]
+        return lines
+
+    def refuses(self, sched: ir.Schedule, op) -> str | None:
+        """A collective or barrier runs here on an NVSHMEM team only (r.team_reduce and the others, r.team_sync);
+        on the world or an NCCL communicator it is NCCL's. NVSHMEM's collectives take a source that is the
+        destination (reduce, broadcast) or apart from it."""
+        if isinstance(op, ir.TeamSplit):
+            if any(sum(isinstance(o, ir.TeamSplit) and o.team == op.team for o in prog.ops) > 1
+                   for prog in sched.programs):
+                return (f"team {op.team} is split more than once on a rank (the calls of --calls repeat the split), "
+                        "and the generated program makes each team once, at setup: generate it without --calls")
+            return None
+        if not isinstance(op, (*TEAM_COLLECTIVES, ir.Barrier)):
+            return None
+        if team_of(sched, op.comm) is None:
+            return TWO_SIDED
+        return _overlap(op) if isinstance(op, TEAM_COLLECTIVES) else None
 
     def init(self, gen: Gen) -> list[str]:
         sched = gen.sched
@@ -568,6 +631,7 @@ class NvshmemTarget(Target):
                      "      resident = std::min(resident, fits);",
                      "    }"]
         return [
+            *_team_split_lines(gen.sched),
             "  {  // NVSHMEM: this rank's kernel, its blocks, its counters and its progress words",
             *table,
             f"    static const int wants[] = {{{', '.join(str(plans[k].blocks) for k in ranks)}}};",
@@ -679,7 +743,14 @@ class NvshmemTarget(Target):
         return ["  nvshmemx_barrier_all_on_stream(s);  // every rank's inputs and zeroed signal words are in place"]
 
     def finalize(self, gen: Gen) -> list[str]:
+        teams = _teams(gen.sched)
+        destroy = []
+        if teams:  # after every PE has met, in one order on every rank (the schedule's, reversed)
+            destroy = ["  nvshmem_barrier_all();  // every PE is done with every team before any is destroyed",
+                       *[f"  if ({_team_handle(comm.name)} != NVSHMEM_TEAM_INVALID) "
+                         f"nvshmem_team_destroy({_team_handle(comm.name)});" for comm in reversed(teams)]]
         return ["  CW_CUDA(cudaStreamSynchronize(s));",
+                *destroy,
                 "  nvshmem_finalize();  // collective over the PEs; MPI_Finalize comes after"]
 
     # -- one rank ---------------------------------------------------------------------------------
@@ -687,6 +758,11 @@ class NvshmemTarget(Target):
         sched = gen.sched
         program = sched.programs[rank]
         state = _state(gen)
+        if state.get("library") and any(team_op(sched, op) for op in program.ops):
+            op = next(op for op in program.ops if team_op(sched, op))
+            raise Unsupported(f"{op.loc}: the nvshmem-codegen backend cannot run {op.kind} in a library's kernels: "
+                              "a library's host code does not make teams or pass their handles yet (generate the "
+                              "schedule as a program: clockworks codegen / build / validate)")
         plan = gen.lowered.plan(rank)  # the lowering's block plan (`lowering.nvshmem_plan`)
         state.setdefault("plans", {})[rank] = plan
         kernel = state["kernel"] = _Kernel(plan, plan.steps[0] if plan.steps else Step(0, Who("all")))
@@ -710,7 +786,7 @@ class NvshmemTarget(Target):
                 op = program.ops[step.index]
                 gen.index = step.index
                 kernel.step = step
-                coll = coll or op.kind in ("barrier_all", "sync_all")
+                coll = coll or op.kind in ("barrier_all", "sync_all") or team_op(sched, op)
                 body += ["", op_comment(op), f"  cw_nv_mark(a.marks, {step.index});"]
                 ordering = self._ordering(gen, op, step)
                 if ordering is not None:
@@ -769,7 +845,67 @@ class NvshmemTarget(Target):
                     f"  cw_nv_grid_sync(grid, {'true' if step.fence else 'false'});",
                     "  if (blockIdx.x == 0 && threadIdx.x == 0) nvshmem_sync_all();",
                     "  grid.sync();"]
+        if team_op(gen.sched, op):
+            return self._team(gen, op, step)
         return None
+
+    def _team(self, gen: Gen, op, step: Step) -> list[str]:
+        """A team op (`nvshmem_plan.team_step`): a grid-wide sync, block 0 calls NVSHMEM, a grid-wide sync."""
+        fence = "true" if step.fence else "false"
+        first = (["  // each block fences first, so what it did is visible to the PEs that go on after it;"]
+                 if step.fence else [])
+        if isinstance(op, ir.TeamBarrier):
+            team = cuda.ident("comm", op.comm)
+            return ["  // team_barrier: every block completes its deliveries (quiet), a grid-wide sync, one thread's",
+                    f"  // nvshmem_barrier({team}) (the team's members meet), then a grid-wide sync: no block goes on",
+                    "  // before every member has arrived",
+                    "  cw_nv_quiet_all(grid);",
+                    f"  if (blockIdx.x == 0 && threadIdx.x == 0) nvshmem_barrier({team});",
+                    "  grid.sync();"]
+        if isinstance(op, (ir.TeamSplit, ir.Barrier)):
+            if isinstance(op, ir.TeamSplit):
+                parent = "NVSHMEM_TEAM_WORLD" if op.comm == "world" else cuda.ident("comm", op.comm)
+                call = "nvshmem_sync_all()" if op.comm == "world" else f"nvshmem_team_sync({parent})"
+                head = [f"  // team_split_strided: team {cuda.comment(op.team)} was made on the host at setup,",
+                        f"  // nvshmem_team_split_strided({parent}, {op.start}, {op.stride}, {op.size}, ...);",
+                        "  // here the parent's members meet as the split makes them (a collective over the parent,",
+                        "  // completing no delivery), so what the schedule orders by it stays ordered. A grid-wide",
+                        f"  // sync, one thread's {call}, then a grid-wide sync"]
+            else:
+                call = f"nvshmem_team_sync({cuda.ident('comm', op.comm)})"
+                head = ["  // team_sync: the team's members meet, and deliveries stay in flight. A grid-wide sync",
+                        f"  // (every block's work before it is done), one thread's {call}, then a grid-wide",
+                        "  // sync: no block goes on before every member has arrived"]
+            return [*head, *first, f"  cw_nv_grid_sync(grid, {fence});",
+                    f"  if (blockIdx.x == 0 && threadIdx.x == 0) {call};", "  grid.sync();"]
+        team = cuda.ident("comm", op.comm)
+        kind = NV_COLL_TYPE[gen.dtype(op.dst)]
+        members = gen.sched.members(op.comm, gen.rank)
+        if isinstance(op, ir.AllReduce):
+            call = f"nvshmemx_{kind}_{op.op}_reduce_block({team}, {gen.ptr(op.dst)}, {gen.ptr(op.src)}, {op.dst.count})"
+        elif isinstance(op, ir.AllGather):
+            call = f"nvshmemx_{kind}_fcollect_block({team}, {gen.ptr(op.dst)}, {gen.ptr(op.src)}, {op.src.count})"
+        elif isinstance(op, ir.AllToAll):
+            call = (f"nvshmemx_{kind}_alltoall_block({team}, {gen.ptr(op.dst)}, {gen.ptr(op.src)}, "
+                    f"{op.src.count // len(members)})")
+        else:
+            root = members.index(op.root)
+            call = (f"nvshmemx_{kind}_broadcast_block({team}, {gen.ptr(op.dst)}, {gen.ptr(op.src)}, {op.dst.count}, "
+                    f"{root})  /* root: member {root} of the team, rank {op.root} */")
+        return [f"  // a team collective on team {cuda.comment(op.comm)}: every block fences its work (NVSHMEM's "
+                "collective may read this",
+                "  // rank's source and write its destination from the other members, by NVLink loads and stores),",
+                "  // a grid-wide sync, then block 0's threads call it, then a grid-wide sync: every block's later",
+                "  // work follows it. First the members meet (nvshmemx_team_sync_block): NVSHMEM asks that every",
+                "  // member's destination be ready before any member calls the collective (a member may write a",
+                "  // peer's destination before that peer has arrived), while the schedule's collective writes it",
+                "  // only once every member has arrived; the sync keeps the schedule's order",
+                "  cw_nv_grid_sync(grid, true);",
+                "  if (blockIdx.x == 0) {",
+                f"    nvshmemx_team_sync_block({team});",
+                f"    {call};",
+                "  }",
+                "  grid.sync();"]
 
     def _kernel_text(self, gen: Gen, rank: int, plan: RankPlan, kernel: _Kernel, bodies: list[list[str]],
                      scratch: list[str]) -> list[str]:
@@ -782,6 +918,11 @@ class NvshmemTarget(Target):
             fields.append(f"  {ctype}* {name};  // {decl.count} x {decl.dtype}{where}")
             locals_.append(f"  [[maybe_unused]] {ctype}* {name} = a.{name};")
             fill.append(f"  a.{name} = ({ctype}*)CW_BUFS_{rank}[{i}].ptr;")
+        for team in _kernel_teams(gen.sched, program):  # the team handles its team ops take
+            name = cuda.ident("comm", team)
+            fields.append(f"  nvshmem_team_t {name};  // team {cuda.comment(team)}")
+            locals_.append(f"  [[maybe_unused]] nvshmem_team_t {name} = a.{name};")
+            fill.append(f"  a.{name} = {_team_handle(team)};")
         for name in scratch:
             fields.append(f"  char* {name};")
             locals_.append(f"  [[maybe_unused]] char* {name} = a.{name};")
@@ -997,6 +1138,61 @@ def _end(sched: ir.Schedule, n: int) -> list[str]:
             f"  cw_nv_mark(a.marks, {n});",
             "  cw_nv_quiet_all(grid);",
             "  if (blockIdx.x == 0 && threadIdx.x == 0) nvshmem_barrier_all();"]
+
+
+def _teams(sched: ir.Schedule) -> list[ir.Communicator]:
+    """The schedule's NVSHMEM teams, in one order on every rank (the schedule's)."""
+    return [comm for comm in sched.comms if comm.team is not None]
+
+
+def _team_handle(name: str) -> str:
+    """The host's handle of team `name` (a validated name, `cuda.ident`)."""
+    return "cw_team_" + cuda.ident("comm", name)
+
+
+def _kernel_teams(sched: ir.Schedule, program: ir.Program) -> list[str]:
+    """The teams whose handle a rank's kernel takes: those its team ops run on (a split's parent team,
+    where it is not NVSHMEM_TEAM_WORLD), in the schedule's order."""
+    used = set()
+    for op in program.ops:
+        if isinstance(op, ir.TeamSplit):
+            if op.comm != "world":
+                used.add(op.comm)
+        elif team_op(sched, op):
+            used.add(op.comm)
+    return [comm.name for comm in _teams(sched) if comm.name in used]
+
+
+def _team_split_lines(sched: ir.Schedule) -> list[str]:
+    """Setup: each rank's nvshmem_team_split_strided calls, in its program order (a split is collective
+    over the parent team, which the checker has matched in that order), then a check that NVSHMEM made
+    the team the schedule says: this rank's index in it, or NVSHMEM_TEAM_INVALID outside it."""
+    lines = []
+    for program in sched.programs:
+        splits = [op for op in program.ops if isinstance(op, ir.TeamSplit)]
+        if not splits:
+            continue
+        lines.append(f"  if (cw_rank == {program.rank}) {{  // rank {program.rank}'s team splits, in its program order")
+        for op in splits:
+            handle = _team_handle(op.team)
+            parent = "NVSHMEM_TEAM_WORLD" if op.comm == "world" else _team_handle(op.comm)
+            members = sched.comm(op.team).members(program.rank)
+
+            def stop(why: str) -> str:
+                return f"      cw_abandon(\"error\", {cuda.literal(why)}, 2);"
+            lines += [f"    // {cuda.comment(op.loc)}: {cuda.comment(describe(op))}",
+                      f"    if (nvshmem_team_split_strided({parent}, {op.start}, {op.stride}, {op.size}, nullptr, 0, "
+                      f"&{handle}) != 0)",
+                      stop(f"nvshmem_team_split_strided failed for team {op.team}")]
+            if members:
+                index = members.index(program.rank)
+                lines += [f"    if ({handle} == NVSHMEM_TEAM_INVALID || nvshmem_team_my_pe({handle}) != {index})",
+                          stop(f"NVSHMEM made team {op.team} without rank {program.rank} as its member {index}")]
+            else:
+                lines += [f"    if ({handle} != NVSHMEM_TEAM_INVALID)",
+                          stop(f"NVSHMEM made rank {program.rank} a member of team {op.team}, which it is not")]
+        lines.append("  }")
+    return lines
 
 
 def _pool_bytes(sched: ir.Schedule) -> int:

@@ -69,6 +69,11 @@ class Target:
         no rank starts the ops before every rank's inputs are written."""
         return []
 
+    def refuses(self, sched: ir.Schedule, op) -> str | None:
+        """Why this backend cannot emit `op` of `sched` although its table has the op's class (what
+        only the schedule says: which communicator an op is on); None: it can."""
+        return None
+
     def rank_function(self, gen: "Gen", rank: int) -> list[str]:
         """The definition of `static void rank<k>(cudaStream_t s)`: one run of the rank's ops."""
         raise NotImplementedError
@@ -162,7 +167,8 @@ def target(backend: str) -> Target:
 
 def unsupported(sched: ir.Schedule, backend: str) -> list[str]:
     """Why `backend` cannot generate `sched`, one line per op class it lacks (empty: it can)."""
-    table = target(backend).table
+    tgt = target(backend)
+    table = tgt.table
     found: dict[str, str] = {}
     for program in sched.programs:
         if program.threads:
@@ -174,6 +180,9 @@ def unsupported(sched: ir.Schedule, backend: str) -> list[str]:
             for member in (op.ops if isinstance(op, ir.Group) else (op,)):
                 try:
                     table.lookup(member)
+                    why = tgt.refuses(sched, member)
+                    if why:
+                        raise Unsupported(f"{member.loc}: the {table.name} backend cannot run {member.kind}: {why}")
                 except Unsupported as exc:
                     found.setdefault(member.kind, str(exc))
     return list(found.values())

@@ -294,6 +294,17 @@ def plan_rank(sched: ir.Schedule, rank: int, index: dict | None = None, monotone
             step.idle = not step.fence_pes
             steps.append(step)
             continue
+        if team_op(sched, op):
+            # An NVSHMEM team op: a grid-wide sync, block 0 calls NVSHMEM, then a grid-wide sync
+            # (`team_step`); nothing of it is pending after that last sync.
+            step, completes, done = team_step(sched, rank, m, op, index, bool(unpublished or fenced))
+            cleared(step.fence)
+            if completes:
+                in_flight = []
+            if done is not None:
+                unpublished.append(done)
+            steps.append(step)
+            continue
         if isinstance(op, (ir.Quiet, ir.BarrierAll, ir.SyncAll)):
             step = Step(m, Who("all"), pre="grid", fence=True)
             if isinstance(op, ir.Quiet) and not in_flight:
@@ -417,6 +428,56 @@ def plan_rank(sched: ir.Schedule, rank: int, index: dict | None = None, monotone
     blocks = max(widest, min(MAX_BLOCKS, max(most_ones, ones)))
     return RankPlan(rank, steps, max(1, blocks), counters, hash_slots,
                     sum(kind == "kernel" for kind, _steps in kernel_spans(steps)))
+
+
+# The team collectives (ir's collectives on a team communicator: team_reduce, team_fcollect,
+# team_alltoall, team_broadcast) and the team sync (a barrier on a team).
+TEAM_COLLECTIVES = (ir.AllReduce, ir.AllGather, ir.AllToAll, ir.Broadcast)
+
+
+def team_of(sched: ir.Schedule, comm: str) -> ir.TeamOf | None:
+    """The NVSHMEM team communicator `comm` is (None: the world or an NCCL communicator)."""
+    if comm == "world":
+        return None
+    try:
+        return sched.comm(comm).team
+    except KeyError:
+        return None
+
+
+def team_op(sched: ir.Schedule, op) -> bool:
+    """An NVSHMEM team op: a split, a team barrier, a team sync or a team collective."""
+    if isinstance(op, (ir.TeamSplit, ir.TeamBarrier)):
+        return True
+    return isinstance(op, (*TEAM_COLLECTIVES, ir.Barrier)) and team_of(sched, op.comm) is not None
+
+
+def team_step(sched: ir.Schedule, rank: int, m: int, op, index: dict, unpublished: bool
+              ) -> tuple[Step, bool, Item | None]:
+    """How a team op runs (`team_op`), as barrier_all and sync_all do: a grid-wide sync, block 0 calls
+    NVSHMEM (one thread, or the block's threads for a collective that moves data), then a grid-wide
+    sync, so every block's later work follows it. Returns (the step, whether it completes the rank's
+    deliveries, what of it a later signal must publish).
+
+    - team_barrier (nvshmem_barrier(team): a quiet, then the members meet): every block's quiet
+      first, as barrier_all's; it completes the rank's deliveries.
+    - team_split (the team is made on the host at setup, `codegen/nvshmem.py`) and team_sync: the
+      members of the parent (of the team) meet, and nothing completes: as sync_all, fenced where
+      something is unpublished.
+    - a team collective: always fenced first, since NVSHMEM's collective may read this rank's
+      source and write its destination from the other members (by NVLink loads and stores), which
+      the rules' accesses (each member's own buffers) do not show. Its destination, written by the
+      collective, is observable when another rank touches it, and is then published (fenced) before
+      this rank's next signal, from block 0, which ran it."""
+    if isinstance(op, ir.TeamBarrier):
+        return Step(m, Who("all"), pre="grid", fence=True), True, None
+    if isinstance(op, (ir.TeamSplit, ir.Barrier)):
+        return Step(m, Who("all"), pre="grid", fence=unpublished), False, None
+    step = Step(m, Who("all"), pre="grid", fence=True)
+    who = Who("one", 0)
+    touches = _touches(op, rank, (When.JOINT,))
+    observable = [t for t in touches if t.write and _observable(t, rank, index)]
+    return step, False, (Item(m, op, who, touches, observable, []) if observable else None)
 
 
 def kernel_spans(steps: list[Step]) -> list[tuple[str, list[Step]]]:
