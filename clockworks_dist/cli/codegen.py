@@ -94,6 +94,10 @@ def add_parsers(sub, positive, size_arg, seconds) -> None:
     val.add_argument("--no-check", action="store_true",
                      help="run even a schedule the checker does not verify (to see a bug happen)")
     val.add_argument("--no-nccl", action="store_true", help="do not measure NCCL's own collective")
+    val.add_argument("--share-gpus", action="store_true",
+                     help="nvshmem: let the ranks share the GPUs here (several PEs on one GPU, NVSHMEM's multiple "
+                          "processes per GPU), to check the results on a machine with fewer GPUs than ranks; the "
+                          "times are then not a machine's with a GPU per rank, and NCCL is not measured")
     val.add_argument("--calls", metavar="K", type=positive, default=1,
                      help="time K back-to-back calls per run, as a library call runs: signal words carry an "
                           "epoch instead of a reset, the K-call schedule is what the checker verifies, and times "
@@ -254,4 +258,5 @@ def _validate(args: argparse.Namespace) -> dict:
         out_dir=args.out, iters=args.iters, warmup=args.warmup, graph=not args.no_graph, launcher=args.launcher,
         topology=args.topology, schedule_name=args.schedule, no_check=args.no_check,
         size_bindings=dict(args.size), nccl=not args.no_nccl, calls=args.calls, between=args.between,
-        packets=args.packets, fuse_calls=args.fuse_calls, copy_engine=args.copy_engine)
+        packets=args.packets, fuse_calls=args.fuse_calls, copy_engine=args.copy_engine,
+        share_gpus=args.share_gpus)

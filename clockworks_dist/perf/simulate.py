@@ -411,7 +411,7 @@ class Simulator:
                 return [action.rank]
             return [action.rank, self.model.matches.recv_of[action.key][0]]
         if kind == "coll":
-            return [rank for rank, _ in self.model.coll_members[action.cid]]
+            return [key[0] for key in self.model.coll_members[action.cid]]  # (rank, index, sub)
         return []
 
     def _ready(self, action: Action) -> bool:
@@ -901,8 +901,8 @@ class Simulator:
 
     # -- collectives --------------------------------------------------------------------------
     def _start_collective(self, action: Action) -> None:
-        members = self.model.coll_members[action.cid]
-        arrived = {rank: self.current[rank] for rank, _ in members}
+        members = self.model.coll_members[action.cid]  # (rank, index, sub): grouped members are refused above
+        arrived = {key[0]: self.current[key[0]] for key in members}
         # the last member to arrive (the first of them to get there, on a tie) is what the others waited for
         last_rank = max(arrived, key=lambda r: (arrived[r].start, -self.arrival[r]))
         last = arrived[last_rank]
@@ -910,7 +910,7 @@ class Simulator:
             if rec is not last:
                 rec.cause, rec.cause_kind = last, "collective: last member to arrive"
         op = self.sched.programs[members[0][0]].ops[members[0][1]]
-        ranks = [r for r, _ in members]
+        ranks = [key[0] for key in members]
         rule = COSTS[op.kind]
         if rule.timing == "barrier":  # a dissemination barrier: one round per doubling
             launch = 0.0 if self._in_kernel() else self._launch()

@@ -56,7 +56,9 @@ def render_table(cells: list[dict], meta: dict, predicted_by: str, environment: 
                f"{meta.get('warmup')} warm-up runs left out of the times, then {meta.get('iters')} runs issued by "
                "the host (no CUDA graph), each timed with CUDA events around its ops")
     else:
-        how = (f"the generated {backend} program, {ranks} ranks, one GPU each, under mpirun; "
+        per_gpu = ("sharing the GPUs (--share-gpus: several PEs on one GPU, so the times are not a machine's "
+                   "with a GPU per rank)" if meta.get("shared_gpus") else "one GPU each")
+        how = (f"the generated {backend} program, {ranks} ranks, {per_gpu}, under mpirun; "
                f"{meta.get('warmup')} warm-up runs, then {meta.get('iters')} timed runs eagerly and "
                f"{graph_note}; inputs written again before every run, outside the timed span; each run "
                "timed on its own with CUDA events around the ops")
@@ -148,6 +150,9 @@ def summary_lines(report: dict) -> list[str]:
                 f"{report['out']}", f"submit it: sbatch {shlex.quote(report['sbatch'])} (results.md, results.json "
                 "and results.png land in the same folder)"]
     lines = [f"{report.get('schedule')}, {report.get('ranks')} ranks, {report.get('backend')}: {report['verdict']}"]
+    if report.get("shared_gpus"):
+        lines.append("  the ranks shared the GPUs (--share-gpus): the results are checked; the times are not a "
+                     "machine's with a GPU per rank")
     for cell in report["cells"]:
         row = dict(zip(COLUMNS, table_row(cell)))
         lines.append(f"  {cell['size']}: {cell['message']}")

@@ -732,7 +732,7 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
                   topology: str | None = None, schedule_name: str | None = None, no_check: bool = False,
                   size_bindings: dict[str, int] | None = None, nccl: bool = True, nodes: int = 1, calls: int = 1,
                   between: str = "barrier", packets: int = 0, fuse_calls: bool = False,
-                  copy_engine: int = 0) -> dict:
+                  copy_engine: int = 0, share_gpus: bool = False) -> dict:
     """`clockworks validate FILE`: see the module docstring. Returns the report (`results.json`'s
     content: `verdict`, the worst over the sizes, and one cell per size); with `--launcher
     slurm`, what was written (`verdict` "written", `sbatch`). `nccl`: measure NCCL's collective.
@@ -744,7 +744,19 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
     the NVSHMEM program launches one kernel per call, as a library call would (`fuse_calls`: one kernel
     for them all). `copy_engine` > 0 (nvshmem): puts and put_signals of at least that many bytes go on
     the copy engine (`lowering.nvshmem_plan.copy_engine_ops`); the schedule checked is the same (it only
-    orders more)."""
+    orders more). `share_gpus` (nvshmem): the ranks share the GPUs here, several PEs on one GPU
+    (NVSHMEM's multiple processes per GPU), to check the program's results on a machine with fewer
+    GPUs than ranks; its times are then no figure of a machine with a GPU per rank, and NCCL is not
+    measured (NCCL refuses two ranks on one GPU)."""
+    if share_gpus and backend != "nvshmem":
+        raise ValidateError(f"--share-gpus: only the nvshmem program runs several ranks on one GPU (NVSHMEM's "
+                            f"multiple processes per GPU); the {backend} backend needs a GPU per rank (NCCL refuses "
+                            "two ranks on one GPU)")
+    if share_gpus and launcher == "slurm":
+        raise ValidateError("--share-gpus runs the ranks here, under mpirun; a Slurm job asks for a GPU per task "
+                            "(leave out --share-gpus or --launcher slurm)")
+    if share_gpus:
+        nccl = False
     if backend not in BACKENDS:
         raise ValidateError(f"unknown backend {backend!r}; clockworks validate knows {', '.join(BACKENDS)}")
     if launcher not in LAUNCHERS:
@@ -770,12 +782,14 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
             "nccl_op": nccl_collective(schedules[0]) if nccl else None, "nccl": nccl, "no_check": no_check,
             "params": dict(schedules[0].params),  # the family's variant (cw.param, cw.choice), if any
             **build_meta(build, lowered)}
+    if share_gpus:
+        meta["shared_gpus"] = True
     if launcher == "slurm":
         return _prepare_slurm(lowered, nbytes, out_dir, meta, topology, search, nodes)
     launch.find_mpiexec()
     if backend == "cupy":
         return _validate_cupy(schedules, nbytes, out_dir, meta, topology, search)
-    _require_gpus(schedules[0].world, backend)
+    _require_gpus(1 if share_gpus else schedules[0].world, backend)
     from ..codegen import build
 
     toolchain = build.find_toolchain(backend)
