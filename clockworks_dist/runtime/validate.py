@@ -702,6 +702,10 @@ def reference_of(sched: ir.Schedule, search: float | None, no_check: bool) -> Re
         return None
 
 
+# The switch of a generated NVSHMEM program that lets several ranks of a node share one GPU.
+SHARE_GPUS_ENV = "CW_SHARE_GPUS"
+
+
 def _require_gpus(ranks: int, backend: str) -> None:
     visible = runner.gpu_count()
     if visible < ranks:
@@ -814,7 +818,9 @@ def validate_file(path: str, backend: str = "nccl", ranks: int | None = None, si
     results = []
     for sched, size, binary in zip(schedules, nbytes, binaries):
         reference = reference_of(sched, search, no_check)
-        results.append(run_program(binary, sched, reference, sched.world, timeout, iters, warmup, graph,
+        # --share-gpus: the program lets several ranks of a node share a GPU (its setup refuses that otherwise)
+        env = {**os.environ, SHARE_GPUS_ENV: "1"} if meta.get("shared_gpus") else None
+        results.append(run_program(binary, sched, reference, sched.world, timeout, iters, warmup, graph, env,
                                    backend=backend, nbytes=size, save_to=os.path.join(out_dir, "runs", str(size))))
     return _finish(lowered, nbytes, results, out_dir, meta, topology, bench_binary, bench_problem, timeout)
 
