@@ -571,8 +571,7 @@ class _Collective:
         return True
 
     def waiting(self) -> str:
-        what = "" if self.sub is None else f"in {rule(self.op).describe(self.op)}: "
-        return what + _members_waiting(self.ex, self.op)
+        return _members_waiting(self.ex, self.op)  # the progress row names the member
 
 
 def _collective(ex: Executor, op) -> None:
