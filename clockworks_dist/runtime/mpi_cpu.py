@@ -23,6 +23,18 @@ strong (it may forbid executions the checker allows, never allow one it forbids)
 - collectives: the MPI collective of the same name on a communicator split as the schedule declares
   (`Comm.Split(color, key)` orders members by (key, world rank), as `ir.Communicator.members`
   does), so chunk i of a gather or scatter is communicator member i, as the rules' chunk maps say.
+- collectives in a group: NCCL posts a group's collectives together, each matching the k-th
+  collective of its communicator in the order each rank posts them, so two communicators' may be
+  posted in different orders by different ranks. MPI: each member is its nonblocking collective
+  (`Iallreduce`, `Iallgather`, `Ireduce_scatter_block`, `Ibcast`, `Ireduce`, `Ialltoall`) on the
+  member's communicator, posted beside the group's `Issend`/`Irecv`, in the rank's posting order
+  per communicator (a rooted one's barrier completed first, and the communicator's later members
+  posted after it), then all completed together, in any order, bounded by the deadline. MPI
+  matches nonblocking collectives per communicator in the order each process posts them, as the
+  checker's matching does, and collectives on different communicators progress independently, so
+  the group never waits for one member to finish before another starts. At least as strong: each
+  member is the same MPI collective, with the same barrier, as the op alone, and writes its dst
+  (from scratch, for the reductions and the broadcast) only once it completes.
 - one-sided: one RMA window per symmetric buffer and one of uint64 signal words, passive target
   (`Lock_all` once). Each NVSHMEM rule, next to its op below, names the MPI rule it maps to.
 - local reduce, copy, fill, compute: numpy, through the rules' data flow and `numeric`'s arithmetic.
