@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import inspect
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -145,14 +147,40 @@ def test_nccl_codegen_emits_grouped_collectives_inside_the_group():
     assert inside.count("ncclAllReduce") == 2, inside
 
 
-def test_executors_refuse_a_group_with_a_collective_with_the_reason():
+def test_cupy_refuses_a_group_with_a_collective_with_the_reason_and_mpi_cpu_runs_it():
     group = two_comms(grouped=True).programs[0].ops[0]
     assert isinstance(group, ir.Group)
-    for name in ("mpi-cpu", "cupy"):
-        with pytest.raises(Unsupported, match="this group holds all_reduce"):
-            BACKENDS[name].lookup(group)
+    with pytest.raises(Unsupported, match="this group holds all_reduce"):
+        BACKENDS["cupy"].lookup(group)
+    assert BACKENDS["mpi-cpu"].lookup(group) is mpi_cpu.p2p
     plain = ir.Group(ops=(ir.Send(peer=1, src=group.ops[0].src, loc=group.loc),), loc=group.loc)
-    assert BACKENDS["mpi-cpu"].lookup(plain) is not None
+    assert BACKENDS["cupy"].lookup(plain) is not None
+
+
+GROUPED_FILE = """import clockworks_dist as cw
+
+
+@cw.schedule(ranks=(2,))
+def grouped(r):
+    x = r.buffer("x", count=2, role="inout")
+    y = r.buffer("y", count=2, role="inout")
+    a, b = r.comm("a", range(r.world)), r.comm("b", range(r.world))
+    with r.group():
+        r.all_reduce(x, comm=a)
+        r.all_reduce(y, comm=b)
+"""
+
+
+def test_run_on_cupy_refuses_a_grouped_collective_before_the_run(tmp_path):
+    """The refusal names the group's file:line with exit 2 before anything is launched (and before
+    asking for CuPy or GPUs), not as a crash of the ranks."""
+    path = tmp_path / "grouped_file.py"
+    path.write_text(GROUPED_FILE)
+    done = subprocess.run([sys.executable, "-m", "clockworks_dist.cli", "run", str(path), "--np", "2",
+                           "--backend", "cupy"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "grouped_file.py:9: the cupy backend cannot run group: this group holds all_reduce" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_nccl_program_with_grouped_collectives_compiles(tmp_path):

@@ -146,6 +146,100 @@ def test_every_collective_dtype_and_one_sided_op_matches(no_process_left):
     assert [r["verdict"] for r in summary["results"]] == ["match", "match"], summary["results"][0]["message"]
 
 
+# --------------------------------------------------------------------- grouped collectives
+@cw.schedule(ranks=(2, 4))
+def grouped_rooted(r):
+    """An all-reduce and a broadcast on `a` and a reduce on `b` in one group; the odd ranks post b's
+    first. The rooted ones start with their members' barrier, posted in each communicator's order."""
+    n, me = r.world, r.rank
+    a, b = r.comm("a", range(n)), r.comm("b", range(n))
+    x = r.buffer("x", count=4, role="inout")
+    bsrc = r.buffer("bsrc", count=3, role="input")
+    bdst = r.buffer("bdst", count=3, role="output")
+    rsrc = r.buffer("rsrc", count=2, role="input")
+    rdst = r.buffer("rdst", count=2, role="output") if me == 0 else None
+    on_a = [lambda: r.all_reduce(x, comm=a), lambda: r.broadcast(bsrc, bdst, root=n - 1, comm=a)]
+    on_b = [lambda: r.reduce_to(0, rsrc, rdst, comm=b)]
+    with r.group():
+        for call in (on_a + on_b if me % 2 == 0 else on_b + on_a):
+            call()
+
+
+@cw.schedule(ranks=(2, 4))
+def grouped_with_p2p(r):
+    """A send, an all-gather on `a`, a reduce-scatter on `b` (posted in a different order by the odd
+    ranks) and a recv in one group; then an all-to-all alone in a group."""
+    n, me = r.world, r.rank
+    a, b = r.comm("a", range(n)), r.comm("b", range(n))
+    part = r.buffer("part", count=2, role="input")
+    whole = r.buffer("whole", count=2 * n, role="output")
+    spread = r.buffer("spread", count=2 * n, role="input")
+    mine = r.buffer("mine", count=2, role="output")
+    out = r.buffer("out", count=2, role="input")
+    got = r.buffer("got", count=2, role="output")
+    on_a = [lambda: r.all_gather(part, whole, comm=a)]
+    on_b = [lambda: r.reduce_scatter(spread, mine, comm=b)]
+    with r.group():
+        r.send(me ^ 1, out)
+        for call in (on_a + on_b if me % 2 == 0 else on_b + on_a):
+            call()
+        r.recv(me ^ 1, got)
+    tosend = r.buffer("tosend", count=n, role="input")
+    toget = r.buffer("toget", count=n, role="output")
+    with r.group():
+        r.all_to_all(tosend, toget, comm=a)
+
+
+@cw.schedule(ranks=(2, 4))
+def grouped_then_alone(r):
+    """Rank 0 posts all-reduces on `a` and `b` in a group; the others call b's, then a's, each alone
+    (a blocking call on their side meets the group's member of the same communicator)."""
+    x = r.buffer("x", count=2, role="inout")
+    y = r.buffer("y", count=2, role="inout")
+    a, b = r.comm("a", range(r.world)), r.comm("b", range(r.world))
+    if r.rank == 0:
+        with r.group():
+            r.all_reduce(x, comm=a)
+            r.broadcast(y, root=1, comm=b)
+    else:
+        r.broadcast(y, root=1, comm=b)
+        r.all_reduce(x, comm=a)
+
+
+@pytest.mark.parametrize("world, defns", [(2, (grouped_rooted, grouped_with_p2p, grouped_then_alone)),
+                                          (4, (grouped_rooted, grouped_then_alone))], ids=["2", "4"])
+def test_grouped_collectives_match_in_any_posting_order(world, defns, no_process_left):
+    schedules = [d.trace(world) for d in defns]
+    assert all(check(s, reduction=False).verdict == "verified" for s in schedules)
+    summary = _run(schedules, world, iters=3, jitter=5)
+    assert [r["verdict"] for r in summary["results"]] == ["match"] * len(schedules), \
+        [r["message"] for r in summary["results"]]
+
+
+def test_a_grouped_collective_a_member_never_posts_hangs_naming_it(no_process_left):
+    """Rank 1's group lacks b's all-reduce: the run stops at the deadline, rank 0 naming the member it
+    waits in and the communicator's members."""
+    @cw.schedule(ranks=(2,))
+    def half_posted(r):
+        x = r.buffer("x", count=2, role="inout")
+        y = r.buffer("y", count=2, role="inout")
+        a, b = r.comm("a", range(r.world)), r.comm("b", range(r.world))
+        with r.group():
+            r.all_reduce(x, comm=a)
+            if r.rank == 0:
+                r.all_reduce(y, comm=b)
+    sched = half_posted.trace(2)
+    item = job_mod.Item(name=sched.name, world=2, schedule_json=sched.to_json(), reference=None, timeout=3)
+    started = time.monotonic()
+    summary = verdict.summarize([sched], launch.run(job_mod.Job(items=[item], ranks=2), timeout=None, stall=60.0))
+    assert time.monotonic() - started < 60
+    message = summary["results"][0]["message"]
+    assert summary["results"][0]["verdict"] == "hang", message
+    assert (f"rank 0 is in all_reduce(y[0:2] -> y[0:2], sum, comm=b) at {os.path.basename(__file__)}:"
+            in message), message
+    assert "waiting for the other members of b (ranks 0, 1)" in message, message
+
+
 # --------------------------------------------------------------------- random schedules
 def test_random_verified_schedules_match_the_checker(no_process_left):
     """Random schedules (the property tests' generator) that the checker verifies run in one

@@ -23,6 +23,18 @@ strong (it may forbid executions the checker allows, never allow one it forbids)
 - collectives: the MPI collective of the same name on a communicator split as the schedule declares
   (`Comm.Split(color, key)` orders members by (key, world rank), as `ir.Communicator.members`
   does), so chunk i of a gather or scatter is communicator member i, as the rules' chunk maps say.
+- collectives in a group: NCCL posts a group's collectives together, each matching the k-th
+  collective of its communicator in the order each rank posts them, so two communicators' may be
+  posted in different orders by different ranks. MPI: each member is its nonblocking collective
+  (`Iallreduce`, `Iallgather`, `Ireduce_scatter_block`, `Ibcast`, `Ireduce`, `Ialltoall`) on the
+  member's communicator, posted beside the group's `Issend`/`Irecv`, in the rank's posting order
+  per communicator (a rooted one's barrier completed first, and the communicator's later members
+  posted after it), then all completed together, in any order, bounded by the deadline. MPI
+  matches nonblocking collectives per communicator in the order each process posts them, as the
+  checker's matching does, and collectives on different communicators progress independently, so
+  the group never waits for one member to finish before another starts. At least as strong: each
+  member is the same MPI collective, with the same barrier, as the op alone, and writes its dst
+  (from scratch, for the reductions and the broadcast) only once it completes.
 - one-sided: one RMA window per symmetric buffer and one of uint64 signal words, passive target
   (`Lock_all` once). Each NVSHMEM rule, next to its op below, names the MPI rule it maps to.
 - local reduce, copy, fill, compute: numpy, through the rules' data flow and `numeric`'s arithmetic.
@@ -49,7 +61,7 @@ import numpy as np
 
 from .. import ir
 from ..semantics.arithmetic import compare
-from ..semantics.backends import Backend, no_grouped_collectives, register
+from ..semantics.backends import Backend, register
 from ..semantics.match import members_of
 from ..semantics.rules import When, rule
 from ..semantics import numeric
@@ -440,12 +452,21 @@ class _Member:
 
 
 def p2p(ex: Executor, op) -> None:
-    """Send, recv or a group: every member posted at once (`Issend`, `Irecv`), then all completed.
-    A recv with `reduce` receives into scratch and then computes `dst reduce received` (RecvRule:
-    the received data on the right)."""
-    members = [_Member(ex, sub, member) for sub, member in members_of(op)]
+    """Send, recv or a group: every member posted at once (`Issend`, `Irecv`, and a group's
+    collectives as `_Collective`s, in the rank's order per communicator), then all completed, in any
+    order, bounded by the deadline. A recv with `reduce` receives into scratch and then computes
+    `dst reduce received` (RecvRule: the received data on the right)."""
+    members = [_Collective(ex, sub, member) if type(member) in POST else _Member(ex, sub, member)
+               for sub, member in members_of(op)]
+    queues: dict[str, list[_Collective]] = {}  # per communicator, its collectives in posting order
+    for member in members:
+        if isinstance(member, _Collective):
+            queues.setdefault(member.comm, []).append(member)
 
     def test() -> bool:
+        for queue in queues.values():  # the next collective on a communicator once the one before is posted
+            while queue and queue[0].post():
+                queue.pop(0)
         left = [m for m in members if not m.step()]
         if left and left[0].sub is not None:
             ex.progress.member(left[0].sub)
@@ -468,68 +489,148 @@ def _members_waiting(ex: Executor, op) -> str:
     return f"the other members of {getattr(op, 'comm', 'world')} (ranks {', '.join(map(str, members))})"
 
 
-def _collective(ex: Executor, op, start) -> None:
-    """Start a nonblocking collective on the op's communicator and wait for it."""
-    mpi_comm, members = ex.comms[op.comm]
-    request = start(mpi_comm, members)
-    ex.wait_requests([request], lambda: _members_waiting(ex, op))
+def _land(ex: Executor, dst: ir.Region, received: np.ndarray, wire: bool = True):
+    """What writes a collective's dst from the scratch it was received into, once it completes (in
+    the wire dtype of a reduction when `wire`, else already as dst stores it)."""
+    def write() -> None:
+        ex.view(dst)[:] = numeric.to_dtype(received, ex.dtype(dst)) if wire else received
+    return write
+
+
+def _post_all_reduce(ex: Executor, op: ir.AllReduce, c, _m):
+    dtype = ex.dtype(op.src)
+    send, received = _wire(ex.view(op.src), dtype), _wire(ex.view(op.dst), dtype)
+    request = c.Iallreduce(send, received, op=getattr(ex.MPI, REDUCE_OPS[op.op]))
+    return request, _land(ex, op.dst, received)
+
+
+def _post_all_gather(ex: Executor, op: ir.AllGather, c, _m):
+    send = ex.view(op.src).copy()  # sources are read before any destination is written
+    return c.Iallgather([_bytes(send), ex.MPI.BYTE], [_bytes(ex.view(op.dst)), ex.MPI.BYTE]), None
+
+
+def _post_reduce_scatter(ex: Executor, op: ir.ReduceScatter, c, _m):
+    dtype = ex.dtype(op.src)
+    send, received = _wire(ex.view(op.src), dtype), _wire(ex.view(op.dst), dtype)
+    request = c.Ireduce_scatter_block(send, received, op=getattr(ex.MPI, REDUCE_OPS[op.op]))
+    return request, _land(ex, op.dst, received)
+
+
+def _post_broadcast(ex: Executor, op: ir.Broadcast, c, m):
+    data = ex.view(op.src).copy() if op.root == ex.rank else np.empty_like(ex.view(op.dst))
+    request = c.Ibcast([_bytes(data), ex.MPI.BYTE], root=m.index(op.root))
+    return request, _land(ex, op.dst, data, wire=False)
+
+
+def _post_reduce_to(ex: Executor, op: ir.ReduceTo, c, m):
+    dtype = ex.dtype(op.src)
+    send = _wire(ex.view(op.src), dtype)
+    received = np.empty_like(send) if op.root == ex.rank else None
+    request = c.Ireduce(send, received, op=getattr(ex.MPI, REDUCE_OPS[op.op]), root=m.index(op.root))
+    return request, (_land(ex, op.dst, received) if op.root == ex.rank else None)
+
+
+def _post_all_to_all(ex: Executor, op: ir.AllToAll, c, _m):
+    send = ex.view(op.src).copy()
+    return c.Ialltoall([_bytes(send), ex.MPI.BYTE], [_bytes(ex.view(op.dst)), ex.MPI.BYTE]), None
+
+
+# How each collective is posted: (op, communicator, members) -> (its request, what to do once it
+# completes: write dst from the scratch it was received into, or None)
+POST = {ir.AllReduce: _post_all_reduce, ir.AllGather: _post_all_gather, ir.ReduceScatter: _post_reduce_scatter,
+        ir.Broadcast: _post_broadcast, ir.ReduceTo: _post_reduce_to, ir.AllToAll: _post_all_to_all}
+# A rooted collective starts with a barrier of its members: the checker's semantics starts a
+# collective once every member has arrived, and MPI lets a broadcast's root (or a reduce's other
+# members) return before the others arrive.
+ROOTED = (ir.Broadcast, ir.ReduceTo)
+
+
+class _Collective:
+    """One collective in flight, alone or a member of a group: a rooted one's barrier (`ROOTED`),
+    then its nonblocking MPI collective, then the write of its dst. `post` is called in the order the
+    rank posts its collectives on the communicator, so every member posts the same MPI collectives
+    on it in the same order (MPI's rule), whatever a group does on other communicators."""
+
+    def __init__(self, ex: Executor, sub: int | None, op):
+        self.ex, self.sub, self.op = ex, sub, op
+        self.comm = getattr(op, "comm", "world")
+        self.barrier = self.request = self.finish = None
+        self.done = False
+
+    def post(self) -> bool:
+        """Post what can be posted now; True once the collective itself is posted (the next
+        collective on the communicator may then be posted)."""
+        if self.request is not None:
+            return True
+        mpi_comm, members = self.ex.comms[self.comm]
+        if isinstance(self.op, ROOTED):
+            if self.barrier is None:
+                self.barrier = mpi_comm.Ibarrier()
+            if not self.barrier.Test():
+                return False
+        self.request, self.finish = POST[type(self.op)](self.ex, self.op, mpi_comm, members)
+        return True
+
+    def step(self) -> bool:
+        """Advance; True once this collective is complete and its dst written."""
+        if self.done:
+            return True
+        if self.request is None or not self.request.Test():
+            return False
+        if self.finish is not None:
+            self.finish()
+        self.done = True
+        return True
+
+    def waiting(self) -> str:
+        return _members_waiting(self.ex, self.op)  # the progress row names the member
+
+
+def _collective(ex: Executor, op) -> None:
+    """A collective of its own: post it (after a rooted one's barrier) and wait for it."""
+    member = _Collective(ex, None, op)
+    ex.wait(lambda: member.post() and member.step(), lambda: _members_waiting(ex, op))
 
 
 def all_reduce(ex: Executor, op: ir.AllReduce) -> None:
     """AllReduceRule: every member's dst = the reduction of every src (MPI_Iallreduce)."""
-    dtype = ex.dtype(op.src)
-    send, received = _wire(ex.view(op.src), dtype), _wire(ex.view(op.dst), dtype)
-    _collective(ex, op, lambda c, _m: c.Iallreduce(send, received, op=getattr(ex.MPI, REDUCE_OPS[op.op])))
-    ex.view(op.dst)[:] = numeric.to_dtype(received, dtype)
+    _collective(ex, op)
 
 
 def all_gather(ex: Executor, op: ir.AllGather) -> None:
     """AllGatherRule: chunk j of dst = member j's src (MPI_Iallgather, member j = comm rank j)."""
-    send = ex.view(op.src).copy()  # sources are read before any destination is written
-    _collective(ex, op, lambda c, _m: c.Iallgather([_bytes(send), ex.MPI.BYTE],
-                                                   [_bytes(ex.view(op.dst)), ex.MPI.BYTE]))
+    _collective(ex, op)
 
 
 def reduce_scatter(ex: Executor, op: ir.ReduceScatter) -> None:
     """ReduceScatterRule: member i's dst = the reduction of chunk i of every src
     (MPI_Ireduce_scatter_block)."""
-    dtype = ex.dtype(op.src)
-    send, received = _wire(ex.view(op.src), dtype), _wire(ex.view(op.dst), dtype)
-    _collective(ex, op, lambda c, _m: c.Ireduce_scatter_block(send, received,
-                                                              op=getattr(ex.MPI, REDUCE_OPS[op.op])))
-    ex.view(op.dst)[:] = numeric.to_dtype(received, dtype)
+    _collective(ex, op)
 
 
 def broadcast(ex: Executor, op: ir.Broadcast) -> None:
-    """BroadcastRule: every member's dst = the root's src (MPI_Ibcast), the root's included."""
-    data = ex.view(op.src).copy() if op.root == ex.rank else np.empty_like(ex.view(op.dst))
-    _collective(ex, op, lambda c, m: c.Ibcast([_bytes(data), ex.MPI.BYTE], root=m.index(op.root)))
-    ex.view(op.dst)[:] = data
+    """BroadcastRule: every member's dst = the root's src (MPI_Ibcast), the root's included; after
+    a barrier of the members (`ROOTED`)."""
+    _collective(ex, op)
 
 
 def reduce_to(ex: Executor, op: ir.ReduceTo) -> None:
-    """ReduceToRule: the root's dst = the reduction of every member's src (MPI_Ireduce)."""
-    dtype = ex.dtype(op.src)
-    send = _wire(ex.view(op.src), dtype)
-    received = np.empty_like(send) if op.root == ex.rank else None
-    _collective(ex, op, lambda c, m: c.Ireduce(send, received, op=getattr(ex.MPI, REDUCE_OPS[op.op]),
-                                               root=m.index(op.root)))
-    if op.root == ex.rank:
-        ex.view(op.dst)[:] = numeric.to_dtype(received, dtype)
+    """ReduceToRule: the root's dst = the reduction of every member's src (MPI_Ireduce); after a
+    barrier of the members (`ROOTED`)."""
+    _collective(ex, op)
 
 
 def all_to_all(ex: Executor, op: ir.AllToAll) -> None:
     """AllToAllRule: chunk j of member i's src lands in chunk i of member j's dst (MPI_Ialltoall)."""
-    send = ex.view(op.src).copy()
-    _collective(ex, op, lambda c, _m: c.Ialltoall([_bytes(send), ex.MPI.BYTE],
-                                                  [_bytes(ex.view(op.dst)), ex.MPI.BYTE]))
+    _collective(ex, op)
 
 
 def barrier(ex: Executor, op: ir.Barrier) -> None:
     """BarrierRule: every member arrives before any leaves (MPI_Ibarrier). Window memory is synced
     on both sides, since a barrier may order one-sided accesses too."""
     ex.sync_windows()
-    _collective(ex, op, lambda c, _m: c.Ibarrier())
+    mpi_comm, _members = ex.comms[op.comm]
+    ex.wait_requests([mpi_comm.Ibarrier()], lambda: _members_waiting(ex, op))
     ex.sync_windows()
 
 
@@ -804,23 +905,10 @@ def _opaque(ex: Executor, move, sources: list[np.ndarray]) -> None:
         offset += dst.count
 
 
-def _after_arrival(collective):
-    """A rooted collective starts with a barrier of its members: the checker's semantics starts a
-    collective once every member has arrived, and MPI lets a broadcast's root (or a reduce's
-    other members) return before the others arrive."""
-    def run(ex: Executor, op) -> None:
-        _collective(ex, op, lambda c, _m: c.Ibarrier())
-        collective(ex, op)
-
-    run.__doc__ = collective.__doc__
-    run.__name__ = collective.__name__
-    return run
-
-
 TABLE = {
     ir.Send: p2p, ir.Recv: p2p, ir.Group: p2p,
     ir.AllReduce: all_reduce, ir.AllGather: all_gather, ir.ReduceScatter: reduce_scatter,
-    ir.Broadcast: _after_arrival(broadcast), ir.ReduceTo: _after_arrival(reduce_to),
+    ir.Broadcast: broadcast, ir.ReduceTo: reduce_to,
     ir.AllToAll: all_to_all, ir.Barrier: barrier,
     ir.Put: put, ir.PutSignal: put_signal, ir.SignalUpdate: word_update, ir.Atomic: word_update, ir.Get: get,
     ir.GetNbi: get_nbi, ir.FetchAtomic: fetch_atomic, ir.WaitUntil: wait_until, ir.WaitUntilAll: wait_until,
@@ -829,5 +917,4 @@ TABLE = {
     ir.LocalReduce: local, ir.Copy: local, ir.Fill: local, ir.Compute: local,
     ir.RecordEvent: record_event, ir.WaitEvent: wait_event, ir.ThreadBarrier: thread_barrier,
 }
-MPI_CPU = register(Backend(NAME, table=TABLE, unsupported={}, threads=True,
-                           limits={ir.Group: no_grouped_collectives}))
+MPI_CPU = register(Backend(NAME, table=TABLE, unsupported={}, threads=True))

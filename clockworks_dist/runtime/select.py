@@ -63,14 +63,14 @@ def supported(backend, sched: ir.Schedule) -> None:
     for program in sched.programs:
         for thread in program.threads:
             for op in thread.ops:
-                for each in (op.ops if op.kind == "group" else (op,)):
+                for each in ((op, *op.ops) if op.kind == "group" else (op,)):  # a group's own limits too
                     try:
                         backend.lookup(each)
                     except Unsupported as exc:
                         raise BackendError(f"{exc} (rank {program.rank} {thread.kind} {thread.name})") from None
     for program in sched.programs:
         for op in program.ops:
-            for each in (op.ops if op.kind == "group" else (op,)):
+            for each in ((op, *op.ops) if op.kind == "group" else (op,)):
                 try:
                     backend.lookup(each)
                 except Unsupported as exc:

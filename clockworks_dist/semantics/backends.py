@@ -84,7 +84,8 @@ def no_grouped_collectives(op) -> str | None:
     if not inside:
         return None
     return (f"this group holds {', '.join(inside)}: this backend posts only sends and recvs together (a collective "
-            "in a group is not implemented here; `clockworks check` explores it and the NCCL code generator emits it)")
+            "in a group is not implemented here; `clockworks check` explores it, the mpi-cpu executor runs it and "
+            "the NCCL code generator emits it)")
 
 
 def plain_connection(op) -> str | None:
