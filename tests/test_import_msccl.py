@@ -156,3 +156,25 @@ def test_an_imported_algorithm_keeps_its_world():
     defn = ImportedDef(str(CORPUS / "rccl_alltoall_8gpu_ll.xml"))
     with pytest.raises(Exception, match="written for 8 GPUs, not 4"):
         defn.trace(4)
+
+
+def test_a_step_after_one_that_wrote_its_data_needs_no_dependency_as_the_runtime_barriers_between_steps():
+    # every primitive the MSCCL interpreter calls ends with a barrier of the whole thread block (the importer's
+    # docstring cites where), so a thread block's steps are ordered as the checker runs them: a step that reads
+    # what the block's previous step wrote, with no dependency, is exact. Pinned on a published file that does so.
+    path = CORPUS / "scheduler_allreduce_hier_4gpu_simple.xml"
+    alg = parse(path)
+    assert alg.proto == "Simple"
+    tb = next(t for t in next(g for g in alg.gpus if g.id == 0).tbs if t.id == 24)
+    r, re_ = tb.steps[1], tb.steps[2]
+    assert (r.type, r.dstbuf, r.dstoff, r.cnt) == ("r", "s", 0, 1) and re_.depid < 0
+    assert (re_.type, re_.srcbuf, re_.srcoff, re_.cnt) == ("re", "s", 0, 1)
+    sched = load_file(str(path))[0].trace(4)
+    ops = sched.programs[0].threads[tb.id].ops
+    lines = [op.loc.line for op in ops]
+    # the recv, then the reduce of what it received, one after the other, nothing between them
+    at = lines.index(r.line)
+    assert [op.kind for op in ops[at:at + 2]] == ["recv", "reduce"] and ops[at + 1].loc.line == re_.line
+    assert ops[at].dst == ops[at + 1].srcs[1]
+    result = check(sched, timeout=120)
+    assert result.complete and result.verdict == "verified" and not result.kinds()

@@ -54,11 +54,14 @@ SEEDED_REFUSED = {
                                            "scratch[0:1] (line 57)"),
     # a get after reading packets, of the scratch the sender copied before writing them: a packet orders only its
     # own data (no release), so the get may see stale data
+    # the nop between an rre and the copy of its sums dropped: one thread may copy what another has not reduced
+    "reduce_missing_nop.json": (1, "thread block 0: this op reading its own buffer[2:4] overlaps the rre at line 257 "
+                                   "(writing its own buffer[2:4]) with no nop between them"),
     "transfer_pack_get_after_packet.json": (0, "thread block 0 writes packets here (ppkt: an LL packet is a plain "
                                                "store of its data and flag, no release, so it orders nothing but "
                                                "its own data) after writing its own scratch[0:1] (line 17); gpu 1 "
                                                "thread block 2 reads these packets (line 187), and then reads gpu "
-                                               "0's scratch[0:1] (line 204)"),
+                                               "0's scratch[0:1] (line 207)"),
 }
 
 
@@ -248,7 +251,7 @@ def test_the_dsl_start_up_handshake_with_relaxed_signals_still_verifies(tmp_path
     plan = json.loads((CORPUS / "executor_reduce.json").read_text())
     for g in (0, 1):
         _ops(plan, g)[0:0] = [{"name": "rlxsignal", "channel_ids": [0], "channel_type": "memory"},
-                              {"name": "wait", "channel_ids": [0], "channel_type": "memory"}]
+                              {"name": "wait", "channel_ids": [0], "channel_type": "memory"}, {"name": "nop"}]
     path = tmp_path / "handshake.json"
     path.write_text(json.dumps(plan, indent=2))
     assert cli.main(["check", str(path)]) == 0, capsys.readouterr().err
@@ -361,21 +364,21 @@ def test_without_the_packet_check_the_seeded_packet_plan_would_verify(monkeypatc
 def test_a_release_signal_or_a_barrier_between_the_accesses_makes_a_packet_plan_verify(tmp_path, capsys):
     # the fix the refusal names: gpu 0 signals after its copy, gpu 1 waits before its get
     plan = _seeded_packet_plan()
-    _ops(plan, 0).insert(1, {"name": "signal", "channel_ids": [0], "channel_type": "memory"})
-    _ops(plan, 1, 2).insert(1, {"name": "wait", "channel_ids": [0], "channel_type": "memory"})
+    _ops(plan, 0)[1:1] = [{"name": "nop"}, {"name": "signal", "channel_ids": [0], "channel_type": "memory"}]
+    _ops(plan, 1, 2)[2:2] = [{"name": "wait", "channel_ids": [0], "channel_type": "memory"}, {"name": "nop"}]
     path = tmp_path / "signalled.json"
     path.write_text(json.dumps(plan, indent=2))
     assert cli.main(["check", str(path)]) == 0, capsys.readouterr().err
     assert "transfer_pack, 2 ranks: verified" in capsys.readouterr().out
     # the wait placed after the get orders nothing: refused, at the ppkt, naming the copy and the get
     plan = _seeded_packet_plan()
-    _ops(plan, 0).insert(1, {"name": "signal", "channel_ids": [0], "channel_type": "memory"})
+    _ops(plan, 0)[1:1] = [{"name": "nop"}, {"name": "signal", "channel_ids": [0], "channel_type": "memory"}]
     _ops(plan, 1, 2).append({"name": "wait", "channel_ids": [0], "channel_type": "memory"})
     path = tmp_path / "late_wait.json"
     path.write_text(json.dumps(plan, indent=2))
     assert cli.main(["check", str(path)]) == 2
     err = capsys.readouterr().err
-    ppkt, copy, get = _line_of(path, 0, 2), _line_of(path, 0, 0), _line_of(path, 1, 1, tb=2)
+    ppkt, copy, get = _line_of(path, 0, 3), _line_of(path, 0, 0), _line_of(path, 1, 2, tb=2)
     assert f"late_wait.json:{ppkt}: rank 0: ppkt: thread block 0 writes packets here" in err, err
     assert f"(line {copy})" in err and f"(line {get})" in err and "Traceback" not in err
     # on one gpu, a barrier: gpu 1's thread block 0 copies into its scratch chunk 2, then writes packets to its
@@ -406,14 +409,14 @@ def test_a_write_after_reading_packets_of_what_the_sender_wrote_before_them_is_r
     # the seeded plan with the get turned into a put back into gpu 0's scratch chunk 0, which gpu 0's copy wrote
     # before its packets: a write after a write that only the packet orders
     plan = _seeded_packet_plan()
-    get = _ops(plan, 1, 2)[1]
+    get = _ops(plan, 1, 2)[2]
     get.update(name="put", src_buff=[{"type": "o", "index": 0, "size": 1}],
                dst_buff=[{"buffer_id": 0, "index": 0, "size": 1}])
     path = tmp_path / "waw.json"
     path.write_text(json.dumps(plan, indent=2))
     assert cli.main(["check", str(path)]) == 2
     err = capsys.readouterr().err
-    assert "waw.json:34: rank 0: ppkt: " in err and "then writes gpu 0's scratch[0:1] (line 204)" in err, err
+    assert "waw.json:34: rank 0: ppkt: " in err and "then writes gpu 0's scratch[0:1] (line 207)" in err, err
 
 
 def test_packet_plans_whose_writes_are_computed_from_what_the_sender_read_still_verify():
@@ -429,3 +432,92 @@ def test_packet_plans_whose_writes_are_computed_from_what_the_sender_read_still_
     for name in ("test_allreduce_packet.json", "dsl_allreduce_pkt_4gpu.json", "executor_reduce_pack.json"):
         sched = load_file(str(CORPUS / name))[0].trace(len(json.loads((CORPUS / name).read_text())["gpus"]))
         assert check(sched, timeout=120).verdict == "verified", name
+
+
+# --- one thread block is many threads: the ops the executor does not synchronize -----------------------------------
+
+
+def test_without_the_block_check_the_seeded_missing_nop_plan_would_verify(monkeypatch):
+    # the hole the check closes: the checker runs a thread block's ops one after the other, so the copy reads the
+    # sums, while on the GPU nothing orders one thread's part of the rre before another's part of the copy
+    path = CORPUS / "buggy" / "reduce_missing_nop.json"
+    with pytest.raises(ScheduleError) as refused:
+        load_file(str(path))[0].trace(2)
+    assert refused.value.line == _bug_line(path)
+    from clockworks_dist.importers import mscclpp
+    monkeypatch.setattr(mscclpp._Builder, "check_block_sync", lambda self: None)
+    result = check(load_file(str(path))[0].trace(2), timeout=120)
+    assert result.complete and result.verdict == "verified" and not result.kinds()
+
+
+def _missing_nop_plan() -> dict:
+    return json.loads((CORPUS / "buggy" / "reduce_missing_nop.json").read_text())
+
+
+def test_a_nop_or_a_barrier_between_dependent_ops_is_the_synchronization_the_check_accepts(tmp_path, capsys):
+    # handleNop is __syncthreads, and DeviceSyncer::sync (handleBarrier) begins with one, even for one block
+    for sync in ({"name": "nop"}, {"name": "barrier", "barrier_id": 0, "num_threadblocks": 1}):
+        plan = _missing_nop_plan()
+        ops = _ops(plan, 1)
+        at = [o["name"] for o in ops].index("rre") + 1
+        ops.insert(at, sync)
+        path = tmp_path / "synced.json"
+        path.write_text(json.dumps(plan, indent=2))
+        assert cli.main(["check", str(path)]) == 0, capsys.readouterr().err
+        assert "reduce, 2 ranks: verified" in capsys.readouterr().out
+    # another op between them synchronizes nothing: a signal (thread 0 alone) is refused for the rre before it
+    plan = _missing_nop_plan()
+    ops = _ops(plan, 1)
+    ops.insert([o["name"] for o in ops].index("rre") + 1, {"name": "signal", "channel_ids": [0],
+                                                           "channel_type": "memory"})
+    path = tmp_path / "signal_between.json"
+    path.write_text(json.dumps(plan, indent=2))
+    assert cli.main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    line = _line_of(path, 1, 7)
+    assert f"signal_between.json:{line}: rank 1: signal: thread block 0: this op follows the rre " in err
+    assert "performed by thread 0 alone" in err and "Traceback" not in err, err
+
+
+def test_an_op_right_after_a_wait_or_right_before_a_signal_is_refused(tmp_path, capsys):
+    # handleWait and handleSignal run on the threads below the op's channel count only: without the nop after a
+    # wait the other threads read the peer's scratch without having waited; without the nop before a signal the
+    # other threads' copy is not ordered before it
+    for name, drop, at, words in (("wait", 5, 5, "this op follows the wait at line"),
+                                  ("signal", 1, 1, "this op follows the copy at line")):
+        plan = json.loads((CORPUS / "executor_reduce.json").read_text())
+        ops = _ops(plan, 0)
+        assert ops[drop]["name"] == "nop"
+        del ops[drop]
+        path = tmp_path / f"no_nop_{name}.json"
+        path.write_text(json.dumps(plan, indent=2))
+        assert cli.main(["check", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert f"no_nop_{name}.json:{_line_of(path, 0, at)}: rank 0: " in err and words in err, err
+        assert "put {\"name\": \"nop\"} between" in err and "Traceback" not in err
+
+
+def test_ops_of_thread_0_alone_and_packet_ops_on_the_same_operand_need_no_nop(tmp_path, capsys):
+    # a pwsf and a wait on one channel each are both thread 0's (tid < 1): program order, as the checker has it
+    plan = json.loads((CORPUS / "dsl_put_with_signal_and_flush_2gpu.json").read_text())
+    names = [o["name"] for o in _ops(plan, 0)]
+    assert names[5:7] == ["pwsf", "wait"] and [len(o["channel_ids"]) for o in _ops(plan, 0)[5:7]] == [1, 1]
+    assert cli.main(["check", str(CORPUS / "dsl_put_with_signal_and_flush_2gpu.json")]) == 0
+    capsys.readouterr()
+    # test_allreduce_packet's gpu 1 thread block 0 reads its input chunks 0-1 as it writes them as packets (ppkt)
+    # and unpacks the sums into them (upkt) with no nop: both ops give packet k of the operand to thread
+    # k % blockDim.x, so each element is read and then written by one thread
+    plan = json.loads((CORPUS / "test_allreduce_packet.json").read_text())
+    ppkt, _respkt, upkt = _ops(plan, 1)
+    assert (ppkt["name"], ppkt["src_buff"][0]) == ("ppkt", {"type": "i", "index": 0, "size": 2})
+    assert (upkt["name"], upkt["dst_buff"][0]) == ("upkt", {"type": "i", "index": 0, "size": 2})
+    assert cli.main(["check", str(CORPUS / "test_allreduce_packet.json")]) == 0
+    capsys.readouterr()
+    # a plain copy into those chunks instead (another mapping of elements to threads) is refused
+    upkt.update(name="copy", src_buff=[{"type": "s", "index": 2, "size": 2}])
+    path = tmp_path / "copy_back.json"
+    path.write_text(json.dumps(plan, indent=2))
+    assert cli.main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"copy_back.json:{_line_of(path, 1, 2)}: rank 1: copy: thread block 0: this op writing its own " in err, err
+    assert "overlaps the ppkt at line" in err

@@ -20,6 +20,24 @@ What each part of the XML becomes (`msccl_xml` reads and checks the file):
   in flight;
 - the postcondition comes from `coll`: allreduce, allgather and alltoall, in place or not. Any other
   collective is checked for deadlocks, races and mismatches only.
+
+A thread block is one thread of the checker, each step complete before the next starts. On the GPU it is
+many threads, each doing its part of every step, and that is exact because the runtime barriers the whole
+block between steps (Azure/msccl-executor-nccl at c6f6b36, the interpreter `mscclRunInterpreter` in
+`src/device/msccl_kernel.cu`): every primitive a step calls ends, after its last load and store, with a
+barrier of all the block's `nthreads` threads (`bar.sync` on its named barrier, `__syncwarp` for one warp):
+Simple `genericOp` after each slice's reduceCopy (`src/device/prims_simple.h` lines 382 and 402) and
+`mscclGenericOp` (line 556, `localCopy`, `reduce`); LL's receiving ops in `postRecv` (`prims_ll.h` line 121),
+its `mscclGenericOp` (line 507), and `send`, the only one without, through `sendWithBarrier` (lines 729-733,
+"This is the only primitive.instruction where there is no barrier at the end, add it"); LL128's `GenericOp`
+(`prims_ll128.h` line 423) and `mscclGenericOp` (line 536); a `re` of fewer elements than threads
+(`msccl_kernel.cu` line 287). A step's dependency is waited for by the threads below its count, then
+`barrier(nthreads)` (lines 226-239); a step others depend on sets the block's flag from thread nthreads-1
+after the step's closing barrier (lines 313-318). A `nop` step is no transmission (`msccl_parser.cc` line 538,
+type -1): its dependency is waited for before the block's next step, as here. So no check is needed: a step
+that reads what the block's previous step wrote, with no dependency between them, is ordered on the GPU as
+in the checker (`scheduler_allreduce_hier_4gpu_simple.xml`, gpu 0 thread block 24: `r` into scratch, then
+`re` of it).
 """
 
 from __future__ import annotations

@@ -33,7 +33,9 @@ kernel, `src/core/include/execution_kernel.hpp`, is the reference):
   orders nothing but its own data (see "Packets" below).
 - `barrier` (a grid barrier among `num_threadblocks` thread blocks of the gpu): an increment of the
   barrier's word on the gpu, then a wait until it counts every member's arrival (cumulative over the
-  barrier's uses). `nop` (`__syncthreads`, inside one thread block) is nothing: a block is one thread here.
+  barrier's uses). `nop` (`__syncthreads`, inside one thread block) is nothing in the schedule: a block is one
+  thread here, which is exact only where a `nop` or a `barrier` separates the ops whose order matters (see
+  "Thread blocks" below).
 - `sem_release` / `sem_acquire` (a counting semaphore of the gpu, `init_value`): an increment, and a wait
   until the releases cover the acquires so far; one acquiring thread block per semaphore, so that the wait
   is exact.
@@ -112,6 +114,38 @@ superset of what the checker orders. Not refused, as the GPU orders them without
 Everything else that only a chain through packets could order is refused, so the check is conservative (a pair it
 refuses may be ordered by fences on both sides, or by a longer chain of signals), never the other way.
 
+Thread blocks. A thread block is one thread of the checker, its ops each complete before the next starts; on
+the GPU it is blockDim.x threads, and the executor (microsoft/mscclpp at 1f5f065, `src/core/include/
+execution_kernel.hpp`) runs the ops one after the other on every thread (`executionKernel`, line 867: no
+synchronization between ops) with a `__syncthreads` only for a `nop` (`handleNop`, line 75) and a `barrier`
+(`handleBarrier`, line 77: `DeviceSyncer::sync`, `include/mscclpp/concurrency_device.hpp` line 44, begins and ends
+with `__syncthreads`). Data ops spread their elements over all the threads (`handleCopy`, `handlePut`, `handleGet`:
+`mscclpp::copy`, 16-byte units aligned to the pointer, the remainders as ints; the reductions, line 190 and 444:
+16-byte unit k from the op's offset to thread k % blockDim.x, the tail by elements of the data type; the packet
+ops, lines 259-441: packet k of each operand to thread k % blockDim.x), while `signal`, `rlxsignal`, `wait`,
+`rlxwait`, `flush`, `sem_release`, `sem_acquire` and port-channel puts run on the threads below their channel
+(semaphore, destination) count only (lines 83-127, 148-186, 671-685): the others go straight on. So thread t's part
+of an op is ordered after thread u's part of an earlier op of its block only through a `nop` or a `barrier` between
+them, or when t = u. The MSCCL++ DSL writes those nops (python/mscclpp/language: `BuffersAccess.process_operations`,
+internal/buffer_access.py line 19, puts a nop before an op whose local chunks overlap an earlier op's since the
+last nop or barrier, one of them a write; `add_data_sync`, internal/operations.py line 1059, puts them before and
+after a signal, wait, flush or semaphore op, by default), so its plans are exact; a plan written or edited by
+hand need not be. The importer refuses, at the later op's line (naming the earlier op, the fix a `nop` between
+them), two ops of one thread block with no `nop` or `barrier` between them where:
+- they access overlapping memory of one gpu, one of them a write, except a read of packets after the packet
+  write of those elements (the reader waits for each element's own flag), and two packet ops on the same operand
+  region (same buffer, start and stop, same `tbg_info`), which give each element to the same thread;
+- the earlier is a `wait`, `rlxwait`, `sem_acquire` or `flush` and the later accesses memory or is a `signal`,
+  `rlxsignal`, `sem_release`, `pws`, `pwsf` or `flush` (the other threads do not wait);
+- the earlier accesses memory and the later is one of those releases (thread 0's fence does not order the other
+  threads' accesses before its signal);
+unless both are performed by thread 0 alone (one channel, semaphore or destination each): then program order is
+the GPU's. A release before an acquire or a data op, and a data op before an acquire, need nothing: the checker's
+order adds no happens-before edge there that the GPU lacks between memory accesses. The check is conservative (a
+copy and a reduction that give the elements to the threads alike for the plan's message size and data type are
+still refused), never the other way. No corpus plan changes verdict: the DSL's and the executor tests' plans have
+their nops, and the in-place LL allreduces' `ppkt` and `upkt` on one input chunk are packet ops on the same operand.
+
 Not modelled exactly, and said here so that nothing is approximated silently: a memory-channel `signal` is
 a fence to the channel's peer only here, while the hardware's release orders the block's writes to every
 peer: the model can report a race the hardware cannot have, never the reverse.
@@ -166,6 +200,12 @@ REFUSED: dict[str, str] = {
     "gstore": "switch channels (NVLS multimem) are not modelled",
     "gstorepkt": "switch channels (NVLS multimem) are not modelled",
 }
+# Intra-block ordering (see "Thread blocks" in the module docstring).
+BLOCK_SYNC = ("nop", "barrier")  # __syncthreads (handleNop), DeviceSyncer::sync (begins and ends with one)
+ACQUIRES = ("wait", "rlxwait", "sem_acquire", "flush")  # what the ops after them are ordered after
+RELEASES = ("signal", "rlxsignal", "sem_release", "pws", "pwsf", "flush")  # what orders the ops before them
+# Ops whose handler gives packet index idx (from each operand's own offset) to thread idx % blockDim.x.
+PACKET_MAPPED = ("ppkt", "rppkt", "cpkt", "upkt", "repkt", "respkt", "recpkt", "recspkt")
 BUFFER_TYPES = {"i": "input", "o": "output", "s": "scratch"}
 CHANNEL_TYPES = ("memory", "port", "switch")
 
@@ -335,9 +375,59 @@ class _Builder:
         self.check_relaxed_reads(programs)
         self.check_relaxed_signals()
         self.check_packets()
+        self.check_block_sync()
         sched = ir.Schedule(name=_name(self.name), world=self.world, ranks_per_node=self.world, loc=self.loc,
                             programs=tuple(programs))
         return sched.model_copy(update={"expect": self.expect()})
+
+    def check_block_sync(self) -> None:
+        """Refuse a pair of ops of one thread block, with no `nop` or `barrier` between them, whose order the
+        checker relies on and the GPU's threads do not keep (see "Thread blocks" in the module docstring)."""
+        for (rank, tid), block in sorted(self.blocks.items()):
+            segment: list[tuple[int, Obj, str, int | None, list]] = []  # since the block's last block-wide sync
+            for e, (op, name, out) in enumerate(block.events):
+                if name in BLOCK_SYNC:
+                    segment = []
+                    continue
+                threads = _op_threads(self.plan, op, name)
+                accesses = _block_accesses(rank, block, e, out)
+                for _f, prev, pname, pthreads, paccesses in segment:
+                    one = pthreads == 1 and threads == 1  # both performed by thread 0 alone: program order
+                    if one:
+                        continue
+                    if pname in ACQUIRES and (accesses or name in RELEASES):
+                        raise self.block_sync_error(
+                            rank, tid, op, f"follows the {pname} at line {prev.line} with no nop between them; "
+                            f"the {pname} is performed by {_by(pthreads)}, so the block's other threads run this "
+                            f"op's part without waiting for it", pname, prev)
+                    if name in RELEASES and paccesses:
+                        raise self.block_sync_error(
+                            rank, tid, op, f"follows the {pname} at line {prev.line} with no nop between them; "
+                            f"the {name} is performed by {_by(threads)}, which does not order the other threads' "
+                            f"part of the {pname} ({_say(rank, paccesses[0][0], True)}) before it", pname, prev)
+                    for a, apkt in paccesses:
+                        for b, bpkt in accesses:
+                            if not _overlap(a, b):
+                                continue
+                            if apkt == "write" and bpkt == "read":
+                                continue  # each element read as a packet waits for its own flag
+                            if (pname in PACKET_MAPPED and name in PACKET_MAPPED and a[:4] == b[:4]
+                                    and prev.get("tbg_info") == op.get("tbg_info")):
+                                continue  # each element at the same packet index of both ops: the same thread
+                            raise self.block_sync_error(
+                                rank, tid, op, f"{_say(rank, b, True)} overlaps the {pname} at line {prev.line} "
+                                f"({_say(rank, a, True)}) with no nop between them; the two ops spread their "
+                                "elements over the block's threads differently, so one thread's part of this op may "
+                                "run before another's part of that one", pname, prev)
+                segment.append((e, op, name, threads, accesses))
+
+    def block_sync_error(self, rank: int, tid: int, op: Obj, what: str, pname: str, prev: Obj) -> ScheduleError:
+        return self.plan.error(
+            op, f"thread block {tid}: this op {what}; the executor runs a thread block's ops without "
+            "synchronizing its threads between them (only a nop, __syncthreads, or a barrier does), so the plan "
+            "cannot be verified", rank=rank, op=op.get("name"),
+            hint=f"put {{\"name\": \"nop\"}} between the {pname} at line {prev.line} and this op "
+            "(the MSCCL++ DSL does so where ops of a thread block depend on each other)")
 
     def check_relaxed_reads(self, programs: list[ir.Program]) -> None:
         """Refuse a read after a relaxed wait (see "Relaxed waits" in the module docstring) of memory that
@@ -715,6 +805,43 @@ def _accesses(rank: int, op) -> list[tuple]:
     return [a for a in out if a[1] != "tmp"]
 
 
+def _op_threads(plan: Plan, op: Obj, name: str) -> int | None:
+    """How many of the block's threads perform the op: threads 0..n-1, one per channel, semaphore or port
+    destination (handleSignal, handleWait, handleFlush, handleSem*, handlePut on a port channel), or None: all
+    of them, each on its own elements."""
+    if name in ("signal", "rlxsignal", "wait", "rlxwait", "flush"):
+        return len(plan.ints(op, "channel_ids", "the op"))
+    if name in ("sem_acquire", "sem_release"):
+        return len(plan.ints(op, "semaphore_ids", "the op"))
+    if name in ("put", "pws", "pwsf") and op.get("channel_type") == "port":
+        dsts = op.get("dst_buff")
+        return len(dsts) if isinstance(dsts, list) else 0
+    return None
+
+
+def _by(threads: int | None) -> str:
+    return "thread 0 alone" if threads == 1 else f"threads 0..{threads - 1} only" if threads else "no thread"
+
+
+def _block_accesses(rank: int, block: _Block, e: int, out: list) -> list[tuple[tuple, str]]:
+    """The memory accesses of event `e` of a thread block, each a whole operand (packets too), with "write" for a
+    packet write, "read" for a read of packets, "" otherwise."""
+    res: list[tuple[tuple, str]] = []
+    for o in out:
+        if isinstance(o, ir.PutSignal):
+            continue
+        for a in _accesses(rank, o):
+            packet = not a[4] and a[0] == rank and any(
+                p.buffer == a[1] and p.start <= a[2] and a[3] <= p.stop for p in block.packet_regions[e])
+            res.append((a, "read" if packet else ""))
+    for pe, dst, src in block.packet_operands[e]:
+        line = out[0].loc.line if out and out[0].loc else 0
+        if src.buffer != "tmp":
+            res.append(((rank, src.buffer, src.start, src.stop, False, False, line), ""))
+        res.append(((pe, dst.buffer, dst.start, dst.stop, True, True, line), "write"))
+    return res
+
+
 def _overlap(a: tuple, b: tuple) -> bool:
     """Two accesses of `_accesses` conflict: the same memory, overlapping, one a write."""
     return a[:2] == b[:2] and a[2] < b[3] and b[2] < a[3] and (a[4] or b[4])
@@ -882,6 +1009,8 @@ class _Block:
         self.packet_reads: list[ir.Region] = []  # the regions the current op reads as packets
         self.events: list[tuple[Obj, str, list]] = []  # each op of the plan: (its object, its name, what it became)
         self.packet_regions: list[list[ir.Region]] = []  # per event, the regions it reads as packets
+        self.packet_writes: list[tuple[int, ir.Region, ir.Region]] = []  # the current op's packets: (pe, dst, src)
+        self.packet_operands: list[list[tuple[int, ir.Region, ir.Region]]] = []  # per event, its packet writes
 
     def error(self, op: Obj, message: str, hint: str | None = None) -> ScheduleError:
         return self.plan.error(op, message, rank=self.me, op=op.get("name"), hint=hint)
@@ -927,6 +1056,7 @@ class _Block:
 
     def packets_to(self, pe: int, dst: ir.Region, src: ir.Region, loc: ir.SourceLoc) -> list:
         """Write `src` as packets into `dst` (scratch of `pe`): data and its flag, element by element."""
+        self.packet_writes.append((pe, dst, src))
         return [ir.PutSignal(pe=pe, dst=ir.Region(buffer=dst.buffer, start=dst.start + k, stop=dst.start + k + 1),
                              src=ir.Region(buffer=src.buffer, start=src.start + k, stop=src.start + k + 1),
                              signal=ir.SignalRef(signal=PKT_FLAG, index=dst.start + k), value=1, sig_op="set",
@@ -951,9 +1081,11 @@ class _Block:
         dsts = plan.objects(op, "dst_buff", "the op", default=[])
         handler = getattr(self, "op_" + name)
         self.packet_reads = []
+        self.packet_writes = []
         out = handler(op, loc, chtype, srcs, dsts)
         self.events.append((op, name, out))
         self.packet_regions.append(list(self.packet_reads))
+        self.packet_operands.append(list(self.packet_writes))
         if self.relaxed:
             # a packet carries its flag, so reading one is valid without an acquire; anything else is recorded
             reads = [(owner, r) for o in out for owner, r in _reads(self.me, o)
