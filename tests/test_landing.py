@@ -4,8 +4,9 @@ NCCL and MPI do not complete a matched send and recv, or a collective, in one st
 a sender goes on once its recv has matched (or its data has left) while the receiver still writes
 `dst`; a collective member goes on while another still writes its output; a posted send may
 read its `src` at any time until it completes; and a collective member reads its `src` (and may
-write its own `dst`) from its arrival, before the other members have called the collective. Each test below is a schedule the checker used to
-verify (when it completed these in one joint step) and must now report, beside its correct twin.
+write its own `dst`) from its arrival, before the other members have called the collective.
+Each test below is a schedule the checker used to verify (when it completed these in one joint
+step) and must now report, beside its correct twin.
 """
 
 from __future__ import annotations
