@@ -287,6 +287,29 @@ def test_an_access_while_a_member_has_arrived_races_with_it(case, other, member)
         assert result.verdict == "verified", [v.message for v in result.violations]
 
 
+def test_a_member_of_a_reduce_that_is_no_root_reads_its_source_until_it_completes():
+    """A non-root member of a reduce writes nothing, and its completion says nothing of another
+    member's reads: in NCCL's chain toward the root, rank 1 is done once its last chunk is in the next
+    member's buffer, while rank 2 may still be reading its own x. So rank 1's put into rank 2's x
+    after its reduce races with rank 2's reduce, unless the members meet first."""
+    def racy(r, meet=False):
+        x = r.symmetric("x", count=2, role="scratch")
+        y = r.buffer("y", count=2, role="input")
+        out = r.buffer("out", count=2, role="output")
+        r.reduce_to(0, x, out if r.rank == 0 else None)
+        if meet:
+            r.barrier()
+        if r.rank == 1:
+            r.put(2, x, y)
+            r.quiet()
+
+    for result in _every_engine(racy, world=3):
+        assert result.verdict == "violated" and result.kinds() == {"data_race"}
+        assert _race_ops(result) == {frozenset({(1, "put"), (2, "reduce_to")})}
+    for result in _every_engine(lambda r: racy(r, meet=True), world=3):
+        assert result.verdict == "verified", [v.message for v in result.violations]
+
+
 def test_overlapping_members_of_one_group_race():
     def racy(r):
         x = r.buffer("x", count=2, role="inout")
