@@ -19,6 +19,12 @@ which therefore cannot move on a path that avoids T. Closure rules, for every ac
   - t disabled: a necessary enabling set joins T: the partners not yet posted (send/recv,
     collectives: they are frozen), the deliveries that must land first (quiet, barrier_all, fence
     order), and every action or rank that may still update the awaited signal word (wait_until).
+Posted accesses (`Model.posted_accesses`: a send's source, a collective member's source and own
+destination) happen from the moment the rank reaches the op, before it meets anyone, so the ranks the
+op needs do not bound them: one ahead of the actor counts if the actor can reach the op avoiding T
+(its rank is frozen), and one at the actor's current op is posted beside t in this very state, which
+shows the conflict (`check.properties`). Skipping them because the op's partners are frozen lost a
+race in breadth-first search: a rank reached a collective whose destination another rank's get read.
 "Could execute on a path avoiding T": a rank cannot pass its current op while one of its pending
 actions is in T, nor any op that needs a frozen rank, so its future stops there (its horizon).
 Anything else it may still do counts, including the deliveries of puts it has yet to issue, except
@@ -137,6 +143,13 @@ class Reducer:
         # accesses an op makes when its delivery lands, not when it is issued: (owner, space,
         # actor, index, lo, hi, mode); a fence may hold these back behind a delivery of T
         self.at_delivery: set[tuple] = set()
+        # accesses a posted op makes from the moment its rank reaches it, before it meets anyone
+        # (`Model.posted_accesses`: a send's source, a collective member's source and own destination):
+        # (owner, space, actor, index, sub, lo, hi, mode). The ranks such an op needs do not bound them
+        self.posted: set[tuple] = {
+            (owner, space, rank, index, sub, lo, hi, mode)
+            for (rank, index), entries in model.posted_fp.items() if index < model.nops[rank]
+            for sub, accesses in entries for owner, space, lo, hi, mode in accesses}
         for row in model.code:
             for c in row:
                 if c.delivery is not None and c.delivery.fenced:
@@ -577,8 +590,12 @@ class Reducer:
                 start = bisect.bisect_left(self._keys[(owner, space, actor)], pc)
                 limit = None
                 for index, sub, elo, ehi, emode, others in entries[start:]:
-                    if elo >= hi or lo >= ehi or not dependent(space, mode, emode) or others & frozen:
+                    if elo >= hi or lo >= ehi or not dependent(space, mode, emode):
                         continue
+                    # a posted access happens once the actor reaches its op, whoever else the op needs
+                    posted = (owner, space, actor, index, sub, elo, ehi, emode) in self.posted
+                    if others & frozen and not (posted and index > pc):
+                        continue  # at pc: the access is posted beside this action, the state shows it
                     if (owner, space, actor, index, elo, ehi, emode) in self.at_delivery and \
                             self._fenced_out(actor, index):
                         continue  # its delivery cannot land on a path that avoids T
@@ -602,6 +619,11 @@ class Reducer:
                             out.append(("r", actor))
                         break
                     if index > limit:
+                        if posted and index <= reach:  # the actor arrives at the op on a path avoiding T
+                            out.append(("r", actor))
+                            break
+                        if index <= reach:
+                            continue
                         break
                     if index == pc:
                         if sub is not None and (done[actor] >> sub) & 1:

@@ -854,7 +854,9 @@ class Rank(metaclass=_ReadOnlyClass):
     def all_reduce(self, src, dst=None, op: str = "sum", comm=None) -> None:
         """ncclAllReduce: every member's `dst` (default: `src`, in place) gets the element-wise
         `op` of all members' `src`. The k-th collective of each member of `comm` must match in
-        kind, count, dtype and op; it completes in one step once every member has reached it."""
+        kind, count, dtype and op. From this call until it completes here, it may read `src` and write
+        `dst` (NCCL's kernel starts at once and pushes to the peers before they call it); no member
+        completes before every member has called it, then each completes on its own."""
         loc = user_loc()
         src = self._local(src, "all_reduce", "src")
         dst = src if dst is None else self._local(dst, "all_reduce", "dst")
@@ -864,7 +866,8 @@ class Rank(metaclass=_ReadOnlyClass):
 
     def all_gather(self, src, dst, comm=None) -> None:
         """ncclAllGather: `dst` (members x the count of `src`) gets every member's `src`, in member
-        order. Completes in one step once every member of `comm` has reached it."""
+        order. Reads `src` and may write `dst` from this call until it completes here; no member
+        completes before every member of `comm` has called it."""
         loc = user_loc()
         name = self._comm(comm, "all_gather")
         src, dst = self._local(src, "all_gather", "src"), self._local(dst, "all_gather", "dst")

@@ -298,11 +298,16 @@ class RecvRule(Rule):
 
 
 def lands(op, rank: int) -> bool:
-    """Whether a recv or a collective member writes when it completes on its own rank, after the
-    joint step (its *landing*, a step of its own): a recv's `dst`, a collective member's `dst`.
-    Sends, barriers and the members of a reduce that are not its root have nothing to write."""
-    return any(a.when is When.JOINT and a.mode in WRITE_MODES and a.owner == rank
-               for a in rule(op).accesses(op, rank))
+    """Whether a recv or a collective member completes on its own rank after the joint step (its
+    *landing*, a step of its own): a recv writes its `dst` there, a collective member its `dst`, and
+    a member of a collective whose sources are read until each member is done
+    (`CollectiveRule.reads_until_done`) holds its `src` until then, writing or not (a member of a
+    reduce that is not its root). Sends and barriers have nothing to hold."""
+    r = rule(op)
+    accesses = r.accesses(op, rank)
+    if getattr(r, "reads_until_done", False) and any(a.when is When.JOINT and a.owner == rank for a in accesses):
+        return True
+    return any(a.when is When.JOINT and a.mode in WRITE_MODES and a.owner == rank for a in accesses)
 
 
 def p2p_flow(send: ir.Send, send_rank: int, recv: ir.Recv, recv_rank: int) -> Move:
@@ -333,10 +338,16 @@ class CollectiveRule(Rule):
     when it does (its landing), as NCCL and MPI complete a collective per rank: a member may finish
     and go on while another still writes its output.
 
+    Before that, from a member's arrival, its `src` and its own `dst` are in flight (`Model.posted_accesses`):
+    NCCL's kernel on a member starts when the member calls the collective and pushes its first chunks into
+    the buffer slots its connections hold in the peers' memory before they have called it.
+
     `reads_until_done`: a member may complete before another member's `src` has been read in full
-    (member i of a reduce_scatter or all_to_all needs only chunk i of each source), so a member's
-    source counts as read until that member completes; for the other collectives every member's
-    output depends on every element of every source, so no member completes before all are read."""
+    (member i of a reduce_scatter or all_to_all needs only chunk i of each source; a member of a reduce
+    that is not its root writes nothing, and in NCCL's chain toward the root it is done once its last chunk
+    is in the next member's buffer), so a member's source counts as read until that member completes;
+    for the other collectives every member's output depends on every element of every source, so no
+    member completes before all are read."""
 
     sync = Sync.COLLECTIVE
     reads_until_done = False
@@ -421,6 +432,7 @@ class ReduceToRule(CollectiveRule):
     """NCCL reduce: the root's dst = the reduction of every member's src (no dst elsewhere)."""
 
     op_class = ir.ReduceTo
+    reads_until_done = True
 
     def collective_flows(self, ops, ranks):
         dsts = tuple((r, op.dst) for r, op in zip(ranks, ops) if op.dst is not None)
