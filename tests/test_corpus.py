@@ -110,6 +110,7 @@ PINNED_STATES = [
     ("nvshmem_oneshot_allreduce", 4, 82),
     ("dissemination_barrier", 4, 81),
     ("nvshmem_fenced_dispatch", 8, 465),
+    ("grouped_allreduce_two_comms", 8, 19),
 ]
 
 

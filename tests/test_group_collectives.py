@@ -1,5 +1,5 @@
 """Collectives inside `group()` (ncclGroupStart/End): the DSL, the matching in posting order per
-communicator, the search (which does not reduce such schedules), the NCCL emitter, and the engines that
+communicator, the search (reduced, unreduced and breadth-first agree), the NCCL emitter, and the engines that
 refuse them with the reason."""
 
 from __future__ import annotations
@@ -14,9 +14,13 @@ import pytest
 import clockworks_dist as cw
 from clockworks_dist import ir
 from clockworks_dist.check import check, terminal_outcomes
+from clockworks_dist.check.por import Reducer
 from clockworks_dist.errors import ScheduleError
 from clockworks_dist.runtime import cupy_nccl, mpi_cpu  # noqa: F401  (register their backend tables)
 from clockworks_dist.semantics.backends import BACKENDS, Unsupported
+from clockworks_dist.semantics.machine import P2P, Coll, Model
+from clockworks_dist.semantics.match import match
+from clockworks_dist.semantics.threads import expand
 
 HERE = os.path.basename(__file__)
 
@@ -50,7 +54,7 @@ def two_comms(grouped: bool, swapped: bool = True, same_buffer: bool = False):
 def test_grouped_collectives_of_two_comms_verify_in_any_posting_order(strategy, reduction):
     result = check(two_comms(grouped=True), strategy=strategy, reduction=reduction)
     assert result.verdict == "verified", result.violations
-    assert result.reduction is False  # the reduction stands aside for grouped collectives, and says so
+    assert result.reduction is reduction  # grouped collectives are reduced (check/por.py's note argues them)
 
 
 def mixed():
@@ -194,3 +198,59 @@ def test_nccl_program_with_grouped_collectives_compiles(tmp_path):
     cu = tmp_path / "grouped.cu"
     cu.write_text(codegen.generate(lower(two_comms(grouped=True), Build("nccl"))))
     assert build.compile_program(cu, "nccl", tmp_path / "bin").is_file()
+
+
+def _model(body, world: int) -> Model:
+    actors, _ = expand(cw.schedule(body, name="t").trace(world))
+    matches, problems = match(actors.sched)
+    assert not problems
+    return Model(actors.sched, matches, home=actors.home)
+
+
+def test_the_reduction_names_a_grouped_collective_by_its_joint_step_and_runs_ranks_past_it():
+    """A frozen rank's current actions include its grouped collective's joint step (else the rank could
+    move on a path that avoids the stubborn set), and a rank counts as able to pass a group whose
+    collective every member's rank can reach (else a signal after the group looks unreachable, the wait
+    on it never passes, and what the waiting rank does next is left out of the closure)."""
+    def body(r):
+        x = r.buffer("x", count=2, role="inout")
+        z = r.buffer("z", count=2, role="scratch")
+        sig = r.signal("sig", count=1)
+        if r.rank == 1:
+            r.wait_until(sig[0], "ge", 1)
+            r.copy(z, x)
+            return
+        with r.group():
+            r.all_reduce(x, comm=r.comm("a", (0, 2)))
+        if r.rank == 0:
+            r.signal_op(1, sig[0], 1, op="set")
+    model = _model(body, 3)
+    reducer = Reducer(model)
+    reducer._index()
+    assert reducer.action_of((0, 0, 0)) == Coll("coll", model.matches.cid_of[(0, 0, 0)])
+    state = model.initial()
+    assert reducer._current(state, 0) == [Coll("coll", 0)]
+    # rank 0 passes its group and its signal, so rank 1's wait passes and it reaches its end
+    assert reducer._limits(state, set(), set()) == [2, 2, 1]
+    assert reducer._limits(state, {2}, set())[:2] == [0, 0]  # its peer frozen: rank 0 stops at the group
+
+
+def test_no_action_is_alone_beside_a_group_member_that_touches_its_memory():
+    """The other members of a group stay current and may run: a recv landing in x and an all-reduce of x
+    in one group are never stubborn sets of their own."""
+    def body(r):
+        x = r.buffer("x", count=2, role="inout")
+        y = r.buffer("y", count=2, role="inout")
+        with r.group():
+            r.all_reduce(x, comm=r.comm("a", range(r.world)))
+            if r.rank == 0:
+                r.send(1, y)
+            else:
+                r.recv(0, x)
+    model = _model(body, 2)
+    reducer = Reducer(model)
+    state = model.apply(model.initial(), P2P("p2p", 0, 0, 1))  # the recv's data is in flight
+    enabled = model.enabled(state)
+    assert {a.kind for a in enabled} == {"coll", "deliver"}
+    assert not any(reducer.alone(a) for a in enabled)
+    assert check(cw.schedule(body, name="t").trace(2)).kinds() >= {"data_race"}

@@ -79,6 +79,16 @@ def test_the_order_holds_on_random_walks_through_random_schedules(plan, rng):
     assert_claims_hold_on_random_walks(sched, 8, rng)
 
 
+@settings(max_examples=80, **SETTINGS)
+@given(plans(max_events=4, required="grouped_collective"), st.randoms(use_true_random=False))
+def test_the_order_holds_on_random_walks_through_grouped_collectives(plan, rng):
+    """Collectives inside groups, beside sends and recvs, posted in a different order per rank: each
+    member's joint step and landing are events of their own, unordered with the group's other members."""
+    sched = build(plan)
+    assume(not match(sched)[1])
+    assert_claims_hold_on_random_walks(sched, 8, rng)
+
+
 def test_a_one_shot_wait_comes_after_its_peers_first_put_signal_only():
     (oneshot,) = cw.load_file(str(ROOT / "protocols" / "nvshmem_oneshot_allreduce.py"))
     sched = oneshot.trace(4)

@@ -269,7 +269,44 @@ def events(draw, world: int, count: int, kind: str | None = None):
         if draw(st.booleans()):
             out += [(q, ("barrier",)) for q in range(world)]
         return out + [(q, (what, *shapes[q])) for q in range(world)]
+    if kind == "grouped_collective":
+        return draw(grouped_collectives(world, count))
     raise AssertionError(kind)
+
+
+@st.composite
+def grouped_collectives(draw, world: int, count: int):
+    """Collectives inside groups: an all-reduce on communicator ca (every rank) and an all-reduce or
+    all-gather on cb (every rank) or cp (ranks 0 and 1 of three), beside 0-2 send/recv pairs, each
+    rank posting its members in an order of its own. Now and then a rank leaves its members
+    ungrouped, in that order: the collectives of two communicators posted in different orders outside
+    a group deadlock, and a send may then wait for a recv behind a collective."""
+    def collective(what: str, comm: str, length: int, parts: int):
+        src_len, dst_len = (length, length * parts) if what == "all_gather" else (length, length)
+        return (what, draw(regions(count, src_len)), draw(regions(count, dst_len)), comm)
+
+    second = draw(st.sampled_from(["all_reduce", "all_gather"]))
+    second = second if count >= world else "all_reduce"
+    comm = draw(st.sampled_from(["cb", "cp"])) if world == 3 else "cb"
+    on_second = range(world) if comm == "cb" else (0, 1)
+    first_len = draw(st.integers(1, count))
+    second_len = draw(st.integers(1, count // world if second == "all_gather" else count))
+    members: dict[int, list] = {q: [collective("all_reduce", "ca", first_len, world)] for q in range(world)}
+    for q in on_second:
+        members[q].append(collective(second, comm, second_len, len(on_second)))
+    pairs = draw(st.lists(st.permutations(range(world)).map(lambda p: (p[0], p[1])), max_size=2))
+    length = draw(st.integers(1, count))
+    for sender, receiver in pairs:
+        members[sender].append(("send", receiver, draw(regions(count, length))))
+        members[receiver].append(("recv", sender, draw(regions(count, length)), None))
+    out = []
+    for q in range(world):
+        mine = draw(st.permutations(members[q]))
+        if draw(st.integers(0, 4)):
+            out.append((q, ("group", tuple(mine))))
+        else:
+            out.extend((q, m) for m in mine)
+    return out
 
 
 def _signal_updates(programs: list[list], rank: int, word: int) -> list[tuple[str, int]]:
@@ -400,10 +437,9 @@ def _emit(r, bufs: dict, sig, d) -> None:
         r.wait_until_all([sig[w] for w in d[1]], d[2], d[3])
     elif k == "wait_any":
         r.wait_until_any([sig[w] for w in d[1]], d[2], d[3])
-    elif k == "all_reduce":
-        r.all_reduce(reg(d[1]), reg(d[2]))
-    elif k == "all_gather":
-        r.all_gather(reg(d[1]), reg(d[2]))
+    elif k in ("all_reduce", "all_gather"):  # on a communicator of its own (`grouped_collectives`), or the world
+        comm = {} if len(d) < 4 else dict(comm=r.comm(d[3], (0, 1) if d[3] == "cp" else range(r.world)))
+        getattr(r, k)(reg(d[1]), reg(d[2]), **comm)
     elif k == "reduce_scatter":
         r.reduce_scatter(reg(d[1]), reg(d[2]))
     elif k == "fence":
@@ -625,6 +661,35 @@ def test_reduction_is_exact_with_accesses_into_collectives(plan):
     interleaving shows, and depth first agrees with breadth first."""
     sched = build(plan)
     assert any(op.kind in ("all_reduce", "all_gather", "reduce_scatter") for p in sched.programs for op in p.ops)
+    reduced, full = check(sched, reduction=True), check(sched, reduction=False)
+    note(f"reduced: {reduced.verdict} {sorted(reduced.kinds())}; full: {full.verdict} {sorted(full.kinds())}")
+    assert_same_findings(reduced, full)
+    bfs = check(sched, strategy="bfs")
+    assert (bfs.verdict, bfs.kinds()) == (reduced.verdict, reduced.kinds())
+    if matched(sched):
+        assert terminal_outcomes(sched, reduction=True) == terminal_outcomes(sched, reduction=False)
+
+
+# found by this test with the joint step of a grouped collective left out of its rank's current actions: in
+# place all-reduces on one buffer, on two communicators, ungrouped on rank 0 and grouped on rank 1, race; the
+# reduced search froze rank 1 without its joint step, and missed the interleaving with a nondeterministic result
+_IN_PLACE = ("a", 0, 1), ("a", 0, 1)
+GROUPED_JOINT_STEP = (2, 2, ((("all_reduce", *_IN_PLACE, "ca"), ("all_reduce", *_IN_PLACE, "cb"),
+                              ("fill", ("a", 0, 1), 0.0), ("fill", ("a", 0, 1), 0.0), ("fill", ("a", 0, 1), 0.0)),
+                             (("group", (("all_reduce", *_IN_PLACE, "ca"), ("all_reduce", *_IN_PLACE, "cb"))),)), False)
+
+
+@settings(max_examples=100, **SETTINGS)
+@given(plans(max_events=3, required="grouped_collective"))
+@example(GROUPED_JOINT_STEP)
+def test_reduction_is_exact_with_grouped_collectives(plan):
+    """Collectives inside groups, of two communicators, beside sends and recvs, posted in a different
+    order on each rank (`grouped_collectives`): the reduced search, the unreduced one and breadth first
+    agree on the verdict and the kinds found, and on every terminal state."""
+    sched = build(plan)
+    assert any(op.kind == "group" and any(m.kind in ("all_reduce", "all_gather") for m in op.ops)
+               for p in sched.programs for op in p.ops) or any(
+        sum(op.kind in ("all_reduce", "all_gather") for op in p.ops) >= 2 for p in sched.programs)
     reduced, full = check(sched, reduction=True), check(sched, reduction=False)
     note(f"reduced: {reduced.verdict} {sorted(reduced.kinds())}; full: {full.verdict} {sorted(full.kinds())}")
     assert_same_findings(reduced, full)

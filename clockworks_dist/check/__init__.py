@@ -81,8 +81,6 @@ def _check(schedule: ir.Schedule, strategy: str, max_states: int | None, timeout
                                states=0, transitions=0, seconds=time.perf_counter() - started, complete=True,
                                strategy=strategy, reduction=reduction)
         model = Model(flat, matches, deadline, home=actors.home)
-        # a collective inside a group: the reduction stands aside (`por.Reducer.choose`), and says so
-        reduction = reduction and not model.grouped_collectives
         outcome = _search(model, strategy, reduction=reduction, max_states=max_states, progress=progress,
                           deadline=deadline)
         violations += outcome.observer.violations()

@@ -69,6 +69,36 @@ The decision reads only memory that some access other than its owner's own (as t
 meets its peers) touches (`_index_foreign`); memory no such access touches has no entry there nor
 in the owner's own table built for it, so skipping it drops no access that could count.
 
+Collectives inside a group (`with r.group():`). A collective member (rank, index, sub) of a group
+moves by its collective's joint step, one action for every member (`Coll`, enabled once each member
+has arrived: its rank stands at the op and the member has neither completed nor had its sources
+read), then, if it writes, by its own landing; `action_of` names the joint step, so a frozen rank's
+current actions (`_current`) hold it beside its group's sends and recvs. The rules above then apply
+as they are, each for these reasons. Held: a group's rank moves only by its members' actions and
+passes the group when the last one completes, so it cannot pass the group while one of its pending
+actions is in T; its other members stay current and may run alone, as the horizon and the limits
+already allow for sends and recvs. Enabled stays enabled (D2): a member stops being arrived only by
+the joint step itself (it reads the sources and completes the member or launches its landing), and
+its rank leaves the group only after that. Disabled: the members whose ranks stand before their op
+are frozen (`_enablers`); a member at its op that is no longer arrived means the joint step has
+fired, and it is never enabled again, so nothing need join T for it. Commuting (D1): the joint step
+and another member's action on the same rank set different bits of the rank's done word, and the
+rank moves on when the last bit is set, in either order; memory is compared through the footprints
+as for any action, a collective member's own accesses (its sources and its own destination,
+`Model._member_footprint`) included. How far a rank runs (`_completes`): a group holding a
+collective member passes only if every member's rank of that collective is not frozen and can reach
+its op (at most its limit), as for a collective outside a group; this ignores whether the joint step
+is itself in T for an op ahead, which only lets a rank look further than it can (more dependents,
+never fewer). Alone: a joint step holds every member at its op, and the other members of each
+member's group, current beside it, count with their accesses to their rank's memory, as for a
+meeting or a landing of a recv in a group; `_index_foreign` lists a collective member's accesses
+under its group's member index. The static order (`MustOrder`) makes each member's joint step and
+landing events of their own, unordered with the group's other members (`semantics.order`), and
+tests/test_must.py walks random grouped collectives against it. The property test with grouped
+collectives (all-reduces and all-gathers on two communicators beside sends and recvs, posted in a
+different order per rank, now and then ungrouped) compares the reduced, unreduced and breadth-first
+searches.
+
 Why this is sound. These are Valmari's strong stubborn-set conditions D1 (every t in T commutes with
 any sequence of actions outside T) and D2 (the enabled actions of T stay enabled along such
 sequences). The state space is finite and acyclic (every action consumes an op or a delivery), so
@@ -163,11 +193,8 @@ class Reducer:
 
     def choose(self, state: State, enabled: list[Action]) -> list[Action]:
         """A stubborn subset of `enabled`, the enabled actions of `state`: the smallest closure
-        from up to `MAX_SEEDS` seeds (steps first), in `enabled`'s order. A schedule with a
-        collective inside a group (`Model.grouped_collectives`) is not reduced: the closure's rules
-        above name a collective by its op, not by a group member, and are not argued for one, so every
-        enabled action is explored (sound: the unreduced search)."""
-        if len(enabled) <= 1 or self.model.grouped_collectives:
+        from up to `MAX_SEEDS` seeds (steps first), in `enabled`'s order."""
+        if len(enabled) <= 1:
             return enabled
         self._index()
         best = enabled
@@ -185,8 +212,6 @@ class Reducer:
         """Whether {action} is a stubborn set in every state where `action` is enabled: no access
         that any other action might make on a path avoiding it is dependent on it. Decided once per
         action, from the program text alone (see the module docstring)."""
-        if self.model.grouped_collectives:  # not reduced (`choose`)
-            return False
         found = self._alone.get(action)
         if found is None:
             found = self._alone[action] = self._decide_alone(action)
@@ -213,8 +238,9 @@ class Reducer:
                             if dependent(space, mode, entry[3]) and not held(entry) and \
                                     not self._ordered(entry, action):
                                 return False
-            if kind == "p2p" or kind == "deliver" and action.index < 0:
-                # the other members of a group stay current and may run on their own
+            if kind != "step" and not (kind == "deliver" and action.index >= 0):
+                # the other members of a group (sends, recvs, collective members) stay current and may
+                # run on their own
                 for rank, index, held_sub in _keys_held(model, action):
                     if held_sub is None or rank != owner:
                         continue
@@ -364,6 +390,9 @@ class Reducer:
         rank, index, sub = key
         c = model.code[rank][index]
         if c.sync is Sync.P2P:
+            cid = model.matches.cid_of.get(key)
+            if cid is not None:  # a collective inside a group: its joint step
+                return Coll("coll", cid)
             op = c.op if sub is None else c.op.ops[sub]
             skey = key if op.kind == "send" else model.matches.send_of.get(key)
             return P2P("p2p", *skey) if skey is not None and skey in model.matches.recv_of else None
@@ -524,6 +553,11 @@ class Reducer:
                     continue  # complete, or only its landing is left: it needs no other rank
                 if key in model.gate:
                     continue  # a send on a connection with slots may complete alone (an over-approximation)
+                cid = model.matches.cid_of.get(key)
+                if cid is not None:  # a collective member: every member's rank can reach its op
+                    if any(r in frozen or i > limit[r] for r, i, _s in model.coll_members[cid]):
+                        return False
+                    continue
                 other = model.matches.recv_of.get(key) or model.matches.send_of.get(key)
                 if other is None or other[0] in frozen or other[1] > limit[other[0]]:
                     return False

@@ -384,8 +384,6 @@ class Model:
         self.nops = tuple(len(p.ops) for p in sched.programs)
         self.coll_members: list[list[Key]] = matches.collectives  # cid -> [(rank, index, sub)]
         self.coll_kind = [matches._op(m[0]).kind for m in matches.collectives]
-        # whether a group holds a collective: the reduction (`check.por`) then stands aside
-        self.grouped_collectives = any(key[2] is not None for m in matches.collectives for key in m)
         self.coll_sync = [rule(kind).sync for kind in self.coll_kind]
         # per collective that quiets first: the actors whose deliveries it waits for (None: every one)
         self.coll_quiets: list[frozenset[int] | None] = [
@@ -766,13 +764,18 @@ class Model:
         return accessors, joints
 
     def _member_footprint(self, rank: int, index: int, sub, op) -> tuple[Access, ...]:
-        """The accesses of a send or recv (a group member) to its own rank's memory."""
+        """The accesses of a group member to its own rank's memory: a send's or recv's, or a
+        collective member's (its sources and its own destination)."""
         key = (rank, index, sub)
         found = self._member_fp.get(key)
         if found is None:
-            skey = key if op.kind == "send" else self.matches.send_of.get(key)
             mine = self.home[rank]  # a thread's accesses are to its rank's memory
-            found = tuple(a for a in self.p2p_member_footprint.get(skey, ()) if a.owner == mine) if skey else ()
+            cid = self.matches.cid_of.get(key)
+            if cid is not None:
+                found = tuple(a for a in self.coll_member_footprint[cid] if a.owner == mine)
+            else:
+                skey = key if op.kind == "send" else self.matches.send_of.get(key)
+                found = tuple(a for a in self.p2p_member_footprint.get(skey, ()) if a.owner == mine) if skey else ()
             self._member_fp[key] = found
         return found
 
