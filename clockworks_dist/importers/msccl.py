@@ -43,10 +43,10 @@ in the checker (`scheduler_allreduce_hier_4gpu_simple.xml`, gpu 0 thread block 2
 from __future__ import annotations
 
 import os
-import re
 
 from .. import ir
 from ..errors import ScheduleError
+from .names import schedule_name
 from .msccl_xml import XmlAlgorithm, XmlGpu, XmlStep, XmlThreadBlock, parse
 
 DEP_SIGNAL = "msccl_dep"
@@ -55,13 +55,7 @@ DEFAULT_SLOTS = 1
 
 def _name(alg: XmlAlgorithm) -> str:
     """The algorithm's name as an identifier (it names the schedule, and generated code)."""
-    name = re.sub(r"[^A-Za-z0-9_]", "_", alg.name) or "msccl"
-    name = re.sub(r"_{2,}", "_", name).strip("_") or "msccl"
-    if not name[0].isalpha():
-        name = "msccl_" + name
-    if ir.name_problem(name) is not None:
-        name = "msccl_" + name
-    return name[:64].rstrip("_")
+    return schedule_name(alg.name, "msccl")
 
 
 class _Rank:

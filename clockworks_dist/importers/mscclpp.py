@@ -154,12 +154,12 @@ peer: the model can report a race the hardware cannot have, never the reverse.
 from __future__ import annotations
 
 import os
-import re
 from math import lcm
 
 from .. import ir
 from ..errors import ScheduleError
 from .mscclpp_json import Obj, Plan, parse
+from .names import schedule_name
 
 # The op names the MSCCL++ executor accepts (`getOpType` in execution_plan.cc), with what each does.
 OP_TYPES: dict[str, str] = {
@@ -219,13 +219,7 @@ COLLECTIVES = ("allreduce", "allgather", "alltoall", "reducescatter")
 
 def _name(name: str) -> str:
     """The plan's name as an identifier."""
-    out = re.sub(r"[^A-Za-z0-9_]", "_", name) or "mscclpp"
-    out = re.sub(r"_{2,}", "_", out).strip("_") or "mscclpp"
-    if not out[0].isalpha():
-        out = "mscclpp_" + out
-    if ir.name_problem(out) is not None:
-        out = "mscclpp_" + out
-    return out[:64].rstrip("_")
+    return schedule_name(name, "mscclpp")
 
 
 class _Gpu:
