@@ -29,6 +29,18 @@ PROPERTIES = {
     "reduction_preserves_terminal_states": props.test_reduction_preserves_terminal_states,
     "reduction_finds_the_same_violations": props.test_reduction_finds_the_same_violations,
     "dfs_and_bfs_agree": props.test_dfs_and_bfs_agree,
+    "reduction_is_exact_with_fifo_connections": props.test_reduction_is_exact_with_fifo_connections,
+    "reduction_is_exact_with_accesses_into_collectives": props.test_reduction_is_exact_with_accesses_into_collectives,
+    "reduction_is_exact_with_grouped_collectives": props.test_reduction_is_exact_with_grouped_collectives,
+    "reduction_is_exact_with_threads": props.test_reduction_is_exact_with_threads,
+}
+# the strategy each property draws from in the suite (the first three: the plain one)
+STRATEGIES = {
+    "reduction_is_exact_with_fifo_connections": lambda: props.plans(max_events=7, required="fifo"),
+    "reduction_is_exact_with_accesses_into_collectives":
+        lambda: props.plans(max_events=6, required="into_collective"),
+    "reduction_is_exact_with_grouped_collectives": lambda: props.plans(max_events=3, required="grouped_collective"),
+    "reduction_is_exact_with_threads": props.threaded_plans,
 }
 
 
@@ -39,13 +51,14 @@ def run(name: str, examples: int, seed_value: int) -> dict:
 
     def counted(plan):
         stats["examples"] += 1
-        flat = [d for ops in plan[2] for d in ops]
+        flat = [d for ops in plan[2] for d in ops if isinstance(d, tuple)] if isinstance(plan, tuple) else []
         stats["with_waits"] += any(d[0] == "wait" for d in flat)
         stats["with_wrapping_values"] += any(isinstance(x, int) and x >= 1 << 63 for d in flat for x in d)
         inner(plan)
 
+    strategy = STRATEGIES.get(name, props.plans)()
     test = seed(seed_value)(settings(max_examples=examples, deadline=None, derandomize=False, database=None,
-                                     suppress_health_check=list(HealthCheck))(given(props.plans())(counted)))
+                                     suppress_health_check=list(HealthCheck))(given(strategy)(counted)))
     started = time.perf_counter()
     failure = None
     try:

@@ -266,8 +266,9 @@ class _Search:
 
     def _held(self, cid: int) -> bool:
         """Whether a delivery that barrier `cid` waits for is in flight (a team barrier: its members')."""
-        if self.model.coll_quiets[cid] is None:
-            return bool(self.work.flight)
+        if self.model.coll_quiets[cid] is None:  # barrier_all: a one-sided delivery, not a landing
+            deliveries = self.model.deliveries
+            return any(deliveries[(entry[0], entry[1])].completes is None for entry in self.work.flight)
         return self.model.team_held(cid, self.work.flight)
 
     def _check_coll(self, cid: int) -> None:

@@ -571,9 +571,10 @@ class Reducer:
             if c.sync is not Sync.BARRIER_ALL:
                 return True
             quiets = model.coll_quiets[c.cid]  # a team barrier waits for its members' one-sided deliveries only
-            return not (held if quiets is None else context[2] & quiets)
+            # a quiet waits for one-sided deliveries only: a landing is keyed by its recv (machine.in_flight_from)
+            return not (context[2] if quiets is None else context[2] & quiets)
         if c.sync is Sync.QUIET:
-            return rank not in held
+            return rank not in context[2]
         if c.sync is Sync.WAIT:
             # conservative for several words: a word that may still change lets the wait complete
             return model.waiting_holds(state, c) or any(

@@ -795,8 +795,17 @@ class Model:
         return sub is None or not (state.group_done[rank] >> sub) & 1
 
     def in_flight_from(self, state: State, rank: int) -> bool:
-        """Whether a delivery `rank` issued has yet to land."""
-        return any(issuer == rank for issuer, _, _ in state.in_flight)
+        """Whether a one-sided delivery `rank` issued has yet to land (what its quiet waits for). A
+        landing is none: a message in a connection's FIFO is keyed by its recv, which may come after
+        the quiet, and a recv's own landing completes that recv, not a quiet."""
+        deliveries = self.deliveries
+        return any(issuer == rank and deliveries[(issuer, index)].completes is None
+                   for issuer, index, _ in state.in_flight)
+
+    def one_sided_in_flight(self, state: State) -> bool:
+        """Whether any one-sided delivery has yet to land (what barrier_all's quiet waits for)."""
+        deliveries = self.deliveries
+        return any(deliveries[(issuer, index)].completes is None for issuer, index, _ in state.in_flight)
 
     def orders_before(self, first: Delivery, then: Delivery) -> bool:
         """Whether a fence makes `first` land before `then`: same issuer and PE, an earlier epoch."""
@@ -888,7 +897,9 @@ class Model:
             return False
         if self.coll_sync[cid] is not Sync.BARRIER_ALL or not state.in_flight:
             return True
-        return self.coll_quiets[cid] is not None and not self.team_held(cid, state.in_flight)
+        if self.coll_quiets[cid] is None:  # barrier_all: every rank's quiet, then they meet
+            return not self.one_sided_in_flight(state)
+        return not self.team_held(cid, state.in_flight)
 
     def team_held(self, cid: int, in_flight) -> bool:
         """Whether team barrier `cid` must wait: one of its members' one-sided deliveries is in flight
