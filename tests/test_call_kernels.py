@@ -42,11 +42,11 @@ def test_each_call_begins_where_call_starts_says(between):
 
 
 def test_the_packets_rewrite_moves_the_starts_with_the_ops():
-    one = family("oneshot", 2)
+    one = family("twoshot", 2)  # its all-gather lands in `out`: copied out of the packets after the wait
     low = packets.lower(repeat(one, 3, "alternate"))
     starts = call_starts(one, 3, "alternate")
     moved = low.remap(starts)
-    assert moved != starts  # a copy out of the packets follows each wait, so later ops move
+    assert moved != starts  # a copy out of the packets follows each all-gather wait, so later ops move
     for rank, ms in moved.items():
         for old, new in zip(starts[rank], ms):
             before = repeat(one, 3, "alternate").programs[rank].ops[old]

@@ -40,10 +40,23 @@ def test_the_family_lowers_every_pair_and_the_rewrite_is_verified(algo, ranks):
     low = packets.lower(sched)
     puts = sum(isinstance(op, ir.PutSignal) for p in sched.programs for op in p.ops)
     assert len(low.sends) == puts and not low.refused
-    assert len(low.waits) == len(low.unpacks) == puts
+    assert len(low.waits) == puts
+    # the one-shot's slots (scratch) are read only by the reduce: it reads the packet areas instead, no copy;
+    # the two-shot's reduce-scatter likewise, its all-gather lands in `out` (an output): copied out of the packets
+    assert len(low.unpacks) == {"oneshot": 0, "twoshot": puts // 2}[algo]
+    polled = {(rank, w) for (rank, _r), reads in low.reads.items() for _position, w in reads}
+    assert len(low.reads) == ranks and len(polled) == puts - len(low.unpacks)
     for (rank, m), channel in low.waits.items():
         ops = low.sched.programs[rank].ops
         assert isinstance(ops[m], ir.WaitUntil) and ops[m].signal.signal == channel.signal
+        if (rank, m) in polled:
+            reduce_at, position = next((r, q) for (rk, r), reads in low.reads.items() if rk == rank
+                                       for q, w in reads if w == m)
+            reduce = ops[reduce_at]
+            assert isinstance(reduce, ir.LocalReduce) and reduce.srcs[position].buffer == channel.area
+            assert (reduce.srcs[position].start, reduce.srcs[position].count) == (0, channel.region.count)
+            assert not any(isinstance(op, ir.Copy) and op.dst.buffer == "slots" for op in ops)
+            continue
         copy = ops[m + 1]
         assert isinstance(copy, ir.Copy) and copy.dst == channel.region and copy.src.buffer == channel.area
         assert (rank, m + 1) in low.unpacks
@@ -133,8 +146,11 @@ def test_the_generated_program_sends_polls_unpacks_and_zeroes_the_areas():
     text = program.generate(lower(family("oneshot"), Build("nvshmem", 2, "alternate", fuse_calls=True,
                                                           packets=packets.DEFAULT_MAX_BYTES)))
     assert "cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 2048, 1u" in text
-    assert "cw_nv_pk_wait(b_packets_ready_1, 2048, 1u);" in text
-    assert "cw_nv_pk_unpack(b_slots + 512, b_packets_ready_1, 2048," in text
+    # 2 calls in one kernel: the reduce is not its kernel's last op, so the wait polls every packet first,
+    # then the reduce reads the payload (polling again, each packet already there) in place of slots
+    assert "cw_nv_pk_wait(b_packets_ready_1, 2048, 1u);" in text and "cw_nv_pk_unpack(b_" not in text
+    assert "const void* cw_srcs[] = {b_x, b_packets_ready_1};" in text
+    assert "cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 512, CW_SUM," in text
     assert "nvshmemx_putmem_signal" not in text.split("cw_nv_rank0(CwNvArgs0 a)")[1]
     assert "(cw_rank == 0) CW_CUDA(cudaMemsetAsync(bufs[4].ptr, 0, 4096, s));  // packet area packets_ready_1" in text
     assert "!nvshmem_ptr(bufs[" in text and "generate without --packets" in text
@@ -144,12 +160,69 @@ def test_the_generated_program_sends_polls_unpacks_and_zeroes_the_areas():
     assert "static const int wants[] = {1, 1};" in text
 
 
+def _slots_reread(how: str):
+    """Rank 1 put_signals `x` into rank 0's scratch `slots`; rank 0 waits, sums slots into `out`, and
+    then (how) reads slots again, or sums it twice in one reduce, or nothing more ("once")."""
+    def fn(r):
+        x = r.symmetric("x", count=64, role="input")
+        slots = r.symmetric("slots", count=64, role="output" if how == "output" else "scratch")
+        out = r.symmetric("out", count=64, role="output")
+        again = r.buffer("again", count=64, role="output")
+        flag = r.signal("flag", count=1)
+        if r.rank == 1:
+            r.put_signal(0, slots, x, flag[0])
+        else:
+            r.wait_until(flag[0], "eq", 1)
+            if how == "twice":
+                r.reduce(out, x, slots, slots)
+            else:
+                r.reduce(out, x, slots)
+            if how == "reread":
+                r.copy(again, slots)
+    return cw.schedule(fn).trace(2)
+
+
+@pytest.mark.parametrize("how,in_place", [("once", True), ("reread", False), ("output", False), ("twice", False)])
+def test_the_copy_goes_only_where_one_reduce_is_its_only_reader(how, in_place):
+    """The unpacking copy is dropped only where its destination is scratch read once, by one reduce
+    (`packets._consumed`); otherwise it stays, and the rewrite is verified either way."""
+    low = packets.lower(_slots_reread(how))
+    assert len(low.channels) == 1 and not low.refused
+    assert bool(low.reads) == in_place and bool(low.unpacks) == (not in_place)
+    ops = low.sched.programs[0].ops
+    if in_place:
+        assert [op.kind for op in ops] == ["wait_until", "reduce"]
+        assert ops[1].srcs[1].buffer == low.channels[0].area and low.reads == {(0, 1): ((1, 0),)}
+    else:
+        assert isinstance(ops[1], ir.Copy) and ops[1].dst.buffer == "slots"
+    assert check(low.sched, timeout=60).verdict == "verified"
+
+
+def test_a_call_kernel_whose_reduce_ends_it_polls_in_the_reduce_only():
+    """A kernel per call: the one-shot's reduce is its kernel's last op, so the wait emits no poll of its
+    own (each block's reduce share polls its packets); at 4 ranks the reduce polls three areas."""
+    for ranks, mask in ((2, "0x2u"), (4, "0xeu")):
+        text = program.generate(lower(family("oneshot", ranks), Build("nvshmem", 2, "alternate",
+                                                                       packets=packets.DEFAULT_MAX_BYTES)))
+        kernels = text.split("__global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0")[1]
+        kernels = kernels.split("static void rank0(")[0]
+        assert "cw_nv_pk_wait(" not in kernels and "cw_nv_pk_unpack(" not in kernels
+        assert kernels.count("polled by the reduce at nvshmem_allreduce_family.py:33") == 2 * (ranks - 1)
+        assert kernels.count(f"cw_nv_pk_reduce<float, {ranks}>(b_out, cw_srcs, {mask}, cw_flags,") == 2
+    # the second call's flags are the alternate copy's epoch (3), and x's slot is not polled
+    assert "const uint32_t cw_flags[] = {0u, 1u, 1u, 1u};" in kernels
+
+
 def test_a_packet_area_is_never_compared_and_what_it_carried_is():
-    low = packets.lower(family("oneshot"))
+    low = packets.lower(family("twoshot"))  # its all-gather's packets are copied out into `out`
     ref = build_reference(low.sched)
     expect = expect_rank(ref, 0)
-    assert not expect.buffers[low.channels[0].area].checked.any()
-    assert expect.buffers["out"].checked.all() and expect.buffers["slots"].checked.any()
+    assert low.unpacks and all(c.region.buffer == "out" for c in low.unpacks.values())
+    assert not any(expect.buffers[c.area].checked.any() for c in low.channels)
+    assert expect.buffers["out"].checked.all()
+    low = packets.lower(family("oneshot"))  # read by the reduce in place: slots never written
+    expect = expect_rank(build_reference(low.sched), 0)
+    assert not low.unpacks and expect.buffers["out"].checked.all()
     assert np.array_equal(expect.signals, np.array([0, 1], dtype=np.uint64))  # ready[1]: the wait's value
 
 
@@ -159,6 +232,12 @@ def test_packets_program_compiles(tmp_path, nvshmem_toolchain):
     cu.write_text(program.generate(lower(family("twoshot"), Build("nvshmem", 2, "none", fuse_calls=True,
                                                                   packets=packets.DEFAULT_MAX_BYTES))))
     assert build.compile_program(cu, "nvshmem", tmp_path / "out", tc).exists()
+    # a kernel per call, the reduce polling three packet areas itself (the waits emit no poll)
+    cu = tmp_path / "packets_percall.cu"
+    cu.write_text(program.generate(lower(family("oneshot", 4), Build("nvshmem", 2, "alternate",
+                                                                     packets=packets.DEFAULT_MAX_BYTES))))
+    assert "cw_nv_pk_reduce<float, 4>" in cu.read_text()
+    assert build.compile_program(cu, "nvshmem", tmp_path / "out2", tc).exists()
 
 
 def test_the_cli_refuses_packets_for_nccl_and_checks_the_rewrite(tmp_path, capsys):

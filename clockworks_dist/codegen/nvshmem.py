@@ -88,7 +88,11 @@ Packets (`--packets`, `lowering/packets.py`): a put_signal lowered to flag-in-da
 twice its bytes whose blocks store their packets straight into the peer's area (`nvshmem_ptr`), with
 no fence of its own and no signal; the ordering it needs before it (a publication) is the planner's,
 as for any signal. Its wait is polled by every block over every packet, then the word is set to
-the value locally; the copy after it unpacks. A rank whose every op then fits one block runs them
+the value locally; the copy after it unpacks. Where the lowering dropped that copy (its destination
+was scratch read only by one reduce, `packets._consumed`), the reduce reads the packet areas itself
+(`cw_nv_pk_reduce`, each packet polled for its flag); and where that reduce is the last op of its
+kernel and only its waits come before it, the waits poll nothing (`_polled_by_reduce`): each block's
+share of the reduce polls its own packets, and the next kernel starts after every block has finished. A rank whose every op then fits one block runs them
 all on block 0, so each follows what it depends on by a `__syncthreads`.
 
 Copy-engine puts (`--copy-engine SIZE`, `lowering.nvshmem_plan.copy_engine_ops`): a put or put_signal
@@ -176,14 +180,15 @@ def _value(gen: Gen, op) -> str:
     return f"({cuda.u64(op.value)} + cw_epoch * {cuda.u64(step)})"
 
 
-def _flag(gen: Gen, op) -> str:
+def _flag(gen: Gen, op, index: int | None = None) -> str:
     """A packet flag (32 bits, `lowering.packets`): the set value, or this call's (`_value`) modulo 2**32.
     Modulo 2**32 a flag never matches one left in the area by an earlier call: each call's wait sees its
     own flag before the sender's next call overwrites it (else the checker's wait, which compares whole
     numbers, would miss it: a deadlock), so the area holds a flag of this call's epoch or the one
-    before, less than 2**32 apart."""
-    step = _state(gen).get("epoch_steps", {}).get((gen.rank, gen.index), 0)
-    return f"{op.value}u" if not step else f"(uint32_t){_value(gen, op)}"
+    before, less than 2**32 apart. `index`: the op's index, where it is not the one being written."""
+    at = gen.index if index is None else index
+    step = _state(gen).get("epoch_steps", {}).get((gen.rank, at), 0)
+    return f"{op.value}u" if not step else f"(uint32_t)({cuda.u64(op.value)} + cw_epoch * {cuda.u64(step)})"
 
 
 def _kernel(gen: Gen) -> _Kernel:
@@ -392,6 +397,16 @@ def wait(gen: Gen, op) -> list[str]:
         channel = lowered.waits[(gen.rank, gen.index)]
         area = gen.ptr(ir.Region(buffer=channel.area, start=0, stop=1))
         word = signal_word(gen.program, op.signal)
+        reduce_at = _polled_by_reduce(gen).get(gen.index)
+        if reduce_at is not None:
+            loc = gen.program.ops[reduce_at].loc
+            return [f"  // packets: polled by the reduce at {loc.file}:{loc.line}, packet by packet: it reads each "
+                    "packet once it shows the flag",
+                    f"  // {op.value}, and it is the last op of its kernel, so nothing else of this kernel follows "
+                    "the wait (the next",
+                    "  // kernel starts after every block of this one, the reduce's polls included, has finished)",
+                    "  // the word then holds what the signal would have set (nobody else reads it: packets.py)",
+                    f"  if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[{word}] = {_value(gen, op)};"]
         return ["  // packets: every block polls every packet of the area until each shows the flag "
                 f"{op.value} (rank {channel.sender}'s",
                 "  // put_signal landed whole): its later work follows the last packet, as it would the signal",
@@ -428,7 +443,51 @@ def copy(gen: Gen, op: ir.Copy) -> list[str]:
     return _guarded(gen, body)
 
 
+def _polled_by_reduce(gen: Gen) -> dict[int, int]:
+    """This rank's packet waits whose polling the reduce after them does (wait index -> reduce index):
+    the reduce reads every area those waits poll (`packets.Lowered.reads`), nothing but those waits
+    comes between the first of them and the reduce, none of them waits for anything across blocks
+    (its step has no `pre`), and the reduce is the last op of its kernel. Then each block's reduce
+    share polls its own packets and the other blocks, having nothing after the wait in this kernel,
+    need not poll at all: the next kernel starts once every block of this one has finished."""
+    cache = _state(gen).setdefault("polled_by_reduce", {})
+    if gen.rank in cache:
+        return cache[gen.rank]
+    found: dict[int, int] = {}
+    lowered = _packets(gen)
+    steps = _kernel(gen).plan.steps
+    n_ops = len(gen.program.ops)
+    for (rank, r), reads in (lowered.reads.items() if lowered is not None else ()):
+        if rank != gen.rank:
+            continue
+        waits = {w for _position, w in reads}
+        last = r + 1 == n_ops or steps[r + 1].kernel_start or steps[r + 1].who.kind == "host"
+        if last and all(i in waits for i in range(min(waits), r)) and not any(steps[w].pre for w in waits):
+            found.update({w: r for w in waits})
+    cache[gen.rank] = found
+    return found
+
+
+def _packet_reduce(gen: Gen, op: ir.LocalReduce, reads) -> list[str]:
+    """A reduce that reads packet areas in place of the unpacking copies' destinations (`cw_nv_pk_reduce`)."""
+    ctype = gen.ctype(op.dst)
+    polled = dict(reads)
+    mask = sum(1 << position for position in polled)
+    flags = [_flag(gen, gen.program.ops[polled[j]], polled[j]) if j in polled else "0u" for j in range(len(op.srcs))]
+    areas = ", ".join(sorted({op.srcs[j].buffer for j in polled}))
+    return _guarded(gen, [
+        f"  // packets: {areas} read in place of the unpacked copies (packets.py), each packet polled for its flag",
+        f"  {{ const void* cw_srcs[] = {{{', '.join(gen.ptr(src) for src in op.srcs)}}};",
+        f"    const uint32_t cw_flags[] = {{{', '.join(flags)}}};",
+        f"    cw_nv_pk_reduce<{ctype}, {len(op.srcs)}>({gen.ptr(op.dst)}, cw_srcs, {mask:#x}u, cw_flags, "
+        f"{op.dst.count}, {cuda.REDUCE_CODE[op.op]}, {_share(_kernel(gen).step)}); }}"])
+
+
 def reduce(gen: Gen, op: ir.LocalReduce) -> list[str]:
+    lowered = _packets(gen)
+    reads = lowered.reads.get((gen.rank, gen.index)) if lowered is not None else None
+    if reads:
+        return _packet_reduce(gen, op, reads)
     ctype = gen.ctype(op.dst)
     body: list[str] = []
     sources = [_source(gen, op, src, body) for src in op.srcs]

@@ -15,7 +15,11 @@ and the code is generated from:
   symmetric buffer per signal word (role "packets"), twice D's bytes in memory (payload and flags), of
   which the model uses the first D.count elements (the payload). Its memory is not the model's values,
   so it is not compared; what it carried is, in D;
-- each wait_until(w eq v) on the receiver is followed by copy(D <- K): the unpacking.
+- each wait_until(w eq v) on the receiver is followed by copy(D <- K): the unpacking;
+- unless D is a scratch region whose only use is one reduce that reads it whole: then no copy, and
+  that reduce reads K's payload in D's place (`Lowered.reads`; `_consumed` says when). D is then
+  never written (its values stay the initial ones, in the model as on the GPU), and the generated
+  code reads each packet once, in the reduce, instead of unpacking it into D and reading D again.
 
 The code then implements exactly these ops: the put_signal's packets are its data and its signal
 in one (each packet lands with its flag, all of them before the last flag is seen); the wait is
@@ -71,6 +75,9 @@ class Lowered:
     unpacks: dict[tuple[int, int], Channel] = field(default_factory=dict)
     refused: list[str] = field(default_factory=list)
     moved: dict[int, list[int]] = field(default_factory=dict)  # rank -> the new index of each old op
+    # (rank, reduce's index) -> ((source position, index of the wait that polls that area), ...): the
+    # reduces that read packet payloads in place of an unpacking copy's destination (`_consumed`)
+    reads: dict[tuple[int, int], tuple[tuple[int, int], ...]] = field(default_factory=dict)
 
     def remap(self, starts: dict[int, list[int]]) -> dict[int, list[int]]:
         """Op indices of the schedule before the rewrite (`repeat.call_starts`) in the rewritten one
@@ -269,13 +276,23 @@ def _lower(sched: ir.Schedule, max_bytes: int, dropped: dict) -> Lowered:
             out.sends[(rank, m)] = channel
         for rank, m, op in waits:
             inserts[rank][m] = ir.Copy(loc=op.loc, dst=dst, src=payload)
+    redirected = {(rank, m) for rank, m in out.sends}
+    dropped_copies, consumers = _consumed(sched, inserts, redirected)
     programs, sends = [], {}
     for program in sched.programs:
         new_ops: list = []
         out.moved[program.rank] = []
+        wait_at: dict[int, int] = {}  # old index of a wait whose copy is dropped -> its new index
         for m, op in enumerate(ops[program.rank]):
             new_index = len(new_ops)
             out.moved[program.rank].append(new_index)
+            reads = consumers.get((program.rank, m))
+            if reads is not None:  # a reduce reading the payloads in place of the copies' destinations
+                srcs = list(op.srcs)
+                for position, wait_m in reads:
+                    srcs[position] = inserts[program.rank][wait_m].src
+                op = op.model_copy(update={"srcs": tuple(srcs)})
+                out.reads[(program.rank, new_index)] = tuple((position, wait_at[wait_m]) for position, wait_m in reads)
             new_ops.append(op)
             if (program.rank, m) in out.sends:
                 sends[(program.rank, new_index)] = out.sends[(program.rank, m)]
@@ -283,6 +300,9 @@ def _lower(sched: ir.Schedule, max_bytes: int, dropped: dict) -> Lowered:
             if copy is not None:
                 channel = next(c for c in out.channels if c.receiver == program.rank and c.area == copy.src.buffer)
                 out.waits[(program.rank, new_index)] = channel
+                if (program.rank, m) in dropped_copies:
+                    wait_at[m] = new_index
+                    continue
                 out.unpacks[(program.rank, new_index + 1)] = channel
                 new_ops.append(copy)
         decls = [ir.BufferDecl(name=area, count=count, dtype=dtype, role="packets", symmetric=True,
@@ -292,3 +312,94 @@ def _lower(sched: ir.Schedule, max_bytes: int, dropped: dict) -> Lowered:
     out.sends = sends
     out.sched = sched.model_copy(update={"programs": tuple(programs)})
     return out
+
+
+MAX_REDUCE_SOURCES = 16  # cw_nv_pk_reduce holds a reduce's sources in registers, this many at most
+
+
+def _consumed(sched: ir.Schedule, inserts: dict[int, dict[int, ir.Copy]], redirected: set[tuple[int, int]]
+              ) -> tuple[set[tuple[int, int]], dict[tuple[int, int], tuple[tuple[int, int], ...]]]:
+    """The unpacking copies that need not run, and the reduces that read the payload instead.
+
+    `inserts[rank][m]`: the copy (D <- K's payload) to insert after rank's wait at m; `redirected`: the
+    put_signals (rank, index) whose destination moves from D to a packet area. A copy is dropped when
+    D's buffer, on its rank, is scratch and touched by nothing but (a) the put_signals being redirected
+    (they no longer write it) and (b) one reduce per copy, after it in program order, reading exactly
+    D as one of its sources with nothing touching the buffer in between, the next copy into it coming
+    only after that reduce. Then, the copies gone, nothing reads or writes the buffer: it keeps its
+    initial values, and each reduce reads from K exactly the values the copy would have put in D,
+    the packet area being untouched in between (a put_signal into it before the reduce reads it is a
+    race or a missed flag the checker reports on the rewritten schedule). The reduce's plain sources
+    and destination must be 8-byte aligned with whole 8-byte units and its element at most 8 bytes
+    (`cw_nv_pk_reduce` works a packet, 8 bytes, at a time). All or none of a buffer's copies go.
+
+    Returns (the (rank, wait index) pairs whose copy is dropped, {(rank, reduce index): ((source
+    position, wait index), ...)}), indices of the schedule before the copies are inserted."""
+    from ..semantics.rules import When
+    from .nvshmem_plan import _touches
+
+    when = (When.ISSUE, When.DELIVERY, When.JOINT)
+    dropped: set[tuple[int, int]] = set()
+    consumers: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for rank, copies in inserts.items():
+        program = sched.programs[rank]
+        for name in sorted({copy.dst.buffer for copy in copies.values()}):
+            decl = program.buffer(name)
+            if decl.role != "scratch":
+                continue
+            found = _consumers_of(sched, rank, name, copies, redirected, when, _touches)
+            if found is None:
+                continue
+            for wait_m, reduce_m, position in found:
+                dropped.add((rank, wait_m))
+                consumers.setdefault((rank, reduce_m), []).append((position, wait_m))
+    return dropped, {key: tuple(sorted(reads)) for key, reads in consumers.items()}
+
+
+def _consumers_of(sched, rank, name, copies, redirected, when, touches_of):
+    """[(wait index, reduce index, source position)] for buffer `name` of `rank` (`_consumed`), or
+    None where one of its copies must stay."""
+    for program in sched.programs:
+        for m, op in enumerate(program.ops):
+            if (program.rank, m) in redirected:
+                continue
+            for member in (op.ops if isinstance(op, ir.Group) else (op,)):
+                hit = [t for t in touches_of(member, program.rank, when) if t.space == 0 and t.owner == rank
+                       and t.key == name]
+                if hit and (program.rank != rank or isinstance(op, ir.Group)):
+                    return None  # another rank (or a group) touches it
+    found = []
+    pending: dict[tuple[int, int], int] = {}  # (start, stop) of a copy not read yet -> its wait's index
+    for m, op in enumerate(sched.programs[rank].ops):
+        if (rank, m) not in redirected and not isinstance(op, ir.Group):
+            hit = [t for t in touches_of(op, rank, when) if t.space == 0 and t.owner == rank and t.key == name]
+            if hit:
+                if not isinstance(op, ir.LocalReduce) or not _whole_units(sched, rank, op):
+                    return None
+                positions = [j for j, src in enumerate(op.srcs) if src.buffer == name]
+                spans = [(op.srcs[j].start, op.srcs[j].stop) for j in positions]
+                if any(t.write for t in hit) or len(set(spans)) != len(spans) or any(sp not in pending for sp in spans):
+                    return None  # it writes the buffer, or reads what no copy (or the same copy twice) put there
+                found += [(pending.pop(sp), m, j) for sp, j in zip(spans, positions)]
+        copy = copies.get(m)
+        if copy is not None and copy.dst.buffer == name:
+            span = (copy.dst.start, copy.dst.stop)
+            if any(a < span[1] and span[0] < b for a, b in pending):
+                return None  # a copy over one nobody has read yet
+            pending[span] = m
+    return None if pending else found
+
+
+def _whole_units(sched: ir.Schedule, rank: int, op: ir.LocalReduce) -> bool:
+    """Every region of the reduce is 8-byte aligned, whole 8-byte units, of an element of at most 8 bytes,
+    it has at most MAX_REDUCE_SOURCES sources and none overlaps the destination at another offset (which
+    would need a staged copy first: `nvshmem_plan.staged`)."""
+    from .nvshmem_plan import staged
+
+    if len(op.srcs) > MAX_REDUCE_SOURCES or staged(op, rank) is not None:
+        return False
+    for region in (op.dst, *op.srcs):
+        size = _itemsize(sched, rank, region)
+        if size > 8 or (region.start * size) % 8 or (region.count * size) % 8:
+            return False
+    return True

@@ -999,9 +999,16 @@ __device__ inline void cw_nv_pk_send(void* remote, const void* src, size_t bytes
   CwNvShare s = cw_nv_share(bytes / 8, want, base, 1);
   uint4* dst = (uint4*)remote;
   const uint2* in = (const uint2*)src;
-  for (size_t i = s.begin + threadIdx.x; i < s.end; i += blockDim.x) {
-    uint2 v = in[i];
-    cw_nv_pk_store(dst + i, v.x, v.y, flag);
+  const int U = 4;  // each thread loads 4 units before it stores any: 4 loads in flight, not one at a time
+  const size_t step = blockDim.x;
+  for (size_t i0 = s.begin + threadIdx.x; i0 < s.end; i0 += U * step) {
+    uint2 v[U];
+#pragma unroll
+    for (int q = 0; q < U; ++q)
+      if (i0 + q * step < s.end) v[q] = in[i0 + q * step];
+#pragma unroll
+    for (int q = 0; q < U; ++q)
+      if (i0 + q * step < s.end) cw_nv_pk_store(dst + i0 + q * step, v[q].x, v[q].y, flag);
   }
 }
 // wait_until(word eq flag) as packets: the block's threads poll every packet of the area until each shows
@@ -1022,6 +1029,62 @@ __device__ inline void cw_nv_pk_unpack(void* dst, const void* area, size_t bytes
   for (size_t i = s.begin + threadIdx.x; i < s.end; i += blockDim.x) {
     uint4 v = cw_nv_pk_load(p + i);
     out[i] = make_uint2(v.x, v.z);
+  }
+}
+
+// A reduce whose K sources include packet areas (lowering/packets.py: the unpacking copy dropped, the
+// reduce reads the payload in its place; bit j of `packets` marks source j as an area, polled for
+// flags[j]). This block's share, a packet (8 bytes) per unit: each thread takes U units at a time and
+// issues every load of them before it waits for any (the plain sources' and each area's first look at
+// its packets: K * U loads in flight, not one round trip after another), then polls each packet that
+// did not show its flag in both halves yet, the load that shows it giving the payload. Nothing writes
+// the plain sources between the wait and the reduce (packets.py), so reading them with the packets is
+// reading them after the wait. The sources are combined left to right as cw_nv_reduce combines them,
+// so the bits are the same.
+template <typename T, int K> __device__ inline void cw_nv_pk_reduce(T* dst, const void* const* srcs, unsigned packets,
+                                                                    const uint32_t* flags, size_t n, int op,
+                                                                    unsigned want, unsigned base) {
+  typedef typename CwArith<T>::acc A;
+  const int V = 8 / sizeof(T);
+  const int U = K <= 2 ? 4 : K <= 4 ? 2 : 1;  // K * U <= 8 units of two words in registers
+  CwNvShare s = cw_nv_share(n / V, want, base, 1);
+  const size_t step = blockDim.x;
+  for (size_t u0 = s.begin + threadIdx.x; u0 < s.end; u0 += U * step) {
+    uint2 in[K][U];
+    uint4 pk[K][U];
+#pragma unroll
+    for (int j = 0; j < K; ++j)
+#pragma unroll
+      for (int q = 0; q < U; ++q) {
+        size_t u = u0 + q * step;
+        if (u >= s.end) continue;
+        if ((packets >> j) & 1u) pk[j][q] = cw_nv_pk_load((const uint4*)srcs[j] + u);
+        else in[j][q] = ((const uint2*)srcs[j])[u];
+      }
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+      if (!((packets >> j) & 1u)) continue;
+#pragma unroll
+      for (int q = 0; q < U; ++q) {
+        size_t u = u0 + q * step;
+        if (u >= s.end) continue;
+        uint4 v = pk[j][q];
+        while (v.y != flags[j] || v.w != flags[j]) v = cw_nv_pk_load((const uint4*)srcs[j] + u);
+        in[j][q] = make_uint2(v.x, v.z);
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < U; ++q) {
+      size_t u = u0 + q * step;
+      if (u >= s.end) continue;
+      T* acc = reinterpret_cast<T*>(&in[0][q]);
+#pragma unroll
+      for (int j = 1; j < K; ++j) {
+        const T* x = reinterpret_cast<const T*>(&in[j][q]);
+        for (int l = 0; l < V; ++l) acc[l] = CwArith<T>::wrap(cw_apply<A>(op, cw_acc<T>(acc[l]), cw_acc<T>(x[l])));
+      }
+      ((uint2*)dst)[u] = in[0][q];
+    }
   }
 }
 

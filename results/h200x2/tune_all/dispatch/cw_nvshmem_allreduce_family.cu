@@ -361,9 +361,16 @@ __device__ inline void cw_nv_pk_send(void* remote, const void* src, size_t bytes
   CwNvShare s = cw_nv_share(bytes / 8, want, base, 1);
   uint4* dst = (uint4*)remote;
   const uint2* in = (const uint2*)src;
-  for (size_t i = s.begin + threadIdx.x; i < s.end; i += blockDim.x) {
-    uint2 v = in[i];
-    cw_nv_pk_store(dst + i, v.x, v.y, flag);
+  const int U = 4;  // each thread loads 4 units before it stores any: 4 loads in flight, not one at a time
+  const size_t step = blockDim.x;
+  for (size_t i0 = s.begin + threadIdx.x; i0 < s.end; i0 += U * step) {
+    uint2 v[U];
+#pragma unroll
+    for (int q = 0; q < U; ++q)
+      if (i0 + q * step < s.end) v[q] = in[i0 + q * step];
+#pragma unroll
+    for (int q = 0; q < U; ++q)
+      if (i0 + q * step < s.end) cw_nv_pk_store(dst + i0 + q * step, v[q].x, v[q].y, flag);
   }
 }
 // wait_until(word eq flag) as packets: the block's threads poll every packet of the area until each shows
@@ -384,6 +391,62 @@ __device__ inline void cw_nv_pk_unpack(void* dst, const void* area, size_t bytes
   for (size_t i = s.begin + threadIdx.x; i < s.end; i += blockDim.x) {
     uint4 v = cw_nv_pk_load(p + i);
     out[i] = make_uint2(v.x, v.z);
+  }
+}
+
+// A reduce whose K sources include packet areas (lowering/packets.py: the unpacking copy dropped, the
+// reduce reads the payload in its place; bit j of `packets` marks source j as an area, polled for
+// flags[j]). This block's share, a packet (8 bytes) per unit: each thread takes U units at a time and
+// issues every load of them before it waits for any (the plain sources' and each area's first look at
+// its packets: K * U loads in flight, not one round trip after another), then polls each packet that
+// did not show its flag in both halves yet, the load that shows it giving the payload. Nothing writes
+// the plain sources between the wait and the reduce (packets.py), so reading them with the packets is
+// reading them after the wait. The sources are combined left to right as cw_nv_reduce combines them,
+// so the bits are the same.
+template <typename T, int K> __device__ inline void cw_nv_pk_reduce(T* dst, const void* const* srcs, unsigned packets,
+                                                                    const uint32_t* flags, size_t n, int op,
+                                                                    unsigned want, unsigned base) {
+  typedef typename CwArith<T>::acc A;
+  const int V = 8 / sizeof(T);
+  const int U = K <= 2 ? 4 : K <= 4 ? 2 : 1;  // K * U <= 8 units of two words in registers
+  CwNvShare s = cw_nv_share(n / V, want, base, 1);
+  const size_t step = blockDim.x;
+  for (size_t u0 = s.begin + threadIdx.x; u0 < s.end; u0 += U * step) {
+    uint2 in[K][U];
+    uint4 pk[K][U];
+#pragma unroll
+    for (int j = 0; j < K; ++j)
+#pragma unroll
+      for (int q = 0; q < U; ++q) {
+        size_t u = u0 + q * step;
+        if (u >= s.end) continue;
+        if ((packets >> j) & 1u) pk[j][q] = cw_nv_pk_load((const uint4*)srcs[j] + u);
+        else in[j][q] = ((const uint2*)srcs[j])[u];
+      }
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+      if (!((packets >> j) & 1u)) continue;
+#pragma unroll
+      for (int q = 0; q < U; ++q) {
+        size_t u = u0 + q * step;
+        if (u >= s.end) continue;
+        uint4 v = pk[j][q];
+        while (v.y != flags[j] || v.w != flags[j]) v = cw_nv_pk_load((const uint4*)srcs[j] + u);
+        in[j][q] = make_uint2(v.x, v.z);
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < U; ++q) {
+      size_t u = u0 + q * step;
+      if (u >= s.end) continue;
+      T* acc = reinterpret_cast<T*>(&in[0][q]);
+#pragma unroll
+      for (int j = 1; j < K; ++j) {
+        const T* x = reinterpret_cast<const T*>(&in[j][q]);
+        for (int l = 0; l < V; ++l) acc[l] = CwArith<T>::wrap(cw_apply<A>(op, cw_acc<T>(acc[l]), cw_acc<T>(x[l])));
+      }
+      ((uint2*)dst)[u] = in[0][q];
+    }
   }
 }
 
@@ -525,27 +588,19 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 1)
   cw_nv_mark(a.marks, 1);
-  // packets: every block polls every packet of the area until each shows the flag 1 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 1024, 1u);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 1, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 1ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[256:512] = packets_ready_1[0:256]
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_1[0:256]
   cw_nv_mark(a.marks, 2);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 256, b_packets_ready_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots[256:512]
-  cw_nv_mark(a.marks, 3);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[256:512]: op 2 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 1u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -577,35 +632,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:256] <- x[0:256], ready_alt[0] set 1)
-  cw_nv_mark(a.marks, 4);
+  cw_nv_mark(a.marks, 3);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 1 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 1024, 1u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 1)
-  cw_nv_mark(a.marks, 5);
-  // packets: every block polls every packet of the area until each shows the flag 1 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 1024, 1u);
+  cw_nv_mark(a.marks, 4);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 1, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 1ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[256:512] = packets_ready_alt_1[0:256]
-  cw_nv_mark(a.marks, 6);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_alt_1[0:256]
+  cw_nv_mark(a.marks, 5);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 256, b_packets_ready_alt_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots_alt[256:512]
-  cw_nv_mark(a.marks, 7);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[256:512]: op 6 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 1u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -637,35 +684,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:256] <- x[0:256], ready[0] set 3)
-  cw_nv_mark(a.marks, 8);
+  cw_nv_mark(a.marks, 6);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 3 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 1024, 3u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 3)
-  cw_nv_mark(a.marks, 9);
-  // packets: every block polls every packet of the area until each shows the flag 3 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 1024, 3u);
+  cw_nv_mark(a.marks, 7);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 3, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 3ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[256:512] = packets_ready_1[0:256]
-  cw_nv_mark(a.marks, 10);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_1[0:256]
+  cw_nv_mark(a.marks, 8);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 256, b_packets_ready_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots[256:512]
-  cw_nv_mark(a.marks, 11);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[256:512]: op 10 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 3u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -697,35 +736,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:256] <- x[0:256], ready_alt[0] set 3)
-  cw_nv_mark(a.marks, 12);
+  cw_nv_mark(a.marks, 9);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 3 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 1024, 3u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 3)
-  cw_nv_mark(a.marks, 13);
-  // packets: every block polls every packet of the area until each shows the flag 3 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 1024, 3u);
+  cw_nv_mark(a.marks, 10);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 3, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 3ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[256:512] = packets_ready_alt_1[0:256]
-  cw_nv_mark(a.marks, 14);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_alt_1[0:256]
+  cw_nv_mark(a.marks, 11);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 256, b_packets_ready_alt_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots_alt[256:512]
-  cw_nv_mark(a.marks, 15);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[256:512]: op 14 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 3u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -757,35 +788,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:256] <- x[0:256], ready[0] set 5)
-  cw_nv_mark(a.marks, 16);
+  cw_nv_mark(a.marks, 12);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 5 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 1024, 5u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 5)
-  cw_nv_mark(a.marks, 17);
-  // packets: every block polls every packet of the area until each shows the flag 5 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 1024, 5u);
+  cw_nv_mark(a.marks, 13);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 5, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 5ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[256:512] = packets_ready_1[0:256]
-  cw_nv_mark(a.marks, 18);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_1[0:256]
+  cw_nv_mark(a.marks, 14);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 256, b_packets_ready_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots[256:512]
-  cw_nv_mark(a.marks, 19);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[256:512]: op 18 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 5u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -817,35 +840,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:256] <- x[0:256], ready_alt[0] set 5)
-  cw_nv_mark(a.marks, 20);
+  cw_nv_mark(a.marks, 15);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 5 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 1024, 5u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 5)
-  cw_nv_mark(a.marks, 21);
-  // packets: every block polls every packet of the area until each shows the flag 5 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 1024, 5u);
+  cw_nv_mark(a.marks, 16);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 5, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 5ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[256:512] = packets_ready_alt_1[0:256]
-  cw_nv_mark(a.marks, 22);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_alt_1[0:256]
+  cw_nv_mark(a.marks, 17);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 256, b_packets_ready_alt_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots_alt[256:512]
-  cw_nv_mark(a.marks, 23);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[256:512]: op 22 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 5u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -877,35 +892,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:256] <- x[0:256], ready[0] set 7)
-  cw_nv_mark(a.marks, 24);
+  cw_nv_mark(a.marks, 18);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 7 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 1024, 7u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 7)
-  cw_nv_mark(a.marks, 25);
-  // packets: every block polls every packet of the area until each shows the flag 7 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 1024, 7u);
+  cw_nv_mark(a.marks, 19);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 7, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 7ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[256:512] = packets_ready_1[0:256]
-  cw_nv_mark(a.marks, 26);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_1[0:256]
+  cw_nv_mark(a.marks, 20);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 256, b_packets_ready_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots[256:512]
-  cw_nv_mark(a.marks, 27);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[256:512]: op 26 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 7u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -937,35 +944,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:256] <- x[0:256], ready_alt[0] set 7)
-  cw_nv_mark(a.marks, 28);
+  cw_nv_mark(a.marks, 21);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 7 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 1024, 7u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 7)
-  cw_nv_mark(a.marks, 29);
-  // packets: every block polls every packet of the area until each shows the flag 7 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 1024, 7u);
+  cw_nv_mark(a.marks, 22);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 7, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 7ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[256:512] = packets_ready_alt_1[0:256]
-  cw_nv_mark(a.marks, 30);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_alt_1[0:256]
+  cw_nv_mark(a.marks, 23);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 256, b_packets_ready_alt_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots_alt[256:512]
-  cw_nv_mark(a.marks, 31);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[256:512]: op 30 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 7u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -997,35 +996,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call8(CwNvArgs0 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:256] <- x[0:256], ready[0] set 9)
-  cw_nv_mark(a.marks, 32);
+  cw_nv_mark(a.marks, 24);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 9 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 1024, 9u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 9)
-  cw_nv_mark(a.marks, 33);
-  // packets: every block polls every packet of the area until each shows the flag 9 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 1024, 9u);
+  cw_nv_mark(a.marks, 25);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 9, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 9ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[256:512] = packets_ready_1[0:256]
-  cw_nv_mark(a.marks, 34);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_1[0:256]
+  cw_nv_mark(a.marks, 26);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 256, b_packets_ready_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots[256:512]
-  cw_nv_mark(a.marks, 35);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[256:512]: op 34 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 9u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -1057,35 +1048,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call9(CwNvArgs0 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:256] <- x[0:256], ready_alt[0] set 9)
-  cw_nv_mark(a.marks, 36);
+  cw_nv_mark(a.marks, 27);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 9 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 1024, 9u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 9)
-  cw_nv_mark(a.marks, 37);
-  // packets: every block polls every packet of the area until each shows the flag 9 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 1024, 9u);
+  cw_nv_mark(a.marks, 28);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 9, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 9ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[256:512] = packets_ready_alt_1[0:256]
-  cw_nv_mark(a.marks, 38);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_alt_1[0:256]
+  cw_nv_mark(a.marks, 29);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 256, b_packets_ready_alt_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots_alt[256:512]
-  cw_nv_mark(a.marks, 39);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[256:512]: op 38 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 9u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -1117,35 +1100,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call10(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:256] <- x[0:256], ready[0] set 11)
-  cw_nv_mark(a.marks, 40);
+  cw_nv_mark(a.marks, 30);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 11 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 1024, 11u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 11)
-  cw_nv_mark(a.marks, 41);
-  // packets: every block polls every packet of the area until each shows the flag 11 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 1024, 11u);
+  cw_nv_mark(a.marks, 31);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 11, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 11ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[256:512] = packets_ready_1[0:256]
-  cw_nv_mark(a.marks, 42);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_1[0:256]
+  cw_nv_mark(a.marks, 32);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 256, b_packets_ready_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots[256:512]
-  cw_nv_mark(a.marks, 43);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[256:512]: op 42 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 11u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -1177,35 +1152,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call11(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:256] <- x[0:256], ready_alt[0] set 11)
-  cw_nv_mark(a.marks, 44);
+  cw_nv_mark(a.marks, 33);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 11 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 1024, 11u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 11)
-  cw_nv_mark(a.marks, 45);
-  // packets: every block polls every packet of the area until each shows the flag 11 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 1024, 11u);
+  cw_nv_mark(a.marks, 34);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 11, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 11ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[256:512] = packets_ready_alt_1[0:256]
-  cw_nv_mark(a.marks, 46);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_alt_1[0:256]
+  cw_nv_mark(a.marks, 35);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 256, b_packets_ready_alt_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots_alt[256:512]
-  cw_nv_mark(a.marks, 47);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[256:512]: op 46 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 11u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -1237,35 +1204,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call12(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:256] <- x[0:256], ready[0] set 13)
-  cw_nv_mark(a.marks, 48);
+  cw_nv_mark(a.marks, 36);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 13 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 1024, 13u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 13)
-  cw_nv_mark(a.marks, 49);
-  // packets: every block polls every packet of the area until each shows the flag 13 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 1024, 13u);
+  cw_nv_mark(a.marks, 37);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 13, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 13ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[256:512] = packets_ready_1[0:256]
-  cw_nv_mark(a.marks, 50);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_1[0:256]
+  cw_nv_mark(a.marks, 38);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 256, b_packets_ready_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots[256:512]
-  cw_nv_mark(a.marks, 51);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[256:512]: op 50 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 13u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -1297,35 +1256,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call13(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:256] <- x[0:256], ready_alt[0] set 13)
-  cw_nv_mark(a.marks, 52);
+  cw_nv_mark(a.marks, 39);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 13 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 1024, 13u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 13)
-  cw_nv_mark(a.marks, 53);
-  // packets: every block polls every packet of the area until each shows the flag 13 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 1024, 13u);
+  cw_nv_mark(a.marks, 40);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 13, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 13ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[256:512] = packets_ready_alt_1[0:256]
-  cw_nv_mark(a.marks, 54);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_alt_1[0:256]
+  cw_nv_mark(a.marks, 41);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 256, b_packets_ready_alt_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots_alt[256:512]
-  cw_nv_mark(a.marks, 55);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[256:512]: op 54 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 13u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -1357,35 +1308,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call14(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:256] <- x[0:256], ready[0] set 15)
-  cw_nv_mark(a.marks, 56);
+  cw_nv_mark(a.marks, 42);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 15 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 1024, 15u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 15)
-  cw_nv_mark(a.marks, 57);
-  // packets: every block polls every packet of the area until each shows the flag 15 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 1024, 15u);
+  cw_nv_mark(a.marks, 43);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 15, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 15ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[256:512] = packets_ready_1[0:256]
-  cw_nv_mark(a.marks, 58);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_1[0:256]
+  cw_nv_mark(a.marks, 44);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 256, b_packets_ready_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots[256:512]
-  cw_nv_mark(a.marks, 59);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[256:512]: op 58 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 15u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -1417,35 +1360,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call15(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:256] <- x[0:256], ready_alt[0] set 15)
-  cw_nv_mark(a.marks, 60);
+  cw_nv_mark(a.marks, 45);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 15 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 1024, 15u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 15)
-  cw_nv_mark(a.marks, 61);
-  // packets: every block polls every packet of the area until each shows the flag 15 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 1024, 15u);
+  cw_nv_mark(a.marks, 46);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 15, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 15ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[256:512] = packets_ready_alt_1[0:256]
-  cw_nv_mark(a.marks, 62);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_alt_1[0:256]
+  cw_nv_mark(a.marks, 47);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 256, b_packets_ready_alt_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots_alt[256:512]
-  cw_nv_mark(a.marks, 63);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[256:512]: op 62 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 15u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -1477,35 +1412,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call16(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:256] <- x[0:256], ready[0] set 17)
-  cw_nv_mark(a.marks, 64);
+  cw_nv_mark(a.marks, 48);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 17 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 1024, 17u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 17)
-  cw_nv_mark(a.marks, 65);
-  // packets: every block polls every packet of the area until each shows the flag 17 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 1024, 17u);
+  cw_nv_mark(a.marks, 49);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 17, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 17ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[256:512] = packets_ready_1[0:256]
-  cw_nv_mark(a.marks, 66);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_1[0:256]
+  cw_nv_mark(a.marks, 50);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 256, b_packets_ready_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots[256:512]
-  cw_nv_mark(a.marks, 67);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[256:512]: op 66 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 17u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -1537,35 +1464,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call17(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:256] <- x[0:256], ready_alt[0] set 17)
-  cw_nv_mark(a.marks, 68);
+  cw_nv_mark(a.marks, 51);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 17 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 1024, 17u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 17)
-  cw_nv_mark(a.marks, 69);
-  // packets: every block polls every packet of the area until each shows the flag 17 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 1024, 17u);
+  cw_nv_mark(a.marks, 52);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 17, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 17ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[256:512] = packets_ready_alt_1[0:256]
-  cw_nv_mark(a.marks, 70);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_alt_1[0:256]
+  cw_nv_mark(a.marks, 53);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 256, b_packets_ready_alt_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots_alt[256:512]
-  cw_nv_mark(a.marks, 71);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[256:512]: op 70 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 17u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -1597,35 +1516,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call18(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:256] <- x[0:256], ready[0] set 19)
-  cw_nv_mark(a.marks, 72);
+  cw_nv_mark(a.marks, 54);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 19 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 1024, 19u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 19)
-  cw_nv_mark(a.marks, 73);
-  // packets: every block polls every packet of the area until each shows the flag 19 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 1024, 19u);
+  cw_nv_mark(a.marks, 55);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 19, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 19ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[256:512] = packets_ready_1[0:256]
-  cw_nv_mark(a.marks, 74);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_1[0:256]
+  cw_nv_mark(a.marks, 56);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 256, b_packets_ready_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots[256:512]
-  cw_nv_mark(a.marks, 75);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[256:512]: op 74 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 19u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -1657,35 +1568,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call19(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:256] <- x[0:256], ready_alt[0] set 19)
-  cw_nv_mark(a.marks, 76);
+  cw_nv_mark(a.marks, 57);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 19 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 1024, 19u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 19)
-  cw_nv_mark(a.marks, 77);
-  // packets: every block polls every packet of the area until each shows the flag 19 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 1024, 19u);
+  cw_nv_mark(a.marks, 58);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 19, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 19ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[256:512] = packets_ready_alt_1[0:256]
-  cw_nv_mark(a.marks, 78);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_alt_1[0:256]
+  cw_nv_mark(a.marks, 59);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 256, b_packets_ready_alt_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots_alt[256:512]
-  cw_nv_mark(a.marks, 79);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[256:512]: op 78 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 19u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -1717,35 +1620,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call20(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:256] <- x[0:256], ready[0] set 21)
-  cw_nv_mark(a.marks, 80);
+  cw_nv_mark(a.marks, 60);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 21 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 1024, 21u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 21)
-  cw_nv_mark(a.marks, 81);
-  // packets: every block polls every packet of the area until each shows the flag 21 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 1024, 21u);
+  cw_nv_mark(a.marks, 61);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 21, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 21ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[256:512] = packets_ready_1[0:256]
-  cw_nv_mark(a.marks, 82);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_1[0:256]
+  cw_nv_mark(a.marks, 62);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 256, b_packets_ready_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots[256:512]
-  cw_nv_mark(a.marks, 83);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[256:512]: op 82 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 21u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -1777,35 +1672,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call21(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:256] <- x[0:256], ready_alt[0] set 21)
-  cw_nv_mark(a.marks, 84);
+  cw_nv_mark(a.marks, 63);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 21 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 1024, 21u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 21)
-  cw_nv_mark(a.marks, 85);
-  // packets: every block polls every packet of the area until each shows the flag 21 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 1024, 21u);
+  cw_nv_mark(a.marks, 64);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 21, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 21ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[256:512] = packets_ready_alt_1[0:256]
-  cw_nv_mark(a.marks, 86);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_alt_1[0:256]
+  cw_nv_mark(a.marks, 65);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 256, b_packets_ready_alt_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots_alt[256:512]
-  cw_nv_mark(a.marks, 87);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[256:512]: op 86 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 21u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -1837,35 +1724,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call22(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:256] <- x[0:256], ready[0] set 23)
-  cw_nv_mark(a.marks, 88);
+  cw_nv_mark(a.marks, 66);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 23 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 1024, 23u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 23)
-  cw_nv_mark(a.marks, 89);
-  // packets: every block polls every packet of the area until each shows the flag 23 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 1024, 23u);
+  cw_nv_mark(a.marks, 67);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 23, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 23ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[256:512] = packets_ready_1[0:256]
-  cw_nv_mark(a.marks, 90);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_1[0:256]
+  cw_nv_mark(a.marks, 68);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 256, b_packets_ready_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots[256:512]
-  cw_nv_mark(a.marks, 91);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[256:512]: op 90 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 23u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -1897,35 +1776,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call23(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:256] <- x[0:256], ready_alt[0] set 23)
-  cw_nv_mark(a.marks, 92);
+  cw_nv_mark(a.marks, 69);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 23 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 1024, 23u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 23)
-  cw_nv_mark(a.marks, 93);
-  // packets: every block polls every packet of the area until each shows the flag 23 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 1024, 23u);
+  cw_nv_mark(a.marks, 70);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 23, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 23ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[256:512] = packets_ready_alt_1[0:256]
-  cw_nv_mark(a.marks, 94);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_alt_1[0:256]
+  cw_nv_mark(a.marks, 71);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 256, b_packets_ready_alt_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots_alt[256:512]
-  cw_nv_mark(a.marks, 95);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[256:512]: op 94 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 23u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -1957,35 +1828,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call24(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:256] <- x[0:256], ready[0] set 25)
-  cw_nv_mark(a.marks, 96);
+  cw_nv_mark(a.marks, 72);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 25 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 1024, 25u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 25)
-  cw_nv_mark(a.marks, 97);
-  // packets: every block polls every packet of the area until each shows the flag 25 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 1024, 25u);
+  cw_nv_mark(a.marks, 73);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 25, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 25ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[256:512] = packets_ready_1[0:256]
-  cw_nv_mark(a.marks, 98);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_1[0:256]
+  cw_nv_mark(a.marks, 74);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 256, b_packets_ready_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots[256:512]
-  cw_nv_mark(a.marks, 99);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[256:512]: op 98 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 25u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -2017,35 +1880,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call25(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:256] <- x[0:256], ready_alt[0] set 25)
-  cw_nv_mark(a.marks, 100);
+  cw_nv_mark(a.marks, 75);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 25 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 1024, 25u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 25)
-  cw_nv_mark(a.marks, 101);
-  // packets: every block polls every packet of the area until each shows the flag 25 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 1024, 25u);
+  cw_nv_mark(a.marks, 76);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 25, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 25ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[256:512] = packets_ready_alt_1[0:256]
-  cw_nv_mark(a.marks, 102);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_alt_1[0:256]
+  cw_nv_mark(a.marks, 77);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 256, b_packets_ready_alt_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots_alt[256:512]
-  cw_nv_mark(a.marks, 103);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[256:512]: op 102 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 25u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -2077,35 +1932,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call26(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:256] <- x[0:256], ready[0] set 27)
-  cw_nv_mark(a.marks, 104);
+  cw_nv_mark(a.marks, 78);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 27 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 1024, 27u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 27)
-  cw_nv_mark(a.marks, 105);
-  // packets: every block polls every packet of the area until each shows the flag 27 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 1024, 27u);
+  cw_nv_mark(a.marks, 79);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 27, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 27ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[256:512] = packets_ready_1[0:256]
-  cw_nv_mark(a.marks, 106);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_1[0:256]
+  cw_nv_mark(a.marks, 80);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 256, b_packets_ready_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots[256:512]
-  cw_nv_mark(a.marks, 107);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[256:512]: op 106 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 27u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -2137,35 +1984,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call27(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:256] <- x[0:256], ready_alt[0] set 27)
-  cw_nv_mark(a.marks, 108);
+  cw_nv_mark(a.marks, 81);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 27 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 1024, 27u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 27)
-  cw_nv_mark(a.marks, 109);
-  // packets: every block polls every packet of the area until each shows the flag 27 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 1024, 27u);
+  cw_nv_mark(a.marks, 82);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 27, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 27ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[256:512] = packets_ready_alt_1[0:256]
-  cw_nv_mark(a.marks, 110);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_alt_1[0:256]
+  cw_nv_mark(a.marks, 83);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 256, b_packets_ready_alt_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots_alt[256:512]
-  cw_nv_mark(a.marks, 111);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[256:512]: op 110 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 27u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -2197,35 +2036,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call28(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:256] <- x[0:256], ready[0] set 29)
-  cw_nv_mark(a.marks, 112);
+  cw_nv_mark(a.marks, 84);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 29 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 1024, 29u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 29)
-  cw_nv_mark(a.marks, 113);
-  // packets: every block polls every packet of the area until each shows the flag 29 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 1024, 29u);
+  cw_nv_mark(a.marks, 85);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 29, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 29ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[256:512] = packets_ready_1[0:256]
-  cw_nv_mark(a.marks, 114);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_1[0:256]
+  cw_nv_mark(a.marks, 86);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 256, b_packets_ready_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots[256:512]
-  cw_nv_mark(a.marks, 115);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[256:512]: op 114 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 29u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -2257,35 +2088,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call29(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:256] <- x[0:256], ready_alt[0] set 29)
-  cw_nv_mark(a.marks, 116);
+  cw_nv_mark(a.marks, 87);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 29 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 1024, 29u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 29)
-  cw_nv_mark(a.marks, 117);
-  // packets: every block polls every packet of the area until each shows the flag 29 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 1024, 29u);
+  cw_nv_mark(a.marks, 88);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 29, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 29ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[256:512] = packets_ready_alt_1[0:256]
-  cw_nv_mark(a.marks, 118);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_alt_1[0:256]
+  cw_nv_mark(a.marks, 89);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 256, b_packets_ready_alt_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots_alt[256:512]
-  cw_nv_mark(a.marks, 119);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[256:512]: op 118 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 29u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -2317,35 +2140,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call30(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:256] <- x[0:256], ready[0] set 31)
-  cw_nv_mark(a.marks, 120);
+  cw_nv_mark(a.marks, 90);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 31 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 1024, 31u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 31)
-  cw_nv_mark(a.marks, 121);
-  // packets: every block polls every packet of the area until each shows the flag 31 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 1024, 31u);
+  cw_nv_mark(a.marks, 91);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 31, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 31ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[256:512] = packets_ready_1[0:256]
-  cw_nv_mark(a.marks, 122);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_1[0:256]
+  cw_nv_mark(a.marks, 92);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 256, b_packets_ready_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots[256:512]
-  cw_nv_mark(a.marks, 123);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[256:512]: op 122 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 31u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -2377,41 +2192,33 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call31(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:256] <- x[0:256], ready_alt[0] set 31)
-  cw_nv_mark(a.marks, 124);
+  cw_nv_mark(a.marks, 93);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 31 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 1024, 31u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 31)
-  cw_nv_mark(a.marks, 125);
-  // packets: every block polls every packet of the area until each shows the flag 31 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 1024, 31u);
+  cw_nv_mark(a.marks, 94);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 31, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 31ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[256:512] = packets_ready_alt_1[0:256]
-  cw_nv_mark(a.marks, 126);
+  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + packets_ready_alt_1[0:256]
+  cw_nv_mark(a.marks, 95);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 256, b_packets_ready_alt_1, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = x[0:256] + slots_alt[256:512]
-  cw_nv_mark(a.marks, 127);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[256:512]: op 126 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 256};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 31u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of a run: every block completes its deliveries, then every rank meets. A run ends when every
   // delivery of every rank has landed (the final state the checker's values describe), and no rank's
   // next reset overwrites what a slower rank still delivers or reads.
-  cw_nv_mark(a.marks, 128);
+  cw_nv_mark(a.marks, 96);
   cw_nv_quiet_all(grid);
   if (blockIdx.x == 0 && threadIdx.x == 0) nvshmem_barrier_all();
 }
@@ -2463,27 +2270,19 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 1)
   cw_nv_mark(a.marks, 1);
-  // packets: every block polls every packet of the area until each shows the flag 1 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 1024, 1u);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 1, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 1ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:256] = packets_ready_0[0:256]
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_0[0:256] + x[0:256]
   cw_nv_mark(a.marks, 2);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 3);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:256]: op 2 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {1u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -2515,35 +2314,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:256] <- x[0:256], ready_alt[1] set 1)
-  cw_nv_mark(a.marks, 4);
+  cw_nv_mark(a.marks, 3);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 1 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 1024, 1u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 1)
-  cw_nv_mark(a.marks, 5);
-  // packets: every block polls every packet of the area until each shows the flag 1 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 1024, 1u);
+  cw_nv_mark(a.marks, 4);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 1, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 1ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:256] = packets_ready_alt_0[0:256]
-  cw_nv_mark(a.marks, 6);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_alt_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 5);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots_alt[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 7);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:256]: op 6 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {1u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -2575,35 +2366,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:256] <- x[0:256], ready[1] set 3)
-  cw_nv_mark(a.marks, 8);
+  cw_nv_mark(a.marks, 6);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 3 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 1024, 3u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 3)
-  cw_nv_mark(a.marks, 9);
-  // packets: every block polls every packet of the area until each shows the flag 3 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 1024, 3u);
+  cw_nv_mark(a.marks, 7);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 3, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 3ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:256] = packets_ready_0[0:256]
-  cw_nv_mark(a.marks, 10);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 8);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 11);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:256]: op 10 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {3u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -2635,35 +2418,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:256] <- x[0:256], ready_alt[1] set 3)
-  cw_nv_mark(a.marks, 12);
+  cw_nv_mark(a.marks, 9);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 3 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 1024, 3u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 3)
-  cw_nv_mark(a.marks, 13);
-  // packets: every block polls every packet of the area until each shows the flag 3 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 1024, 3u);
+  cw_nv_mark(a.marks, 10);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 3, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 3ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:256] = packets_ready_alt_0[0:256]
-  cw_nv_mark(a.marks, 14);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_alt_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 11);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots_alt[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 15);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:256]: op 14 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {3u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -2695,35 +2470,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:256] <- x[0:256], ready[1] set 5)
-  cw_nv_mark(a.marks, 16);
+  cw_nv_mark(a.marks, 12);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 5 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 1024, 5u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 5)
-  cw_nv_mark(a.marks, 17);
-  // packets: every block polls every packet of the area until each shows the flag 5 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 1024, 5u);
+  cw_nv_mark(a.marks, 13);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 5, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 5ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:256] = packets_ready_0[0:256]
-  cw_nv_mark(a.marks, 18);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 14);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 19);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:256]: op 18 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {5u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -2755,35 +2522,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:256] <- x[0:256], ready_alt[1] set 5)
-  cw_nv_mark(a.marks, 20);
+  cw_nv_mark(a.marks, 15);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 5 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 1024, 5u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 5)
-  cw_nv_mark(a.marks, 21);
-  // packets: every block polls every packet of the area until each shows the flag 5 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 1024, 5u);
+  cw_nv_mark(a.marks, 16);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 5, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 5ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:256] = packets_ready_alt_0[0:256]
-  cw_nv_mark(a.marks, 22);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_alt_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 17);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots_alt[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 23);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:256]: op 22 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {5u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -2815,35 +2574,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:256] <- x[0:256], ready[1] set 7)
-  cw_nv_mark(a.marks, 24);
+  cw_nv_mark(a.marks, 18);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 7 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 1024, 7u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 7)
-  cw_nv_mark(a.marks, 25);
-  // packets: every block polls every packet of the area until each shows the flag 7 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 1024, 7u);
+  cw_nv_mark(a.marks, 19);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 7, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 7ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:256] = packets_ready_0[0:256]
-  cw_nv_mark(a.marks, 26);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 20);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 27);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:256]: op 26 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {7u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -2875,35 +2626,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:256] <- x[0:256], ready_alt[1] set 7)
-  cw_nv_mark(a.marks, 28);
+  cw_nv_mark(a.marks, 21);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 7 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 1024, 7u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 7)
-  cw_nv_mark(a.marks, 29);
-  // packets: every block polls every packet of the area until each shows the flag 7 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 1024, 7u);
+  cw_nv_mark(a.marks, 22);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 7, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 7ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:256] = packets_ready_alt_0[0:256]
-  cw_nv_mark(a.marks, 30);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_alt_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 23);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots_alt[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 31);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:256]: op 30 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {7u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -2935,35 +2678,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call8(CwNvArgs1 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:256] <- x[0:256], ready[1] set 9)
-  cw_nv_mark(a.marks, 32);
+  cw_nv_mark(a.marks, 24);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 9 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 1024, 9u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 9)
-  cw_nv_mark(a.marks, 33);
-  // packets: every block polls every packet of the area until each shows the flag 9 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 1024, 9u);
+  cw_nv_mark(a.marks, 25);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 9, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 9ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:256] = packets_ready_0[0:256]
-  cw_nv_mark(a.marks, 34);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 26);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 35);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:256]: op 34 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {9u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -2995,35 +2730,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call9(CwNvArgs1 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:256] <- x[0:256], ready_alt[1] set 9)
-  cw_nv_mark(a.marks, 36);
+  cw_nv_mark(a.marks, 27);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 9 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 1024, 9u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 9)
-  cw_nv_mark(a.marks, 37);
-  // packets: every block polls every packet of the area until each shows the flag 9 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 1024, 9u);
+  cw_nv_mark(a.marks, 28);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 9, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 9ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:256] = packets_ready_alt_0[0:256]
-  cw_nv_mark(a.marks, 38);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_alt_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 29);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots_alt[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 39);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:256]: op 38 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {9u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -3055,35 +2782,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call10(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:256] <- x[0:256], ready[1] set 11)
-  cw_nv_mark(a.marks, 40);
+  cw_nv_mark(a.marks, 30);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 11 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 1024, 11u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 11)
-  cw_nv_mark(a.marks, 41);
-  // packets: every block polls every packet of the area until each shows the flag 11 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 1024, 11u);
+  cw_nv_mark(a.marks, 31);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 11, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 11ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:256] = packets_ready_0[0:256]
-  cw_nv_mark(a.marks, 42);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 32);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 43);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:256]: op 42 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {11u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -3115,35 +2834,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call11(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:256] <- x[0:256], ready_alt[1] set 11)
-  cw_nv_mark(a.marks, 44);
+  cw_nv_mark(a.marks, 33);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 11 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 1024, 11u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 11)
-  cw_nv_mark(a.marks, 45);
-  // packets: every block polls every packet of the area until each shows the flag 11 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 1024, 11u);
+  cw_nv_mark(a.marks, 34);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 11, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 11ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:256] = packets_ready_alt_0[0:256]
-  cw_nv_mark(a.marks, 46);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_alt_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 35);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots_alt[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 47);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:256]: op 46 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {11u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -3175,35 +2886,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call12(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:256] <- x[0:256], ready[1] set 13)
-  cw_nv_mark(a.marks, 48);
+  cw_nv_mark(a.marks, 36);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 13 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 1024, 13u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 13)
-  cw_nv_mark(a.marks, 49);
-  // packets: every block polls every packet of the area until each shows the flag 13 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 1024, 13u);
+  cw_nv_mark(a.marks, 37);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 13, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 13ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:256] = packets_ready_0[0:256]
-  cw_nv_mark(a.marks, 50);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 38);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 51);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:256]: op 50 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {13u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -3235,35 +2938,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call13(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:256] <- x[0:256], ready_alt[1] set 13)
-  cw_nv_mark(a.marks, 52);
+  cw_nv_mark(a.marks, 39);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 13 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 1024, 13u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 13)
-  cw_nv_mark(a.marks, 53);
-  // packets: every block polls every packet of the area until each shows the flag 13 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 1024, 13u);
+  cw_nv_mark(a.marks, 40);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 13, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 13ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:256] = packets_ready_alt_0[0:256]
-  cw_nv_mark(a.marks, 54);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_alt_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 41);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots_alt[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 55);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:256]: op 54 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {13u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -3295,35 +2990,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call14(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:256] <- x[0:256], ready[1] set 15)
-  cw_nv_mark(a.marks, 56);
+  cw_nv_mark(a.marks, 42);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 15 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 1024, 15u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 15)
-  cw_nv_mark(a.marks, 57);
-  // packets: every block polls every packet of the area until each shows the flag 15 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 1024, 15u);
+  cw_nv_mark(a.marks, 43);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 15, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 15ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:256] = packets_ready_0[0:256]
-  cw_nv_mark(a.marks, 58);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 44);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 59);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:256]: op 58 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {15u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -3355,35 +3042,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call15(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:256] <- x[0:256], ready_alt[1] set 15)
-  cw_nv_mark(a.marks, 60);
+  cw_nv_mark(a.marks, 45);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 15 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 1024, 15u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 15)
-  cw_nv_mark(a.marks, 61);
-  // packets: every block polls every packet of the area until each shows the flag 15 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 1024, 15u);
+  cw_nv_mark(a.marks, 46);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 15, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 15ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:256] = packets_ready_alt_0[0:256]
-  cw_nv_mark(a.marks, 62);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_alt_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 47);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots_alt[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 63);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:256]: op 62 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {15u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -3415,35 +3094,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call16(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:256] <- x[0:256], ready[1] set 17)
-  cw_nv_mark(a.marks, 64);
+  cw_nv_mark(a.marks, 48);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 17 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 1024, 17u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 17)
-  cw_nv_mark(a.marks, 65);
-  // packets: every block polls every packet of the area until each shows the flag 17 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 1024, 17u);
+  cw_nv_mark(a.marks, 49);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 17, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 17ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:256] = packets_ready_0[0:256]
-  cw_nv_mark(a.marks, 66);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 50);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 67);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:256]: op 66 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {17u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -3475,35 +3146,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call17(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:256] <- x[0:256], ready_alt[1] set 17)
-  cw_nv_mark(a.marks, 68);
+  cw_nv_mark(a.marks, 51);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 17 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 1024, 17u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 17)
-  cw_nv_mark(a.marks, 69);
-  // packets: every block polls every packet of the area until each shows the flag 17 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 1024, 17u);
+  cw_nv_mark(a.marks, 52);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 17, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 17ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:256] = packets_ready_alt_0[0:256]
-  cw_nv_mark(a.marks, 70);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_alt_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 53);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots_alt[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 71);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:256]: op 70 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {17u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -3535,35 +3198,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call18(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:256] <- x[0:256], ready[1] set 19)
-  cw_nv_mark(a.marks, 72);
+  cw_nv_mark(a.marks, 54);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 19 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 1024, 19u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 19)
-  cw_nv_mark(a.marks, 73);
-  // packets: every block polls every packet of the area until each shows the flag 19 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 1024, 19u);
+  cw_nv_mark(a.marks, 55);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 19, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 19ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:256] = packets_ready_0[0:256]
-  cw_nv_mark(a.marks, 74);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 56);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 75);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:256]: op 74 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {19u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -3595,35 +3250,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call19(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:256] <- x[0:256], ready_alt[1] set 19)
-  cw_nv_mark(a.marks, 76);
+  cw_nv_mark(a.marks, 57);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 19 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 1024, 19u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 19)
-  cw_nv_mark(a.marks, 77);
-  // packets: every block polls every packet of the area until each shows the flag 19 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 1024, 19u);
+  cw_nv_mark(a.marks, 58);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 19, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 19ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:256] = packets_ready_alt_0[0:256]
-  cw_nv_mark(a.marks, 78);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_alt_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 59);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots_alt[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 79);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:256]: op 78 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {19u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -3655,35 +3302,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call20(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:256] <- x[0:256], ready[1] set 21)
-  cw_nv_mark(a.marks, 80);
+  cw_nv_mark(a.marks, 60);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 21 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 1024, 21u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 21)
-  cw_nv_mark(a.marks, 81);
-  // packets: every block polls every packet of the area until each shows the flag 21 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 1024, 21u);
+  cw_nv_mark(a.marks, 61);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 21, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 21ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:256] = packets_ready_0[0:256]
-  cw_nv_mark(a.marks, 82);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 62);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 83);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:256]: op 82 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {21u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -3715,35 +3354,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call21(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:256] <- x[0:256], ready_alt[1] set 21)
-  cw_nv_mark(a.marks, 84);
+  cw_nv_mark(a.marks, 63);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 21 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 1024, 21u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 21)
-  cw_nv_mark(a.marks, 85);
-  // packets: every block polls every packet of the area until each shows the flag 21 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 1024, 21u);
+  cw_nv_mark(a.marks, 64);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 21, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 21ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:256] = packets_ready_alt_0[0:256]
-  cw_nv_mark(a.marks, 86);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_alt_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 65);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots_alt[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 87);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:256]: op 86 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {21u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -3775,35 +3406,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call22(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:256] <- x[0:256], ready[1] set 23)
-  cw_nv_mark(a.marks, 88);
+  cw_nv_mark(a.marks, 66);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 23 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 1024, 23u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 23)
-  cw_nv_mark(a.marks, 89);
-  // packets: every block polls every packet of the area until each shows the flag 23 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 1024, 23u);
+  cw_nv_mark(a.marks, 67);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 23, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 23ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:256] = packets_ready_0[0:256]
-  cw_nv_mark(a.marks, 90);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 68);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 91);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:256]: op 90 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {23u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -3835,35 +3458,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call23(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:256] <- x[0:256], ready_alt[1] set 23)
-  cw_nv_mark(a.marks, 92);
+  cw_nv_mark(a.marks, 69);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 23 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 1024, 23u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 23)
-  cw_nv_mark(a.marks, 93);
-  // packets: every block polls every packet of the area until each shows the flag 23 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 1024, 23u);
+  cw_nv_mark(a.marks, 70);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 23, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 23ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:256] = packets_ready_alt_0[0:256]
-  cw_nv_mark(a.marks, 94);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_alt_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 71);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots_alt[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 95);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:256]: op 94 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {23u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -3895,35 +3510,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call24(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:256] <- x[0:256], ready[1] set 25)
-  cw_nv_mark(a.marks, 96);
+  cw_nv_mark(a.marks, 72);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 25 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 1024, 25u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 25)
-  cw_nv_mark(a.marks, 97);
-  // packets: every block polls every packet of the area until each shows the flag 25 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 1024, 25u);
+  cw_nv_mark(a.marks, 73);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 25, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 25ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:256] = packets_ready_0[0:256]
-  cw_nv_mark(a.marks, 98);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 74);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 99);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:256]: op 98 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {25u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -3955,35 +3562,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call25(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:256] <- x[0:256], ready_alt[1] set 25)
-  cw_nv_mark(a.marks, 100);
+  cw_nv_mark(a.marks, 75);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 25 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 1024, 25u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 25)
-  cw_nv_mark(a.marks, 101);
-  // packets: every block polls every packet of the area until each shows the flag 25 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 1024, 25u);
+  cw_nv_mark(a.marks, 76);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 25, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 25ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:256] = packets_ready_alt_0[0:256]
-  cw_nv_mark(a.marks, 102);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_alt_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 77);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots_alt[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 103);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:256]: op 102 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {25u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -4015,35 +3614,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call26(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:256] <- x[0:256], ready[1] set 27)
-  cw_nv_mark(a.marks, 104);
+  cw_nv_mark(a.marks, 78);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 27 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 1024, 27u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 27)
-  cw_nv_mark(a.marks, 105);
-  // packets: every block polls every packet of the area until each shows the flag 27 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 1024, 27u);
+  cw_nv_mark(a.marks, 79);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 27, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 27ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:256] = packets_ready_0[0:256]
-  cw_nv_mark(a.marks, 106);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 80);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 107);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:256]: op 106 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {27u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -4075,35 +3666,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call27(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:256] <- x[0:256], ready_alt[1] set 27)
-  cw_nv_mark(a.marks, 108);
+  cw_nv_mark(a.marks, 81);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 27 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 1024, 27u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 27)
-  cw_nv_mark(a.marks, 109);
-  // packets: every block polls every packet of the area until each shows the flag 27 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 1024, 27u);
+  cw_nv_mark(a.marks, 82);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 27, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 27ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:256] = packets_ready_alt_0[0:256]
-  cw_nv_mark(a.marks, 110);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_alt_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 83);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots_alt[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 111);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:256]: op 110 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {27u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -4135,35 +3718,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call28(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:256] <- x[0:256], ready[1] set 29)
-  cw_nv_mark(a.marks, 112);
+  cw_nv_mark(a.marks, 84);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 29 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 1024, 29u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 29)
-  cw_nv_mark(a.marks, 113);
-  // packets: every block polls every packet of the area until each shows the flag 29 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 1024, 29u);
+  cw_nv_mark(a.marks, 85);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 29, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 29ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:256] = packets_ready_0[0:256]
-  cw_nv_mark(a.marks, 114);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 86);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 115);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:256]: op 114 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {29u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -4195,35 +3770,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call29(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:256] <- x[0:256], ready_alt[1] set 29)
-  cw_nv_mark(a.marks, 116);
+  cw_nv_mark(a.marks, 87);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 29 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 1024, 29u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 29)
-  cw_nv_mark(a.marks, 117);
-  // packets: every block polls every packet of the area until each shows the flag 29 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 1024, 29u);
+  cw_nv_mark(a.marks, 88);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 29, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 29ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:256] = packets_ready_alt_0[0:256]
-  cw_nv_mark(a.marks, 118);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_alt_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 89);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots_alt[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 119);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:256]: op 118 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {29u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -4255,35 +3822,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call30(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:256] <- x[0:256], ready[1] set 31)
-  cw_nv_mark(a.marks, 120);
+  cw_nv_mark(a.marks, 90);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 31 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 1024, 31u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 31)
-  cw_nv_mark(a.marks, 121);
-  // packets: every block polls every packet of the area until each shows the flag 31 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 1024, 31u);
+  cw_nv_mark(a.marks, 91);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 31, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 31ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:256] = packets_ready_0[0:256]
-  cw_nv_mark(a.marks, 122);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 92);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 123);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:256]: op 122 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {31u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -4315,41 +3874,33 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call31(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:256] <- x[0:256], ready_alt[1] set 31)
-  cw_nv_mark(a.marks, 124);
+  cw_nv_mark(a.marks, 93);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 31 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 1024, 31u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 31)
-  cw_nv_mark(a.marks, 125);
-  // packets: every block polls every packet of the area until each shows the flag 31 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 1024, 31u);
+  cw_nv_mark(a.marks, 94);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 31, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 31ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:256] = packets_ready_alt_0[0:256]
-  cw_nv_mark(a.marks, 126);
+  // nvshmem_allreduce_family.py:33: out[0:256] = packets_ready_alt_0[0:256] + x[0:256]
+  cw_nv_mark(a.marks, 95);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 1024, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:256] = slots_alt[0:256] + x[0:256]
-  cw_nv_mark(a.marks, 127);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:256]: op 126 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 256, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {31u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 256, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of a run: every block completes its deliveries, then every rank meets. A run ends when every
   // delivery of every rank has landed (the final state the checker's values describe), and no rank's
   // next reset overwrites what a slower rank still delivers or reads.
-  cw_nv_mark(a.marks, 128);
+  cw_nv_mark(a.marks, 96);
   cw_nv_quiet_all(grid);
   if (blockIdx.x == 0 && threadIdx.x == 0) nvshmem_barrier_all();
 }
@@ -4404,27 +3955,19 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 1)
   cw_nv_mark(a.marks, 1);
-  // packets: every block polls every packet of the area until each shows the flag 1 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 8192, 1u);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 1, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 1ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[2048:4096] = packets_ready_1[0:2048]
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_1[0:2048]
   cw_nv_mark(a.marks, 2);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 2048, b_packets_ready_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots[2048:4096]
-  cw_nv_mark(a.marks, 3);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[2048:4096]: op 2 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 1u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -4456,35 +3999,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:2048] <- x[0:2048], ready_alt[0] set 1)
-  cw_nv_mark(a.marks, 4);
+  cw_nv_mark(a.marks, 3);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 1 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 8192, 1u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 1)
-  cw_nv_mark(a.marks, 5);
-  // packets: every block polls every packet of the area until each shows the flag 1 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 8192, 1u);
+  cw_nv_mark(a.marks, 4);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 1, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 1ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[2048:4096] = packets_ready_alt_1[0:2048]
-  cw_nv_mark(a.marks, 6);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_alt_1[0:2048]
+  cw_nv_mark(a.marks, 5);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 2048, b_packets_ready_alt_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots_alt[2048:4096]
-  cw_nv_mark(a.marks, 7);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[2048:4096]: op 6 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 1u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -4516,35 +4051,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:2048] <- x[0:2048], ready[0] set 3)
-  cw_nv_mark(a.marks, 8);
+  cw_nv_mark(a.marks, 6);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 3 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 8192, 3u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 3)
-  cw_nv_mark(a.marks, 9);
-  // packets: every block polls every packet of the area until each shows the flag 3 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 8192, 3u);
+  cw_nv_mark(a.marks, 7);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 3, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 3ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[2048:4096] = packets_ready_1[0:2048]
-  cw_nv_mark(a.marks, 10);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_1[0:2048]
+  cw_nv_mark(a.marks, 8);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 2048, b_packets_ready_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots[2048:4096]
-  cw_nv_mark(a.marks, 11);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[2048:4096]: op 10 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 3u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -4576,35 +4103,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:2048] <- x[0:2048], ready_alt[0] set 3)
-  cw_nv_mark(a.marks, 12);
+  cw_nv_mark(a.marks, 9);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 3 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 8192, 3u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 3)
-  cw_nv_mark(a.marks, 13);
-  // packets: every block polls every packet of the area until each shows the flag 3 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 8192, 3u);
+  cw_nv_mark(a.marks, 10);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 3, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 3ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[2048:4096] = packets_ready_alt_1[0:2048]
-  cw_nv_mark(a.marks, 14);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_alt_1[0:2048]
+  cw_nv_mark(a.marks, 11);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 2048, b_packets_ready_alt_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots_alt[2048:4096]
-  cw_nv_mark(a.marks, 15);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[2048:4096]: op 14 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 3u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -4636,35 +4155,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:2048] <- x[0:2048], ready[0] set 5)
-  cw_nv_mark(a.marks, 16);
+  cw_nv_mark(a.marks, 12);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 5 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 8192, 5u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 5)
-  cw_nv_mark(a.marks, 17);
-  // packets: every block polls every packet of the area until each shows the flag 5 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 8192, 5u);
+  cw_nv_mark(a.marks, 13);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 5, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 5ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[2048:4096] = packets_ready_1[0:2048]
-  cw_nv_mark(a.marks, 18);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_1[0:2048]
+  cw_nv_mark(a.marks, 14);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 2048, b_packets_ready_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots[2048:4096]
-  cw_nv_mark(a.marks, 19);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[2048:4096]: op 18 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 5u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -4696,35 +4207,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:2048] <- x[0:2048], ready_alt[0] set 5)
-  cw_nv_mark(a.marks, 20);
+  cw_nv_mark(a.marks, 15);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 5 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 8192, 5u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 5)
-  cw_nv_mark(a.marks, 21);
-  // packets: every block polls every packet of the area until each shows the flag 5 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 8192, 5u);
+  cw_nv_mark(a.marks, 16);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 5, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 5ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[2048:4096] = packets_ready_alt_1[0:2048]
-  cw_nv_mark(a.marks, 22);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_alt_1[0:2048]
+  cw_nv_mark(a.marks, 17);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 2048, b_packets_ready_alt_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots_alt[2048:4096]
-  cw_nv_mark(a.marks, 23);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[2048:4096]: op 22 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 5u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -4756,35 +4259,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:2048] <- x[0:2048], ready[0] set 7)
-  cw_nv_mark(a.marks, 24);
+  cw_nv_mark(a.marks, 18);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 7 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 8192, 7u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 7)
-  cw_nv_mark(a.marks, 25);
-  // packets: every block polls every packet of the area until each shows the flag 7 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 8192, 7u);
+  cw_nv_mark(a.marks, 19);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 7, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 7ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[2048:4096] = packets_ready_1[0:2048]
-  cw_nv_mark(a.marks, 26);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_1[0:2048]
+  cw_nv_mark(a.marks, 20);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 2048, b_packets_ready_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots[2048:4096]
-  cw_nv_mark(a.marks, 27);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[2048:4096]: op 26 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 7u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -4816,35 +4311,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:2048] <- x[0:2048], ready_alt[0] set 7)
-  cw_nv_mark(a.marks, 28);
+  cw_nv_mark(a.marks, 21);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 7 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 8192, 7u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 7)
-  cw_nv_mark(a.marks, 29);
-  // packets: every block polls every packet of the area until each shows the flag 7 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 8192, 7u);
+  cw_nv_mark(a.marks, 22);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 7, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 7ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[2048:4096] = packets_ready_alt_1[0:2048]
-  cw_nv_mark(a.marks, 30);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_alt_1[0:2048]
+  cw_nv_mark(a.marks, 23);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 2048, b_packets_ready_alt_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots_alt[2048:4096]
-  cw_nv_mark(a.marks, 31);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[2048:4096]: op 30 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 7u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -4876,35 +4363,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call8(CwNvArgs0 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:2048] <- x[0:2048], ready[0] set 9)
-  cw_nv_mark(a.marks, 32);
+  cw_nv_mark(a.marks, 24);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 9 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 8192, 9u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 9)
-  cw_nv_mark(a.marks, 33);
-  // packets: every block polls every packet of the area until each shows the flag 9 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 8192, 9u);
+  cw_nv_mark(a.marks, 25);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 9, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 9ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[2048:4096] = packets_ready_1[0:2048]
-  cw_nv_mark(a.marks, 34);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_1[0:2048]
+  cw_nv_mark(a.marks, 26);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 2048, b_packets_ready_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots[2048:4096]
-  cw_nv_mark(a.marks, 35);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[2048:4096]: op 34 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 9u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -4936,35 +4415,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call9(CwNvArgs0 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:2048] <- x[0:2048], ready_alt[0] set 9)
-  cw_nv_mark(a.marks, 36);
+  cw_nv_mark(a.marks, 27);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 9 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 8192, 9u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 9)
-  cw_nv_mark(a.marks, 37);
-  // packets: every block polls every packet of the area until each shows the flag 9 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 8192, 9u);
+  cw_nv_mark(a.marks, 28);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 9, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 9ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[2048:4096] = packets_ready_alt_1[0:2048]
-  cw_nv_mark(a.marks, 38);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_alt_1[0:2048]
+  cw_nv_mark(a.marks, 29);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 2048, b_packets_ready_alt_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots_alt[2048:4096]
-  cw_nv_mark(a.marks, 39);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[2048:4096]: op 38 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 9u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -4996,35 +4467,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call10(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:2048] <- x[0:2048], ready[0] set 11)
-  cw_nv_mark(a.marks, 40);
+  cw_nv_mark(a.marks, 30);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 11 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 8192, 11u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 11)
-  cw_nv_mark(a.marks, 41);
-  // packets: every block polls every packet of the area until each shows the flag 11 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 8192, 11u);
+  cw_nv_mark(a.marks, 31);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 11, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 11ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[2048:4096] = packets_ready_1[0:2048]
-  cw_nv_mark(a.marks, 42);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_1[0:2048]
+  cw_nv_mark(a.marks, 32);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 2048, b_packets_ready_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots[2048:4096]
-  cw_nv_mark(a.marks, 43);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[2048:4096]: op 42 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 11u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -5056,35 +4519,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call11(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:2048] <- x[0:2048], ready_alt[0] set 11)
-  cw_nv_mark(a.marks, 44);
+  cw_nv_mark(a.marks, 33);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 11 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 8192, 11u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 11)
-  cw_nv_mark(a.marks, 45);
-  // packets: every block polls every packet of the area until each shows the flag 11 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 8192, 11u);
+  cw_nv_mark(a.marks, 34);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 11, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 11ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[2048:4096] = packets_ready_alt_1[0:2048]
-  cw_nv_mark(a.marks, 46);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_alt_1[0:2048]
+  cw_nv_mark(a.marks, 35);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 2048, b_packets_ready_alt_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots_alt[2048:4096]
-  cw_nv_mark(a.marks, 47);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[2048:4096]: op 46 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 11u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -5116,35 +4571,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call12(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:2048] <- x[0:2048], ready[0] set 13)
-  cw_nv_mark(a.marks, 48);
+  cw_nv_mark(a.marks, 36);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 13 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 8192, 13u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 13)
-  cw_nv_mark(a.marks, 49);
-  // packets: every block polls every packet of the area until each shows the flag 13 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 8192, 13u);
+  cw_nv_mark(a.marks, 37);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 13, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 13ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[2048:4096] = packets_ready_1[0:2048]
-  cw_nv_mark(a.marks, 50);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_1[0:2048]
+  cw_nv_mark(a.marks, 38);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 2048, b_packets_ready_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots[2048:4096]
-  cw_nv_mark(a.marks, 51);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[2048:4096]: op 50 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 13u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -5176,35 +4623,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call13(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:2048] <- x[0:2048], ready_alt[0] set 13)
-  cw_nv_mark(a.marks, 52);
+  cw_nv_mark(a.marks, 39);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 13 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 8192, 13u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 13)
-  cw_nv_mark(a.marks, 53);
-  // packets: every block polls every packet of the area until each shows the flag 13 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 8192, 13u);
+  cw_nv_mark(a.marks, 40);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 13, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 13ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[2048:4096] = packets_ready_alt_1[0:2048]
-  cw_nv_mark(a.marks, 54);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_alt_1[0:2048]
+  cw_nv_mark(a.marks, 41);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 2048, b_packets_ready_alt_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots_alt[2048:4096]
-  cw_nv_mark(a.marks, 55);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[2048:4096]: op 54 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 13u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -5236,35 +4675,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call14(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:2048] <- x[0:2048], ready[0] set 15)
-  cw_nv_mark(a.marks, 56);
+  cw_nv_mark(a.marks, 42);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 15 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 8192, 15u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 15)
-  cw_nv_mark(a.marks, 57);
-  // packets: every block polls every packet of the area until each shows the flag 15 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 8192, 15u);
+  cw_nv_mark(a.marks, 43);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 15, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 15ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[2048:4096] = packets_ready_1[0:2048]
-  cw_nv_mark(a.marks, 58);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_1[0:2048]
+  cw_nv_mark(a.marks, 44);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 2048, b_packets_ready_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots[2048:4096]
-  cw_nv_mark(a.marks, 59);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[2048:4096]: op 58 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 15u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -5296,35 +4727,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call15(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:2048] <- x[0:2048], ready_alt[0] set 15)
-  cw_nv_mark(a.marks, 60);
+  cw_nv_mark(a.marks, 45);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 15 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 8192, 15u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 15)
-  cw_nv_mark(a.marks, 61);
-  // packets: every block polls every packet of the area until each shows the flag 15 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 8192, 15u);
+  cw_nv_mark(a.marks, 46);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 15, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 15ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[2048:4096] = packets_ready_alt_1[0:2048]
-  cw_nv_mark(a.marks, 62);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_alt_1[0:2048]
+  cw_nv_mark(a.marks, 47);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 2048, b_packets_ready_alt_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots_alt[2048:4096]
-  cw_nv_mark(a.marks, 63);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[2048:4096]: op 62 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 15u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -5356,35 +4779,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call16(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:2048] <- x[0:2048], ready[0] set 17)
-  cw_nv_mark(a.marks, 64);
+  cw_nv_mark(a.marks, 48);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 17 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 8192, 17u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 17)
-  cw_nv_mark(a.marks, 65);
-  // packets: every block polls every packet of the area until each shows the flag 17 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 8192, 17u);
+  cw_nv_mark(a.marks, 49);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 17, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 17ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[2048:4096] = packets_ready_1[0:2048]
-  cw_nv_mark(a.marks, 66);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_1[0:2048]
+  cw_nv_mark(a.marks, 50);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 2048, b_packets_ready_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots[2048:4096]
-  cw_nv_mark(a.marks, 67);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[2048:4096]: op 66 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 17u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -5416,35 +4831,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call17(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:2048] <- x[0:2048], ready_alt[0] set 17)
-  cw_nv_mark(a.marks, 68);
+  cw_nv_mark(a.marks, 51);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 17 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 8192, 17u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 17)
-  cw_nv_mark(a.marks, 69);
-  // packets: every block polls every packet of the area until each shows the flag 17 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 8192, 17u);
+  cw_nv_mark(a.marks, 52);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 17, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 17ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[2048:4096] = packets_ready_alt_1[0:2048]
-  cw_nv_mark(a.marks, 70);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_alt_1[0:2048]
+  cw_nv_mark(a.marks, 53);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 2048, b_packets_ready_alt_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots_alt[2048:4096]
-  cw_nv_mark(a.marks, 71);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[2048:4096]: op 70 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 17u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -5476,35 +4883,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call18(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:2048] <- x[0:2048], ready[0] set 19)
-  cw_nv_mark(a.marks, 72);
+  cw_nv_mark(a.marks, 54);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 19 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 8192, 19u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 19)
-  cw_nv_mark(a.marks, 73);
-  // packets: every block polls every packet of the area until each shows the flag 19 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 8192, 19u);
+  cw_nv_mark(a.marks, 55);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 19, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 19ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[2048:4096] = packets_ready_1[0:2048]
-  cw_nv_mark(a.marks, 74);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_1[0:2048]
+  cw_nv_mark(a.marks, 56);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 2048, b_packets_ready_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots[2048:4096]
-  cw_nv_mark(a.marks, 75);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[2048:4096]: op 74 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 19u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -5536,35 +4935,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call19(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:2048] <- x[0:2048], ready_alt[0] set 19)
-  cw_nv_mark(a.marks, 76);
+  cw_nv_mark(a.marks, 57);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 19 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 8192, 19u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 19)
-  cw_nv_mark(a.marks, 77);
-  // packets: every block polls every packet of the area until each shows the flag 19 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 8192, 19u);
+  cw_nv_mark(a.marks, 58);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 19, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 19ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[2048:4096] = packets_ready_alt_1[0:2048]
-  cw_nv_mark(a.marks, 78);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_alt_1[0:2048]
+  cw_nv_mark(a.marks, 59);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 2048, b_packets_ready_alt_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots_alt[2048:4096]
-  cw_nv_mark(a.marks, 79);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[2048:4096]: op 78 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 19u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -5596,35 +4987,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call20(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:2048] <- x[0:2048], ready[0] set 21)
-  cw_nv_mark(a.marks, 80);
+  cw_nv_mark(a.marks, 60);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 21 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 8192, 21u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 21)
-  cw_nv_mark(a.marks, 81);
-  // packets: every block polls every packet of the area until each shows the flag 21 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 8192, 21u);
+  cw_nv_mark(a.marks, 61);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 21, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 21ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[2048:4096] = packets_ready_1[0:2048]
-  cw_nv_mark(a.marks, 82);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_1[0:2048]
+  cw_nv_mark(a.marks, 62);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 2048, b_packets_ready_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots[2048:4096]
-  cw_nv_mark(a.marks, 83);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[2048:4096]: op 82 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 21u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -5656,35 +5039,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call21(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:2048] <- x[0:2048], ready_alt[0] set 21)
-  cw_nv_mark(a.marks, 84);
+  cw_nv_mark(a.marks, 63);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 21 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 8192, 21u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 21)
-  cw_nv_mark(a.marks, 85);
-  // packets: every block polls every packet of the area until each shows the flag 21 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 8192, 21u);
+  cw_nv_mark(a.marks, 64);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 21, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 21ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[2048:4096] = packets_ready_alt_1[0:2048]
-  cw_nv_mark(a.marks, 86);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_alt_1[0:2048]
+  cw_nv_mark(a.marks, 65);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 2048, b_packets_ready_alt_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots_alt[2048:4096]
-  cw_nv_mark(a.marks, 87);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[2048:4096]: op 86 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 21u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -5716,35 +5091,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call22(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:2048] <- x[0:2048], ready[0] set 23)
-  cw_nv_mark(a.marks, 88);
+  cw_nv_mark(a.marks, 66);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 23 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 8192, 23u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 23)
-  cw_nv_mark(a.marks, 89);
-  // packets: every block polls every packet of the area until each shows the flag 23 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 8192, 23u);
+  cw_nv_mark(a.marks, 67);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 23, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 23ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[2048:4096] = packets_ready_1[0:2048]
-  cw_nv_mark(a.marks, 90);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_1[0:2048]
+  cw_nv_mark(a.marks, 68);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 2048, b_packets_ready_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots[2048:4096]
-  cw_nv_mark(a.marks, 91);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[2048:4096]: op 90 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 23u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -5776,35 +5143,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call23(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:2048] <- x[0:2048], ready_alt[0] set 23)
-  cw_nv_mark(a.marks, 92);
+  cw_nv_mark(a.marks, 69);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 23 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 8192, 23u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 23)
-  cw_nv_mark(a.marks, 93);
-  // packets: every block polls every packet of the area until each shows the flag 23 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 8192, 23u);
+  cw_nv_mark(a.marks, 70);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 23, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 23ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[2048:4096] = packets_ready_alt_1[0:2048]
-  cw_nv_mark(a.marks, 94);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_alt_1[0:2048]
+  cw_nv_mark(a.marks, 71);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 2048, b_packets_ready_alt_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots_alt[2048:4096]
-  cw_nv_mark(a.marks, 95);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[2048:4096]: op 94 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 23u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -5836,35 +5195,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call24(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:2048] <- x[0:2048], ready[0] set 25)
-  cw_nv_mark(a.marks, 96);
+  cw_nv_mark(a.marks, 72);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 25 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 8192, 25u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 25)
-  cw_nv_mark(a.marks, 97);
-  // packets: every block polls every packet of the area until each shows the flag 25 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 8192, 25u);
+  cw_nv_mark(a.marks, 73);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 25, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 25ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[2048:4096] = packets_ready_1[0:2048]
-  cw_nv_mark(a.marks, 98);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_1[0:2048]
+  cw_nv_mark(a.marks, 74);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 2048, b_packets_ready_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots[2048:4096]
-  cw_nv_mark(a.marks, 99);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[2048:4096]: op 98 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 25u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -5896,35 +5247,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call25(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:2048] <- x[0:2048], ready_alt[0] set 25)
-  cw_nv_mark(a.marks, 100);
+  cw_nv_mark(a.marks, 75);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 25 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 8192, 25u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 25)
-  cw_nv_mark(a.marks, 101);
-  // packets: every block polls every packet of the area until each shows the flag 25 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 8192, 25u);
+  cw_nv_mark(a.marks, 76);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 25, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 25ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[2048:4096] = packets_ready_alt_1[0:2048]
-  cw_nv_mark(a.marks, 102);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_alt_1[0:2048]
+  cw_nv_mark(a.marks, 77);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 2048, b_packets_ready_alt_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots_alt[2048:4096]
-  cw_nv_mark(a.marks, 103);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[2048:4096]: op 102 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 25u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -5956,35 +5299,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call26(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:2048] <- x[0:2048], ready[0] set 27)
-  cw_nv_mark(a.marks, 104);
+  cw_nv_mark(a.marks, 78);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 27 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 8192, 27u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 27)
-  cw_nv_mark(a.marks, 105);
-  // packets: every block polls every packet of the area until each shows the flag 27 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 8192, 27u);
+  cw_nv_mark(a.marks, 79);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 27, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 27ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[2048:4096] = packets_ready_1[0:2048]
-  cw_nv_mark(a.marks, 106);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_1[0:2048]
+  cw_nv_mark(a.marks, 80);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 2048, b_packets_ready_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots[2048:4096]
-  cw_nv_mark(a.marks, 107);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[2048:4096]: op 106 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 27u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -6016,35 +5351,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call27(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:2048] <- x[0:2048], ready_alt[0] set 27)
-  cw_nv_mark(a.marks, 108);
+  cw_nv_mark(a.marks, 81);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 27 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 8192, 27u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 27)
-  cw_nv_mark(a.marks, 109);
-  // packets: every block polls every packet of the area until each shows the flag 27 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 8192, 27u);
+  cw_nv_mark(a.marks, 82);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 27, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 27ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[2048:4096] = packets_ready_alt_1[0:2048]
-  cw_nv_mark(a.marks, 110);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_alt_1[0:2048]
+  cw_nv_mark(a.marks, 83);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 2048, b_packets_ready_alt_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots_alt[2048:4096]
-  cw_nv_mark(a.marks, 111);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[2048:4096]: op 110 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 27u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -6076,35 +5403,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call28(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:2048] <- x[0:2048], ready[0] set 29)
-  cw_nv_mark(a.marks, 112);
+  cw_nv_mark(a.marks, 84);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 29 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 8192, 29u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 29)
-  cw_nv_mark(a.marks, 113);
-  // packets: every block polls every packet of the area until each shows the flag 29 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 8192, 29u);
+  cw_nv_mark(a.marks, 85);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 29, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 29ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[2048:4096] = packets_ready_1[0:2048]
-  cw_nv_mark(a.marks, 114);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_1[0:2048]
+  cw_nv_mark(a.marks, 86);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 2048, b_packets_ready_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots[2048:4096]
-  cw_nv_mark(a.marks, 115);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[2048:4096]: op 114 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 29u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -6136,35 +5455,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call29(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:2048] <- x[0:2048], ready_alt[0] set 29)
-  cw_nv_mark(a.marks, 116);
+  cw_nv_mark(a.marks, 87);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 29 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 8192, 29u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 29)
-  cw_nv_mark(a.marks, 117);
-  // packets: every block polls every packet of the area until each shows the flag 29 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 8192, 29u);
+  cw_nv_mark(a.marks, 88);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 29, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 29ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[2048:4096] = packets_ready_alt_1[0:2048]
-  cw_nv_mark(a.marks, 118);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_alt_1[0:2048]
+  cw_nv_mark(a.marks, 89);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 2048, b_packets_ready_alt_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots_alt[2048:4096]
-  cw_nv_mark(a.marks, 119);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[2048:4096]: op 118 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 29u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -6196,35 +5507,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call30(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_0[0:2048] <- x[0:2048], ready[0] set 31)
-  cw_nv_mark(a.marks, 120);
+  cw_nv_mark(a.marks, 90);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 31 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, 8192, 31u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[1] eq 31)
-  cw_nv_mark(a.marks, 121);
-  // packets: every block polls every packet of the area until each shows the flag 31 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_1, 8192, 31u);
+  cw_nv_mark(a.marks, 91);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 31, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[1] = 31ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[2048:4096] = packets_ready_1[0:2048]
-  cw_nv_mark(a.marks, 122);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_1[0:2048]
+  cw_nv_mark(a.marks, 92);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots + 2048, b_packets_ready_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots[2048:4096]
-  cw_nv_mark(a.marks, 123);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[2048:4096]: op 122 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_1};
+      const uint32_t cw_flags[] = {0u, 31u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -6256,41 +5559,33 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call31(CwNvArgs0 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=1, packets_ready_alt_0[0:2048] <- x[0:2048], ready_alt[0] set 31)
-  cw_nv_mark(a.marks, 124);
+  cw_nv_mark(a.marks, 93);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 31 in every 16-byte store, straight into PE 1's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_0, 1), b_x, 8192, 31u, 1, blockIdx.x);  // to PE 1
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[1] eq 31)
-  cw_nv_mark(a.marks, 125);
-  // packets: every block polls every packet of the area until each shows the flag 31 (rank 1's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_1, 8192, 31u);
+  cw_nv_mark(a.marks, 94);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 31, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[3] = 31ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[2048:4096] = packets_ready_alt_1[0:2048]
-  cw_nv_mark(a.marks, 126);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + packets_ready_alt_1[0:2048]
+  cw_nv_mark(a.marks, 95);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt + 2048, b_packets_ready_alt_1, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = x[0:2048] + slots_alt[2048:4096]
-  cw_nv_mark(a.marks, 127);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[2048:4096]: op 126 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_x, b_slots_alt + 2048};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_1 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_x, b_packets_ready_alt_1};
+      const uint32_t cw_flags[] = {0u, 31u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x2u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of a run: every block completes its deliveries, then every rank meets. A run ends when every
   // delivery of every rank has landed (the final state the checker's values describe), and no rank's
   // next reset overwrites what a slower rank still delivers or reads.
-  cw_nv_mark(a.marks, 128);
+  cw_nv_mark(a.marks, 96);
   cw_nv_quiet_all(grid);
   if (blockIdx.x == 0 && threadIdx.x == 0) nvshmem_barrier_all();
 }
@@ -6342,27 +5637,19 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 1)
   cw_nv_mark(a.marks, 1);
-  // packets: every block polls every packet of the area until each shows the flag 1 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 8192, 1u);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 1, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 1ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:2048] = packets_ready_0[0:2048]
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_0[0:2048] + x[0:2048]
   cw_nv_mark(a.marks, 2);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 3);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:2048]: op 2 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {1u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -6394,35 +5681,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:2048] <- x[0:2048], ready_alt[1] set 1)
-  cw_nv_mark(a.marks, 4);
+  cw_nv_mark(a.marks, 3);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 1 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 8192, 1u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 1)
-  cw_nv_mark(a.marks, 5);
-  // packets: every block polls every packet of the area until each shows the flag 1 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 8192, 1u);
+  cw_nv_mark(a.marks, 4);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 1, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 1ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:2048] = packets_ready_alt_0[0:2048]
-  cw_nv_mark(a.marks, 6);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_alt_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 5);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots_alt[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 7);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:2048]: op 6 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {1u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -6454,35 +5733,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:2048] <- x[0:2048], ready[1] set 3)
-  cw_nv_mark(a.marks, 8);
+  cw_nv_mark(a.marks, 6);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 3 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 8192, 3u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 3)
-  cw_nv_mark(a.marks, 9);
-  // packets: every block polls every packet of the area until each shows the flag 3 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 8192, 3u);
+  cw_nv_mark(a.marks, 7);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 3, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 3ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:2048] = packets_ready_0[0:2048]
-  cw_nv_mark(a.marks, 10);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 8);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 11);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:2048]: op 10 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {3u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -6514,35 +5785,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:2048] <- x[0:2048], ready_alt[1] set 3)
-  cw_nv_mark(a.marks, 12);
+  cw_nv_mark(a.marks, 9);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 3 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 8192, 3u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 3)
-  cw_nv_mark(a.marks, 13);
-  // packets: every block polls every packet of the area until each shows the flag 3 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 8192, 3u);
+  cw_nv_mark(a.marks, 10);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 3, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 3ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:2048] = packets_ready_alt_0[0:2048]
-  cw_nv_mark(a.marks, 14);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_alt_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 11);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots_alt[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 15);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:2048]: op 14 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {3u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -6574,35 +5837,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:2048] <- x[0:2048], ready[1] set 5)
-  cw_nv_mark(a.marks, 16);
+  cw_nv_mark(a.marks, 12);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 5 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 8192, 5u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 5)
-  cw_nv_mark(a.marks, 17);
-  // packets: every block polls every packet of the area until each shows the flag 5 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 8192, 5u);
+  cw_nv_mark(a.marks, 13);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 5, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 5ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:2048] = packets_ready_0[0:2048]
-  cw_nv_mark(a.marks, 18);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 14);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 19);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:2048]: op 18 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {5u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -6634,35 +5889,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:2048] <- x[0:2048], ready_alt[1] set 5)
-  cw_nv_mark(a.marks, 20);
+  cw_nv_mark(a.marks, 15);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 5 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 8192, 5u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 5)
-  cw_nv_mark(a.marks, 21);
-  // packets: every block polls every packet of the area until each shows the flag 5 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 8192, 5u);
+  cw_nv_mark(a.marks, 16);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 5, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 5ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:2048] = packets_ready_alt_0[0:2048]
-  cw_nv_mark(a.marks, 22);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_alt_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 17);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots_alt[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 23);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:2048]: op 22 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {5u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -6694,35 +5941,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:2048] <- x[0:2048], ready[1] set 7)
-  cw_nv_mark(a.marks, 24);
+  cw_nv_mark(a.marks, 18);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 7 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 8192, 7u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 7)
-  cw_nv_mark(a.marks, 25);
-  // packets: every block polls every packet of the area until each shows the flag 7 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 8192, 7u);
+  cw_nv_mark(a.marks, 19);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 7, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 7ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:2048] = packets_ready_0[0:2048]
-  cw_nv_mark(a.marks, 26);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 20);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 27);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:2048]: op 26 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {7u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -6754,35 +5993,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:2048] <- x[0:2048], ready_alt[1] set 7)
-  cw_nv_mark(a.marks, 28);
+  cw_nv_mark(a.marks, 21);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 7 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 8192, 7u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 7)
-  cw_nv_mark(a.marks, 29);
-  // packets: every block polls every packet of the area until each shows the flag 7 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 8192, 7u);
+  cw_nv_mark(a.marks, 22);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 7, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 7ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:2048] = packets_ready_alt_0[0:2048]
-  cw_nv_mark(a.marks, 30);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_alt_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 23);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots_alt[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 31);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:2048]: op 30 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {7u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -6814,35 +6045,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call8(CwNvArgs1 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:2048] <- x[0:2048], ready[1] set 9)
-  cw_nv_mark(a.marks, 32);
+  cw_nv_mark(a.marks, 24);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 9 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 8192, 9u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 9)
-  cw_nv_mark(a.marks, 33);
-  // packets: every block polls every packet of the area until each shows the flag 9 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 8192, 9u);
+  cw_nv_mark(a.marks, 25);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 9, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 9ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:2048] = packets_ready_0[0:2048]
-  cw_nv_mark(a.marks, 34);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 26);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 35);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:2048]: op 34 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {9u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -6874,35 +6097,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call9(CwNvArgs1 a) 
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:2048] <- x[0:2048], ready_alt[1] set 9)
-  cw_nv_mark(a.marks, 36);
+  cw_nv_mark(a.marks, 27);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 9 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 8192, 9u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 9)
-  cw_nv_mark(a.marks, 37);
-  // packets: every block polls every packet of the area until each shows the flag 9 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 8192, 9u);
+  cw_nv_mark(a.marks, 28);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 9, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 9ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:2048] = packets_ready_alt_0[0:2048]
-  cw_nv_mark(a.marks, 38);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_alt_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 29);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots_alt[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 39);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:2048]: op 38 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {9u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -6934,35 +6149,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call10(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:2048] <- x[0:2048], ready[1] set 11)
-  cw_nv_mark(a.marks, 40);
+  cw_nv_mark(a.marks, 30);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 11 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 8192, 11u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 11)
-  cw_nv_mark(a.marks, 41);
-  // packets: every block polls every packet of the area until each shows the flag 11 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 8192, 11u);
+  cw_nv_mark(a.marks, 31);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 11, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 11ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:2048] = packets_ready_0[0:2048]
-  cw_nv_mark(a.marks, 42);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 32);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 43);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:2048]: op 42 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {11u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -6994,35 +6201,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call11(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:2048] <- x[0:2048], ready_alt[1] set 11)
-  cw_nv_mark(a.marks, 44);
+  cw_nv_mark(a.marks, 33);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 11 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 8192, 11u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 11)
-  cw_nv_mark(a.marks, 45);
-  // packets: every block polls every packet of the area until each shows the flag 11 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 8192, 11u);
+  cw_nv_mark(a.marks, 34);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 11, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 11ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:2048] = packets_ready_alt_0[0:2048]
-  cw_nv_mark(a.marks, 46);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_alt_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 35);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots_alt[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 47);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:2048]: op 46 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {11u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -7054,35 +6253,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call12(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:2048] <- x[0:2048], ready[1] set 13)
-  cw_nv_mark(a.marks, 48);
+  cw_nv_mark(a.marks, 36);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 13 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 8192, 13u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 13)
-  cw_nv_mark(a.marks, 49);
-  // packets: every block polls every packet of the area until each shows the flag 13 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 8192, 13u);
+  cw_nv_mark(a.marks, 37);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 13, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 13ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:2048] = packets_ready_0[0:2048]
-  cw_nv_mark(a.marks, 50);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 38);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 51);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:2048]: op 50 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {13u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -7114,35 +6305,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call13(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:2048] <- x[0:2048], ready_alt[1] set 13)
-  cw_nv_mark(a.marks, 52);
+  cw_nv_mark(a.marks, 39);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 13 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 8192, 13u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 13)
-  cw_nv_mark(a.marks, 53);
-  // packets: every block polls every packet of the area until each shows the flag 13 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 8192, 13u);
+  cw_nv_mark(a.marks, 40);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 13, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 13ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:2048] = packets_ready_alt_0[0:2048]
-  cw_nv_mark(a.marks, 54);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_alt_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 41);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots_alt[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 55);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:2048]: op 54 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {13u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -7174,35 +6357,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call14(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:2048] <- x[0:2048], ready[1] set 15)
-  cw_nv_mark(a.marks, 56);
+  cw_nv_mark(a.marks, 42);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 15 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 8192, 15u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 15)
-  cw_nv_mark(a.marks, 57);
-  // packets: every block polls every packet of the area until each shows the flag 15 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 8192, 15u);
+  cw_nv_mark(a.marks, 43);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 15, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 15ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:2048] = packets_ready_0[0:2048]
-  cw_nv_mark(a.marks, 58);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 44);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 59);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:2048]: op 58 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {15u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -7234,35 +6409,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call15(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:2048] <- x[0:2048], ready_alt[1] set 15)
-  cw_nv_mark(a.marks, 60);
+  cw_nv_mark(a.marks, 45);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 15 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 8192, 15u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 15)
-  cw_nv_mark(a.marks, 61);
-  // packets: every block polls every packet of the area until each shows the flag 15 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 8192, 15u);
+  cw_nv_mark(a.marks, 46);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 15, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 15ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:2048] = packets_ready_alt_0[0:2048]
-  cw_nv_mark(a.marks, 62);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_alt_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 47);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots_alt[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 63);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:2048]: op 62 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {15u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -7294,35 +6461,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call16(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:2048] <- x[0:2048], ready[1] set 17)
-  cw_nv_mark(a.marks, 64);
+  cw_nv_mark(a.marks, 48);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 17 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 8192, 17u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 17)
-  cw_nv_mark(a.marks, 65);
-  // packets: every block polls every packet of the area until each shows the flag 17 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 8192, 17u);
+  cw_nv_mark(a.marks, 49);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 17, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 17ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:2048] = packets_ready_0[0:2048]
-  cw_nv_mark(a.marks, 66);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 50);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 67);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:2048]: op 66 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {17u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -7354,35 +6513,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call17(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:2048] <- x[0:2048], ready_alt[1] set 17)
-  cw_nv_mark(a.marks, 68);
+  cw_nv_mark(a.marks, 51);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 17 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 8192, 17u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 17)
-  cw_nv_mark(a.marks, 69);
-  // packets: every block polls every packet of the area until each shows the flag 17 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 8192, 17u);
+  cw_nv_mark(a.marks, 52);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 17, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 17ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:2048] = packets_ready_alt_0[0:2048]
-  cw_nv_mark(a.marks, 70);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_alt_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 53);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots_alt[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 71);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:2048]: op 70 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {17u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -7414,35 +6565,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call18(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:2048] <- x[0:2048], ready[1] set 19)
-  cw_nv_mark(a.marks, 72);
+  cw_nv_mark(a.marks, 54);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 19 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 8192, 19u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 19)
-  cw_nv_mark(a.marks, 73);
-  // packets: every block polls every packet of the area until each shows the flag 19 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 8192, 19u);
+  cw_nv_mark(a.marks, 55);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 19, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 19ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:2048] = packets_ready_0[0:2048]
-  cw_nv_mark(a.marks, 74);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 56);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 75);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:2048]: op 74 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {19u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -7474,35 +6617,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call19(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:2048] <- x[0:2048], ready_alt[1] set 19)
-  cw_nv_mark(a.marks, 76);
+  cw_nv_mark(a.marks, 57);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 19 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 8192, 19u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 19)
-  cw_nv_mark(a.marks, 77);
-  // packets: every block polls every packet of the area until each shows the flag 19 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 8192, 19u);
+  cw_nv_mark(a.marks, 58);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 19, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 19ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:2048] = packets_ready_alt_0[0:2048]
-  cw_nv_mark(a.marks, 78);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_alt_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 59);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots_alt[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 79);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:2048]: op 78 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {19u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -7534,35 +6669,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call20(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:2048] <- x[0:2048], ready[1] set 21)
-  cw_nv_mark(a.marks, 80);
+  cw_nv_mark(a.marks, 60);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 21 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 8192, 21u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 21)
-  cw_nv_mark(a.marks, 81);
-  // packets: every block polls every packet of the area until each shows the flag 21 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 8192, 21u);
+  cw_nv_mark(a.marks, 61);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 21, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 21ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:2048] = packets_ready_0[0:2048]
-  cw_nv_mark(a.marks, 82);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 62);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 83);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:2048]: op 82 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {21u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -7594,35 +6721,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call21(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:2048] <- x[0:2048], ready_alt[1] set 21)
-  cw_nv_mark(a.marks, 84);
+  cw_nv_mark(a.marks, 63);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 21 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 8192, 21u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 21)
-  cw_nv_mark(a.marks, 85);
-  // packets: every block polls every packet of the area until each shows the flag 21 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 8192, 21u);
+  cw_nv_mark(a.marks, 64);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 21, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 21ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:2048] = packets_ready_alt_0[0:2048]
-  cw_nv_mark(a.marks, 86);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_alt_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 65);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots_alt[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 87);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:2048]: op 86 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {21u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -7654,35 +6773,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call22(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:2048] <- x[0:2048], ready[1] set 23)
-  cw_nv_mark(a.marks, 88);
+  cw_nv_mark(a.marks, 66);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 23 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 8192, 23u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 23)
-  cw_nv_mark(a.marks, 89);
-  // packets: every block polls every packet of the area until each shows the flag 23 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 8192, 23u);
+  cw_nv_mark(a.marks, 67);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 23, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 23ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:2048] = packets_ready_0[0:2048]
-  cw_nv_mark(a.marks, 90);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 68);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 91);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:2048]: op 90 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {23u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -7714,35 +6825,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call23(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:2048] <- x[0:2048], ready_alt[1] set 23)
-  cw_nv_mark(a.marks, 92);
+  cw_nv_mark(a.marks, 69);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 23 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 8192, 23u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 23)
-  cw_nv_mark(a.marks, 93);
-  // packets: every block polls every packet of the area until each shows the flag 23 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 8192, 23u);
+  cw_nv_mark(a.marks, 70);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 23, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 23ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:2048] = packets_ready_alt_0[0:2048]
-  cw_nv_mark(a.marks, 94);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_alt_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 71);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots_alt[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 95);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:2048]: op 94 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {23u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -7774,35 +6877,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call24(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:2048] <- x[0:2048], ready[1] set 25)
-  cw_nv_mark(a.marks, 96);
+  cw_nv_mark(a.marks, 72);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 25 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 8192, 25u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 25)
-  cw_nv_mark(a.marks, 97);
-  // packets: every block polls every packet of the area until each shows the flag 25 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 8192, 25u);
+  cw_nv_mark(a.marks, 73);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 25, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 25ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:2048] = packets_ready_0[0:2048]
-  cw_nv_mark(a.marks, 98);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 74);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 99);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:2048]: op 98 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {25u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -7834,35 +6929,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call25(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:2048] <- x[0:2048], ready_alt[1] set 25)
-  cw_nv_mark(a.marks, 100);
+  cw_nv_mark(a.marks, 75);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 25 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 8192, 25u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 25)
-  cw_nv_mark(a.marks, 101);
-  // packets: every block polls every packet of the area until each shows the flag 25 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 8192, 25u);
+  cw_nv_mark(a.marks, 76);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 25, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 25ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:2048] = packets_ready_alt_0[0:2048]
-  cw_nv_mark(a.marks, 102);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_alt_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 77);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots_alt[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 103);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:2048]: op 102 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {25u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -7894,35 +6981,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call26(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:2048] <- x[0:2048], ready[1] set 27)
-  cw_nv_mark(a.marks, 104);
+  cw_nv_mark(a.marks, 78);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 27 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 8192, 27u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 27)
-  cw_nv_mark(a.marks, 105);
-  // packets: every block polls every packet of the area until each shows the flag 27 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 8192, 27u);
+  cw_nv_mark(a.marks, 79);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 27, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 27ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:2048] = packets_ready_0[0:2048]
-  cw_nv_mark(a.marks, 106);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 80);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 107);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:2048]: op 106 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {27u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -7954,35 +7033,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call27(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:2048] <- x[0:2048], ready_alt[1] set 27)
-  cw_nv_mark(a.marks, 108);
+  cw_nv_mark(a.marks, 81);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 27 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 8192, 27u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 27)
-  cw_nv_mark(a.marks, 109);
-  // packets: every block polls every packet of the area until each shows the flag 27 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 8192, 27u);
+  cw_nv_mark(a.marks, 82);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 27, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 27ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:2048] = packets_ready_alt_0[0:2048]
-  cw_nv_mark(a.marks, 110);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_alt_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 83);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots_alt[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 111);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:2048]: op 110 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {27u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -8014,35 +7085,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call28(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:2048] <- x[0:2048], ready[1] set 29)
-  cw_nv_mark(a.marks, 112);
+  cw_nv_mark(a.marks, 84);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 29 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 8192, 29u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 29)
-  cw_nv_mark(a.marks, 113);
-  // packets: every block polls every packet of the area until each shows the flag 29 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 8192, 29u);
+  cw_nv_mark(a.marks, 85);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 29, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 29ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:2048] = packets_ready_0[0:2048]
-  cw_nv_mark(a.marks, 114);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 86);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 115);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:2048]: op 114 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {29u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -8074,35 +7137,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call29(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:2048] <- x[0:2048], ready_alt[1] set 29)
-  cw_nv_mark(a.marks, 116);
+  cw_nv_mark(a.marks, 87);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 29 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 8192, 29u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 29)
-  cw_nv_mark(a.marks, 117);
-  // packets: every block polls every packet of the area until each shows the flag 29 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 8192, 29u);
+  cw_nv_mark(a.marks, 88);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 29, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 29ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:2048] = packets_ready_alt_0[0:2048]
-  cw_nv_mark(a.marks, 118);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_alt_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 89);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots_alt[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 119);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:2048]: op 118 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {29u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -8134,35 +7189,27 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call30(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_1[0:2048] <- x[0:2048], ready[1] set 31)
-  cw_nv_mark(a.marks, 120);
+  cw_nv_mark(a.marks, 90);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 31 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_1, 0), b_x, 8192, 31u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready[0] eq 31)
-  cw_nv_mark(a.marks, 121);
-  // packets: every block polls every packet of the area until each shows the flag 31 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_0, 8192, 31u);
+  cw_nv_mark(a.marks, 91);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 31, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[0] = 31ULL;
 
-  // nvshmem_allreduce_family.py:32: slots[0:2048] = packets_ready_0[0:2048]
-  cw_nv_mark(a.marks, 122);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 92);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots, b_packets_ready_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 123);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots[0:2048]: op 122 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_0, b_x};
+      const uint32_t cw_flags[] = {31u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of this call's kernel: every block fences its own work (nvshmem_fence after
@@ -8194,41 +7241,33 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call31(CwNvArgs1 a)
   [[maybe_unused]] cg::grid_group grid = cg::this_grid();
 
   // nvshmem_allreduce_family.py:30: put_signal(pe=0, packets_ready_alt_1[0:2048] <- x[0:2048], ready_alt[1] set 31)
-  cw_nv_mark(a.marks, 124);
+  cw_nv_mark(a.marks, 93);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
     // packets: the data and the flag 31 in every 16-byte store, straight into PE 0's packet area (no fence, no separate signal)
     cw_nv_pk_send(nvshmem_ptr(b_packets_ready_alt_1, 0), b_x, 8192, 31u, 1, blockIdx.x);  // to PE 0
   }
 
   // nvshmem_allreduce_family.py:32: wait_until(ready_alt[0] eq 31)
-  cw_nv_mark(a.marks, 125);
-  // packets: every block polls every packet of the area until each shows the flag 31 (rank 0's
-  // put_signal landed whole): its later work follows the last packet, as it would the signal
-  cw_nv_pk_wait(b_packets_ready_alt_0, 8192, 31u);
+  cw_nv_mark(a.marks, 94);
+  // packets: polled by the reduce at nvshmem_allreduce_family.py:33, packet by packet: it reads each packet once it shows the flag
+  // 31, and it is the last op of its kernel, so nothing else of this kernel follows the wait (the next
+  // kernel starts after every block of this one, the reduce's polls included, has finished)
   // the word then holds what the signal would have set (nobody else reads it: packets.py)
   if (blockIdx.x == 0 && threadIdx.x == 0) cw_sig[2] = 31ULL;
 
-  // nvshmem_allreduce_family.py:32: slots_alt[0:2048] = packets_ready_alt_0[0:2048]
-  cw_nv_mark(a.marks, 126);
+  // nvshmem_allreduce_family.py:33: out[0:2048] = packets_ready_alt_0[0:2048] + x[0:2048]
+  cw_nv_mark(a.marks, 95);
   if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    // packets: the payload out of the packets the wait saw
-    cw_nv_pk_unpack(b_slots_alt, b_packets_ready_alt_0, 8192, 1, blockIdx.x);
-  }
-
-  // nvshmem_allreduce_family.py:33: out[0:2048] = slots_alt[0:2048] + x[0:2048]
-  cw_nv_mark(a.marks, 127);
-  // block 0 runs it after its own earlier work (__syncthreads):
-  //   - slots_alt[0:2048]: op 126 (nvshmem_allreduce_family.py:32) writes it first
-  if (cw_nv_mine(0)) {  // block 0 (mod the grid) runs it
-    cw_nv_block(false);
-    { const float* cw_srcs[] = {b_slots_alt, b_x};
-      cw_nv_reduce<float>(b_out, cw_srcs, 2, 2048, CW_SUM, 1, blockIdx.x); }
+    // packets: packets_ready_alt_0 read in place of the unpacked copies (packets.py), each packet polled for its flag
+    { const void* cw_srcs[] = {b_packets_ready_alt_0, b_x};
+      const uint32_t cw_flags[] = {31u, 0u};
+      cw_nv_pk_reduce<float, 2>(b_out, cw_srcs, 0x1u, cw_flags, 2048, CW_SUM, 1, blockIdx.x); }
   }
 
   // the end of a run: every block completes its deliveries, then every rank meets. A run ends when every
   // delivery of every rank has landed (the final state the checker's values describe), and no rank's
   // next reset overwrites what a slower rank still delivers or reads.
-  cw_nv_mark(a.marks, 128);
+  cw_nv_mark(a.marks, 96);
   cw_nv_quiet_all(grid);
   if (blockIdx.x == 0 && threadIdx.x == 0) nvshmem_barrier_all();
 }
