@@ -111,7 +111,10 @@ def test_only_a_plain_launch_carries_programmatic_stream_serialization():
     assert "config.numAttrs = cooperative || pdl ? 1 : 0;" in body
     assert "if (capture == cudaStreamCaptureStatusActive || !cooperative) {" in body
     assert "CW_NV(nvshmemx_collective_launch(kernel, dim3(cw_nv_grid), dim3(CW_NV_THREADS), params, 0, s));" in body
-    assert "static const bool pdl = cw_nv_pdl_allowed(kernel);" in body
+    # and only on a grid of one block (a wider plain grid's next kernel would hold many blocks' slots)
+    assert "static const bool pdl_asked = cw_nv_pdl_allowed(kernel);" in body
+    assert "const bool pdl = pdl_asked && cw_nv_grid == 1;" in body
+    assert "bool cooperative = always || needs_cooperative;" in body
     # only with CW_NV_PDL, and where the kernels were compiled without the wait (before sm_90)
     allowed = code(function(text, "static bool cw_nv_pdl_allowed("))
     assert 'getenv("CW_NV_PDL") == nullptr) return false;' in allowed
@@ -130,12 +133,16 @@ def test_the_committed_library_launches_without_pdl_and_its_kernels_wait():
     assert all(first_statement(body) == WAIT for _, body in found)
     assert "cudaLaunchAttributeProgrammaticStreamSerialization" not in code(text)
     launch = code(function(text, "int cwl_launch("))
-    # a one-block kernel that calls no NVSHMEM collective is launched plainly, any other cooperatively
-    assert "if (grid == 1 && !collective) {" in launch and "cudaLaunchKernel(kernel, dim3(1)" in launch
+    # a kernel none of whose blocks waits for another is launched plainly, whatever its grid; any other
+    # cooperatively
+    assert "if (!cooperative) {" in launch and "cudaLaunchKernel(kernel, dim3(grid)" in launch
     assert "cooperative.id = cudaLaunchAttributeCooperative;" in launch and "config.numAttrs = 1;" in launch
-    # the all-reduce family's calls call no NVSHMEM collective; the reset kernel meets every PE
-    flags = re.findall(r"static const bool collective\[\] = \{([^}]*)\};", text)
-    assert len(flags) == 8 * 2 and all(set(f.split(", ")) == {"false"} for f in flags)
+    # the one-shot sizes (1 KiB to 1 MiB, up to 3 blocks) sync no grid in their calls: plain, but for the
+    # K-th call, which ends the run (every block's quiet, a grid-wide sync, every PE meeting); the two-shot
+    # sizes (16 MiB up) sync their grid between the shots: cooperative. The reset kernel meets every PE
+    flags = [f.split(", ") for f in re.findall(r"static const bool cooperative\[\] = \{([^}]*)\};", text)]
+    assert len(flags) == 8 * 2 and all(len(f) == 32 for f in flags)
+    assert flags[:10] == [["false"] * 31 + ["true"]] * 10 and flags[10:] == [["true"] * 32] * 6
     assert "cwl_launch((const void*)cwl_reset_kernel, &r, 1, s, true);" in code(text)
 
 
@@ -182,3 +189,72 @@ def test_for_sm_80_the_wait_is_left_out(calls_cu):
     ptx = _ptx(calls_cu, "sm_80")
     assert ".target sm_80" in ptx
     assert "griddepcontrol" not in ptx
+
+
+GRID_WAITS = ("cw_nv_grid_sync(", "cw_nv_grid_barrier(", "cw_nv_quiet_all(", "cw_nv_grid_sum(", "grid.sync()",
+              "nvshmem_barrier", "nvshmem_sync", "nvshmemx_team_sync", "_reduce_block(", "_fcollect_block(",
+              "_alltoall_block(", "_broadcast_block(")
+
+
+# (protocol, params, calls, between, packets, kernels launched plainly of the 4 ranks' 12, blocks a kernel)
+@pytest.mark.parametrize("name,params,calls,between,packets_max,plain,blocks", [
+    ("nvshmem_allreduce_family", {"ALGO": "oneshot"}, 3, "alternate", 0, 8, 4),
+    ("nvshmem_allreduce_family", {"ALGO": "oneshot"}, 3, "alternate", packets.DEFAULT_MAX_BYTES, 8, 1),
+    ("nvshmem_allreduce_family", {"ALGO": "twoshot"}, 3, "none", 0, 0, 7),  # grid-wide syncs between the shots
+    ("nvshmem_allgather_family", {}, 3, "alternate", 0, 8, 4),
+    ("nvshmem_reduce_scatter_family", {}, 3, "alternate", 0, 8, 4),
+    ("nvshmem_alltoall_dispatch", {}, 3, "barrier", 0, 4, 4),  # a barrier_all between calls: a collective
+    ("nvshmem_fenced_dispatch", {}, 3, "barrier", 0, 4, 11),
+    ("nvshmem_twoshot_allreduce", {}, 3, "barrier", 0, 0, 7),
+])
+def test_a_kernel_launched_plainly_has_no_block_waiting_for_another(name, params, calls, between, packets_max,
+                                                                   plain, blocks):
+    """`nvshmem_plan.syncs_grid` decides the launch; the emitted kernels agree with it: every kernel launched
+    plainly (at 4 ranks, with a grid of several blocks where its ops are wide) calls no grid-wide sync and
+    no NVSHMEM collective, and the program model prices the same launches (`perf.programs`)."""
+    from clockworks_dist.dsl import params as params_mod
+    from clockworks_dist.perf.programs import NvshmemKernels
+
+    with params_mod.bind(params):
+        sched = load_file(str(ROOT / "protocols" / f"{name}.py"))[0].trace(4)
+    lowered = lower(sched, Build("nvshmem", calls, between, packets=packets_max))
+    text = program.generate(lowered)
+    found = dict(kernels(text))
+    plainly = 0
+    for rank in range(4):
+        assert lowered.plan(rank).blocks == blocks
+        launches = re.findall(rf"cw_nv_launch\(\(const void\*\)(cw_nv_rank{rank}(?:_call\d+)?), &a, s, (true|false)\);",
+                              text)
+        assert len(launches) == lowered.plan(rank).kernels
+        model = NvshmemKernels(lowered.sched, None, "graph", lowered)
+        starts = [0] + sorted(m for r, m in model.call_kernels if r == rank)
+        for (kernel, how), start in zip(launches, starts):
+            assert model.cooperative(rank, start) == (how == "true"), (kernel, start)
+            if how == "false":
+                plainly += 1
+                assert not [w for w in GRID_WAITS if w in code(found[kernel])], kernel
+            else:  # launched cooperatively: it does sync its grid or meet the other PEs
+                assert [w for w in GRID_WAITS if w in code(found[kernel])], kernel
+    assert plainly == plain
+
+
+def test_the_committed_library_launches_plainly_only_kernels_whose_blocks_never_wait_for_each_other():
+    """Each call's flag (`cooperative[call]`, beside the kernels it launches) against that kernel's text:
+    a kernel launched plainly calls no grid-wide sync and no NVSHMEM collective (a grid-wide sync in a
+    plain launch of several blocks faults), and one launched cooperatively does one of them."""
+    text = DISPATCH.read_text()
+    bodies = {}
+    for ns in re.findall(r"namespace (cw_size\d+) \{", text):
+        block = text.split(f"namespace {ns} {{")[1].split(f"}}  // namespace {ns}")[0]
+        bodies.update({f"{ns}::{name}": body for name, body in kernels(block)})
+    checked = 0
+    for names, flags in re.findall(r"static const void\* const kernels\[\] = \{([^}]*)\};\n"
+                                   r"\s*static const bool cooperative\[\] = \{([^}]*)\};", text):
+        names = [n.strip().removeprefix("(const void*)") for n in names.split(",")]
+        flags = [f.strip() == "true" for f in flags.split(",")]
+        assert len(names) == len(flags) == 32
+        for name, coop in zip(names, flags):
+            waits = [w for w in GRID_WAITS if w in code(bodies[name])]
+            assert bool(waits) == coop, (name, waits)
+            checked += 1
+    assert checked == 8 * 2 * 32

@@ -248,3 +248,30 @@ def test_the_cli_refuses_packets_for_nccl_and_checks_the_rewrite(tmp_path, capsy
     assert code == 0 and "cw_nv_pk_wait(" in next(tmp_path.glob("*.cu")).read_text()
     code = main(["codegen", str(FAMILY), "--backend", "nvshmem", "--packets", "lots", "-o", str(tmp_path)])
     assert code == 2 and "--packets" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("chunk,blocks", [(256, 1), (1024, 1), (4096, 4), (32768, 32)])
+def test_packet_ops_take_a_block_per_8_kib_of_payload(chunk, blocks):
+    """A packet send and the reduce that reads packets spread over one block per 8 KiB of payload
+    (`lowering.packet_blocks`): 2 KiB and 8 KiB on one block (every op of the rank on block 0), 32 KiB on 4,
+    256 KiB on 32, each block sending and then polling its own share; the kernels sync no grid, so they
+    are launched plainly, and the program model prices the same spread."""
+    from clockworks_dist.lowering import packet_blocks
+    from clockworks_dist.perf.programs import NvshmemKernels
+
+    low = lower(family("oneshot", 2, chunk), Build("nvshmem", 2, "alternate", packets=1 << 20))
+    payload = 2 * chunk * 4
+    assert packet_blocks(payload) == blocks
+    plan = low.plan(0)
+    assert plan.blocks == blocks
+    sends = [s for s in plan.steps if (0, s.index) in low.packets.sends]
+    reduces = [s for s in plan.steps if (0, s.index) in low.packets.reads]
+    assert len(sends) == len(reduces) == 2
+    assert all(s.who.want == blocks if blocks > 1 else s.who.kind == "one" for s in sends + reduces)
+    text = program.generate(low)
+    call0 = text.split("cw_nv_rank0_call0(CwNvArgs0 a) {")[1].split("\n}\n")[0]
+    share = f"{blocks}, " if blocks > 1 else "1, blockIdx.x"
+    assert f"cw_nv_pk_send(nvshmem_ptr(b_packets_ready_0, 1), b_x, {payload}, 1u, {share}" in call0
+    assert f"CW_SUM, {share}" in call0 and "cw_nv_pk_wait(" not in call0
+    assert "cw_nv_launch((const void*)cw_nv_rank0_call0, &a, s, false);" in text
+    assert not NvshmemKernels(low.sched, None, "graph", low).cooperative(0, 0)

@@ -92,7 +92,8 @@ the value locally; the copy after it unpacks. Where the lowering dropped that co
 was scratch read only by one reduce, `packets._consumed`), the reduce reads the packet areas itself
 (`cw_nv_pk_reduce`, each packet polled for its flag); and where that reduce is the last op of its
 kernel and only its waits come before it, the waits poll nothing (`_polled_by_reduce`): each block's
-share of the reduce polls its own packets, and the next kernel starts after every block has finished. A rank whose every op then fits one block runs them
+share of the reduce polls its own packets, and the next kernel starts after every block has
+finished. A rank whose every op then fits one block runs them
 all on block 0, so each follows what it depends on by a `__syncthreads`.
 
 Copy-engine puts (`--copy-engine SIZE`, `lowering.nvshmem_plan.copy_engine_ops`): a put or put_signal
@@ -132,7 +133,7 @@ from pathlib import Path
 
 from .. import ir
 from ..lowering.nvshmem_plan import (
-    TEAM_COLLECTIVES, RankPlan, Step, Who, kernel_spans, staged, team_of, team_op,
+    TEAM_COLLECTIVES, RankPlan, Step, Who, kernel_spans, staged, syncs_grid, team_of, team_op,
 )
 from ..semantics.backends import Backend, Unsupported, register
 from ..semantics.rules import describe, rule
@@ -828,7 +829,9 @@ class NvshmemTarget(Target):
         scratch_before = len(gen.scratch)
         spans = kernel_spans(plan.steps)
         bodies: list[list[str]] = []  # one per kernel: the calls of --calls, each its own launch
-        collective: list[bool] = []  # per kernel: whether it calls an NVSHMEM collective (barrier_all, sync_all)
+        # per kernel: whether it is launched cooperatively (`nvshmem_plan.syncs_grid`: it syncs its grid or
+        # calls an NVSHMEM collective); the others are launched plainly, whatever their grid
+        cooperative: list[bool] = []
         # the rank's run in stream order: ("kernel", k, its first op or None) and ("host", the copy
         # engine's put's lines, its op); the launch code here and a library's are written from it
         sequence: list[tuple[str, object, int | None]] = []
@@ -840,12 +843,10 @@ class NvshmemTarget(Target):
                 continue
             sequence.append(("kernel", len(bodies), steps[0].index if steps else None))
             body: list[str] = []
-            coll = False
             for step in steps:
                 op = program.ops[step.index]
                 gen.index = step.index
                 kernel.step = step
-                coll = coll or op.kind in ("barrier_all", "sync_all") or team_op(sched, op)
                 body += ["", op_comment(op), f"  cw_nv_mark(a.marks, {step.index});"]
                 ordering = self._ordering(gen, op, step)
                 if ordering is not None:
@@ -859,11 +860,12 @@ class NvshmemTarget(Target):
             if k + 1 < len(spans):  # the next kernel, or the copy engine's put, starts after this one ends
                 body += _call_end(spans[k + 1][1][0], spans[k + 1][0] == "host")
             bodies.append(body)
-            collective.append(coll)
+            cooperative.append(syncs_grid(sched, rank, steps))
         scratch = [item.name for item in gen.scratch[scratch_before:]]
-        if not state.get("library"):  # a library's last kernel is a call like the others: no closing barrier
-            collective[-1] = True  # the last kernel ends the run with every PE meeting (nvshmem_barrier_all)
-        state.setdefault("collective", {})[rank] = collective
+        # the last kernel ends the run (`_end`): every block's quiet, a grid-wide sync and every PE meeting
+        # (nvshmem_barrier_all), in a library's K-th call too (its reset relies on it): cooperative
+        cooperative[-1] = True
+        state.setdefault("cooperative", {})[rank] = cooperative
         state.setdefault("sequence", {})[rank] = sequence
         return self._kernel_text(gen, rank, plan, kernel, bodies, scratch)
 
@@ -1063,22 +1065,24 @@ class NvshmemTarget(Target):
             "",
             *kernels,
             *([] if _state(gen).get("library") else
-              self._host_launch(rank, fill, names, _state(gen).get("collective", {}).get(rank) or [True] * len(names),
+              self._host_launch(rank, fill, names, _state(gen).get("cooperative", {}).get(rank) or [True] * len(names),
                                 hosts)),
         ]
 
     @staticmethod
-    def _host_launch(rank: int, fill: list[str], names: list[str], collective: list[bool],
+    def _host_launch(rank: int, fill: list[str], names: list[str], cooperative: list[bool],
                      hosts: dict[int, list[str]] | None = None) -> list[str]:
         """`rank<k>(s)`: one run of the rank's ops, every kernel launched in order (the program's);
-        `collective[k]`: kernel k calls an NVSHMEM collective, so it needs NVSHMEM's collective launch
-        whatever its grid (`cw_nv_launch`); `hosts[k]`: the copy engine's puts issued before kernel k."""
+        `cooperative[k]`: kernel k syncs its grid or calls an NVSHMEM collective
+        (`nvshmem_plan.syncs_grid`), so it needs a cooperative launch (`cw_nv_launch`); the others are
+        launched plainly; `hosts[k]`: the copy engine's puts issued before kernel k."""
         hosts = hosts or {}
         launches = []
-        for k, (name, coll) in enumerate(zip(names, collective)):
+        for k, (name, coop) in enumerate(zip(names, cooperative)):
             launches += hosts.get(k, [])
-            launches.append(f"  cw_nv_launch((const void*){name}, &a, s, {'true' if coll else 'false'});"
-                            + ("  // it calls an NVSHMEM collective" if coll else ""))
+            launches.append(f"  cw_nv_launch((const void*){name}, &a, s, {'true' if coop else 'false'});"
+                            + ("  // cooperative: it syncs its grid or calls an NVSHMEM collective" if coop else
+                               "  // plainly: no block of it waits for another"))
         return [
             f"static void rank{rank}(cudaStream_t s) {{",
             f"  CwNvArgs{rank} a;",

@@ -24,7 +24,8 @@ from . import packets as packets_mod
 from .nvshmem_plan import RankPlan, copy_engine_ops, monotone_words, plan_rank, touch_index
 from .repeat import BETWEEN, call_starts, repeat
 from .blocks import (  # noqa: F401  (the block rules, read by the emitters and the simulator)
-    LOCAL_MAX_BLOCKS, LOCAL_THREADS, NVSHMEM_BLOCK_BYTES, NVSHMEM_MAX_BLOCKS, local_blocks, nvshmem_blocks,
+    LOCAL_MAX_BLOCKS, LOCAL_THREADS, NVSHMEM_BLOCK_BYTES, NVSHMEM_MAX_BLOCKS, PACKET_BLOCK_BYTES, local_blocks,
+    nvshmem_blocks, packet_blocks,
 )
 
 BACKENDS = ("nccl", "nvshmem")  # the emitted programs; a `Build` of another backend lowers nothing

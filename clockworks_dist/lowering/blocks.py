@@ -20,6 +20,20 @@ def nvshmem_blocks(nbytes: float) -> int:
     return max(1, min(NVSHMEM_MAX_BLOCKS, -(-int(nbytes) // NVSHMEM_BLOCK_BYTES)))
 
 
+# A put_signal sent as packets, and a reduce that reads packets in place (`lowering.packets`), take one
+# block per this many bytes of payload (1,024 packets: two a thread of a 512-thread block), at most
+# NVSHMEM_MAX_BLOCKS: a packet is one 16-byte store or load whose flag the reader polls, so what bounds
+# it is how many round trips each thread makes, not the blocks' rate (a hand-written flag-in-data
+# one-shot on 2 x H200 was fastest with about two packets a thread from 8 KiB to 256 KiB:
+# reference/h200x2_allreduce_anchors.md).
+PACKET_BLOCK_BYTES = 8 * 1024
+
+
+def packet_blocks(payload: float) -> int:
+    """The thread blocks a packet op of `payload` bytes of payload is spread over."""
+    return max(1, min(NVSHMEM_MAX_BLOCKS, -(-int(payload) // PACKET_BLOCK_BYTES)))
+
+
 LOCAL_THREADS = 256  # threads a block of a host-driven program's local kernel
 LOCAL_MAX_BLOCKS = 1024  # support.cuh's cw_grid: at most this many blocks, each looping over the rest
 

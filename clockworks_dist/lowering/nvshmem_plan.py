@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from .. import ir
 from ..semantics.rules import SIG, SIG_READS, Mode, When, rule
 from ..semantics.words import only_grows
-from .blocks import NVSHMEM_BLOCK_BYTES, NVSHMEM_MAX_BLOCKS, nvshmem_blocks
+from .blocks import NVSHMEM_BLOCK_BYTES, NVSHMEM_MAX_BLOCKS, nvshmem_blocks, packet_blocks
 
 THREADS = 512  # threads per block
 BLOCK_BYTES = NVSHMEM_BLOCK_BYTES  # an op takes one more block per this many bytes ...
@@ -248,13 +248,22 @@ def plan_rank(sched: ir.Schedule, rank: int, index: dict | None = None, monotone
     later op follows its issue and its delivery, more order than the semantics asks for (a delivery
     may land any time before the next quiet), never less."""
     sends = packets.sends if packets is not None else {}
+    reads = packets.reads if packets is not None else {}
     n_ops = len(sched.programs[rank].ops)
+
+    def want_of(m: int, op) -> int:
+        """The blocks op m takes: a packet send and a reduce that reads packets one per
+        `blocks.PACKET_BLOCK_BYTES` of payload, a wait one, any other op one per `NVSHMEM_BLOCK_BYTES`."""
+        if (rank, m) in sends:
+            return packet_blocks(_op_bytes(sched, rank, op))
+        if (rank, m) in reads:
+            return packet_blocks(_bytes(sched, rank, op.dst))
+        return _want(_op_bytes(sched, rank, op))
+
     splits = frozenset(splits) | copy_engine | {m + 1 for m in copy_engine if m + 1 < n_ops}
     # With packets, a rank whose every op fits one block runs them all on block 0: each op then
     # follows the ones it depends on by a __syncthreads, never by a handoff between blocks.
-    compact = bool(sends) and all(
-        _want(2 * _op_bytes(sched, rank, op) if (rank, m) in sends else _op_bytes(sched, rank, op)) == 1
-        for m, op in enumerate(sched.programs[rank].ops))
+    compact = bool(sends) and all(want_of(m, op) == 1 for m, op in enumerate(sched.programs[rank].ops))
     index = touch_index(sched) if index is None else index
     monotone = monotone_words(sched) if monotone is None else monotone
     program = sched.programs[rank]
@@ -338,10 +347,7 @@ def plan_rank(sched: ir.Schedule, rank: int, index: dict | None = None, monotone
         publishes = _publishes(op, rank)
         spread_signal = False
         pes = [op.pe] if rule(op).fenced else []
-        want = 1 if isinstance(op, (ir.WaitUntil, ir.WaitUntilAll, ir.WaitUntilAny)) else _want(
-            _op_bytes(sched, rank, op))
-        if (rank, m) in sends:
-            want = _want(2 * _op_bytes(sched, rank, op))
+        want = 1 if isinstance(op, (ir.WaitUntil, ir.WaitUntilAll, ir.WaitUntilAny)) else want_of(m, op)
         if staged(op, rank) is not None:
             want = 1
         if isinstance(op, ir.PutSignal) and want > 1 and (rank, m) not in sends:
@@ -478,6 +484,28 @@ def team_step(sched: ir.Schedule, rank: int, m: int, op, index: dict, unpublishe
     touches = _touches(op, rank, (When.JOINT,))
     observable = [t for t in touches if t.write and _observable(t, rank, index)]
     return step, False, (Item(m, op, who, touches, observable, []) if observable else None)
+
+
+def syncs_grid(sched: ir.Schedule, rank: int, steps: list[Step]) -> bool:
+    """Whether a kernel made of `steps` (of `rank`) needs every one of its blocks resident at once, so a
+    cooperative launch: one of its blocks waits for all the others (a grid-wide sync: a step after
+    one, `pre == "grid"`; a quiet that is not idle, `cw_nv_quiet_all`; a spread compute's hashed sum,
+    `cw_nv_grid_sum`), or it calls an NVSHMEM collective (barrier_all, sync_all, a team op: NVSHMEM's
+    collective launch). Any other kernel's blocks never wait for one another: each runs its ops in
+    order, hands over by an arrival counter (the last block to arrive goes on; the others do not
+    wait) or waits for another PE's word, so it runs on whichever blocks are resident and may be
+    launched plainly, whatever its grid (`codegen.nvshmem`'s `cw_nv_launch`, the library's
+    `cwl_launch`, and the program model's price of the launch read this one answer)."""
+    program = sched.programs[rank]
+    for step in steps:
+        op = program.ops[step.index]
+        if step.pre == "grid" or step.hash_slot is not None:
+            return True
+        if isinstance(op, ir.Quiet) and not step.idle:
+            return True
+        if isinstance(op, (ir.BarrierAll, ir.SyncAll)) or team_op(sched, op):
+            return True
+    return False
 
 
 def kernel_spans(steps: list[Step]) -> list[tuple[str, list[Step]]]:

@@ -19,7 +19,8 @@ ops an NVSHMEM kernel runs on one thread is the op's cost rule (`costs.Cost.one_
 from __future__ import annotations
 
 from .. import ir
-from ..lowering import Lowered, local_blocks, LOCAL_THREADS, nvshmem_blocks
+from ..lowering import Lowered, local_blocks, LOCAL_THREADS, nvshmem_blocks, packet_blocks
+from ..lowering.nvshmem_plan import syncs_grid
 from .costs import COSTS, launch_us, launches_kernel
 
 
@@ -187,14 +188,14 @@ class NvshmemKernels(ScheduleOps):
 
     def cooperative(self, rank: int, index: int) -> bool:
         """Whether the call's kernel that begins at op `index` of `rank` is launched cooperatively, as
-        the generated code decides at run time (`cw_nv_launch`): a grid of more than one block (every
-        kernel of the rank has the plan's grid), an NVSHMEM collective in it, or the last kernel."""
+        the generated code decides (`nvshmem_plan.syncs_grid`: a grid-wide sync or an NVSHMEM
+        collective in it), or is the last kernel (it ends the run with every PE meeting)."""
         starts = sorted(m for r, m in self.call_kernels if r == rank)
         later = [m for m in starts if m > index]
-        if not later or self._blocks[rank] > 1:
+        if not later:
             return True
-        ops = self.sched.programs[rank].ops[index:later[0]]
-        return any(op.kind in ("barrier_all", "sync_all") for op in ops)
+        steps = [step for step in self.lowered.plan(rank).steps if index <= step.index < later[0]]
+        return syncs_grid(self.sched, rank, steps)
 
     def planned_fence(self, rank: int, index: int) -> bool:
         """A publication, a fence's order; a call's kernel whose kernel before ends fenced; outside the
@@ -245,14 +246,20 @@ class NvshmemKernels(ScheduleOps):
     def block_floor_us(self, op, rank: int, size) -> float:
         """The generated code spreads a reduce, copy or fill over one block per
         `lowering.NVSHMEM_BLOCK_BYTES` of the bytes it moves (a copy's or fill's destination, a
-        reduce's destination and sources), and each block writes its share of the destination at
-        `nvshmem_local_block_GBs` (`simulate.Simulator._block_floor` says what measured it)."""
+        reduce's destination and sources), a reduce that reads packets over one block per
+        `lowering.PACKET_BLOCK_BYTES` of its destination (`nvshmem_plan.plan_rank`), and each block
+        writes its share of the destination at `nvshmem_local_block_GBs`
+        (`simulate.Simulator._block_floor` says what measured it)."""
         rate = self.c.nvshmem_local_block_GBs
         if not rate:
             return 0.0
         dst = size(rank, op.dst)
         moved = dst * (1 + len(op.srcs)) if op.kind == "reduce" else dst
-        return dst / nvshmem_blocks(moved) / (rate * 1e3)
+        blocks = nvshmem_blocks(moved)
+        if op.kind == "reduce" and self.lowered.packets is not None and any(
+                self.sched.programs[rank].buffer(src.buffer).role == "packets" for src in op.srcs):
+            blocks = packet_blocks(dst)
+        return dst / blocks / (rate * 1e3)
 
     def compute(self, op, traffic: float) -> tuple[int, float, float, float] | None:
         return 1, traffic, 0.0, 0.0

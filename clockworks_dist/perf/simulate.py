@@ -733,13 +733,14 @@ class Simulator:
         if (issuer, index) in self.free:  # a thread's end lands as it is issued
             self.engine.at(self.now, lambda: self._landed(action, op, issue, note))
             return
+        payload = nbytes if packets else None
         if packets:  # 16-byte stores of 8 bytes of payload and the flag: twice the bytes, the flag in each
             nbytes, note["packets"] = 2 * nbytes, True
         if rule.pulls:  # the bytes come from the peer, at the rate of the blocks that asked for them
             src, dst, ceiling = pe, issuer, self._block_ceiling(nbytes)
         else:
             src, dst = issuer, pe
-            ceiling = min(self._block_ceiling(nbytes),
+            ceiling = min(self._block_ceiling(nbytes, payload),
                           self.net.bottleneck(issuer, pe) * self.c.nvshmem_link_efficiency)
         engine = (issuer, index) in self.engine_ops
         if engine:  # the copy engine's rate to a peer (in its own memory: HBM's); the rank goes on once it
@@ -800,10 +801,11 @@ class Simulator:
             self.fencing.pop(issuer)()
         self._dispatch()
 
-    def _block_ceiling(self, nbytes: float) -> float:
+    def _block_ceiling(self, nbytes: float, payload: float | None = None) -> float:
         """The blocks' rate: the run's block count (a calibration cell's), else the generated code's
-        spread of these bytes."""
-        blocks = self.conditions.nvshmem_blocks or lowering.nvshmem_blocks(nbytes)
+        spread of these bytes (of a packet send's `payload`: `lowering.packet_blocks`)."""
+        spread = lowering.nvshmem_blocks(nbytes) if payload is None else lowering.packet_blocks(payload)
+        blocks = self.conditions.nvshmem_blocks or spread
         return self.c.nvshmem_block_GBs * blocks
 
     # -- two-sided ----------------------------------------------------------------------------

@@ -6,7 +6,8 @@
 # With more ranks than GPUs the ranks share the GPUs (the driver picks local rank mod GPUs): a check of
 # the results only, no figure of a machine with a GPU per rank.
 #   WHEELS=DIR     the wheels the machine's Python lacks (env.sh)
-#   A=DIR, B=DIR   the two libraries (tune --emit folders; carry them: build/ is not in git)
+#   A=DIR, B=DIR   the two libraries (tune --emit folders; carry them: build/ is not in git); A= (empty)
+#                  runs B alone
 #   NAME           the library's name (default cw_nvshmem_allreduce_family)
 #   NP             ranks (default 2)
 #   RUNS           rounds of A then B (default 2)
@@ -19,8 +20,9 @@ mkdir -p "$OUT"
 . scripts/gpu/env.sh
 NAME=${NAME:-cw_nvshmem_allreduce_family}
 W=/tmp/cw-library-ab-work; rm -rf $W; mkdir -p $W
-declare -A SRC=([a]=${A:?A=DIR} [b]=${B:?B=DIR})
-for v in a b; do
+declare -A SRC=([a]=${A-} [b]=${B:?B=DIR})
+VARIANTS="a b"; [ -n "${SRC[a]}" ] || VARIANTS="b"
+for v in $VARIANTS; do
   mkdir -p $W/$v && cp "${SRC[$v]}"/$NAME.h "${SRC[$v]}"/$NAME.cu "${SRC[$v]}"/${NAME}_test.cu $W/$v/ || exit 2
   timeout ${BUILD_MAX:-400} python3 scripts/gpu/build_library_driver.py "$W/$v" "$NAME" > $W/$v/build.log 2>&1 &
 done
@@ -29,7 +31,7 @@ echo "builds done $(( $(date +%s) - START )) s" | tee -a "$OUT/ab.log"
 { nvidia-smi -L; echo "A=${SRC[a]} B=${SRC[b]} NP=${NP:-2} DRIVER_ARGS=${DRIVER_ARGS:---iters 20}"; } > "$OUT/gpus.txt" 2>&1
 failed=0
 for n in $(seq 1 ${RUNS:-2}); do
-  for v in a b; do
+  for v in $VARIANTS; do
     cp $W/$v/build.log "$OUT/$v.build.log"
     if [ ! -x $W/$v/${NAME}_test ]; then echo "$v: no binary" | tee -a "$OUT/ab.log"; tail -n 5 $W/$v/build.log; failed=1; continue; fi
     timeout ${RUN_MAX:-200} mpirun --allow-run-as-root --oversubscribe -np ${NP:-2} -x NCCL_NVLS_ENABLE \

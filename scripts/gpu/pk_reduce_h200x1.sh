@@ -6,7 +6,9 @@
 #    kernel (the waits poll, the reduce reads the payload), at NP ranks: every output bit for bit;
 # 2. the emitted library before (A, carry build/lib_old) and after (B, build/lib_new), each driver's
 #    checked calls at every size (--no-time), 2 PEs on the GPU.
-#   WHEELS=DIR the wheels (env.sh); NP="2 4" the world sizes of 1.
+#   WHEELS=DIR the wheels (env.sh); NP="2 4" the world sizes of 1; SIZES (default 1KiB,8KiB,32KiB) and
+#   PACKETS (default 64KiB) validate's --sizes and --packets; LIBRARY=0 skips 2; A= (empty) runs the
+#   library after (B) alone.
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 set -uo pipefail
 START=$(date +%s)
@@ -22,8 +24,8 @@ for np in ${NP:-2 4}; do
       folder="$OUT/${algo}_${tag}_np$np"
       t0=$SECONDS
       timeout ${ONE_MAX:-240} python3 -m clockworks_dist.cli validate protocols/nvshmem_allreduce_family.py \
-          --param ALGO=$algo --np "$np" --backend nvshmem --share-gpus --packets 64KiB $flags \
-          --sizes 1KiB,8KiB,32KiB --iters 2 --warmup 1 --timeout 60 --no-nccl --out "$folder" > "$folder.txt" 2>&1
+          --param ALGO=$algo --np "$np" --backend nvshmem --share-gpus --packets ${PACKETS:-64KiB} $flags \
+          --sizes ${SIZES:-1KiB,8KiB,32KiB} --iters 2 --warmup 1 --timeout 60 --no-nccl --out "$folder" > "$folder.txt" 2>&1
       rc=$?
       [ $rc = 0 ] || failed=1
       echo "$algo $tag np=$np rc=$rc $((SECONDS - t0)) s" | tee -a "$OUT/pk.log"
@@ -34,9 +36,11 @@ for np in ${NP:-2 4}; do
   done
 done
 echo "validate done $(( $(date +%s) - START )) s, failed=$failed" | tee -a "$OUT/pk.log"
-if [ -d build/lib_old ] && [ -d build/lib_new ]; then
-  OUT=$OUT/library A=build/lib_old B=build/lib_new NP=2 RUNS=1 DRIVER_ARGS="--no-time" RUN_MAX=${RUN_MAX:-300} \
+if [ "${LIBRARY:-1}" = 1 ] && [ -d build/lib_old ] && [ -d build/lib_new ]; then
+  OUT=$OUT/library A=${A-build/lib_old} B=build/lib_new NP=2 RUNS=1 DRIVER_ARGS="--no-time" RUN_MAX=${RUN_MAX:-300} \
       bash scripts/gpu/library_ab.sh || failed=1
 fi
 echo "done in $(( $(date +%s) - START )) s, failed=$failed" | tee -a "$OUT/pk.log"
+# few files come back from a lent machine: everything but the log in one archive
+( cd "$OUT" && tar czf /tmp/pk.tgz --exclude=pk.log . && find . -mindepth 1 ! -name pk.log -delete && mv /tmp/pk.tgz . )
 exit $failed

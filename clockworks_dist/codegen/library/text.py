@@ -514,7 +514,7 @@ def _generate_entry(entry: Entry, k: int) -> tuple[list[str], dict]:
         text += TARGET.rank_function(gen, rank)
     text.append(f"}}  // namespace cw_size{k}")
     return text, {"plans": state["plans"], "fields": state["fields"], "scratch": list(gen.scratch),
-                  "sequence": state.get("sequence", {}), "collective": state["collective"]}
+                  "sequence": state.get("sequence", {}), "cooperative": state["cooperative"]}
 
 
 def source(entries: list[Entry], provenance: dict) -> str:
@@ -618,19 +618,20 @@ def _host_support(up: str) -> list[str]:
         "",
         "uint32_t* cwl_marks = nullptr;  // progress words the kernels write (one per block, and word 0)",
         "",
-        "// One call's kernel. A grid of one block whose kernel calls no NVSHMEM collective is launched",
-        "// plainly (`collective` false): it needs no co-resident blocks (its grid-wide syncs are its block's",
-        "// barrier, cw_nv_grid_barrier) and no collective launch, and a plain launch starts sooner; stream",
-        "// order still runs it after the kernel before it has ended, as the checked schedule's call boundary",
-        "// assumes. Any other kernel is cooperative (every block resident: the kernels sync their grid),",
-        "// through NVSHMEM's collective launch; while `s` is captured into a CUDA graph, the same kernel and",
-        "// grid directly on `s` with the cooperative attribute (as the generated programs do: nvshmem.cuh).",
+        "// One call's kernel. A kernel none of whose blocks waits for another (no grid-wide sync, no NVSHMEM",
+        "// collective: lowering.nvshmem_plan.syncs_grid) is launched plainly (`cooperative` false), whatever",
+        "// its grid: it needs no co-resident blocks and no collective launch, and a plain launch starts",
+        "// sooner (0.31 us less in a graph on one H200); stream order still runs it after the kernel before",
+        "// it has ended, as the checked schedule's call boundary assumes. Any other kernel is cooperative",
+        "// (every block resident, for its grid-wide syncs), through NVSHMEM's collective launch; while `s` is",
+        "// captured into a CUDA graph, the same kernel and grid directly on `s` with the cooperative",
+        "// attribute (as the generated programs do: nvshmem.cuh).",
         "// No launch here carries programmatic dependent launch, so each kernel's first statement",
         "// (cw_nv_after_previous_kernel) returns at once and the kernel starts in plain stream order.",
-        "int cwl_launch(const void* kernel, void* args, int grid, cudaStream_t s, bool collective) {",
+        "int cwl_launch(const void* kernel, void* args, int grid, cudaStream_t s, bool cooperative) {",
         "  void* params[] = {args};",
-        "  if (grid == 1 && !collective) {",
-        "    CWL_CUDA(cudaLaunchKernel(kernel, dim3(1), dim3(CW_NV_THREADS), params, 0, s));",
+        "  if (!cooperative) {",
+        "    CWL_CUDA(cudaLaunchKernel(kernel, dim3(grid), dim3(CW_NV_THREADS), params, 0, s));",
         "    return 0;",
         "  }",
         "  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;",
@@ -757,8 +758,8 @@ def _entry_host(entry: Entry, k: int, info: dict, slot: dict[str, int]) -> list[
             raise LibraryError(f"{_size_text(entry.winner.nbytes)}: rank {rank} needs {len(items)} scratch copies; "
                                "the library keeps at most 8")
         kernels = kernel_names(rank, plan.kernels) if not entry.endless else [f"cw_nv_rank{rank}_every_call"]
-        colls = info["collective"][rank]
-        if entry.endless:  # the one kernel runs the middle period's calls: a collective if any of them is
+        colls = info["cooperative"][rank]
+        if entry.endless:  # the one kernel runs the middle period's calls: cooperative if any of them is
             colls = [any(colls[entry.endless:2 * entry.endless])]
         sequence = info.get("sequence", {}).get(rank, [])
         engine = any(kind == "host" for kind, _what, _op in sequence)
@@ -806,16 +807,16 @@ def _entry_host(entry: Entry, k: int, info: dict, slot: dict[str, int]) -> list[
         call += [f"    case {rank}: {{",
                  f"      static const void* const kernels[] = {{"
                  f"{', '.join(f'(const void*)cw_size{k}::{n}' for n in kernels)}}};",
-                 f"      static const bool collective[] = {{{', '.join('true' if c else 'false' for c in colls)}}};"
-                 "  // the kernels that call an NVSHMEM collective",
+                 f"      static const bool cooperative[] = {{{', '.join('true' if c else 'false' for c in colls)}}};"
+                 "  // the kernels that sync their grid or call an NVSHMEM collective",
                  f"      cw_size{k}::CwNvArgs{rank} a;",
                  *[f"      {line}" for line in fill],
                  "      a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;",
                  *(["      a.calls = z.calls; a.calls_arrive = (unsigned*)(z.calls + 1);",
                     "      (void)call;  // the kernel counts its calls itself (device memory, in stream order)",
-                    "      return cwl_launch(kernels[0], &a, z.grid, s, collective[0]);"] if entry.endless else []),
+                    "      return cwl_launch(kernels[0], &a, z.grid, s, cooperative[0]);"] if entry.endless else []),
                  *([] if entry.endless else _call_sequence(sequence, entry.starts.get(rank, []), entry.calls)
-                   if engine else ["      return cwl_launch(kernels[call], &a, z.grid, s, collective[call]);"]),
+                   if engine else ["      return cwl_launch(kernels[call], &a, z.grid, s, cooperative[call]);"]),
                  "    }"]
     setup += ["  }", "  return 0;", "}", ""]
     call += ["  }", "  return 0;", "}", ""]
@@ -830,7 +831,8 @@ def _call_sequence(sequence: list, starts: list[int], calls: int) -> list[str]:
     for kind, what, m in sequence:
         call = calls - 1 if m is None else sum(1 for start in starts if start <= m)
         if kind == "kernel":
-            per_call[call].append(f"          CWL_TRY(cwl_launch(kernels[{what}], &a, z.grid, s, collective[{what}]));")
+            per_call[call].append(f"          CWL_TRY(cwl_launch(kernels[{what}], &a, z.grid, s, "
+                                  f"cooperative[{what}]));")
         else:
             per_call[call] += ["        " + line for line in what if line.strip()]
             per_call[call].append("          CWL_CUDA(cudaGetLastError());  // the put's copy and signal were issued")

@@ -1118,8 +1118,9 @@ __device__ __forceinline__ void cw_nv_after_previous_kernel() {
 // NVSHMEM's own stream, joined to `s` by events; while `s` is captured into a CUDA graph: the same
 // kernel and grid directly on `s`, as a kernel node with the cooperative attribute (the grid was
 // checked resident with nvshmemx_collective_launch_query_gridsize).
-// A kernel of one block that calls no NVSHMEM collective (`collective` false: a call's kernel before
-// the last of --calls) needs neither: it is launched plainly on `s` (on one H200, 0.80 us between two
+// A kernel none of whose blocks waits for another (`cooperative` false, lowering.nvshmem_plan.syncs_grid:
+// no grid-wide sync and no NVSHMEM collective in it; a call's kernel before the last of --calls, say)
+// needs neither, whatever its grid: it is launched plainly on `s` (on one H200, 0.80 us between two
 // small kernels in a graph, 1.11 us with the cooperative attribute; a grid-wide sync, which a
 // one-block grid here replaces by its block's barrier, adds 0.93 us more: results/h200/one_gpu).
 // Stream order is the same either way: it starts after every block of the kernel before has
@@ -1136,7 +1137,9 @@ __device__ __forceinline__ void cw_nv_after_previous_kernel() {
 // which the wait still waits for, not its launch), and about 0.8 us more per call eagerly at 1 KiB
 // (5.6 against 4.8 us, the order of the two runs swapped: the launch with the attribute costs the
 // host more). So it is off unless CW_NV_PDL=1 asks for it, for the side-by-side runs on two GPUs,
-// where the hand-written probe saved 0.5 us per call at 8 KiB. A cooperative launch never carries it:
+// where the hand-written probe saved 0.5 us per call at 8 KiB. Only a plain grid of one block carries
+// it (the next kernel's block, waiting at its first statement, then takes one block's slot and never
+// starves a kernel of SMs); a wider plain grid is launched without it. A cooperative launch never carries it:
 // eagerly it goes through NVSHMEM's collective launch, which takes no launch attributes, so a captured
 // cooperative kernel keeps exactly the eager one's launch. (In the probe, cooperative with PDL left
 // 1.5-1.6 us where the cooperative attribute alone left 1.11 us; that kernel also ended with a
@@ -1157,11 +1160,12 @@ static bool cw_nv_pdl_allowed(const void* kernel) {
   }
   return f.ptxVersion >= 90;  // the virtual architecture the kernel was compiled for (__CUDA_ARCH__ / 10)
 }
-static void cw_nv_launch(const void* kernel, void* args, cudaStream_t s, bool collective) {
+static void cw_nv_launch(const void* kernel, void* args, cudaStream_t s, bool needs_cooperative) {
   void* params[] = {args};
   static const bool always = getenv("CW_NV_ALWAYS_COOPERATIVE") != nullptr;
-  static const bool pdl = cw_nv_pdl_allowed(kernel);
-  bool cooperative = always || collective || cw_nv_grid > 1;
+  static const bool pdl_asked = cw_nv_pdl_allowed(kernel);
+  const bool pdl = pdl_asked && cw_nv_grid == 1;
+  bool cooperative = always || needs_cooperative;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   CW_CUDA(cudaStreamIsCapturing(s, &capture));
   if (capture == cudaStreamCaptureStatusActive || !cooperative) {
@@ -1356,7 +1360,7 @@ static void rank0(cudaStream_t s) {
   a.marks = cw_marks_dev;
   a.arrive = cw_nv_arrive;
   a.hash = cw_nv_hash;
-  cw_nv_launch((const void*)cw_nv_rank0, &a, s, true);  // it calls an NVSHMEM collective
+  cw_nv_launch((const void*)cw_nv_rank0, &a, s, true);  // cooperative: it syncs its grid or calls an NVSHMEM collective
 }
 
 // ---------------------------------------------------------------------------------- rank 1
@@ -1462,7 +1466,7 @@ static void rank1(cudaStream_t s) {
   a.marks = cw_marks_dev;
   a.arrive = cw_nv_arrive;
   a.hash = cw_nv_hash;
-  cw_nv_launch((const void*)cw_nv_rank1, &a, s, true);  // it calls an NVSHMEM collective
+  cw_nv_launch((const void*)cw_nv_rank1, &a, s, true);  // cooperative: it syncs its grid or calls an NVSHMEM collective
 }
 
 

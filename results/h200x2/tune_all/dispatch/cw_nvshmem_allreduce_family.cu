@@ -489,19 +489,20 @@ int cwl_fail(int code, const char* call, const char* why, int line) {
 
 uint32_t* cwl_marks = nullptr;  // progress words the kernels write (one per block, and word 0)
 
-// One call's kernel. A grid of one block whose kernel calls no NVSHMEM collective is launched
-// plainly (`collective` false): it needs no co-resident blocks (its grid-wide syncs are its block's
-// barrier, cw_nv_grid_barrier) and no collective launch, and a plain launch starts sooner; stream
-// order still runs it after the kernel before it has ended, as the checked schedule's call boundary
-// assumes. Any other kernel is cooperative (every block resident: the kernels sync their grid),
-// through NVSHMEM's collective launch; while `s` is captured into a CUDA graph, the same kernel and
-// grid directly on `s` with the cooperative attribute (as the generated programs do: nvshmem.cuh).
+// One call's kernel. A kernel none of whose blocks waits for another (no grid-wide sync, no NVSHMEM
+// collective: lowering.nvshmem_plan.syncs_grid) is launched plainly (`cooperative` false), whatever
+// its grid: it needs no co-resident blocks and no collective launch, and a plain launch starts
+// sooner (0.31 us less in a graph on one H200); stream order still runs it after the kernel before
+// it has ended, as the checked schedule's call boundary assumes. Any other kernel is cooperative
+// (every block resident, for its grid-wide syncs), through NVSHMEM's collective launch; while `s` is
+// captured into a CUDA graph, the same kernel and grid directly on `s` with the cooperative
+// attribute (as the generated programs do: nvshmem.cuh).
 // No launch here carries programmatic dependent launch, so each kernel's first statement
 // (cw_nv_after_previous_kernel) returns at once and the kernel starts in plain stream order.
-int cwl_launch(const void* kernel, void* args, int grid, cudaStream_t s, bool collective) {
+int cwl_launch(const void* kernel, void* args, int grid, cudaStream_t s, bool cooperative) {
   void* params[] = {args};
-  if (grid == 1 && !collective) {
-    CWL_CUDA(cudaLaunchKernel(kernel, dim3(1), dim3(CW_NV_THREADS), params, 0, s));
+  if (!cooperative) {
+    CWL_CUDA(cudaLaunchKernel(kernel, dim3(grid), dim3(CW_NV_THREADS), params, 0, s));
     return 0;
   }
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -27540,7 +27541,7 @@ int cwl_call_0(int pe, int call, cudaStream_t s) {
   switch (pe) {
     case 0: {
       static const void* const kernels[] = {(const void*)cw_size0::cw_nv_rank0_call0, (const void*)cw_size0::cw_nv_rank0_call1, (const void*)cw_size0::cw_nv_rank0_call2, (const void*)cw_size0::cw_nv_rank0_call3, (const void*)cw_size0::cw_nv_rank0_call4, (const void*)cw_size0::cw_nv_rank0_call5, (const void*)cw_size0::cw_nv_rank0_call6, (const void*)cw_size0::cw_nv_rank0_call7, (const void*)cw_size0::cw_nv_rank0_call8, (const void*)cw_size0::cw_nv_rank0_call9, (const void*)cw_size0::cw_nv_rank0_call10, (const void*)cw_size0::cw_nv_rank0_call11, (const void*)cw_size0::cw_nv_rank0_call12, (const void*)cw_size0::cw_nv_rank0_call13, (const void*)cw_size0::cw_nv_rank0_call14, (const void*)cw_size0::cw_nv_rank0_call15, (const void*)cw_size0::cw_nv_rank0_call16, (const void*)cw_size0::cw_nv_rank0_call17, (const void*)cw_size0::cw_nv_rank0_call18, (const void*)cw_size0::cw_nv_rank0_call19, (const void*)cw_size0::cw_nv_rank0_call20, (const void*)cw_size0::cw_nv_rank0_call21, (const void*)cw_size0::cw_nv_rank0_call22, (const void*)cw_size0::cw_nv_rank0_call23, (const void*)cw_size0::cw_nv_rank0_call24, (const void*)cw_size0::cw_nv_rank0_call25, (const void*)cw_size0::cw_nv_rank0_call26, (const void*)cw_size0::cw_nv_rank0_call27, (const void*)cw_size0::cw_nv_rank0_call28, (const void*)cw_size0::cw_nv_rank0_call29, (const void*)cw_size0::cw_nv_rank0_call30, (const void*)cw_size0::cw_nv_rank0_call31};
-      static const bool collective[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false};  // the kernels that call an NVSHMEM collective
+      static const bool cooperative[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, true};  // the kernels that sync their grid or call an NVSHMEM collective
       cw_size0::CwNvArgs0 a;
       a.b_x = (float*)cwl_buffers[7].ptr;
       a.b_out = (float*)cwl_buffers[0].ptr;
@@ -27551,11 +27552,11 @@ int cwl_call_0(int pe, int call, cudaStream_t s) {
       a.b_packets_ready_0 = (float*)cwl_buffers[1].ptr;
       a.b_packets_ready_alt_0 = (float*)cwl_buffers[3].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      return cwl_launch(kernels[call], &a, z.grid, s, collective[call]);
+      return cwl_launch(kernels[call], &a, z.grid, s, cooperative[call]);
     }
     case 1: {
       static const void* const kernels[] = {(const void*)cw_size0::cw_nv_rank1_call0, (const void*)cw_size0::cw_nv_rank1_call1, (const void*)cw_size0::cw_nv_rank1_call2, (const void*)cw_size0::cw_nv_rank1_call3, (const void*)cw_size0::cw_nv_rank1_call4, (const void*)cw_size0::cw_nv_rank1_call5, (const void*)cw_size0::cw_nv_rank1_call6, (const void*)cw_size0::cw_nv_rank1_call7, (const void*)cw_size0::cw_nv_rank1_call8, (const void*)cw_size0::cw_nv_rank1_call9, (const void*)cw_size0::cw_nv_rank1_call10, (const void*)cw_size0::cw_nv_rank1_call11, (const void*)cw_size0::cw_nv_rank1_call12, (const void*)cw_size0::cw_nv_rank1_call13, (const void*)cw_size0::cw_nv_rank1_call14, (const void*)cw_size0::cw_nv_rank1_call15, (const void*)cw_size0::cw_nv_rank1_call16, (const void*)cw_size0::cw_nv_rank1_call17, (const void*)cw_size0::cw_nv_rank1_call18, (const void*)cw_size0::cw_nv_rank1_call19, (const void*)cw_size0::cw_nv_rank1_call20, (const void*)cw_size0::cw_nv_rank1_call21, (const void*)cw_size0::cw_nv_rank1_call22, (const void*)cw_size0::cw_nv_rank1_call23, (const void*)cw_size0::cw_nv_rank1_call24, (const void*)cw_size0::cw_nv_rank1_call25, (const void*)cw_size0::cw_nv_rank1_call26, (const void*)cw_size0::cw_nv_rank1_call27, (const void*)cw_size0::cw_nv_rank1_call28, (const void*)cw_size0::cw_nv_rank1_call29, (const void*)cw_size0::cw_nv_rank1_call30, (const void*)cw_size0::cw_nv_rank1_call31};
-      static const bool collective[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false};  // the kernels that call an NVSHMEM collective
+      static const bool cooperative[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, true};  // the kernels that sync their grid or call an NVSHMEM collective
       cw_size0::CwNvArgs1 a;
       a.b_x = (float*)cwl_buffers[7].ptr;
       a.b_out = (float*)cwl_buffers[0].ptr;
@@ -27566,7 +27567,7 @@ int cwl_call_0(int pe, int call, cudaStream_t s) {
       a.b_packets_ready_0 = (float*)cwl_buffers[1].ptr;
       a.b_packets_ready_alt_0 = (float*)cwl_buffers[3].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      return cwl_launch(kernels[call], &a, z.grid, s, collective[call]);
+      return cwl_launch(kernels[call], &a, z.grid, s, cooperative[call]);
     }
   }
   return 0;
@@ -27628,7 +27629,7 @@ int cwl_call_1(int pe, int call, cudaStream_t s) {
   switch (pe) {
     case 0: {
       static const void* const kernels[] = {(const void*)cw_size1::cw_nv_rank0_call0, (const void*)cw_size1::cw_nv_rank0_call1, (const void*)cw_size1::cw_nv_rank0_call2, (const void*)cw_size1::cw_nv_rank0_call3, (const void*)cw_size1::cw_nv_rank0_call4, (const void*)cw_size1::cw_nv_rank0_call5, (const void*)cw_size1::cw_nv_rank0_call6, (const void*)cw_size1::cw_nv_rank0_call7, (const void*)cw_size1::cw_nv_rank0_call8, (const void*)cw_size1::cw_nv_rank0_call9, (const void*)cw_size1::cw_nv_rank0_call10, (const void*)cw_size1::cw_nv_rank0_call11, (const void*)cw_size1::cw_nv_rank0_call12, (const void*)cw_size1::cw_nv_rank0_call13, (const void*)cw_size1::cw_nv_rank0_call14, (const void*)cw_size1::cw_nv_rank0_call15, (const void*)cw_size1::cw_nv_rank0_call16, (const void*)cw_size1::cw_nv_rank0_call17, (const void*)cw_size1::cw_nv_rank0_call18, (const void*)cw_size1::cw_nv_rank0_call19, (const void*)cw_size1::cw_nv_rank0_call20, (const void*)cw_size1::cw_nv_rank0_call21, (const void*)cw_size1::cw_nv_rank0_call22, (const void*)cw_size1::cw_nv_rank0_call23, (const void*)cw_size1::cw_nv_rank0_call24, (const void*)cw_size1::cw_nv_rank0_call25, (const void*)cw_size1::cw_nv_rank0_call26, (const void*)cw_size1::cw_nv_rank0_call27, (const void*)cw_size1::cw_nv_rank0_call28, (const void*)cw_size1::cw_nv_rank0_call29, (const void*)cw_size1::cw_nv_rank0_call30, (const void*)cw_size1::cw_nv_rank0_call31};
-      static const bool collective[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false};  // the kernels that call an NVSHMEM collective
+      static const bool cooperative[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, true};  // the kernels that sync their grid or call an NVSHMEM collective
       cw_size1::CwNvArgs0 a;
       a.b_x = (float*)cwl_buffers[7].ptr;
       a.b_out = (float*)cwl_buffers[0].ptr;
@@ -27639,11 +27640,11 @@ int cwl_call_1(int pe, int call, cudaStream_t s) {
       a.b_packets_ready_0 = (float*)cwl_buffers[1].ptr;
       a.b_packets_ready_alt_0 = (float*)cwl_buffers[3].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      return cwl_launch(kernels[call], &a, z.grid, s, collective[call]);
+      return cwl_launch(kernels[call], &a, z.grid, s, cooperative[call]);
     }
     case 1: {
       static const void* const kernels[] = {(const void*)cw_size1::cw_nv_rank1_call0, (const void*)cw_size1::cw_nv_rank1_call1, (const void*)cw_size1::cw_nv_rank1_call2, (const void*)cw_size1::cw_nv_rank1_call3, (const void*)cw_size1::cw_nv_rank1_call4, (const void*)cw_size1::cw_nv_rank1_call5, (const void*)cw_size1::cw_nv_rank1_call6, (const void*)cw_size1::cw_nv_rank1_call7, (const void*)cw_size1::cw_nv_rank1_call8, (const void*)cw_size1::cw_nv_rank1_call9, (const void*)cw_size1::cw_nv_rank1_call10, (const void*)cw_size1::cw_nv_rank1_call11, (const void*)cw_size1::cw_nv_rank1_call12, (const void*)cw_size1::cw_nv_rank1_call13, (const void*)cw_size1::cw_nv_rank1_call14, (const void*)cw_size1::cw_nv_rank1_call15, (const void*)cw_size1::cw_nv_rank1_call16, (const void*)cw_size1::cw_nv_rank1_call17, (const void*)cw_size1::cw_nv_rank1_call18, (const void*)cw_size1::cw_nv_rank1_call19, (const void*)cw_size1::cw_nv_rank1_call20, (const void*)cw_size1::cw_nv_rank1_call21, (const void*)cw_size1::cw_nv_rank1_call22, (const void*)cw_size1::cw_nv_rank1_call23, (const void*)cw_size1::cw_nv_rank1_call24, (const void*)cw_size1::cw_nv_rank1_call25, (const void*)cw_size1::cw_nv_rank1_call26, (const void*)cw_size1::cw_nv_rank1_call27, (const void*)cw_size1::cw_nv_rank1_call28, (const void*)cw_size1::cw_nv_rank1_call29, (const void*)cw_size1::cw_nv_rank1_call30, (const void*)cw_size1::cw_nv_rank1_call31};
-      static const bool collective[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false};  // the kernels that call an NVSHMEM collective
+      static const bool cooperative[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, true};  // the kernels that sync their grid or call an NVSHMEM collective
       cw_size1::CwNvArgs1 a;
       a.b_x = (float*)cwl_buffers[7].ptr;
       a.b_out = (float*)cwl_buffers[0].ptr;
@@ -27654,7 +27655,7 @@ int cwl_call_1(int pe, int call, cudaStream_t s) {
       a.b_packets_ready_0 = (float*)cwl_buffers[1].ptr;
       a.b_packets_ready_alt_0 = (float*)cwl_buffers[3].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      return cwl_launch(kernels[call], &a, z.grid, s, collective[call]);
+      return cwl_launch(kernels[call], &a, z.grid, s, cooperative[call]);
     }
   }
   return 0;
@@ -27684,25 +27685,25 @@ int cwl_call_2(int pe, int call, cudaStream_t s) {
   switch (pe) {
     case 0: {
       static const void* const kernels[] = {(const void*)cw_size2::cw_nv_rank0_call0, (const void*)cw_size2::cw_nv_rank0_call1, (const void*)cw_size2::cw_nv_rank0_call2, (const void*)cw_size2::cw_nv_rank0_call3, (const void*)cw_size2::cw_nv_rank0_call4, (const void*)cw_size2::cw_nv_rank0_call5, (const void*)cw_size2::cw_nv_rank0_call6, (const void*)cw_size2::cw_nv_rank0_call7, (const void*)cw_size2::cw_nv_rank0_call8, (const void*)cw_size2::cw_nv_rank0_call9, (const void*)cw_size2::cw_nv_rank0_call10, (const void*)cw_size2::cw_nv_rank0_call11, (const void*)cw_size2::cw_nv_rank0_call12, (const void*)cw_size2::cw_nv_rank0_call13, (const void*)cw_size2::cw_nv_rank0_call14, (const void*)cw_size2::cw_nv_rank0_call15, (const void*)cw_size2::cw_nv_rank0_call16, (const void*)cw_size2::cw_nv_rank0_call17, (const void*)cw_size2::cw_nv_rank0_call18, (const void*)cw_size2::cw_nv_rank0_call19, (const void*)cw_size2::cw_nv_rank0_call20, (const void*)cw_size2::cw_nv_rank0_call21, (const void*)cw_size2::cw_nv_rank0_call22, (const void*)cw_size2::cw_nv_rank0_call23, (const void*)cw_size2::cw_nv_rank0_call24, (const void*)cw_size2::cw_nv_rank0_call25, (const void*)cw_size2::cw_nv_rank0_call26, (const void*)cw_size2::cw_nv_rank0_call27, (const void*)cw_size2::cw_nv_rank0_call28, (const void*)cw_size2::cw_nv_rank0_call29, (const void*)cw_size2::cw_nv_rank0_call30, (const void*)cw_size2::cw_nv_rank0_call31};
-      static const bool collective[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false};  // the kernels that call an NVSHMEM collective
+      static const bool cooperative[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, true};  // the kernels that sync their grid or call an NVSHMEM collective
       cw_size2::CwNvArgs0 a;
       a.b_x = (float*)cwl_buffers[7].ptr;
       a.b_out = (float*)cwl_buffers[0].ptr;
       a.b_slots = (float*)cwl_buffers[5].ptr;
       a.b_slots_alt = (float*)cwl_buffers[6].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      return cwl_launch(kernels[call], &a, z.grid, s, collective[call]);
+      return cwl_launch(kernels[call], &a, z.grid, s, cooperative[call]);
     }
     case 1: {
       static const void* const kernels[] = {(const void*)cw_size2::cw_nv_rank1_call0, (const void*)cw_size2::cw_nv_rank1_call1, (const void*)cw_size2::cw_nv_rank1_call2, (const void*)cw_size2::cw_nv_rank1_call3, (const void*)cw_size2::cw_nv_rank1_call4, (const void*)cw_size2::cw_nv_rank1_call5, (const void*)cw_size2::cw_nv_rank1_call6, (const void*)cw_size2::cw_nv_rank1_call7, (const void*)cw_size2::cw_nv_rank1_call8, (const void*)cw_size2::cw_nv_rank1_call9, (const void*)cw_size2::cw_nv_rank1_call10, (const void*)cw_size2::cw_nv_rank1_call11, (const void*)cw_size2::cw_nv_rank1_call12, (const void*)cw_size2::cw_nv_rank1_call13, (const void*)cw_size2::cw_nv_rank1_call14, (const void*)cw_size2::cw_nv_rank1_call15, (const void*)cw_size2::cw_nv_rank1_call16, (const void*)cw_size2::cw_nv_rank1_call17, (const void*)cw_size2::cw_nv_rank1_call18, (const void*)cw_size2::cw_nv_rank1_call19, (const void*)cw_size2::cw_nv_rank1_call20, (const void*)cw_size2::cw_nv_rank1_call21, (const void*)cw_size2::cw_nv_rank1_call22, (const void*)cw_size2::cw_nv_rank1_call23, (const void*)cw_size2::cw_nv_rank1_call24, (const void*)cw_size2::cw_nv_rank1_call25, (const void*)cw_size2::cw_nv_rank1_call26, (const void*)cw_size2::cw_nv_rank1_call27, (const void*)cw_size2::cw_nv_rank1_call28, (const void*)cw_size2::cw_nv_rank1_call29, (const void*)cw_size2::cw_nv_rank1_call30, (const void*)cw_size2::cw_nv_rank1_call31};
-      static const bool collective[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false};  // the kernels that call an NVSHMEM collective
+      static const bool cooperative[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, true};  // the kernels that sync their grid or call an NVSHMEM collective
       cw_size2::CwNvArgs1 a;
       a.b_x = (float*)cwl_buffers[7].ptr;
       a.b_out = (float*)cwl_buffers[0].ptr;
       a.b_slots = (float*)cwl_buffers[5].ptr;
       a.b_slots_alt = (float*)cwl_buffers[6].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      return cwl_launch(kernels[call], &a, z.grid, s, collective[call]);
+      return cwl_launch(kernels[call], &a, z.grid, s, cooperative[call]);
     }
   }
   return 0;
@@ -27732,25 +27733,25 @@ int cwl_call_3(int pe, int call, cudaStream_t s) {
   switch (pe) {
     case 0: {
       static const void* const kernels[] = {(const void*)cw_size3::cw_nv_rank0_call0, (const void*)cw_size3::cw_nv_rank0_call1, (const void*)cw_size3::cw_nv_rank0_call2, (const void*)cw_size3::cw_nv_rank0_call3, (const void*)cw_size3::cw_nv_rank0_call4, (const void*)cw_size3::cw_nv_rank0_call5, (const void*)cw_size3::cw_nv_rank0_call6, (const void*)cw_size3::cw_nv_rank0_call7, (const void*)cw_size3::cw_nv_rank0_call8, (const void*)cw_size3::cw_nv_rank0_call9, (const void*)cw_size3::cw_nv_rank0_call10, (const void*)cw_size3::cw_nv_rank0_call11, (const void*)cw_size3::cw_nv_rank0_call12, (const void*)cw_size3::cw_nv_rank0_call13, (const void*)cw_size3::cw_nv_rank0_call14, (const void*)cw_size3::cw_nv_rank0_call15, (const void*)cw_size3::cw_nv_rank0_call16, (const void*)cw_size3::cw_nv_rank0_call17, (const void*)cw_size3::cw_nv_rank0_call18, (const void*)cw_size3::cw_nv_rank0_call19, (const void*)cw_size3::cw_nv_rank0_call20, (const void*)cw_size3::cw_nv_rank0_call21, (const void*)cw_size3::cw_nv_rank0_call22, (const void*)cw_size3::cw_nv_rank0_call23, (const void*)cw_size3::cw_nv_rank0_call24, (const void*)cw_size3::cw_nv_rank0_call25, (const void*)cw_size3::cw_nv_rank0_call26, (const void*)cw_size3::cw_nv_rank0_call27, (const void*)cw_size3::cw_nv_rank0_call28, (const void*)cw_size3::cw_nv_rank0_call29, (const void*)cw_size3::cw_nv_rank0_call30, (const void*)cw_size3::cw_nv_rank0_call31};
-      static const bool collective[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false};  // the kernels that call an NVSHMEM collective
+      static const bool cooperative[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, true};  // the kernels that sync their grid or call an NVSHMEM collective
       cw_size3::CwNvArgs0 a;
       a.b_x = (float*)cwl_buffers[7].ptr;
       a.b_out = (float*)cwl_buffers[0].ptr;
       a.b_slots = (float*)cwl_buffers[5].ptr;
       a.b_slots_alt = (float*)cwl_buffers[6].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      return cwl_launch(kernels[call], &a, z.grid, s, collective[call]);
+      return cwl_launch(kernels[call], &a, z.grid, s, cooperative[call]);
     }
     case 1: {
       static const void* const kernels[] = {(const void*)cw_size3::cw_nv_rank1_call0, (const void*)cw_size3::cw_nv_rank1_call1, (const void*)cw_size3::cw_nv_rank1_call2, (const void*)cw_size3::cw_nv_rank1_call3, (const void*)cw_size3::cw_nv_rank1_call4, (const void*)cw_size3::cw_nv_rank1_call5, (const void*)cw_size3::cw_nv_rank1_call6, (const void*)cw_size3::cw_nv_rank1_call7, (const void*)cw_size3::cw_nv_rank1_call8, (const void*)cw_size3::cw_nv_rank1_call9, (const void*)cw_size3::cw_nv_rank1_call10, (const void*)cw_size3::cw_nv_rank1_call11, (const void*)cw_size3::cw_nv_rank1_call12, (const void*)cw_size3::cw_nv_rank1_call13, (const void*)cw_size3::cw_nv_rank1_call14, (const void*)cw_size3::cw_nv_rank1_call15, (const void*)cw_size3::cw_nv_rank1_call16, (const void*)cw_size3::cw_nv_rank1_call17, (const void*)cw_size3::cw_nv_rank1_call18, (const void*)cw_size3::cw_nv_rank1_call19, (const void*)cw_size3::cw_nv_rank1_call20, (const void*)cw_size3::cw_nv_rank1_call21, (const void*)cw_size3::cw_nv_rank1_call22, (const void*)cw_size3::cw_nv_rank1_call23, (const void*)cw_size3::cw_nv_rank1_call24, (const void*)cw_size3::cw_nv_rank1_call25, (const void*)cw_size3::cw_nv_rank1_call26, (const void*)cw_size3::cw_nv_rank1_call27, (const void*)cw_size3::cw_nv_rank1_call28, (const void*)cw_size3::cw_nv_rank1_call29, (const void*)cw_size3::cw_nv_rank1_call30, (const void*)cw_size3::cw_nv_rank1_call31};
-      static const bool collective[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false};  // the kernels that call an NVSHMEM collective
+      static const bool cooperative[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, true};  // the kernels that sync their grid or call an NVSHMEM collective
       cw_size3::CwNvArgs1 a;
       a.b_x = (float*)cwl_buffers[7].ptr;
       a.b_out = (float*)cwl_buffers[0].ptr;
       a.b_slots = (float*)cwl_buffers[5].ptr;
       a.b_slots_alt = (float*)cwl_buffers[6].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      return cwl_launch(kernels[call], &a, z.grid, s, collective[call]);
+      return cwl_launch(kernels[call], &a, z.grid, s, cooperative[call]);
     }
   }
   return 0;
@@ -27780,25 +27781,25 @@ int cwl_call_4(int pe, int call, cudaStream_t s) {
   switch (pe) {
     case 0: {
       static const void* const kernels[] = {(const void*)cw_size4::cw_nv_rank0_call0, (const void*)cw_size4::cw_nv_rank0_call1, (const void*)cw_size4::cw_nv_rank0_call2, (const void*)cw_size4::cw_nv_rank0_call3, (const void*)cw_size4::cw_nv_rank0_call4, (const void*)cw_size4::cw_nv_rank0_call5, (const void*)cw_size4::cw_nv_rank0_call6, (const void*)cw_size4::cw_nv_rank0_call7, (const void*)cw_size4::cw_nv_rank0_call8, (const void*)cw_size4::cw_nv_rank0_call9, (const void*)cw_size4::cw_nv_rank0_call10, (const void*)cw_size4::cw_nv_rank0_call11, (const void*)cw_size4::cw_nv_rank0_call12, (const void*)cw_size4::cw_nv_rank0_call13, (const void*)cw_size4::cw_nv_rank0_call14, (const void*)cw_size4::cw_nv_rank0_call15, (const void*)cw_size4::cw_nv_rank0_call16, (const void*)cw_size4::cw_nv_rank0_call17, (const void*)cw_size4::cw_nv_rank0_call18, (const void*)cw_size4::cw_nv_rank0_call19, (const void*)cw_size4::cw_nv_rank0_call20, (const void*)cw_size4::cw_nv_rank0_call21, (const void*)cw_size4::cw_nv_rank0_call22, (const void*)cw_size4::cw_nv_rank0_call23, (const void*)cw_size4::cw_nv_rank0_call24, (const void*)cw_size4::cw_nv_rank0_call25, (const void*)cw_size4::cw_nv_rank0_call26, (const void*)cw_size4::cw_nv_rank0_call27, (const void*)cw_size4::cw_nv_rank0_call28, (const void*)cw_size4::cw_nv_rank0_call29, (const void*)cw_size4::cw_nv_rank0_call30, (const void*)cw_size4::cw_nv_rank0_call31};
-      static const bool collective[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false};  // the kernels that call an NVSHMEM collective
+      static const bool cooperative[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, true};  // the kernels that sync their grid or call an NVSHMEM collective
       cw_size4::CwNvArgs0 a;
       a.b_x = (float*)cwl_buffers[7].ptr;
       a.b_out = (float*)cwl_buffers[0].ptr;
       a.b_slots = (float*)cwl_buffers[5].ptr;
       a.b_slots_alt = (float*)cwl_buffers[6].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      return cwl_launch(kernels[call], &a, z.grid, s, collective[call]);
+      return cwl_launch(kernels[call], &a, z.grid, s, cooperative[call]);
     }
     case 1: {
       static const void* const kernels[] = {(const void*)cw_size4::cw_nv_rank1_call0, (const void*)cw_size4::cw_nv_rank1_call1, (const void*)cw_size4::cw_nv_rank1_call2, (const void*)cw_size4::cw_nv_rank1_call3, (const void*)cw_size4::cw_nv_rank1_call4, (const void*)cw_size4::cw_nv_rank1_call5, (const void*)cw_size4::cw_nv_rank1_call6, (const void*)cw_size4::cw_nv_rank1_call7, (const void*)cw_size4::cw_nv_rank1_call8, (const void*)cw_size4::cw_nv_rank1_call9, (const void*)cw_size4::cw_nv_rank1_call10, (const void*)cw_size4::cw_nv_rank1_call11, (const void*)cw_size4::cw_nv_rank1_call12, (const void*)cw_size4::cw_nv_rank1_call13, (const void*)cw_size4::cw_nv_rank1_call14, (const void*)cw_size4::cw_nv_rank1_call15, (const void*)cw_size4::cw_nv_rank1_call16, (const void*)cw_size4::cw_nv_rank1_call17, (const void*)cw_size4::cw_nv_rank1_call18, (const void*)cw_size4::cw_nv_rank1_call19, (const void*)cw_size4::cw_nv_rank1_call20, (const void*)cw_size4::cw_nv_rank1_call21, (const void*)cw_size4::cw_nv_rank1_call22, (const void*)cw_size4::cw_nv_rank1_call23, (const void*)cw_size4::cw_nv_rank1_call24, (const void*)cw_size4::cw_nv_rank1_call25, (const void*)cw_size4::cw_nv_rank1_call26, (const void*)cw_size4::cw_nv_rank1_call27, (const void*)cw_size4::cw_nv_rank1_call28, (const void*)cw_size4::cw_nv_rank1_call29, (const void*)cw_size4::cw_nv_rank1_call30, (const void*)cw_size4::cw_nv_rank1_call31};
-      static const bool collective[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false};  // the kernels that call an NVSHMEM collective
+      static const bool cooperative[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, true};  // the kernels that sync their grid or call an NVSHMEM collective
       cw_size4::CwNvArgs1 a;
       a.b_x = (float*)cwl_buffers[7].ptr;
       a.b_out = (float*)cwl_buffers[0].ptr;
       a.b_slots = (float*)cwl_buffers[5].ptr;
       a.b_slots_alt = (float*)cwl_buffers[6].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      return cwl_launch(kernels[call], &a, z.grid, s, collective[call]);
+      return cwl_launch(kernels[call], &a, z.grid, s, cooperative[call]);
     }
   }
   return 0;
@@ -27828,23 +27829,23 @@ int cwl_call_5(int pe, int call, cudaStream_t s) {
   switch (pe) {
     case 0: {
       static const void* const kernels[] = {(const void*)cw_size5::cw_nv_rank0_call0, (const void*)cw_size5::cw_nv_rank0_call1, (const void*)cw_size5::cw_nv_rank0_call2, (const void*)cw_size5::cw_nv_rank0_call3, (const void*)cw_size5::cw_nv_rank0_call4, (const void*)cw_size5::cw_nv_rank0_call5, (const void*)cw_size5::cw_nv_rank0_call6, (const void*)cw_size5::cw_nv_rank0_call7, (const void*)cw_size5::cw_nv_rank0_call8, (const void*)cw_size5::cw_nv_rank0_call9, (const void*)cw_size5::cw_nv_rank0_call10, (const void*)cw_size5::cw_nv_rank0_call11, (const void*)cw_size5::cw_nv_rank0_call12, (const void*)cw_size5::cw_nv_rank0_call13, (const void*)cw_size5::cw_nv_rank0_call14, (const void*)cw_size5::cw_nv_rank0_call15, (const void*)cw_size5::cw_nv_rank0_call16, (const void*)cw_size5::cw_nv_rank0_call17, (const void*)cw_size5::cw_nv_rank0_call18, (const void*)cw_size5::cw_nv_rank0_call19, (const void*)cw_size5::cw_nv_rank0_call20, (const void*)cw_size5::cw_nv_rank0_call21, (const void*)cw_size5::cw_nv_rank0_call22, (const void*)cw_size5::cw_nv_rank0_call23, (const void*)cw_size5::cw_nv_rank0_call24, (const void*)cw_size5::cw_nv_rank0_call25, (const void*)cw_size5::cw_nv_rank0_call26, (const void*)cw_size5::cw_nv_rank0_call27, (const void*)cw_size5::cw_nv_rank0_call28, (const void*)cw_size5::cw_nv_rank0_call29, (const void*)cw_size5::cw_nv_rank0_call30, (const void*)cw_size5::cw_nv_rank0_call31};
-      static const bool collective[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false};  // the kernels that call an NVSHMEM collective
+      static const bool cooperative[] = {true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true};  // the kernels that sync their grid or call an NVSHMEM collective
       cw_size5::CwNvArgs0 a;
       a.b_x = (float*)cwl_buffers[7].ptr;
       a.b_out = (float*)cwl_buffers[0].ptr;
       a.b_slots = (float*)cwl_buffers[5].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      return cwl_launch(kernels[call], &a, z.grid, s, collective[call]);
+      return cwl_launch(kernels[call], &a, z.grid, s, cooperative[call]);
     }
     case 1: {
       static const void* const kernels[] = {(const void*)cw_size5::cw_nv_rank1_call0, (const void*)cw_size5::cw_nv_rank1_call1, (const void*)cw_size5::cw_nv_rank1_call2, (const void*)cw_size5::cw_nv_rank1_call3, (const void*)cw_size5::cw_nv_rank1_call4, (const void*)cw_size5::cw_nv_rank1_call5, (const void*)cw_size5::cw_nv_rank1_call6, (const void*)cw_size5::cw_nv_rank1_call7, (const void*)cw_size5::cw_nv_rank1_call8, (const void*)cw_size5::cw_nv_rank1_call9, (const void*)cw_size5::cw_nv_rank1_call10, (const void*)cw_size5::cw_nv_rank1_call11, (const void*)cw_size5::cw_nv_rank1_call12, (const void*)cw_size5::cw_nv_rank1_call13, (const void*)cw_size5::cw_nv_rank1_call14, (const void*)cw_size5::cw_nv_rank1_call15, (const void*)cw_size5::cw_nv_rank1_call16, (const void*)cw_size5::cw_nv_rank1_call17, (const void*)cw_size5::cw_nv_rank1_call18, (const void*)cw_size5::cw_nv_rank1_call19, (const void*)cw_size5::cw_nv_rank1_call20, (const void*)cw_size5::cw_nv_rank1_call21, (const void*)cw_size5::cw_nv_rank1_call22, (const void*)cw_size5::cw_nv_rank1_call23, (const void*)cw_size5::cw_nv_rank1_call24, (const void*)cw_size5::cw_nv_rank1_call25, (const void*)cw_size5::cw_nv_rank1_call26, (const void*)cw_size5::cw_nv_rank1_call27, (const void*)cw_size5::cw_nv_rank1_call28, (const void*)cw_size5::cw_nv_rank1_call29, (const void*)cw_size5::cw_nv_rank1_call30, (const void*)cw_size5::cw_nv_rank1_call31};
-      static const bool collective[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false};  // the kernels that call an NVSHMEM collective
+      static const bool cooperative[] = {true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true};  // the kernels that sync their grid or call an NVSHMEM collective
       cw_size5::CwNvArgs1 a;
       a.b_x = (float*)cwl_buffers[7].ptr;
       a.b_out = (float*)cwl_buffers[0].ptr;
       a.b_slots = (float*)cwl_buffers[5].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      return cwl_launch(kernels[call], &a, z.grid, s, collective[call]);
+      return cwl_launch(kernels[call], &a, z.grid, s, cooperative[call]);
     }
   }
   return 0;
@@ -27874,23 +27875,23 @@ int cwl_call_6(int pe, int call, cudaStream_t s) {
   switch (pe) {
     case 0: {
       static const void* const kernels[] = {(const void*)cw_size6::cw_nv_rank0_call0, (const void*)cw_size6::cw_nv_rank0_call1, (const void*)cw_size6::cw_nv_rank0_call2, (const void*)cw_size6::cw_nv_rank0_call3, (const void*)cw_size6::cw_nv_rank0_call4, (const void*)cw_size6::cw_nv_rank0_call5, (const void*)cw_size6::cw_nv_rank0_call6, (const void*)cw_size6::cw_nv_rank0_call7, (const void*)cw_size6::cw_nv_rank0_call8, (const void*)cw_size6::cw_nv_rank0_call9, (const void*)cw_size6::cw_nv_rank0_call10, (const void*)cw_size6::cw_nv_rank0_call11, (const void*)cw_size6::cw_nv_rank0_call12, (const void*)cw_size6::cw_nv_rank0_call13, (const void*)cw_size6::cw_nv_rank0_call14, (const void*)cw_size6::cw_nv_rank0_call15, (const void*)cw_size6::cw_nv_rank0_call16, (const void*)cw_size6::cw_nv_rank0_call17, (const void*)cw_size6::cw_nv_rank0_call18, (const void*)cw_size6::cw_nv_rank0_call19, (const void*)cw_size6::cw_nv_rank0_call20, (const void*)cw_size6::cw_nv_rank0_call21, (const void*)cw_size6::cw_nv_rank0_call22, (const void*)cw_size6::cw_nv_rank0_call23, (const void*)cw_size6::cw_nv_rank0_call24, (const void*)cw_size6::cw_nv_rank0_call25, (const void*)cw_size6::cw_nv_rank0_call26, (const void*)cw_size6::cw_nv_rank0_call27, (const void*)cw_size6::cw_nv_rank0_call28, (const void*)cw_size6::cw_nv_rank0_call29, (const void*)cw_size6::cw_nv_rank0_call30, (const void*)cw_size6::cw_nv_rank0_call31};
-      static const bool collective[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false};  // the kernels that call an NVSHMEM collective
+      static const bool cooperative[] = {true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true};  // the kernels that sync their grid or call an NVSHMEM collective
       cw_size6::CwNvArgs0 a;
       a.b_x = (float*)cwl_buffers[7].ptr;
       a.b_out = (float*)cwl_buffers[0].ptr;
       a.b_slots = (float*)cwl_buffers[5].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      return cwl_launch(kernels[call], &a, z.grid, s, collective[call]);
+      return cwl_launch(kernels[call], &a, z.grid, s, cooperative[call]);
     }
     case 1: {
       static const void* const kernels[] = {(const void*)cw_size6::cw_nv_rank1_call0, (const void*)cw_size6::cw_nv_rank1_call1, (const void*)cw_size6::cw_nv_rank1_call2, (const void*)cw_size6::cw_nv_rank1_call3, (const void*)cw_size6::cw_nv_rank1_call4, (const void*)cw_size6::cw_nv_rank1_call5, (const void*)cw_size6::cw_nv_rank1_call6, (const void*)cw_size6::cw_nv_rank1_call7, (const void*)cw_size6::cw_nv_rank1_call8, (const void*)cw_size6::cw_nv_rank1_call9, (const void*)cw_size6::cw_nv_rank1_call10, (const void*)cw_size6::cw_nv_rank1_call11, (const void*)cw_size6::cw_nv_rank1_call12, (const void*)cw_size6::cw_nv_rank1_call13, (const void*)cw_size6::cw_nv_rank1_call14, (const void*)cw_size6::cw_nv_rank1_call15, (const void*)cw_size6::cw_nv_rank1_call16, (const void*)cw_size6::cw_nv_rank1_call17, (const void*)cw_size6::cw_nv_rank1_call18, (const void*)cw_size6::cw_nv_rank1_call19, (const void*)cw_size6::cw_nv_rank1_call20, (const void*)cw_size6::cw_nv_rank1_call21, (const void*)cw_size6::cw_nv_rank1_call22, (const void*)cw_size6::cw_nv_rank1_call23, (const void*)cw_size6::cw_nv_rank1_call24, (const void*)cw_size6::cw_nv_rank1_call25, (const void*)cw_size6::cw_nv_rank1_call26, (const void*)cw_size6::cw_nv_rank1_call27, (const void*)cw_size6::cw_nv_rank1_call28, (const void*)cw_size6::cw_nv_rank1_call29, (const void*)cw_size6::cw_nv_rank1_call30, (const void*)cw_size6::cw_nv_rank1_call31};
-      static const bool collective[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false};  // the kernels that call an NVSHMEM collective
+      static const bool cooperative[] = {true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true};  // the kernels that sync their grid or call an NVSHMEM collective
       cw_size6::CwNvArgs1 a;
       a.b_x = (float*)cwl_buffers[7].ptr;
       a.b_out = (float*)cwl_buffers[0].ptr;
       a.b_slots = (float*)cwl_buffers[5].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      return cwl_launch(kernels[call], &a, z.grid, s, collective[call]);
+      return cwl_launch(kernels[call], &a, z.grid, s, cooperative[call]);
     }
   }
   return 0;
@@ -27920,23 +27921,23 @@ int cwl_call_7(int pe, int call, cudaStream_t s) {
   switch (pe) {
     case 0: {
       static const void* const kernels[] = {(const void*)cw_size7::cw_nv_rank0_call0, (const void*)cw_size7::cw_nv_rank0_call1, (const void*)cw_size7::cw_nv_rank0_call2, (const void*)cw_size7::cw_nv_rank0_call3, (const void*)cw_size7::cw_nv_rank0_call4, (const void*)cw_size7::cw_nv_rank0_call5, (const void*)cw_size7::cw_nv_rank0_call6, (const void*)cw_size7::cw_nv_rank0_call7, (const void*)cw_size7::cw_nv_rank0_call8, (const void*)cw_size7::cw_nv_rank0_call9, (const void*)cw_size7::cw_nv_rank0_call10, (const void*)cw_size7::cw_nv_rank0_call11, (const void*)cw_size7::cw_nv_rank0_call12, (const void*)cw_size7::cw_nv_rank0_call13, (const void*)cw_size7::cw_nv_rank0_call14, (const void*)cw_size7::cw_nv_rank0_call15, (const void*)cw_size7::cw_nv_rank0_call16, (const void*)cw_size7::cw_nv_rank0_call17, (const void*)cw_size7::cw_nv_rank0_call18, (const void*)cw_size7::cw_nv_rank0_call19, (const void*)cw_size7::cw_nv_rank0_call20, (const void*)cw_size7::cw_nv_rank0_call21, (const void*)cw_size7::cw_nv_rank0_call22, (const void*)cw_size7::cw_nv_rank0_call23, (const void*)cw_size7::cw_nv_rank0_call24, (const void*)cw_size7::cw_nv_rank0_call25, (const void*)cw_size7::cw_nv_rank0_call26, (const void*)cw_size7::cw_nv_rank0_call27, (const void*)cw_size7::cw_nv_rank0_call28, (const void*)cw_size7::cw_nv_rank0_call29, (const void*)cw_size7::cw_nv_rank0_call30, (const void*)cw_size7::cw_nv_rank0_call31};
-      static const bool collective[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false};  // the kernels that call an NVSHMEM collective
+      static const bool cooperative[] = {true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true};  // the kernels that sync their grid or call an NVSHMEM collective
       cw_size7::CwNvArgs0 a;
       a.b_x = (float*)cwl_buffers[7].ptr;
       a.b_out = (float*)cwl_buffers[0].ptr;
       a.b_slots = (float*)cwl_buffers[5].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      return cwl_launch(kernels[call], &a, z.grid, s, collective[call]);
+      return cwl_launch(kernels[call], &a, z.grid, s, cooperative[call]);
     }
     case 1: {
       static const void* const kernels[] = {(const void*)cw_size7::cw_nv_rank1_call0, (const void*)cw_size7::cw_nv_rank1_call1, (const void*)cw_size7::cw_nv_rank1_call2, (const void*)cw_size7::cw_nv_rank1_call3, (const void*)cw_size7::cw_nv_rank1_call4, (const void*)cw_size7::cw_nv_rank1_call5, (const void*)cw_size7::cw_nv_rank1_call6, (const void*)cw_size7::cw_nv_rank1_call7, (const void*)cw_size7::cw_nv_rank1_call8, (const void*)cw_size7::cw_nv_rank1_call9, (const void*)cw_size7::cw_nv_rank1_call10, (const void*)cw_size7::cw_nv_rank1_call11, (const void*)cw_size7::cw_nv_rank1_call12, (const void*)cw_size7::cw_nv_rank1_call13, (const void*)cw_size7::cw_nv_rank1_call14, (const void*)cw_size7::cw_nv_rank1_call15, (const void*)cw_size7::cw_nv_rank1_call16, (const void*)cw_size7::cw_nv_rank1_call17, (const void*)cw_size7::cw_nv_rank1_call18, (const void*)cw_size7::cw_nv_rank1_call19, (const void*)cw_size7::cw_nv_rank1_call20, (const void*)cw_size7::cw_nv_rank1_call21, (const void*)cw_size7::cw_nv_rank1_call22, (const void*)cw_size7::cw_nv_rank1_call23, (const void*)cw_size7::cw_nv_rank1_call24, (const void*)cw_size7::cw_nv_rank1_call25, (const void*)cw_size7::cw_nv_rank1_call26, (const void*)cw_size7::cw_nv_rank1_call27, (const void*)cw_size7::cw_nv_rank1_call28, (const void*)cw_size7::cw_nv_rank1_call29, (const void*)cw_size7::cw_nv_rank1_call30, (const void*)cw_size7::cw_nv_rank1_call31};
-      static const bool collective[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false};  // the kernels that call an NVSHMEM collective
+      static const bool cooperative[] = {true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true};  // the kernels that sync their grid or call an NVSHMEM collective
       cw_size7::CwNvArgs1 a;
       a.b_x = (float*)cwl_buffers[7].ptr;
       a.b_out = (float*)cwl_buffers[0].ptr;
       a.b_slots = (float*)cwl_buffers[5].ptr;
       a.sig = z.sig; a.marks = cwl_marks; a.arrive = z.arrive; a.hash = z.hash;
-      return cwl_launch(kernels[call], &a, z.grid, s, collective[call]);
+      return cwl_launch(kernels[call], &a, z.grid, s, cooperative[call]);
     }
   }
   return 0;
