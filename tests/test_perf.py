@@ -624,8 +624,8 @@ def test_a_put_signal_sent_as_packets_crosses_once_with_twice_the_bytes():
     c, sched = consts(), one_put_signal.trace(2, sizes={"N": 1024})
     payload = 4096 / 40e3  # 4 KiB on one block at 40 GB/s
     for sends, flow, crossings in (((), payload, 3), (((0, 0),), 2 * payload, 1)):
-        # only the sends are read: which put_signals go as packets (`packets.Lowered.sends`)
-        sent = SimpleNamespace(sends=dict.fromkeys(sends)) if sends else None
+        # only the sends and the reduces reading packets are read (`packets.Lowered.sends`, `.reads`)
+        sent = SimpleNamespace(sends=dict.fromkeys(sends), reads={}) if sends else None
         program = as_built(sched, Build("nvshmem"), packets=sent)
         tl = Simulator(sched, two_ranks(), c, conditions=RunConditions(program=program)).run()
         issued = next(r for r in tl.records if r.kind == "put_signal")
