@@ -263,7 +263,7 @@ def test_every_one_sided_protocol_generates(path, ranks):
             assert body.index(f"cw_nv_mark(a.marks, {index});", at) > at
         assert f"cw_nv_mark(a.marks, {len(prog.ops)});" in body
         assert (f"cw_nv_launch((const void*)cw_nv_rank{prog.rank}, &a, s, true);  "
-                "// it calls an NVSHMEM collective") in text
+                "// cooperative: it syncs its grid or calls an NVSHMEM collective") in text
     assert text.count("nvshmemx_init_attr(NVSHMEMX_INIT_WITH_UNIQUEID") == 1
     assert "MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD)" in text
     assert "nvshmem_finalize();" in text and text.index("nvshmem_finalize();") < text.rindex("MPI_Finalize();")
@@ -423,22 +423,51 @@ def test_put_signal_is_one_blocks_call_or_spread_data_then_the_last_blocks_signa
             "NVSHMEM_SIGNAL_SET, 1);") in big
 
 
+def _reduce_then_put_half(count: int):
+    """Rank 0 waits for rank 1's put_signal, sums into s, then puts the first half of s to rank 1 (not
+    exactly the reduce's destination, so not run inside the reduce: nvshmem_plan.fusable_put)."""
+    def fn(r):
+        x = r.symmetric("x", count=count, role="input")
+        got = r.symmetric("got", count=count, role="scratch")
+        s = r.symmetric("s", count=count, role="scratch")
+        part = r.symmetric("part", count=count // 2, role="output")
+        flag = r.signal("flag")
+        if r.rank == 1:
+            r.put_signal(0, got, x, flag, 1)
+        else:
+            r.wait_until(flag, "eq", 1)
+            r.reduce(s, x, got)
+            r.put(1, part, s[0:count // 2])
+            r.quiet()
+    return fn
+
+
 def test_a_spread_write_then_a_spread_read_is_a_grid_sync_naming_the_writer():
-    sched = trace_file("protocols/nvshmem_twoshot_allreduce.py", 2, CHUNK=1 << 20)  # 4 MiB chunks
+    sched = trace(_reduce_then_put_half(1 << 21))  # 8 MiB
     text = program.generate(sched, "nvshmem")
-    reduce_line = sched.programs[0].ops[2].loc.line
-    put = op_code(text, 0, 3)
+    reduce_line = sched.programs[0].ops[1].loc.line
+    put = op_code(text, 0, 2)
     assert "cw_nv_grid_sync(grid, false);" in put
-    assert f"out[0:1048576]: op 2 (nvshmem_twoshot_allreduce.py:{reduce_line}) writes it first" in put
-    waits = op_code(text, 0, 1)  # the wait needs no grid sync: each block polls
-    assert "cw_nv_wait(cw_sig + 1, NVSHMEM_CMP_EQ, 1ULL);" in waits and "grid" not in waits
+    assert f"s[0:1048576]: op 1 (test_codegen_nvshmem.py:{reduce_line}) writes it first" in put
+    waits = op_code(text, 0, 0)  # the wait needs no grid sync: each block polls
+    assert "cw_nv_wait(cw_sig + 0, NVSHMEM_CMP_EQ, 1ULL);" in waits and "grid" not in waits
 
 
 def test_a_small_dependent_op_stays_on_the_block_it_depends_on():
-    text = program.generate(trace_file("protocols/dissemination_barrier.py", 2), "nvshmem")
-    reduce, put = op_code(text, 0, 4), op_code(text, 0, 5)
+    text = program.generate(trace(_reduce_then_put_half(16)), "nvshmem")
+    reduce, put = op_code(text, 0, 1), op_code(text, 0, 2)
     block = re.search(r"if \(cw_nv_mine\((\d+)\)\)", reduce).group(1)
     assert f"if (cw_nv_mine({block})) {{  // block {block} (mod the grid) runs it\n    cw_nv_block(false);" in put
+
+
+def test_the_two_shot_all_gather_runs_inside_its_reduce_at_4_mib_chunks():
+    """The same 4 MiB two-shot as a put of exactly what the reduce wrote: no grid sync before it, the
+    data stored by the reduce's threads (`cw_nv_reduce_put`), the signal after every block's fence."""
+    sched = trace_file("protocols/nvshmem_twoshot_allreduce.py", 2, CHUNK=1 << 20)
+    text = program.generate(sched, "nvshmem")
+    reduce, put = op_code(text, 0, 2), op_code(text, 0, 3)
+    assert "cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 1048576, CW_SUM, cw_peer_dst, cw_pes, false," in reduce
+    assert "grid" not in put and "cw_nv_put(" not in put and "if (cw_nv_last(&cw_arrive[" in put
 
 
 def test_a_signal_after_reading_what_peers_write_waits_for_every_block():

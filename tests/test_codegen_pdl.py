@@ -137,12 +137,11 @@ def test_the_committed_library_launches_without_pdl_and_its_kernels_wait():
     # cooperatively
     assert "if (!cooperative) {" in launch and "cudaLaunchKernel(kernel, dim3(grid)" in launch
     assert "cooperative.id = cudaLaunchAttributeCooperative;" in launch and "config.numAttrs = 1;" in launch
-    # the one-shot sizes (1 KiB to 1 MiB, up to 3 blocks) sync no grid in their calls: plain, but for the
-    # K-th call, which ends the run (every block's quiet, a grid-wide sync, every PE meeting); the two-shot
-    # sizes (16 MiB up) sync their grid between the shots: cooperative. The reset kernel meets every PE
+    # no size's calls sync their grid (the two-shot's all-gather runs inside its reduce, so no grid-wide
+    # sync between the shots): plain, but for the K-th call, which ends the run (every block's quiet, a
+    # grid-wide sync, every PE meeting). The reset kernel meets every PE
     flags = [f.split(", ") for f in re.findall(r"static const bool cooperative\[\] = \{([^}]*)\};", text)]
-    assert len(flags) == 8 * 2 and all(len(f) == 32 for f in flags)
-    assert flags[:10] == [["false"] * 31 + ["true"]] * 10 and flags[10:] == [["true"] * 32] * 6
+    assert len(flags) == 8 * 2 and flags == [["false"] * 31 + ["true"]] * 16
     assert "cwl_launch((const void*)cwl_reset_kernel, &r, 1, s, true);" in code(text)
 
 

@@ -209,13 +209,16 @@ __device__ inline void cw_nv_copy(void* dst, const void* src, size_t bytes, unsi
 
 // dst = srcs[0] op srcs[1] op ... (support.cuh's arithmetic, left to right, rounded after each step);
 // element i of every source is read before dst[i] is written, by the same thread (in place is fine).
-template <typename T> __device__ inline void cw_nv_reduce(T* dst, const T* const* srcs, int k, size_t n, int op,
-                                                          unsigned want, unsigned base) {
+// With `remote` (P peers' copies of the destination, reached by stores: nvshmem_ptr; null where a
+// peer is not), each sum is also stored there by the thread that made it: puts of dst fused into the
+// reduce (cw_nv_reduce_put).
+template <typename T, int P> __device__ inline void cw_nv_reduce_share(T* dst, const T* const* srcs, int k, CwNvShare s,
+                                                                       int op, T* const* remote) {
   typedef typename CwArith<T>::acc A;
   const int V = 16 / sizeof(T);
-  CwNvShare s = cw_nv_share(n, want, base, V);
   size_t i0 = s.begin;
   bool vec = ((uintptr_t)(dst + i0) & 15) == 0;
+  for (int q = 0; q < P; ++q) vec = vec && ((uintptr_t)(remote[q] + i0) & 15) == 0;
   for (int j = 0; j < k; ++j) vec = vec && ((uintptr_t)(srcs[j] + i0) & 15) == 0;
   if (vec) {
     size_t nv = (s.end - s.begin) / V;
@@ -228,6 +231,9 @@ template <typename T> __device__ inline void cw_nv_reduce(T* dst, const T* const
         for (int l = 0; l < V; ++l) acc[l] = CwArith<T>::wrap(cw_apply<A>(op, cw_acc<T>(acc[l]), cw_acc<T>(x[l])));
       }
       *(uint4*)(dst + i0 + v * V) = accv;
+#pragma unroll
+      for (int q = 0; q < P; ++q)
+        if (remote[q]) *(uint4*)(remote[q] + i0 + v * V) = accv;
     }
     i0 += nv * V;
   }
@@ -235,6 +241,41 @@ template <typename T> __device__ inline void cw_nv_reduce(T* dst, const T* const
     T acc = srcs[0][i];
     for (int j = 1; j < k; ++j) acc = CwArith<T>::wrap(cw_apply<A>(op, cw_acc<T>(acc), cw_acc<T>(srcs[j][i])));
     dst[i] = acc;
+#pragma unroll
+    for (int q = 0; q < P; ++q)
+      if (remote[q]) remote[q][i] = acc;
+  }
+}
+template <typename T> __device__ inline void cw_nv_reduce(T* dst, const T* const* srcs, int k, size_t n, int op,
+                                                          unsigned want, unsigned base) {
+  cw_nv_reduce_share<T, 0>(dst, srcs, k, cw_nv_share(n, want, base, 16 / sizeof(T)), op, nullptr);
+}
+// The reduce and the puts of its destination right after it, one per peer (nvshmem_plan.fusable_put), as
+// one pass: this block's share of the sums goes into dst and, by the same threads' stores, into each
+// PE pes[q]'s `peer_dst[q]` (its symmetric address; reached over NVLink by nvshmem_ptr). A peer that
+// cannot be reached by stores gets, once the block's share is summed, that share put
+// (nvshmemx_putmem[_nbi]_block): the same bytes, the same blocks. Either way the block's stores to the
+// peers are in flight when it returns, as a put's are; a put_signal's signal follows (its blocks fence
+// first: cw_nv_last, or the one block's fence).
+template <typename T, int P> __device__ inline void cw_nv_reduce_put(T* dst, const T* const* srcs, int k, size_t n,
+                                                                     int op, T* const* peer_dst, const int* pes,
+                                                                     bool nbi, unsigned want, unsigned base) {
+  CwNvShare s = cw_nv_share(n, want, base, 16 / sizeof(T));
+  if (s.begin >= s.end) return;
+  T* remote[P];
+  bool all = true;
+#pragma unroll
+  for (int q = 0; q < P; ++q) {
+    remote[q] = (T*)nvshmem_ptr(peer_dst[q], pes[q]);
+    all = all && remote[q] != nullptr;
+  }
+  cw_nv_reduce_share<T, P>(dst, srcs, k, s, op, remote);
+  if (all) return;
+  __syncthreads();  // the share's sums are written before the block puts them
+  for (int q = 0; q < P; ++q) {
+    if (remote[q]) continue;
+    if (nbi) nvshmemx_putmem_nbi_block(peer_dst[q] + s.begin, dst + s.begin, (s.end - s.begin) * sizeof(T), pes[q]);
+    else nvshmemx_putmem_block(peer_dst[q] + s.begin, dst + s.begin, (s.end - s.begin) * sizeof(T), pes[q]);
   }
 }
 

@@ -96,6 +96,12 @@ share of the reduce polls its own packets, and the next kernel starts after ever
 finished. A rank whose every op then fits one block runs them
 all on block 0, so each follows what it depends on by a `__syncthreads`.
 
+A reduce and the puts of its sums (`nvshmem_plan.fusable_put`, `Step.fused`): a put or put_signal to
+another PE whose source is exactly the destination of the reduce right before it (or before other such
+puts of it to other peers), and which waits for nothing but that reduce, runs inside it on its blocks:
+each thread stores its sums into the destination and into every peer's copy (`cw_nv_reduce_put`); the
+put emits nothing more, a put_signal only its signal after every block's fence (`cw_nv_last`).
+
 Copy-engine puts (`--copy-engine SIZE`, `lowering.nvshmem_plan.copy_engine_ops`): a put or put_signal
 of at least SIZE bytes is not run by the kernel's blocks: the host issues it on the rank's stream
 between two kernels (`nvshmemx_putmem_on_stream`, `nvshmemx_putmem_signal_on_stream`), in the rank's
@@ -253,6 +259,8 @@ def _source(gen: Gen, op, src: ir.Region, lines: list[str]) -> str:
 
 def put(gen: Gen, op: ir.Put) -> list[str]:
     """Each block puts its share (`nvshmemx_putmem[_nbi]_block`): blocking reads src before it returns."""
+    if _kernel(gen).step.fused:
+        return [f"  // put to PE {op.pe}: done by the reduce above, each block storing its own sums (fused)"]
     body: list[str] = []
     src = _source(gen, op, op.src, body)
     dst = _remote(gen, op.dst, op.pe, op)
@@ -284,6 +292,20 @@ def put_signal(gen: Gen, op: ir.PutSignal) -> list[str]:
     dst = _remote(gen, op.dst, op.pe, op)
     sig = _signal(gen, op.signal, op.pe)
     how = f"{_value(gen, op)}, {SIGNAL_OP[op.sig_op]}"
+    if step.fused:  # the data went with the reduce above (nvshmem_plan.fusable_put): the signal after it
+        if step.who.kind == "all":
+            return [f"  // put_signal to PE {op.pe}: its data went with the reduce above, each block storing its sums; "
+                    "each block",
+                    "  // fences them (and what it did before), then the last block to arrive signals",
+                    f"  if (cw_nv_last(&cw_arrive[{step.signal_counter}], true)) {{",
+                    f"    if (threadIdx.x == 0) nvshmemx_signal_op({sig}, {how}, {op.pe});",
+                    "  }"]
+        return _guarded(gen, [
+            f"  // put_signal to PE {op.pe}: its data went with the reduce above (this block's stores); the block's",
+            "  // fence then orders them (and what it did before) before the signal, as",
+            "  // nvshmemx_putmem_signal_block does",
+            "  __syncthreads();",
+            f"  if (threadIdx.x == 0) {{ nvshmem_fence(); nvshmemx_signal_op({sig}, {how}, {op.pe}); }}"])
     if step.who.kind != "all":
         body: list[str] = []
         src = _source(gen, op, op.src, body)
@@ -484,6 +506,17 @@ def _packet_reduce(gen: Gen, op: ir.LocalReduce, reads) -> list[str]:
         f"{op.dst.count}, {cuda.REDUCE_CODE[op.op]}, {_share(_kernel(gen).step)}); }}"])
 
 
+def _fused_puts(gen: Gen) -> list:
+    """The puts and put_signals right after this reduce that run inside it (`nvshmem_plan.fusable_put`,
+    `Step.fused`): one per peer, in program order."""
+    steps = _kernel(gen).plan.steps
+    found, nxt = [], gen.index + 1
+    while nxt < len(steps) and steps[nxt].fused:
+        found.append(gen.program.ops[nxt])
+        nxt += 1
+    return found
+
+
 def reduce(gen: Gen, op: ir.LocalReduce) -> list[str]:
     lowered = _packets(gen)
     reads = lowered.reads.get((gen.rank, gen.index)) if lowered is not None else None
@@ -492,6 +525,18 @@ def reduce(gen: Gen, op: ir.LocalReduce) -> list[str]:
     ctype = gen.ctype(op.dst)
     body: list[str] = []
     sources = [_source(gen, op, src, body) for src in op.srcs]
+    puts = _fused_puts(gen)
+    if puts:
+        where = ", ".join(f"{p.loc.file}:{p.loc.line} (to PE {p.pe})" for p in puts)
+        body += [f"  // with the put(s) at {where} (nvshmem_plan.fusable_put): each thread stores its sums here and",
+                 f"  // into each peer's copy, the values those puts would read back from {op.dst.buffer}",
+                 f"  {{ const {ctype}* cw_srcs[] = {{{', '.join(sources)}}};",
+                 f"    {ctype}* cw_peer_dst[] = {{{', '.join(_remote(gen, p.dst, p.pe, p) for p in puts)}}};",
+                 f"    const int cw_pes[] = {{{', '.join(str(p.pe) for p in puts)}}};",
+                 f"    cw_nv_reduce_put<{ctype}, {len(puts)}>({gen.ptr(op.dst)}, cw_srcs, {len(sources)}, "
+                 f"{op.dst.count}, {cuda.REDUCE_CODE[op.op]}, cw_peer_dst, cw_pes, "
+                 f"{'true' if all(p.nbi for p in puts) else 'false'}, {_share(_kernel(gen).step)}); }}"]
+        return _guarded(gen, body)
     body += [f"  {{ const {ctype}* cw_srcs[] = {{{', '.join(sources)}}};",
              f"    cw_nv_reduce<{ctype}>({gen.ptr(op.dst)}, cw_srcs, {len(sources)}, {op.dst.count}, "
              f"{cuda.REDUCE_CODE[op.op]}, {_share(_kernel(gen).step)}); }}"]

@@ -107,6 +107,10 @@ class Step:
     # before fences its own work first (the kernel boundary is then the grid-wide sync of "grid").
     kernel_start: bool = False
     end_fence: bool = False
+    # A put or put_signal run inside the reduce before it (`fusable_put`): each block stores its share of
+    # the sums into this rank's destination and straight into the peer's, so the put emits no copy of
+    # its own (a put_signal: only its signal, after the blocks' fences)
+    fused: bool = False
 
 
 @dataclass
@@ -197,10 +201,51 @@ def staged(op, rank: int) -> ir.Region | None:
     return None
 
 
+def fusable_put(sched: ir.Schedule, rank: int, m: int, packets=None, splits=frozenset()) -> bool:
+    """Op m of `rank` is a put or put_signal (not sent as packets) to another PE whose source is exactly
+    the destination of the reduce right before it (not one that reads packets, in the same kernel, no
+    source overlapping its destination at another offset): the code may then run the two as one pass,
+    each thread storing its sums into this rank's destination and into the peer's (as NCCL's
+    reduce-and-send does), instead of writing the sums, then reading them again to put them. What the
+    put sends is what the reduce wrote (the same values, read back from registers rather than memory),
+    and nothing runs between the two; `plan_rank` fuses them only where the put waits for nothing but
+    the reduce, so no other order changes."""
+    return fused_reduce(sched, rank, m, packets, splits) is not None
+
+
+def fused_reduce(sched: ir.Schedule, rank: int, m: int, packets=None, splits=frozenset()) -> int | None:
+    """The index of the reduce that op m may run inside (`fusable_put`): the reduce right before it, or
+    before the puts of the same destination to other PEs right before it (a put to each peer of the
+    two-shot's all-gather, say), all in one kernel; None where op m is no such put."""
+    ops = sched.programs[rank].ops
+    sends = packets.sends if packets is not None else {}
+    reads = getattr(packets, "reads", None) or {}
+
+    def put_of(k: int, region: ir.Region | None) -> bool:
+        op = ops[k]
+        return (isinstance(op, (ir.Put, ir.PutSignal)) and (rank, k) not in sends and op.pe != rank
+                and staged(op, rank) is None and k not in splits
+                and (region is None or (op.src.buffer, op.src.start, op.src.stop) == region))
+
+    if not put_of(m, None):
+        return None
+    src = (ops[m].src.buffer, ops[m].src.start, ops[m].src.stop)
+    r = m - 1
+    pes = {ops[m].pe}
+    while r >= 0 and put_of(r, src) and ops[r].pe not in pes:
+        pes.add(ops[r].pe)
+        r -= 1
+    if r < 0 or not isinstance(ops[r], ir.LocalReduce) or (rank, r) in reads or staged(ops[r], rank) is not None:
+        return None
+    return r if (ops[r].dst.buffer, ops[r].dst.start, ops[r].dst.stop) == src else None
+
+
 def copy_engine_ops(sched: ir.Schedule, rank: int, min_bytes: int, packets=None) -> frozenset[int]:
     """The ops of `rank` that the copy engine moves (`--copy-engine SIZE`): every put and put_signal of
     at least `min_bytes` bytes, unless it is sent as packets or its source overlaps its destination
     (a copy engine's copy of overlapping memory is undefined; `staged` copies those first, in a kernel).
+    A put the blocks could run inside the reduce before it (`fusable_put`) goes on the copy engine too:
+    asked for, the copy engine takes precedence (which of the two is faster is the tuner's to measure).
     Each is issued by the host on the rank's stream between two kernels (`nvshmemx_putmem[_signal]_on_stream`,
     which on a peer reached over NVLink is a peer cudaMemcpyAsync, then for put_signal the signal's write);
     0: none."""
@@ -337,38 +382,58 @@ def plan_rank(sched: ir.Schedule, rank: int, index: dict | None = None, monotone
             in_flight.append(item)
             steps.append(Step(m, who))
             continue
-        needs: list[Need] = []
-        for item in pending:
-            hit = next((t for t in now for u in item.touches if t.conflicts(u)), None)
-            if hit is not None:
-                verb = "writes" if any(u.write and u.conflicts(hit) for u in item.touches) else "reads"
-                needs.append(Need(item, f"{_what(hit, rank)}: op {item.index} ({item.op.loc.file}:"
-                                        f"{item.op.loc.line}) {verb} it first", False))
         publishes = _publishes(op, rank)
-        spread_signal = False
         pes = [op.pe] if rule(op).fenced else []
+
+        def needs_of(want: int) -> tuple[list[Need], bool]:
+            """What op m waits for across blocks on `want` blocks, and whether its signal is a spread one."""
+            needs: list[Need] = []
+            for item in pending:
+                hit = next((t for t in now for u in item.touches if t.conflicts(u)), None)
+                if hit is not None:
+                    verb = "writes" if any(u.write and u.conflicts(hit) for u in item.touches) else "reads"
+                    needs.append(Need(item, f"{_what(hit, rank)}: op {item.index} ({item.op.loc.file}:"
+                                            f"{item.op.loc.line}) {verb} it first", False))
+            # a spread put_signal's signal goes out from the last block to arrive: it publishes there
+            spread = isinstance(op, ir.PutSignal) and want > 1 and (rank, m) not in sends
+            if publishes and not spread:
+                for item in unpublished:
+                    what = " and ".join(f"{'writes' if t.write else 'reads'} {_what(t, rank)}"
+                                        for t in item.observable[:2])
+                    needs.append(Need(item, f"its signal lets another rank go on, and op {item.index} "
+                                            f"({item.op.loc.file}:{item.op.loc.line}) {what}, which that rank may "
+                                            "touch then", True))
+            for pe in pes:
+                for item, fence_at in fenced.get(pe, []):
+                    fop = program.ops[fence_at]
+                    needs.append(Need(item, f"the fence at {fop.loc.file}:{fop.loc.line} orders op {item.index}'s "
+                                            f"delivery to PE {pe} before this one", True, fence_at))
+            unique: dict[int, Need] = {}
+            for need in needs:
+                kept = unique.get(need.item.index)
+                if kept is None or (need.fence and not kept.fence):
+                    unique[need.item.index] = need
+            return list(unique.values()), spread
+
         want = 1 if isinstance(op, (ir.WaitUntil, ir.WaitUntilAll, ir.WaitUntilAny)) else want_of(m, op)
         if staged(op, rank) is not None:
             want = 1
-        if isinstance(op, ir.PutSignal) and want > 1 and (rank, m) not in sends:
-            spread_signal = True  # the signal goes out from the last block to arrive: publishes there
-        if publishes and not spread_signal:
-            for item in unpublished:
-                what = " and ".join(f"{'writes' if t.write else 'reads'} {_what(t, rank)}" for t in item.observable[:2])
-                needs.append(Need(item, f"its signal lets another rank go on, and op {item.index} ({item.op.loc.file}:"
-                                        f"{item.op.loc.line}) {what}, which that rank may touch then", True))
-        for pe in pes:
-            for item, fence_at in fenced.get(pe, []):
-                fop = program.ops[fence_at]
-                needs.append(Need(item, f"the fence at {fop.loc.file}:{fop.loc.line} orders op {item.index}'s "
-                                        f"delivery to PE {pe} before this one", True, fence_at))
-        unique: dict[int, Need] = {}
-        for need in needs:
-            kept = unique.get(need.item.index)
-            if kept is None or (need.fence and not kept.fence):
-                unique[need.item.index] = need
-        needs = list(unique.values())
-        if isinstance(op, (ir.WaitUntil, ir.WaitUntilAll, ir.WaitUntilAny)):
+        fuse = None
+        r = fused_reduce(sched, rank, m, packets, splits)
+        if r is not None and steps[r].who.kind in ("one", "all") and all(steps[k].fused for k in range(r + 1, m)):
+            # run inside the reduce before it (with the fused puts between), on its blocks, where it waits
+            # for nothing but that reduce: each block then puts the sums it made itself, so no order
+            # across blocks is needed
+            joint = steps[r].who
+            trial, spread = needs_of(joint.want if joint.kind == "all" else 1)
+            if all(n.item.index == r for n in trial):
+                fuse, want, needs, spread_signal = joint, (joint.want if joint.kind == "all" else 1), trial, spread
+        if fuse is None:
+            needs, spread_signal = needs_of(want)
+        if fuse is not None:
+            who = fuse
+            step = Step(m, who, fence=any(n.fence for n in needs), needs=needs, fused=True)
+        elif isinstance(op, (ir.WaitUntil, ir.WaitUntilAll, ir.WaitUntilAny)):
             who = Who("all")
             step = Step(m, who, pre="grid" if needs else "", fence=any(n.fence for n in needs), needs=needs)
         elif want == 1:

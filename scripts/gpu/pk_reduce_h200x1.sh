@@ -7,8 +7,9 @@
 # 2. the emitted library before (A, carry build/lib_old) and after (B, build/lib_new), each driver's
 #    checked calls at every size (--no-time), 2 PEs on the GPU.
 #   WHEELS=DIR the wheels (env.sh); NP="2 4" the world sizes of 1; SIZES (default 1KiB,8KiB,32KiB) and
-#   PACKETS (default 64KiB) validate's --sizes and --packets; LIBRARY=0 skips 2; A= (empty) runs the
-#   library after (B) alone.
+#   PACKETS (default 64KiB; empty: none) validate's --sizes and --packets; ALGOS (default "oneshot
+#   twoshot"); EXTRA more validate options (--copy-engine 1MiB, say); LIBRARY=0 skips 2; A= (empty) runs
+#   the library after (B) alone.
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 set -uo pipefail
 START=$(date +%s)
@@ -17,14 +18,15 @@ mkdir -p "$OUT"
 . scripts/gpu/env.sh
 nvidia-smi -L > "$OUT/gpu.txt" 2>&1
 failed=0
+PK=${PACKETS-64KiB}; PKFLAG=""; [ -n "$PK" ] && PKFLAG="--packets $PK"
 for np in ${NP:-2 4}; do
-  for algo in oneshot twoshot; do
+  for algo in ${ALGOS:-oneshot twoshot}; do
     for how in "percall:--calls 4 --between alternate" "fused:--calls 4 --between alternate --fuse-calls"; do
       tag=${how%%:*}; flags=${how#*:}
       folder="$OUT/${algo}_${tag}_np$np"
       t0=$SECONDS
       timeout ${ONE_MAX:-240} python3 -m clockworks_dist.cli validate protocols/nvshmem_allreduce_family.py \
-          --param ALGO=$algo --np "$np" --backend nvshmem --share-gpus --packets ${PACKETS:-64KiB} $flags \
+          --param ALGO=$algo --np "$np" --backend nvshmem --share-gpus $PKFLAG $flags ${EXTRA:-} \
           --sizes ${SIZES:-1KiB,8KiB,32KiB} --iters 2 --warmup 1 --timeout 60 --no-nccl --out "$folder" > "$folder.txt" 2>&1
       rc=$?
       [ $rc = 0 ] || failed=1
@@ -36,7 +38,7 @@ for np in ${NP:-2 4}; do
   done
 done
 echo "validate done $(( $(date +%s) - START )) s, failed=$failed" | tee -a "$OUT/pk.log"
-if [ "${LIBRARY:-1}" = 1 ] && [ -d build/lib_old ] && [ -d build/lib_new ]; then
+if [ "${LIBRARY:-1}" = 1 ] && [ -d build/lib_new ] && { [ -z "${A-build/lib_old}" ] || [ -d "${A-build/lib_old}" ]; }; then
   OUT=$OUT/library A=${A-build/lib_old} B=build/lib_new NP=2 RUNS=1 DRIVER_ARGS="--no-time" RUN_MAX=${RUN_MAX:-300} \
       bash scripts/gpu/library_ab.sh || failed=1
 fi

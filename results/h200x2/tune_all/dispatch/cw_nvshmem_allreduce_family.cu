@@ -251,13 +251,16 @@ __device__ inline void cw_nv_copy(void* dst, const void* src, size_t bytes, unsi
 
 // dst = srcs[0] op srcs[1] op ... (support.cuh's arithmetic, left to right, rounded after each step);
 // element i of every source is read before dst[i] is written, by the same thread (in place is fine).
-template <typename T> __device__ inline void cw_nv_reduce(T* dst, const T* const* srcs, int k, size_t n, int op,
-                                                          unsigned want, unsigned base) {
+// With `remote` (P peers' copies of the destination, reached by stores: nvshmem_ptr; null where a
+// peer is not), each sum is also stored there by the thread that made it: puts of dst fused into the
+// reduce (cw_nv_reduce_put).
+template <typename T, int P> __device__ inline void cw_nv_reduce_share(T* dst, const T* const* srcs, int k, CwNvShare s,
+                                                                       int op, T* const* remote) {
   typedef typename CwArith<T>::acc A;
   const int V = 16 / sizeof(T);
-  CwNvShare s = cw_nv_share(n, want, base, V);
   size_t i0 = s.begin;
   bool vec = ((uintptr_t)(dst + i0) & 15) == 0;
+  for (int q = 0; q < P; ++q) vec = vec && ((uintptr_t)(remote[q] + i0) & 15) == 0;
   for (int j = 0; j < k; ++j) vec = vec && ((uintptr_t)(srcs[j] + i0) & 15) == 0;
   if (vec) {
     size_t nv = (s.end - s.begin) / V;
@@ -270,6 +273,9 @@ template <typename T> __device__ inline void cw_nv_reduce(T* dst, const T* const
         for (int l = 0; l < V; ++l) acc[l] = CwArith<T>::wrap(cw_apply<A>(op, cw_acc<T>(acc[l]), cw_acc<T>(x[l])));
       }
       *(uint4*)(dst + i0 + v * V) = accv;
+#pragma unroll
+      for (int q = 0; q < P; ++q)
+        if (remote[q]) *(uint4*)(remote[q] + i0 + v * V) = accv;
     }
     i0 += nv * V;
   }
@@ -277,6 +283,41 @@ template <typename T> __device__ inline void cw_nv_reduce(T* dst, const T* const
     T acc = srcs[0][i];
     for (int j = 1; j < k; ++j) acc = CwArith<T>::wrap(cw_apply<A>(op, cw_acc<T>(acc), cw_acc<T>(srcs[j][i])));
     dst[i] = acc;
+#pragma unroll
+    for (int q = 0; q < P; ++q)
+      if (remote[q]) remote[q][i] = acc;
+  }
+}
+template <typename T> __device__ inline void cw_nv_reduce(T* dst, const T* const* srcs, int k, size_t n, int op,
+                                                          unsigned want, unsigned base) {
+  cw_nv_reduce_share<T, 0>(dst, srcs, k, cw_nv_share(n, want, base, 16 / sizeof(T)), op, nullptr);
+}
+// The reduce and the puts of its destination right after it, one per peer (nvshmem_plan.fusable_put), as
+// one pass: this block's share of the sums goes into dst and, by the same threads' stores, into each
+// PE pes[q]'s `peer_dst[q]` (its symmetric address; reached over NVLink by nvshmem_ptr). A peer that
+// cannot be reached by stores gets, once the block's share is summed, that share put
+// (nvshmemx_putmem[_nbi]_block): the same bytes, the same blocks. Either way the block's stores to the
+// peers are in flight when it returns, as a put's are; a put_signal's signal follows (its blocks fence
+// first: cw_nv_last, or the one block's fence).
+template <typename T, int P> __device__ inline void cw_nv_reduce_put(T* dst, const T* const* srcs, int k, size_t n,
+                                                                     int op, T* const* peer_dst, const int* pes,
+                                                                     bool nbi, unsigned want, unsigned base) {
+  CwNvShare s = cw_nv_share(n, want, base, 16 / sizeof(T));
+  if (s.begin >= s.end) return;
+  T* remote[P];
+  bool all = true;
+#pragma unroll
+  for (int q = 0; q < P; ++q) {
+    remote[q] = (T*)nvshmem_ptr(peer_dst[q], pes[q]);
+    all = all && remote[q] != nullptr;
+  }
+  cw_nv_reduce_share<T, P>(dst, srcs, k, s, op, remote);
+  if (all) return;
+  __syncthreads();  // the share's sums are written before the block puts them
+  for (int q = 0; q < P; ++q) {
+    if (remote[q]) continue;
+    if (nbi) nvshmemx_putmem_nbi_block(peer_dst[q] + s.begin, dst + s.begin, (s.end - s.begin) * sizeof(T), pes[q]);
+    else nvshmemx_putmem_block(peer_dst[q] + s.begin, dst + s.begin, (s.end - s.begin) * sizeof(T), pes[q]);
   }
 }
 
@@ -15606,18 +15647,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 2);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 1)
   cw_nv_mark(a.marks, 3);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 2 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[1], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 1ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -15667,18 +15707,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 7);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 3)
   cw_nv_mark(a.marks, 8);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 7 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[3], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 3ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -15728,18 +15767,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 12);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 5)
   cw_nv_mark(a.marks, 13);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 12 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[5], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 5ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -15789,18 +15827,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 17);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 7)
   cw_nv_mark(a.marks, 18);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 17 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[7], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 7ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -15850,18 +15887,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 22);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 9)
   cw_nv_mark(a.marks, 23);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 22 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[9], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 9ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -15911,18 +15947,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 27);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 11)
   cw_nv_mark(a.marks, 28);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 27 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[11], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 11ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -15972,18 +16007,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 32);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 13)
   cw_nv_mark(a.marks, 33);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 32 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[13], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 13ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -16033,18 +16067,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 37);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 15)
   cw_nv_mark(a.marks, 38);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 37 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[15], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 15ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -16094,18 +16127,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call8(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 42);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 17)
   cw_nv_mark(a.marks, 43);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 42 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[17], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 17ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -16155,18 +16187,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call9(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 47);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 19)
   cw_nv_mark(a.marks, 48);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 47 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[19], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 19ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -16216,18 +16247,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call10(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 52);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 21)
   cw_nv_mark(a.marks, 53);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 52 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[21], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 21ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -16277,18 +16307,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call11(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 57);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 23)
   cw_nv_mark(a.marks, 58);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 57 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[23], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 23ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -16338,18 +16367,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call12(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 62);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 25)
   cw_nv_mark(a.marks, 63);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 62 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[25], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 25ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -16399,18 +16427,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call13(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 67);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 27)
   cw_nv_mark(a.marks, 68);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 67 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[27], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 27ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -16460,18 +16487,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call14(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 72);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 29)
   cw_nv_mark(a.marks, 73);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 72 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[29], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 29ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -16521,18 +16547,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call15(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 77);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 31)
   cw_nv_mark(a.marks, 78);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 77 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[31], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 31ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -16582,18 +16607,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call16(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 82);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 33)
   cw_nv_mark(a.marks, 83);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 82 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[33], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 33ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -16643,18 +16667,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call17(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 87);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 35)
   cw_nv_mark(a.marks, 88);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 87 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[35], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 35ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -16704,18 +16727,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call18(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 92);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 37)
   cw_nv_mark(a.marks, 93);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 92 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[37], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 37ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -16765,18 +16787,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call19(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 97);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 39)
   cw_nv_mark(a.marks, 98);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 97 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[39], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 39ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -16826,18 +16847,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call20(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 102);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 41)
   cw_nv_mark(a.marks, 103);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 102 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[41], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 41ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -16887,18 +16907,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call21(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 107);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 43)
   cw_nv_mark(a.marks, 108);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 107 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[43], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 43ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -16948,18 +16967,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call22(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 112);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 45)
   cw_nv_mark(a.marks, 113);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 112 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[45], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 45ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -17009,18 +17027,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call23(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 117);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 47)
   cw_nv_mark(a.marks, 118);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 117 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[47], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 47ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -17070,18 +17087,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call24(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 122);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 49)
   cw_nv_mark(a.marks, 123);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 122 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[49], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 49ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -17131,18 +17147,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call25(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 127);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 51)
   cw_nv_mark(a.marks, 128);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 127 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[51], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 51ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -17192,18 +17207,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call26(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 132);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 53)
   cw_nv_mark(a.marks, 133);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 132 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[53], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 53ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -17253,18 +17267,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call27(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 137);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 55)
   cw_nv_mark(a.marks, 138);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 137 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[55], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 55ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -17314,18 +17327,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call28(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 142);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 57)
   cw_nv_mark(a.marks, 143);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 142 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[57], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 57ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -17375,18 +17387,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call29(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 147);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 59)
   cw_nv_mark(a.marks, 148);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 147 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[59], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 59ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -17436,18 +17447,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call30(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 152);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 61)
   cw_nv_mark(a.marks, 153);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 152 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[61], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 61ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -17497,18 +17507,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call31(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:2097152] = x[0:2097152] + slots[2097152:4194304]
   cw_nv_mark(a.marks, 157);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 2097152};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:2097152] <- out[0:2097152], ag[0] set 63)
   cw_nv_mark(a.marks, 158);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:2097152]: op 157 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 8388608, 1, false, 128, 260);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[63], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 63ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -17571,18 +17580,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 2);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 1)
   cw_nv_mark(a.marks, 3);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 2 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[1], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 1ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -17632,18 +17640,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 7);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 3)
   cw_nv_mark(a.marks, 8);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 7 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[3], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 3ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -17693,18 +17700,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 12);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 5)
   cw_nv_mark(a.marks, 13);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 12 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[5], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 5ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -17754,18 +17760,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 17);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 7)
   cw_nv_mark(a.marks, 18);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 17 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[7], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 7ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -17815,18 +17820,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 22);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 9)
   cw_nv_mark(a.marks, 23);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 22 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[9], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 9ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -17876,18 +17880,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 27);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 11)
   cw_nv_mark(a.marks, 28);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 27 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[11], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 11ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -17937,18 +17940,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 32);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 13)
   cw_nv_mark(a.marks, 33);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 32 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[13], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 13ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -17998,18 +18000,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 37);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 15)
   cw_nv_mark(a.marks, 38);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 37 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[15], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 15ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -18059,18 +18060,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call8(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 42);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 17)
   cw_nv_mark(a.marks, 43);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 42 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[17], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 17ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -18120,18 +18120,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call9(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 47);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 19)
   cw_nv_mark(a.marks, 48);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 47 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[19], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 19ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -18181,18 +18180,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call10(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 52);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 21)
   cw_nv_mark(a.marks, 53);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 52 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[21], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 21ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -18242,18 +18240,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call11(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 57);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 23)
   cw_nv_mark(a.marks, 58);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 57 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[23], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 23ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -18303,18 +18300,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call12(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 62);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 25)
   cw_nv_mark(a.marks, 63);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 62 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[25], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 25ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -18364,18 +18360,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call13(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 67);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 27)
   cw_nv_mark(a.marks, 68);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 67 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[27], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 27ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -18425,18 +18420,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call14(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 72);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 29)
   cw_nv_mark(a.marks, 73);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 72 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[29], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 29ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -18486,18 +18480,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call15(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 77);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 31)
   cw_nv_mark(a.marks, 78);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 77 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[31], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 31ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -18547,18 +18540,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call16(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 82);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 33)
   cw_nv_mark(a.marks, 83);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 82 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[33], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 33ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -18608,18 +18600,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call17(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 87);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 35)
   cw_nv_mark(a.marks, 88);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 87 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[35], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 35ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -18669,18 +18660,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call18(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 92);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 37)
   cw_nv_mark(a.marks, 93);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 92 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[37], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 37ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -18730,18 +18720,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call19(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 97);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 39)
   cw_nv_mark(a.marks, 98);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 97 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[39], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 39ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -18791,18 +18780,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call20(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 102);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 41)
   cw_nv_mark(a.marks, 103);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 102 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[41], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 41ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -18852,18 +18840,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call21(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 107);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 43)
   cw_nv_mark(a.marks, 108);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 107 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[43], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 43ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -18913,18 +18900,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call22(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 112);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 45)
   cw_nv_mark(a.marks, 113);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 112 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[45], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 45ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -18974,18 +18960,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call23(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 117);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 47)
   cw_nv_mark(a.marks, 118);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 117 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[47], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 47ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -19035,18 +19020,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call24(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 122);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 49)
   cw_nv_mark(a.marks, 123);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 122 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[49], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 49ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -19096,18 +19080,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call25(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 127);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 51)
   cw_nv_mark(a.marks, 128);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 127 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[51], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 51ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -19157,18 +19140,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call26(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 132);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 53)
   cw_nv_mark(a.marks, 133);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 132 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[53], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 53ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -19218,18 +19200,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call27(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 137);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 55)
   cw_nv_mark(a.marks, 138);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 137 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[55], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 55ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -19279,18 +19260,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call28(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 142);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 57)
   cw_nv_mark(a.marks, 143);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 142 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[57], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 57ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -19340,18 +19320,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call29(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 147);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 59)
   cw_nv_mark(a.marks, 148);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 147 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[59], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 59ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -19401,18 +19380,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call30(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 152);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 61)
   cw_nv_mark(a.marks, 153);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 152 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[61], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 61ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -19462,18 +19440,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call31(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[2097152:4194304] = slots[0:2097152] + x[2097152:4194304]
   cw_nv_mark(a.marks, 157);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 2097152};
-    cw_nv_reduce<float>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, 132, 128); }
+    float* cw_peer_dst[] = {b_out + 2097152};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 2097152, cw_srcs, 2, 2097152, CW_SUM, cw_peer_dst, cw_pes, false, 132, 128); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[2097152:4194304] <- out[2097152:4194304], ag[1] set 63)
   cw_nv_mark(a.marks, 158);
-  // a grid-wide sync, every block after its own work:
-  //   - out[2097152:4194304]: op 157 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 2097152, b_out + 2097152, 8388608, 0, false, 128, 260);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[63], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 63ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -19539,18 +19516,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 2);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 1)
   cw_nv_mark(a.marks, 3);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 2 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[1], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 1ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -19600,18 +19576,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 7);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 3)
   cw_nv_mark(a.marks, 8);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 7 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[3], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 3ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -19661,18 +19636,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 12);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 5)
   cw_nv_mark(a.marks, 13);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 12 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[5], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 5ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -19722,18 +19696,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 17);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 7)
   cw_nv_mark(a.marks, 18);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 17 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[7], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 7ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -19783,18 +19756,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 22);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 9)
   cw_nv_mark(a.marks, 23);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 22 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[9], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 9ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -19844,18 +19816,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 27);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 11)
   cw_nv_mark(a.marks, 28);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 27 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[11], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 11ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -19905,18 +19876,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 32);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 13)
   cw_nv_mark(a.marks, 33);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 32 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[13], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 13ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -19966,18 +19936,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 37);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 15)
   cw_nv_mark(a.marks, 38);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 37 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[15], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 15ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -20027,18 +19996,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call8(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 42);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 17)
   cw_nv_mark(a.marks, 43);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 42 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[17], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 17ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -20088,18 +20056,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call9(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 47);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 19)
   cw_nv_mark(a.marks, 48);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 47 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[19], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 19ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -20149,18 +20116,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call10(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 52);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 21)
   cw_nv_mark(a.marks, 53);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 52 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[21], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 21ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -20210,18 +20176,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call11(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 57);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 23)
   cw_nv_mark(a.marks, 58);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 57 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[23], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 23ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -20271,18 +20236,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call12(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 62);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 25)
   cw_nv_mark(a.marks, 63);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 62 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[25], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 25ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -20332,18 +20296,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call13(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 67);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 27)
   cw_nv_mark(a.marks, 68);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 67 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[27], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 27ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -20393,18 +20356,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call14(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 72);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 29)
   cw_nv_mark(a.marks, 73);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 72 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[29], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 29ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -20454,18 +20416,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call15(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 77);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 31)
   cw_nv_mark(a.marks, 78);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 77 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[31], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 31ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -20515,18 +20476,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call16(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 82);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 33)
   cw_nv_mark(a.marks, 83);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 82 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[33], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 33ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -20576,18 +20536,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call17(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 87);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 35)
   cw_nv_mark(a.marks, 88);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 87 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[35], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 35ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -20637,18 +20596,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call18(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 92);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 37)
   cw_nv_mark(a.marks, 93);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 92 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[37], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 37ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -20698,18 +20656,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call19(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 97);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 39)
   cw_nv_mark(a.marks, 98);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 97 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[39], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 39ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -20759,18 +20716,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call20(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 102);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 41)
   cw_nv_mark(a.marks, 103);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 102 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[41], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 41ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -20820,18 +20776,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call21(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 107);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 43)
   cw_nv_mark(a.marks, 108);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 107 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[43], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 43ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -20881,18 +20836,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call22(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 112);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 45)
   cw_nv_mark(a.marks, 113);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 112 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[45], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 45ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -20942,18 +20896,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call23(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 117);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 47)
   cw_nv_mark(a.marks, 118);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 117 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[47], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 47ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -21003,18 +20956,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call24(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 122);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 49)
   cw_nv_mark(a.marks, 123);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 122 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[49], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 49ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -21064,18 +21016,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call25(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 127);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 51)
   cw_nv_mark(a.marks, 128);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 127 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[51], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 51ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -21125,18 +21076,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call26(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 132);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 53)
   cw_nv_mark(a.marks, 133);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 132 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[53], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 53ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -21186,18 +21136,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call27(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 137);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 55)
   cw_nv_mark(a.marks, 138);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 137 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[55], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 55ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -21247,18 +21196,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call28(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 142);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 57)
   cw_nv_mark(a.marks, 143);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 142 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[57], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 57ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -21308,18 +21256,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call29(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 147);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 59)
   cw_nv_mark(a.marks, 148);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 147 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[59], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 59ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -21369,18 +21316,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call30(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 152);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 61)
   cw_nv_mark(a.marks, 153);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 152 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[61], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 61ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -21430,18 +21376,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call31(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:33554432] = x[0:33554432] + slots[33554432:67108864]
   cw_nv_mark(a.marks, 157);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 33554432};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:33554432] <- out[0:33554432], ag[0] set 63)
   cw_nv_mark(a.marks, 158);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:33554432]: op 157 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 134217728, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[63], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 63ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -21504,18 +21449,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 2);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 1)
   cw_nv_mark(a.marks, 3);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 2 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[1], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 1ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -21565,18 +21509,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 7);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 3)
   cw_nv_mark(a.marks, 8);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 7 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[3], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 3ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -21626,18 +21569,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 12);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 5)
   cw_nv_mark(a.marks, 13);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 12 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[5], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 5ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -21687,18 +21629,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 17);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 7)
   cw_nv_mark(a.marks, 18);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 17 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[7], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 7ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -21748,18 +21689,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 22);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 9)
   cw_nv_mark(a.marks, 23);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 22 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[9], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 9ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -21809,18 +21749,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 27);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 11)
   cw_nv_mark(a.marks, 28);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 27 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[11], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 11ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -21870,18 +21809,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 32);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 13)
   cw_nv_mark(a.marks, 33);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 32 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[13], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 13ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -21931,18 +21869,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 37);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 15)
   cw_nv_mark(a.marks, 38);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 37 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[15], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 15ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -21992,18 +21929,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call8(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 42);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 17)
   cw_nv_mark(a.marks, 43);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 42 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[17], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 17ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -22053,18 +21989,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call9(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 47);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 19)
   cw_nv_mark(a.marks, 48);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 47 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[19], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 19ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -22114,18 +22049,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call10(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 52);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 21)
   cw_nv_mark(a.marks, 53);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 52 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[21], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 21ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -22175,18 +22109,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call11(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 57);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 23)
   cw_nv_mark(a.marks, 58);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 57 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[23], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 23ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -22236,18 +22169,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call12(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 62);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 25)
   cw_nv_mark(a.marks, 63);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 62 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[25], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 25ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -22297,18 +22229,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call13(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 67);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 27)
   cw_nv_mark(a.marks, 68);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 67 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[27], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 27ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -22358,18 +22289,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call14(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 72);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 29)
   cw_nv_mark(a.marks, 73);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 72 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[29], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 29ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -22419,18 +22349,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call15(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 77);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 31)
   cw_nv_mark(a.marks, 78);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 77 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[31], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 31ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -22480,18 +22409,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call16(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 82);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 33)
   cw_nv_mark(a.marks, 83);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 82 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[33], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 33ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -22541,18 +22469,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call17(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 87);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 35)
   cw_nv_mark(a.marks, 88);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 87 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[35], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 35ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -22602,18 +22529,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call18(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 92);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 37)
   cw_nv_mark(a.marks, 93);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 92 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[37], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 37ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -22663,18 +22589,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call19(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 97);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 39)
   cw_nv_mark(a.marks, 98);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 97 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[39], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 39ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -22724,18 +22649,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call20(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 102);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 41)
   cw_nv_mark(a.marks, 103);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 102 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[41], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 41ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -22785,18 +22709,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call21(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 107);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 43)
   cw_nv_mark(a.marks, 108);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 107 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[43], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 43ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -22846,18 +22769,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call22(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 112);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 45)
   cw_nv_mark(a.marks, 113);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 112 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[45], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 45ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -22907,18 +22829,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call23(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 117);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 47)
   cw_nv_mark(a.marks, 118);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 117 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[47], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 47ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -22968,18 +22889,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call24(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 122);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 49)
   cw_nv_mark(a.marks, 123);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 122 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[49], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 49ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -23029,18 +22949,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call25(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 127);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 51)
   cw_nv_mark(a.marks, 128);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 127 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[51], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 51ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -23090,18 +23009,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call26(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 132);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 53)
   cw_nv_mark(a.marks, 133);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 132 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[53], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 53ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -23151,18 +23069,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call27(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 137);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 55)
   cw_nv_mark(a.marks, 138);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 137 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[55], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 55ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -23212,18 +23129,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call28(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 142);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 57)
   cw_nv_mark(a.marks, 143);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 142 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[57], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 57ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -23273,18 +23189,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call29(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 147);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 59)
   cw_nv_mark(a.marks, 148);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 147 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[59], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 59ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -23334,18 +23249,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call30(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 152);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 61)
   cw_nv_mark(a.marks, 153);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 152 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[61], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 61ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -23395,18 +23309,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call31(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[33554432:67108864] = slots[0:33554432] + x[33554432:67108864]
   cw_nv_mark(a.marks, 157);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 33554432};
-    cw_nv_reduce<float>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 33554432};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 33554432, cw_srcs, 2, 33554432, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[33554432:67108864] <- out[33554432:67108864], ag[1] set 63)
   cw_nv_mark(a.marks, 158);
-  // a grid-wide sync, every block after its own work:
-  //   - out[33554432:67108864]: op 157 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 33554432, b_out + 33554432, 134217728, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[63], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 63ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -23472,18 +23385,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call0(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 2);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 1)
   cw_nv_mark(a.marks, 3);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 2 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[1], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 1ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -23533,18 +23445,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call1(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 7);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 3)
   cw_nv_mark(a.marks, 8);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 7 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[3], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 3ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -23594,18 +23505,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call2(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 12);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 5)
   cw_nv_mark(a.marks, 13);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 12 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[5], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 5ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -23655,18 +23565,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call3(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 17);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 7)
   cw_nv_mark(a.marks, 18);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 17 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[7], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 7ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -23716,18 +23625,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call4(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 22);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 9)
   cw_nv_mark(a.marks, 23);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 22 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[9], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 9ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -23777,18 +23685,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call5(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 27);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 11)
   cw_nv_mark(a.marks, 28);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 27 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[11], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 11ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -23838,18 +23745,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call6(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 32);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 13)
   cw_nv_mark(a.marks, 33);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 32 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[13], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 13ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -23899,18 +23805,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call7(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 37);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 15)
   cw_nv_mark(a.marks, 38);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 37 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[15], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 15ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -23960,18 +23865,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call8(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 42);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 17)
   cw_nv_mark(a.marks, 43);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 42 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[17], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 17ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -24021,18 +23925,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call9(CwNvArgs0 a) 
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 47);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 19)
   cw_nv_mark(a.marks, 48);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 47 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[19], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 19ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -24082,18 +23985,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call10(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 52);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 21)
   cw_nv_mark(a.marks, 53);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 52 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[21], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 21ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -24143,18 +24045,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call11(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 57);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 23)
   cw_nv_mark(a.marks, 58);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 57 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[23], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 23ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -24204,18 +24105,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call12(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 62);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 25)
   cw_nv_mark(a.marks, 63);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 62 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[25], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 25ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -24265,18 +24165,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call13(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 67);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 27)
   cw_nv_mark(a.marks, 68);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 67 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[27], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 27ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -24326,18 +24225,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call14(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 72);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 29)
   cw_nv_mark(a.marks, 73);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 72 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[29], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 29ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -24387,18 +24285,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call15(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 77);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 31)
   cw_nv_mark(a.marks, 78);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 77 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[31], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 31ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -24448,18 +24345,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call16(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 82);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 33)
   cw_nv_mark(a.marks, 83);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 82 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[33], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 33ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -24509,18 +24405,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call17(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 87);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 35)
   cw_nv_mark(a.marks, 88);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 87 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[35], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 35ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -24570,18 +24465,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call18(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 92);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 37)
   cw_nv_mark(a.marks, 93);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 92 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[37], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 37ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -24631,18 +24525,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call19(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 97);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 39)
   cw_nv_mark(a.marks, 98);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 97 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[39], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 39ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -24692,18 +24585,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call20(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 102);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 41)
   cw_nv_mark(a.marks, 103);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 102 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[41], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 41ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -24753,18 +24645,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call21(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 107);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 43)
   cw_nv_mark(a.marks, 108);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 107 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[43], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 43ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -24814,18 +24705,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call22(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 112);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 45)
   cw_nv_mark(a.marks, 113);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 112 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[45], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 45ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -24875,18 +24765,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call23(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 117);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 47)
   cw_nv_mark(a.marks, 118);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 117 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[47], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 47ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -24936,18 +24825,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call24(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 122);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 49)
   cw_nv_mark(a.marks, 123);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 122 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[49], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 49ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -24997,18 +24885,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call25(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 127);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 51)
   cw_nv_mark(a.marks, 128);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 127 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[51], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 51ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -25058,18 +24945,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call26(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 132);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 53)
   cw_nv_mark(a.marks, 133);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 132 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[53], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 53ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -25119,18 +25005,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call27(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 137);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 55)
   cw_nv_mark(a.marks, 138);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 137 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[55], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 55ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -25180,18 +25065,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call28(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 142);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 57)
   cw_nv_mark(a.marks, 143);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 142 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[57], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 57ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -25241,18 +25125,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call29(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 147);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 59)
   cw_nv_mark(a.marks, 148);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 147 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[59], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 59ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -25302,18 +25185,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call30(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 152);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 61)
   cw_nv_mark(a.marks, 153);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 152 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[61], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 61ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -25363,18 +25245,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank0_call31(CwNvArgs0 a)
 
   // nvshmem_allreduce_family.py:41: out[0:134217728] = x[0:134217728] + slots[134217728:268435456]
   cw_nv_mark(a.marks, 157);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 1) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_x, b_slots + 134217728};
-    cw_nv_reduce<float>(b_out, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out};
+    const int cw_pes[] = {1};
+    cw_nv_reduce_put<float, 1>(b_out, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=1, out[0:134217728] <- out[0:134217728], ag[0] set 63)
   cw_nv_mark(a.marks, 158);
-  // a grid-wide sync, every block after its own work:
-  //   - out[0:134217728]: op 157 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out, b_out, 536870912, 1, false, 132, 264);  // to PE 1
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 1 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 1: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[63], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 2, 63ULL, NVSHMEM_SIGNAL_SET, 1);
   }
@@ -25437,18 +25318,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call0(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 2);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 1)
   cw_nv_mark(a.marks, 3);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 2 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[1], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 1ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -25498,18 +25378,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call1(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 7);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 3)
   cw_nv_mark(a.marks, 8);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 7 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[3], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 3ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -25559,18 +25438,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call2(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 12);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 5)
   cw_nv_mark(a.marks, 13);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 12 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[5], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 5ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -25620,18 +25498,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call3(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 17);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 7)
   cw_nv_mark(a.marks, 18);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 17 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[7], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 7ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -25681,18 +25558,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call4(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 22);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 9)
   cw_nv_mark(a.marks, 23);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 22 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[9], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 9ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -25742,18 +25618,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call5(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 27);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 11)
   cw_nv_mark(a.marks, 28);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 27 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[11], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 11ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -25803,18 +25678,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call6(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 32);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 13)
   cw_nv_mark(a.marks, 33);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 32 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[13], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 13ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -25864,18 +25738,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call7(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 37);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 15)
   cw_nv_mark(a.marks, 38);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 37 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[15], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 15ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -25925,18 +25798,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call8(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 42);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 17)
   cw_nv_mark(a.marks, 43);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 42 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[17], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 17ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -25986,18 +25858,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call9(CwNvArgs1 a) 
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 47);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 19)
   cw_nv_mark(a.marks, 48);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 47 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[19], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 19ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -26047,18 +25918,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call10(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 52);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 21)
   cw_nv_mark(a.marks, 53);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 52 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[21], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 21ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -26108,18 +25978,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call11(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 57);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 23)
   cw_nv_mark(a.marks, 58);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 57 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[23], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 23ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -26169,18 +26038,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call12(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 62);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 25)
   cw_nv_mark(a.marks, 63);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 62 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[25], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 25ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -26230,18 +26098,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call13(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 67);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 27)
   cw_nv_mark(a.marks, 68);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 67 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[27], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 27ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -26291,18 +26158,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call14(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 72);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 29)
   cw_nv_mark(a.marks, 73);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 72 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[29], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 29ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -26352,18 +26218,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call15(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 77);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 31)
   cw_nv_mark(a.marks, 78);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 77 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[31], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 31ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -26413,18 +26278,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call16(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 82);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 33)
   cw_nv_mark(a.marks, 83);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 82 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[33], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 33ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -26474,18 +26338,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call17(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 87);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 35)
   cw_nv_mark(a.marks, 88);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 87 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[35], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 35ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -26535,18 +26398,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call18(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 92);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 37)
   cw_nv_mark(a.marks, 93);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 92 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[37], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 37ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -26596,18 +26458,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call19(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 97);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 39)
   cw_nv_mark(a.marks, 98);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 97 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[39], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 39ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -26657,18 +26518,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call20(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 102);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 41)
   cw_nv_mark(a.marks, 103);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 102 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[41], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 41ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -26718,18 +26578,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call21(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 107);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 43)
   cw_nv_mark(a.marks, 108);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 107 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[43], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 43ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -26779,18 +26638,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call22(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 112);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 45)
   cw_nv_mark(a.marks, 113);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 112 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[45], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 45ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -26840,18 +26698,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call23(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 117);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 47)
   cw_nv_mark(a.marks, 118);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 117 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[47], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 47ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -26901,18 +26758,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call24(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 122);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 49)
   cw_nv_mark(a.marks, 123);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 122 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[49], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 49ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -26962,18 +26818,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call25(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 127);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 51)
   cw_nv_mark(a.marks, 128);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 127 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[51], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 51ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -27023,18 +26878,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call26(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 132);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 53)
   cw_nv_mark(a.marks, 133);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 132 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[53], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 53ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -27084,18 +26938,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call27(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 137);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 55)
   cw_nv_mark(a.marks, 138);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 137 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[55], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 55ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -27145,18 +26998,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call28(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 142);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 57)
   cw_nv_mark(a.marks, 143);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 142 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[57], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 57ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -27206,18 +27058,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call29(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 147);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 59)
   cw_nv_mark(a.marks, 148);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 147 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[59], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 59ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -27267,18 +27118,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call30(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 152);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 61)
   cw_nv_mark(a.marks, 153);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 152 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[61], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 61ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -27328,18 +27178,17 @@ __global__ void __launch_bounds__(CW_NV_THREADS) cw_nv_rank1_call31(CwNvArgs1 a)
 
   // nvshmem_allreduce_family.py:41: out[134217728:268435456] = slots[0:134217728] + x[134217728:268435456]
   cw_nv_mark(a.marks, 157);
+  // with the put(s) at nvshmem_allreduce_family.py:43 (to PE 0) (nvshmem_plan.fusable_put): each thread stores its sums here and
+  // into each peer's copy, the values those puts would read back from out
   { const float* cw_srcs[] = {b_slots, b_x + 134217728};
-    cw_nv_reduce<float>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, 132, 132); }
+    float* cw_peer_dst[] = {b_out + 134217728};
+    const int cw_pes[] = {0};
+    cw_nv_reduce_put<float, 1>(b_out + 134217728, cw_srcs, 2, 134217728, CW_SUM, cw_peer_dst, cw_pes, false, 132, 132); }
 
   // nvshmem_allreduce_family.py:43: put_signal(pe=0, out[134217728:268435456] <- out[134217728:268435456], ag[1] set 63)
   cw_nv_mark(a.marks, 158);
-  // a grid-wide sync, every block after its own work:
-  //   - out[134217728:268435456]: op 157 (nvshmem_allreduce_family.py:41) writes it first
-  cw_nv_grid_sync(grid, false);
-  cw_nv_put(b_out + 134217728, b_out + 134217728, 536870912, 0, false, 132, 264);  // to PE 0
-  // put_signal: the signal lands after the data, which every block put a share of: each block
-  // fences its share (and makes what it did before visible, for the signal lets PE 0 go on),
-  // then the last block to arrive signals; the others go on without waiting.
+  // put_signal to PE 0: its data went with the reduce above, each block storing its sums; each block
+  // fences them (and what it did before), then the last block to arrive signals
   if (cw_nv_last(&cw_arrive[63], true)) {
     if (threadIdx.x == 0) nvshmemx_signal_op(cw_sig + 3, 63ULL, NVSHMEM_SIGNAL_SET, 0);
   }
@@ -27829,7 +27678,7 @@ int cwl_call_5(int pe, int call, cudaStream_t s) {
   switch (pe) {
     case 0: {
       static const void* const kernels[] = {(const void*)cw_size5::cw_nv_rank0_call0, (const void*)cw_size5::cw_nv_rank0_call1, (const void*)cw_size5::cw_nv_rank0_call2, (const void*)cw_size5::cw_nv_rank0_call3, (const void*)cw_size5::cw_nv_rank0_call4, (const void*)cw_size5::cw_nv_rank0_call5, (const void*)cw_size5::cw_nv_rank0_call6, (const void*)cw_size5::cw_nv_rank0_call7, (const void*)cw_size5::cw_nv_rank0_call8, (const void*)cw_size5::cw_nv_rank0_call9, (const void*)cw_size5::cw_nv_rank0_call10, (const void*)cw_size5::cw_nv_rank0_call11, (const void*)cw_size5::cw_nv_rank0_call12, (const void*)cw_size5::cw_nv_rank0_call13, (const void*)cw_size5::cw_nv_rank0_call14, (const void*)cw_size5::cw_nv_rank0_call15, (const void*)cw_size5::cw_nv_rank0_call16, (const void*)cw_size5::cw_nv_rank0_call17, (const void*)cw_size5::cw_nv_rank0_call18, (const void*)cw_size5::cw_nv_rank0_call19, (const void*)cw_size5::cw_nv_rank0_call20, (const void*)cw_size5::cw_nv_rank0_call21, (const void*)cw_size5::cw_nv_rank0_call22, (const void*)cw_size5::cw_nv_rank0_call23, (const void*)cw_size5::cw_nv_rank0_call24, (const void*)cw_size5::cw_nv_rank0_call25, (const void*)cw_size5::cw_nv_rank0_call26, (const void*)cw_size5::cw_nv_rank0_call27, (const void*)cw_size5::cw_nv_rank0_call28, (const void*)cw_size5::cw_nv_rank0_call29, (const void*)cw_size5::cw_nv_rank0_call30, (const void*)cw_size5::cw_nv_rank0_call31};
-      static const bool cooperative[] = {true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true};  // the kernels that sync their grid or call an NVSHMEM collective
+      static const bool cooperative[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, true};  // the kernels that sync their grid or call an NVSHMEM collective
       cw_size5::CwNvArgs0 a;
       a.b_x = (float*)cwl_buffers[7].ptr;
       a.b_out = (float*)cwl_buffers[0].ptr;
@@ -27839,7 +27688,7 @@ int cwl_call_5(int pe, int call, cudaStream_t s) {
     }
     case 1: {
       static const void* const kernels[] = {(const void*)cw_size5::cw_nv_rank1_call0, (const void*)cw_size5::cw_nv_rank1_call1, (const void*)cw_size5::cw_nv_rank1_call2, (const void*)cw_size5::cw_nv_rank1_call3, (const void*)cw_size5::cw_nv_rank1_call4, (const void*)cw_size5::cw_nv_rank1_call5, (const void*)cw_size5::cw_nv_rank1_call6, (const void*)cw_size5::cw_nv_rank1_call7, (const void*)cw_size5::cw_nv_rank1_call8, (const void*)cw_size5::cw_nv_rank1_call9, (const void*)cw_size5::cw_nv_rank1_call10, (const void*)cw_size5::cw_nv_rank1_call11, (const void*)cw_size5::cw_nv_rank1_call12, (const void*)cw_size5::cw_nv_rank1_call13, (const void*)cw_size5::cw_nv_rank1_call14, (const void*)cw_size5::cw_nv_rank1_call15, (const void*)cw_size5::cw_nv_rank1_call16, (const void*)cw_size5::cw_nv_rank1_call17, (const void*)cw_size5::cw_nv_rank1_call18, (const void*)cw_size5::cw_nv_rank1_call19, (const void*)cw_size5::cw_nv_rank1_call20, (const void*)cw_size5::cw_nv_rank1_call21, (const void*)cw_size5::cw_nv_rank1_call22, (const void*)cw_size5::cw_nv_rank1_call23, (const void*)cw_size5::cw_nv_rank1_call24, (const void*)cw_size5::cw_nv_rank1_call25, (const void*)cw_size5::cw_nv_rank1_call26, (const void*)cw_size5::cw_nv_rank1_call27, (const void*)cw_size5::cw_nv_rank1_call28, (const void*)cw_size5::cw_nv_rank1_call29, (const void*)cw_size5::cw_nv_rank1_call30, (const void*)cw_size5::cw_nv_rank1_call31};
-      static const bool cooperative[] = {true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true};  // the kernels that sync their grid or call an NVSHMEM collective
+      static const bool cooperative[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, true};  // the kernels that sync their grid or call an NVSHMEM collective
       cw_size5::CwNvArgs1 a;
       a.b_x = (float*)cwl_buffers[7].ptr;
       a.b_out = (float*)cwl_buffers[0].ptr;
@@ -27875,7 +27724,7 @@ int cwl_call_6(int pe, int call, cudaStream_t s) {
   switch (pe) {
     case 0: {
       static const void* const kernels[] = {(const void*)cw_size6::cw_nv_rank0_call0, (const void*)cw_size6::cw_nv_rank0_call1, (const void*)cw_size6::cw_nv_rank0_call2, (const void*)cw_size6::cw_nv_rank0_call3, (const void*)cw_size6::cw_nv_rank0_call4, (const void*)cw_size6::cw_nv_rank0_call5, (const void*)cw_size6::cw_nv_rank0_call6, (const void*)cw_size6::cw_nv_rank0_call7, (const void*)cw_size6::cw_nv_rank0_call8, (const void*)cw_size6::cw_nv_rank0_call9, (const void*)cw_size6::cw_nv_rank0_call10, (const void*)cw_size6::cw_nv_rank0_call11, (const void*)cw_size6::cw_nv_rank0_call12, (const void*)cw_size6::cw_nv_rank0_call13, (const void*)cw_size6::cw_nv_rank0_call14, (const void*)cw_size6::cw_nv_rank0_call15, (const void*)cw_size6::cw_nv_rank0_call16, (const void*)cw_size6::cw_nv_rank0_call17, (const void*)cw_size6::cw_nv_rank0_call18, (const void*)cw_size6::cw_nv_rank0_call19, (const void*)cw_size6::cw_nv_rank0_call20, (const void*)cw_size6::cw_nv_rank0_call21, (const void*)cw_size6::cw_nv_rank0_call22, (const void*)cw_size6::cw_nv_rank0_call23, (const void*)cw_size6::cw_nv_rank0_call24, (const void*)cw_size6::cw_nv_rank0_call25, (const void*)cw_size6::cw_nv_rank0_call26, (const void*)cw_size6::cw_nv_rank0_call27, (const void*)cw_size6::cw_nv_rank0_call28, (const void*)cw_size6::cw_nv_rank0_call29, (const void*)cw_size6::cw_nv_rank0_call30, (const void*)cw_size6::cw_nv_rank0_call31};
-      static const bool cooperative[] = {true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true};  // the kernels that sync their grid or call an NVSHMEM collective
+      static const bool cooperative[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, true};  // the kernels that sync their grid or call an NVSHMEM collective
       cw_size6::CwNvArgs0 a;
       a.b_x = (float*)cwl_buffers[7].ptr;
       a.b_out = (float*)cwl_buffers[0].ptr;
@@ -27885,7 +27734,7 @@ int cwl_call_6(int pe, int call, cudaStream_t s) {
     }
     case 1: {
       static const void* const kernels[] = {(const void*)cw_size6::cw_nv_rank1_call0, (const void*)cw_size6::cw_nv_rank1_call1, (const void*)cw_size6::cw_nv_rank1_call2, (const void*)cw_size6::cw_nv_rank1_call3, (const void*)cw_size6::cw_nv_rank1_call4, (const void*)cw_size6::cw_nv_rank1_call5, (const void*)cw_size6::cw_nv_rank1_call6, (const void*)cw_size6::cw_nv_rank1_call7, (const void*)cw_size6::cw_nv_rank1_call8, (const void*)cw_size6::cw_nv_rank1_call9, (const void*)cw_size6::cw_nv_rank1_call10, (const void*)cw_size6::cw_nv_rank1_call11, (const void*)cw_size6::cw_nv_rank1_call12, (const void*)cw_size6::cw_nv_rank1_call13, (const void*)cw_size6::cw_nv_rank1_call14, (const void*)cw_size6::cw_nv_rank1_call15, (const void*)cw_size6::cw_nv_rank1_call16, (const void*)cw_size6::cw_nv_rank1_call17, (const void*)cw_size6::cw_nv_rank1_call18, (const void*)cw_size6::cw_nv_rank1_call19, (const void*)cw_size6::cw_nv_rank1_call20, (const void*)cw_size6::cw_nv_rank1_call21, (const void*)cw_size6::cw_nv_rank1_call22, (const void*)cw_size6::cw_nv_rank1_call23, (const void*)cw_size6::cw_nv_rank1_call24, (const void*)cw_size6::cw_nv_rank1_call25, (const void*)cw_size6::cw_nv_rank1_call26, (const void*)cw_size6::cw_nv_rank1_call27, (const void*)cw_size6::cw_nv_rank1_call28, (const void*)cw_size6::cw_nv_rank1_call29, (const void*)cw_size6::cw_nv_rank1_call30, (const void*)cw_size6::cw_nv_rank1_call31};
-      static const bool cooperative[] = {true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true};  // the kernels that sync their grid or call an NVSHMEM collective
+      static const bool cooperative[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, true};  // the kernels that sync their grid or call an NVSHMEM collective
       cw_size6::CwNvArgs1 a;
       a.b_x = (float*)cwl_buffers[7].ptr;
       a.b_out = (float*)cwl_buffers[0].ptr;
@@ -27921,7 +27770,7 @@ int cwl_call_7(int pe, int call, cudaStream_t s) {
   switch (pe) {
     case 0: {
       static const void* const kernels[] = {(const void*)cw_size7::cw_nv_rank0_call0, (const void*)cw_size7::cw_nv_rank0_call1, (const void*)cw_size7::cw_nv_rank0_call2, (const void*)cw_size7::cw_nv_rank0_call3, (const void*)cw_size7::cw_nv_rank0_call4, (const void*)cw_size7::cw_nv_rank0_call5, (const void*)cw_size7::cw_nv_rank0_call6, (const void*)cw_size7::cw_nv_rank0_call7, (const void*)cw_size7::cw_nv_rank0_call8, (const void*)cw_size7::cw_nv_rank0_call9, (const void*)cw_size7::cw_nv_rank0_call10, (const void*)cw_size7::cw_nv_rank0_call11, (const void*)cw_size7::cw_nv_rank0_call12, (const void*)cw_size7::cw_nv_rank0_call13, (const void*)cw_size7::cw_nv_rank0_call14, (const void*)cw_size7::cw_nv_rank0_call15, (const void*)cw_size7::cw_nv_rank0_call16, (const void*)cw_size7::cw_nv_rank0_call17, (const void*)cw_size7::cw_nv_rank0_call18, (const void*)cw_size7::cw_nv_rank0_call19, (const void*)cw_size7::cw_nv_rank0_call20, (const void*)cw_size7::cw_nv_rank0_call21, (const void*)cw_size7::cw_nv_rank0_call22, (const void*)cw_size7::cw_nv_rank0_call23, (const void*)cw_size7::cw_nv_rank0_call24, (const void*)cw_size7::cw_nv_rank0_call25, (const void*)cw_size7::cw_nv_rank0_call26, (const void*)cw_size7::cw_nv_rank0_call27, (const void*)cw_size7::cw_nv_rank0_call28, (const void*)cw_size7::cw_nv_rank0_call29, (const void*)cw_size7::cw_nv_rank0_call30, (const void*)cw_size7::cw_nv_rank0_call31};
-      static const bool cooperative[] = {true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true};  // the kernels that sync their grid or call an NVSHMEM collective
+      static const bool cooperative[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, true};  // the kernels that sync their grid or call an NVSHMEM collective
       cw_size7::CwNvArgs0 a;
       a.b_x = (float*)cwl_buffers[7].ptr;
       a.b_out = (float*)cwl_buffers[0].ptr;
@@ -27931,7 +27780,7 @@ int cwl_call_7(int pe, int call, cudaStream_t s) {
     }
     case 1: {
       static const void* const kernels[] = {(const void*)cw_size7::cw_nv_rank1_call0, (const void*)cw_size7::cw_nv_rank1_call1, (const void*)cw_size7::cw_nv_rank1_call2, (const void*)cw_size7::cw_nv_rank1_call3, (const void*)cw_size7::cw_nv_rank1_call4, (const void*)cw_size7::cw_nv_rank1_call5, (const void*)cw_size7::cw_nv_rank1_call6, (const void*)cw_size7::cw_nv_rank1_call7, (const void*)cw_size7::cw_nv_rank1_call8, (const void*)cw_size7::cw_nv_rank1_call9, (const void*)cw_size7::cw_nv_rank1_call10, (const void*)cw_size7::cw_nv_rank1_call11, (const void*)cw_size7::cw_nv_rank1_call12, (const void*)cw_size7::cw_nv_rank1_call13, (const void*)cw_size7::cw_nv_rank1_call14, (const void*)cw_size7::cw_nv_rank1_call15, (const void*)cw_size7::cw_nv_rank1_call16, (const void*)cw_size7::cw_nv_rank1_call17, (const void*)cw_size7::cw_nv_rank1_call18, (const void*)cw_size7::cw_nv_rank1_call19, (const void*)cw_size7::cw_nv_rank1_call20, (const void*)cw_size7::cw_nv_rank1_call21, (const void*)cw_size7::cw_nv_rank1_call22, (const void*)cw_size7::cw_nv_rank1_call23, (const void*)cw_size7::cw_nv_rank1_call24, (const void*)cw_size7::cw_nv_rank1_call25, (const void*)cw_size7::cw_nv_rank1_call26, (const void*)cw_size7::cw_nv_rank1_call27, (const void*)cw_size7::cw_nv_rank1_call28, (const void*)cw_size7::cw_nv_rank1_call29, (const void*)cw_size7::cw_nv_rank1_call30, (const void*)cw_size7::cw_nv_rank1_call31};
-      static const bool cooperative[] = {true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true};  // the kernels that sync their grid or call an NVSHMEM collective
+      static const bool cooperative[] = {false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, true};  // the kernels that sync their grid or call an NVSHMEM collective
       cw_size7::CwNvArgs1 a;
       a.b_x = (float*)cwl_buffers[7].ptr;
       a.b_out = (float*)cwl_buffers[0].ptr;
