@@ -554,6 +554,18 @@ def unfinished_outputs(result) -> set[tuple]:
             if v.kind == "unfinished_output"}
 
 
+def assert_reduction_exact(sched: ir.Schedule) -> None:
+    """The reduced search finds what the unreduced one finds (verdict and kinds), breadth first agrees,
+    and where the schedule's ops match, both reach the same terminal states."""
+    reduced, full = check(sched, reduction=True), check(sched, reduction=False)
+    note(f"reduced: {reduced.verdict} {sorted(reduced.kinds())}; full: {full.verdict} {sorted(full.kinds())}")
+    assert_same_findings(reduced, full)
+    bfs = check(sched, strategy="bfs")
+    assert (bfs.verdict, bfs.kinds()) == (reduced.verdict, reduced.kinds())
+    if matched(sched):
+        assert terminal_outcomes(sched, reduction=True) == terminal_outcomes(sched, reduction=False)
+
+
 def assert_same_findings(first, second) -> None:
     assert first.complete and second.complete
     assert first.verdict == second.verdict
@@ -649,13 +661,7 @@ def test_reduction_is_exact_with_fifo_connections(plan):
     sched = build(plan)
     assert any(getattr(m, "slots", 0) for p in sched.programs for op in p.ops
                for m in (op.ops if op.kind == "group" else (op,)))
-    reduced, full = check(sched, reduction=True), check(sched, reduction=False)
-    note(f"reduced: {reduced.verdict} {sorted(reduced.kinds())}; full: {full.verdict} {sorted(full.kinds())}")
-    assert_same_findings(reduced, full)
-    bfs = check(sched, strategy="bfs")
-    assert (bfs.verdict, bfs.kinds()) == (reduced.verdict, reduced.kinds())
-    if matched(sched):
-        assert terminal_outcomes(sched, reduction=True) == terminal_outcomes(sched, reduction=False)
+    assert_reduction_exact(sched)
 
 
 @settings(max_examples=150, **SETTINGS)
@@ -666,13 +672,7 @@ def test_reduction_is_exact_with_accesses_into_collectives(plan):
     interleaving shows, and depth first agrees with breadth first."""
     sched = build(plan)
     assert any(op.kind in ("all_reduce", "all_gather", "reduce_scatter") for p in sched.programs for op in p.ops)
-    reduced, full = check(sched, reduction=True), check(sched, reduction=False)
-    note(f"reduced: {reduced.verdict} {sorted(reduced.kinds())}; full: {full.verdict} {sorted(full.kinds())}")
-    assert_same_findings(reduced, full)
-    bfs = check(sched, strategy="bfs")
-    assert (bfs.verdict, bfs.kinds()) == (reduced.verdict, reduced.kinds())
-    if matched(sched):
-        assert terminal_outcomes(sched, reduction=True) == terminal_outcomes(sched, reduction=False)
+    assert_reduction_exact(sched)
 
 
 # found by this test with the joint step of a grouped collective left out of its rank's current actions: in
@@ -695,13 +695,7 @@ def test_reduction_is_exact_with_grouped_collectives(plan):
     assert any(op.kind == "group" and any(m.kind in ("all_reduce", "all_gather") for m in op.ops)
                for p in sched.programs for op in p.ops) or any(
         sum(op.kind in ("all_reduce", "all_gather") for op in p.ops) >= 2 for p in sched.programs)
-    reduced, full = check(sched, reduction=True), check(sched, reduction=False)
-    note(f"reduced: {reduced.verdict} {sorted(reduced.kinds())}; full: {full.verdict} {sorted(full.kinds())}")
-    assert_same_findings(reduced, full)
-    bfs = check(sched, strategy="bfs")
-    assert (bfs.verdict, bfs.kinds()) == (reduced.verdict, reduced.kinds())
-    if matched(sched):
-        assert terminal_outcomes(sched, reduction=True) == terminal_outcomes(sched, reduction=False)
+    assert_reduction_exact(sched)
 
 
 @settings(max_examples=80, **SETTINGS)

@@ -15,6 +15,9 @@ The contract of a generated program (what `validate` and the runtime's launcher 
 
     mpirun -np N ./prog [--job DIR] [--iters K] [--warmup W] [--timeout S] [--no-graph] [--host-progress]
 
+  with NVLink multicast off in every rank, as `runtime.launch` starts them: NCCL_NVLS_ENABLE=0
+  NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1, passed on by mpirun's -x.
+
 - Every rank writes its buffers with the runtime layer's inputs (`semantics.numeric.input_values`),
   signal words 0, runs the schedule's ops, and checks every element. Warm-up: W runs (default 2);
   then K timed runs (default 20) in eager mode and K as replays of a CUDA graph of the ops. Inputs

@@ -176,12 +176,13 @@ def _state(gen: Gen) -> dict:
     return gen.state.setdefault("nvshmem", {})
 
 
-def _value(gen: Gen, op) -> str:
+def _value(gen: Gen, op, index: int | None = None) -> str:
     """The signal value an op sets, adds or waits for, as C. In a library's kernel for every call
     (`codegen.library`, calls without end) a value that moves on with the calls is this call's: the
     value of the call the kernel was made from plus `cw_epoch` (this call's epoch less that call's, modulo
-    2**64) times what it moves by per epoch (`lowering.repeat.epochs`)."""
-    step = _state(gen).get("epoch_steps", {}).get((gen.rank, gen.index), 0)
+    2**64) times what it moves by per epoch (`lowering.repeat.epochs`). `index`: the op's index, where
+    it is not the one being written."""
+    step = _state(gen).get("epoch_steps", {}).get((gen.rank, gen.index if index is None else index), 0)
     if not step:
         return cuda.u64(op.value)
     return f"({cuda.u64(op.value)} + cw_epoch * {cuda.u64(step)})"
@@ -193,9 +194,8 @@ def _flag(gen: Gen, op, index: int | None = None) -> str:
     own flag before the sender's next call overwrites it (else the checker's wait, which compares whole
     numbers, would miss it: a deadlock), so the area holds a flag of this call's epoch or the one
     before, less than 2**32 apart. `index`: the op's index, where it is not the one being written."""
-    at = gen.index if index is None else index
-    step = _state(gen).get("epoch_steps", {}).get((gen.rank, at), 0)
-    return f"{op.value}u" if not step else f"(uint32_t)({cuda.u64(op.value)} + cw_epoch * {cuda.u64(step)})"
+    value = _value(gen, op, index)
+    return f"{op.value}u" if value == cuda.u64(op.value) else f"(uint32_t){value}"
 
 
 def _kernel(gen: Gen) -> _Kernel:
